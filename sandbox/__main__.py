@@ -1,0 +1,3 @@
+from dsh.sandbox.cli import main
+
+main()

@@ -1,0 +1,84 @@
+"""Errors of dsh-sandbox.  Every error class carries a stable ``code``.
+
+User mistakes (bad profile, unknown runner, missing workspace) are ``UsageError``
+subclasses: the CLI prints them without a traceback and exits 2.
+"""
+
+from __future__ import annotations
+
+
+class DshError(Exception):
+    """Base of every dsh-sandbox error; ``code`` is stable across versions."""
+
+    code = "DSH_ERROR"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(DshError):
+    """The caller's input is wrong; the message names the input and the fix."""
+
+    code = "USAGE_ERROR"
+
+
+class ConfigError(UsageError):
+    """A configuration value (composition entry, profile key, CLI flag) is invalid."""
+
+    code = "CONFIG_ERROR"
+
+
+class CompositionError(ConfigError):
+    """A composition entry cannot be built (unknown provider, bad config field)."""
+
+    code = "COMPOSITION_ERROR"
+
+
+class DuplicateServiceError(DshError):
+    """A second provider was mounted for a service key that already has one."""
+
+    code = "DUPLICATE_SERVICE"
+
+
+class MissingServiceError(DshError):
+    """A consumer asked the context for a service no provider was mounted for."""
+
+    code = "MISSING_SERVICE"
+
+
+class SandboxUnavailable(DshError):
+    """A restricted mode cannot be enforced here; the command was not run.
+
+    ``reason`` is what a person can act on (install bwrap, enable Landlock, start
+    the Docker daemon...).  Never caught to fall back to an unsandboxed run.
+    """
+
+    code = "SANDBOX_UNAVAILABLE"
+
+    def __init__(self, reason: str, *, runner: str | None = None) -> None:
+        prefix = f"{runner}: " if runner else ""
+        super().__init__(f"SANDBOX_UNAVAILABLE: {prefix}{reason}")
+        self.reason = reason
+        self.runner = runner
+
+
+class ExecutionError(DshError):
+    """Infrastructure failure of an execution (missing workdir, missing shell)."""
+
+    code = "EXECUTION_ERROR"
+
+
+class WorkdirError(ExecutionError, UsageError):
+    """The working directory is missing or not a directory."""
+
+    code = "WORKDIR_INVALID"
+
+
+class ShellNotFoundError(ExecutionError):
+    """The shell binary (bash, pwsh) is not installed."""
+
+    code = "SHELL_NOT_FOUND"

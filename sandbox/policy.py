@@ -1,0 +1,86 @@
+"""The resolved, canonical sandbox policy a runner enforces (value types only).
+
+The policy *service* (``ctx.sandbox_policy``, in ``policy_service``) turns a
+profile, the workspace and a per-call request into one ``SandboxPolicy``.
+Runners receive nothing else: every path here is absolute and canonical
+(symlinks resolved), every choice explicit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dsh.sandbox.modes import SandboxMode
+
+
+@dataclass(frozen=True)
+class ResourceLimits:
+    """Per-command limits; ``None`` means the runner sets none."""
+
+    wall_time_s: float | None = None
+    max_processes: int | None = None
+    max_memory_bytes: int | None = None
+    max_file_size_bytes: int | None = None
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in dataclasses.astuple(self))
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """Everything a runner needs to enforce one command's mode.
+
+    - ``writable_roots``: canonical directories writable in workspace-write (the
+      workspace, the profile's extra roots, ``/tmp`` and ``$TMPDIR`` unless
+      excluded).  Empty in read-only; unused in danger-full-access.
+    - ``protected_paths``: canonical paths that stay read-only inside writable
+      roots, including ones that do not exist yet (``.git``, the git dir a
+      ``.git`` file points to, ``.dsh``, the profile's names).
+    - ``read_only_paths``: extra paths forced read-only even under a writable root.
+    - ``hidden_paths``: paths the command may not read at all.
+    - ``missing_roots``: extra writable roots the profile named that do not exist;
+      reported, never silently dropped.
+    - ``accept_degraded``: names of degraded enforcements the profile accepts
+      (e.g. ``"landlock-protected-paths"``); anything else partial is refused.
+    """
+
+    mode: SandboxMode
+    workspace: Path
+    writable_roots: tuple[Path, ...] = ()
+    protected_paths: tuple[Path, ...] = ()
+    read_only_paths: tuple[Path, ...] = ()
+    hidden_paths: tuple[Path, ...] = ()
+    network: bool = False
+    env_passthrough: tuple[str, ...] = ()
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    allowed_runners: tuple[str, ...] = ()
+    accept_degraded: tuple[str, ...] = ()
+    missing_roots: tuple[Path, ...] = ()
+    profile: str = ""
+
+    @property
+    def constrained(self) -> bool:
+        return self.mode.constrains
+
+    def to_dict(self) -> dict[str, object]:
+        def conv(v: object) -> object:
+            if isinstance(v, Path):
+                return str(v)
+            if isinstance(v, SandboxMode):
+                return v.value
+            if isinstance(v, tuple):
+                return [conv(x) for x in v]
+            if isinstance(v, ResourceLimits):
+                return dataclasses.asdict(v)
+            return v
+
+        return {f.name: conv(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True)
+class PolicyRequest:
+    """What a call may ask of the policy service: a mode (only via escalation)."""
+
+    mode: SandboxMode | None = None

@@ -1,0 +1,177 @@
+"""The runner contract: how a sandbox technology enforces a ``SandboxPolicy``.
+
+Definition of the runner seam.  Providers live in ``dsh.runners.*`` and are found
+by name through the ``dsh_sandbox.runners`` entry-point group; the consumer is
+``SandboxHost`` (``ctx.sandbox``), which the sandboxed executors call.
+
+A runner answers a ``prepare()`` with one of two launches:
+
+- ``LocalLaunch``: a wrapped local argv (bwrap, sandbox-exec) and optionally a
+  *spawn context* in which the local process must be created (Landlock applies
+  its ruleset to a dedicated thread; children forked there inherit it).  The
+  subprocess service spawns it like any other command.
+- ``RemoteLaunch``: a process-like handle (Docker exec, E2B command) that the
+  subprocess service drives exactly like a local process: its stdout/stderr are
+  OS pipe fds fed by the runner, it can be waited on and killed.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, TypeVar
+
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+
+T = TypeVar("T")
+Argv = Sequence[str | bytes]
+
+
+@dataclass(frozen=True)
+class RunnerProbe:
+    """Whether a runner works on this machine, and why not."""
+
+    name: str
+    available: bool
+    reason: str | None = None  # set when not available: what a person can do about it
+    version: str | None = None  # e.g. "bubblewrap 0.8.0", "landlock ABI 7"
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """How completely a runner enforces a mode here.
+
+    ``level`` is ``full`` or ``partial``; ``missing`` names each part it cannot
+    enforce (with the reason); ``degradations`` are the machine names a profile
+    lists in ``accept_degraded`` to accept them.  A partial enforcement whose
+    degradations are not all accepted is refused (fail closed).
+    """
+
+    level: Literal["full", "partial"]
+    missing: tuple[str, ...] = ()
+    degradations: tuple[str, ...] = ()
+
+    @classmethod
+    def full(cls) -> Enforcement:
+        return cls("full")
+
+    def accepted_by(self, policy: SandboxPolicy) -> bool:
+        return self.level == "full" or set(self.degradations) <= set(policy.accept_degraded)
+
+    def describe(self) -> str:
+        if self.level == "full":
+            return "full"
+        return "partial: " + "; ".join(self.missing)
+
+
+@dataclass(frozen=True)
+class RunnerPlan:
+    """What ``profile explain`` prints: what will be enforced, and what cannot be."""
+
+    runner: str
+    mode: SandboxMode
+    rules: tuple[str, ...]  # rules, mounts or SBPL lines, one per item
+    network: str
+    limits: tuple[str, ...]
+    cannot: tuple[str, ...]  # each with the reason
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    exit_code: int | None
+    signal: int | None = None
+
+
+@dataclass(frozen=True)
+class LocalLaunch:
+    """A local argv to spawn, plus what the spawn needs from the runner.
+
+    - ``spawn_in``: runs the spawn callable inside the runner's restricted
+      context (for Landlock: a thread that has applied the ruleset, no_new_privs
+      and seccomp).  ``None`` means spawn normally.
+    - ``env``: variables the runner adds (after the executor's env layering).
+    - ``kill_tree``: kills everything the command started (e.g. a cgroup);
+      ``None`` means the subprocess service kills the process group and tree.
+    - ``cleanup``: called once the process is reaped.
+    """
+
+    argv: tuple[str | bytes, ...]
+    spawn_in: Callable[[Callable[[], Any]], Any] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()
+    kill_tree: Callable[[int, int], None] | None = None  # (pid, signal)
+    cleanup: Callable[[], None] | None = None
+
+
+class RemoteProcess(abc.ABC):
+    """A process running somewhere else (container, remote sandbox).
+
+    ``stdout_fd`` / ``stderr_fd`` are read ends of OS pipes the runner writes
+    into and closes at EOF; the subprocess service reads and closes them.
+    """
+
+    stdout_fd: int
+    stderr_fd: int
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None = None) -> ExitStatus | None:
+        """Block until exit (or ``timeout`` seconds); ``None`` if still running."""
+
+    @abc.abstractmethod
+    def kill(self, sig: int) -> None:
+        """Send ``sig`` to the whole process tree of this command in the sandbox."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources once the process is done."""
+
+
+@dataclass(frozen=True)
+class RemoteLaunch:
+    """A launch whose ``start`` creates a ``RemoteProcess``.
+
+    ``start(stdin, deadline)`` may block for preparation (syncing a workspace);
+    ``deadline`` is a ``time.monotonic()`` value or ``None``, and preparation
+    time counts against it.
+    """
+
+    start: Callable[[bytes | None, float | None], RemoteProcess]
+    cleanup: Callable[[], None] | None = None
+
+
+Launch = LocalLaunch | RemoteLaunch
+
+
+class Runner(abc.ABC):
+    """A sandbox technology.  One instance per ``SandboxHost`` (per session)."""
+
+    name: ClassVar[str]
+    #: Name of the pip extra that provides the runner's SDK, if any.
+    extra: ClassVar[str | None] = None
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = dict(options or {})
+
+    @abc.abstractmethod
+    def probe(self) -> RunnerProbe:
+        """Is the runner usable here?  Cheap after the first call (cache it)."""
+
+    @abc.abstractmethod
+    def enforcement(self, policy: SandboxPolicy) -> Enforcement:
+        """How completely this runner enforces ``policy`` here."""
+
+    @abc.abstractmethod
+    def explain(self, policy: SandboxPolicy) -> RunnerPlan:
+        """The rules, network and limits it will apply, and what it cannot."""
+
+    @abc.abstractmethod
+    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
+        """Wrap ``argv`` (exactly, never re-joined) for ``policy``.
+
+        Raises ``SandboxUnavailable`` when it cannot enforce the policy.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Tear down session resources (containers, remote sandboxes)."""
