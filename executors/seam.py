@@ -95,6 +95,9 @@ class ShellExecRequest:
     env: Mapping[str, str] | None = None
     dsh_env: Mapping[str, str] | None = None
     sandbox_mode: SandboxMode | None = None  # only through escalation
+    #: Trusted callers (the CLI's ``run -- ARGV``) may run an exact argv instead
+    #: of ``command`` through the shell; it is never joined into a string.
+    argv: tuple[str | bytes, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,7 @@ class ShellExecSpec:
     sandbox_policy: SandboxPolicy | None = None
     requested_timeout_ms: int | None = None  # what the caller asked, before the cap
     timeout_capped: bool = False
+    argv: tuple[str | bytes, ...] | None = None  # exact argv instead of the shell
 
 
 @dataclass(frozen=True)
