@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The project's test command (the README's second command; .ci/run calls it).
+#
+# On a fresh Debian 12 machine (as root, or with sudo) it installs what the
+# tests need when missing -- bubblewrap, a Docker daemon and the tools to build
+# the runner image -- installs the project with its test extras, starts the
+# Docker daemon, then runs ruff, mypy --strict, pytest and the conformance suite.
+#
+# Runners CI has must run, not skip: DSH_REQUIRE_RUNNERS turns a missing
+# runner into a test failure.  Set DSH_REQUIRE_RUNNERS= (empty) to allow skips
+# on a machine without them.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
+command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "tests/run.sh: installing ${need_apt[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]"
+
+# Docker daemon + the locally built runner image (never pulled).
+bash "$root/.ci/docker-setup.sh"
+
+export DSH_REQUIRE_RUNNERS="${DSH_REQUIRE_RUNNERS-landlock,bwrap,docker,e2b}"
+
+echo "== ruff"
+python3 -m ruff check sandbox runners executors tools profiles tests
+echo "== mypy --strict"
+bash "$root/.ci/typecheck"
+echo "== pytest"
+python3 -m pytest -q -p no:cacheprovider "$@"
+if [ -f "$root/.ci/conformance" ]; then
+  echo "== conformance"
+  bash "$root/.ci/conformance"
+fi
