@@ -1,0 +1,308 @@
+"""``ctx.sandbox``: the runner host the sandboxed executors call.
+
+The host owns one instance of each runner it has loaded (per context, so per
+session), picks the runner for a policy, and hands the *exact* argv to it:
+
+- an explicitly configured runner must be available here and allowed by the
+  policy, else ``SandboxUnavailable`` with the runner's own probe reason;
+- ``auto`` prefers, among available allowed runners, one that enforces the
+  policy fully (order: landlock, bwrap, seatbelt), else a partial one whose
+  degradations the policy accepts by name, else ``SandboxUnavailable`` naming
+  every runner it looked at and why it was not used.  Docker and E2B cross a
+  machine boundary (workspace sync, image), so ``auto`` only considers them
+  when the policy's ``allowed_runners`` names them.
+
+Runner classes are found by name: the built-in ones by importing
+``dsh.runners.<name>`` directly (scanning every installed distribution's entry
+points costs tens of milliseconds, which ``dsh-sandbox run`` cannot afford),
+every other name through the ``dsh_sandbox.runners`` entry-point group, so a
+third-party runner is still a ``pip install`` away.
+"""
+
+from __future__ import annotations
+
+import importlib
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any, ClassVar
+
+from dsh.sandbox.context import Context, Service
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
+
+RUNNER_GROUP = "dsh_sandbox.runners"
+
+#: Built-in runners: name -> (module, class).  Same targets as pyproject's
+#: entry points; imported directly to keep start-up fast.
+BUILTIN_RUNNERS: Mapping[str, tuple[str, str]] = {
+    "landlock": ("dsh.runners.landlock", "LandlockRunner"),
+    "bwrap": ("dsh.runners.bwrap", "BwrapRunner"),
+    "seatbelt": ("dsh.runners.seatbelt", "SeatbeltRunner"),
+    "docker": ("dsh.runners.docker", "DockerRunner"),
+    "e2b": ("dsh.runners.e2b", "E2BRunner"),
+}
+
+#: The runners ``auto`` tries, best first.  All wrap a local argv.
+AUTO_ORDER: tuple[str, ...] = ("landlock", "bwrap", "seatbelt")
+
+AUTO = "auto"
+
+
+def _third_party_entry_points() -> dict[str, metadata.EntryPoint]:
+    return {
+        ep.name: ep
+        for ep in metadata.entry_points(group=RUNNER_GROUP)
+        if ep.name not in BUILTIN_RUNNERS
+    }
+
+
+def known_runner_names(*, scan: bool = True) -> list[str]:
+    """Built-in runner names, plus (with ``scan``) installed third-party ones."""
+    names = list(BUILTIN_RUNNERS)
+    if scan:
+        names += sorted(_third_party_entry_points())
+    return names
+
+
+def check_runner_name(name: str) -> str:
+    """Return ``name`` if it names a runner (or ``auto``); else a ``ConfigError``."""
+    if name == AUTO or name in BUILTIN_RUNNERS:
+        return name
+    if name in _third_party_entry_points():
+        return name
+    known = ", ".join([AUTO, *known_runner_names()])
+    raise ConfigError(f"runner: unknown runner {name!r}; use one of: {known}")
+
+
+class RunnerLoadError(Exception):
+    """A known runner's code cannot be imported (missing extra, broken install)."""
+
+
+def load_runner_class(name: str) -> type[Runner]:
+    """The runner class registered as ``name``.
+
+    Raises ``ConfigError`` for an unknown name and ``RunnerLoadError`` when the
+    name is known but its module does not import.
+    """
+    check_runner_name(name)
+    try:
+        if name in BUILTIN_RUNNERS:
+            module_name, attr = BUILTIN_RUNNERS[name]
+            cls = getattr(importlib.import_module(module_name), attr)
+        else:
+            cls = _third_party_entry_points()[name].load()
+    except ImportError as exc:
+        raise RunnerLoadError(f"runner code cannot be imported: {exc}") from exc
+    except AttributeError as exc:
+        raise RunnerLoadError(f"runner code is incomplete: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, Runner)):
+        raise RunnerLoadError(f"{name!r} does not name a Runner subclass")
+    return cls
+
+
+def _safe_probe(runner: Runner) -> RunnerProbe:
+    """``runner.probe()``; a probe that raises means "not available, here is why"."""
+    try:
+        return runner.probe()
+    except SandboxUnavailable as exc:
+        return RunnerProbe(runner.name, False, exc.reason)
+    except Exception as exc:  # a broken probe must read as unavailable (fail closed)
+        return RunnerProbe(runner.name, False, f"probe failed: {type(exc).__name__}: {exc}")
+
+
+@dataclass(frozen=True)
+class SandboxHostConfig:
+    """``runner``: ``auto`` or a runner name.  ``options``: per-runner options,
+    e.g. ``{"docker": {"image": "dsh-sandbox:local"}}``."""
+
+    runner: str = AUTO
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The runner chosen for a policy and how completely it enforces it."""
+
+    runner: Runner
+    enforcement: Enforcement
+
+
+class SandboxHost(Service):
+    """Service ``ctx.sandbox``: selects a runner and wraps exact argvs with it."""
+
+    key: ClassVar[str] = "sandbox"
+    Config: ClassVar[type[Any]] = SandboxHostConfig
+
+    def __init__(self, ctx: Context, config: SandboxHostConfig | None = None) -> None:
+        super().__init__(ctx, config)
+        self.config: SandboxHostConfig
+        try:
+            self.runner_name = check_runner_name(self.config.runner)
+        except ConfigError as exc:
+            raise ConfigError(f"sandbox config: {exc}") from None
+        for name in self.config.options:
+            if not isinstance(self.config.options[name], Mapping):
+                raise ConfigError(f"sandbox config: options[{name!r}] must be a mapping")
+            try:
+                check_runner_name(name)
+            except ConfigError as exc:
+                raise ConfigError(f"sandbox config: options: {exc}") from None
+        self._runners: dict[str, Runner] = {}
+        self._load_errors: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- runner instances -------------------------------------------------------------
+    def runner(self, name: str) -> Runner | None:
+        """This host's instance of runner ``name``; ``None`` if its code does not load.
+
+        Why it did not load is in ``probe(name).reason``.
+        """
+        with self._lock:
+            if self._closed:
+                raise SandboxUnavailable("the sandbox host is closed", runner=name)
+            if name in self._runners:
+                return self._runners[name]
+            if name in self._load_errors:
+                return None
+            try:
+                cls = load_runner_class(name)
+                instance = cls(self.config.options.get(name, {}))
+            except RunnerLoadError as exc:
+                self._load_errors[name] = str(exc)
+                return None
+            self._runners[name] = instance
+            return instance
+
+    def probe(self, name: str) -> RunnerProbe:
+        runner = self.runner(name)
+        if runner is None:
+            return RunnerProbe(name, False, self._load_errors.get(name, "runner not loaded"))
+        return _safe_probe(runner)
+
+    def probe_all(self) -> list[RunnerProbe]:
+        """A probe for every known runner (built-in and installed), in display order."""
+        return [self.probe(name) for name in known_runner_names()]
+
+    # -- selection ----------------------------------------------------------------------
+    def select(self, policy: SandboxPolicy) -> Runner:
+        return self.choose(policy).runner
+
+    def choose(self, policy: SandboxPolicy) -> Selection:
+        """Pick the runner for ``policy`` (see the module doc); fail closed."""
+        allowed = policy.allowed_runners
+        if self.runner_name != AUTO:
+            return self._choose_named(self.runner_name, policy)
+        candidates = list(AUTO_ORDER) + [n for n in allowed if n not in AUTO_ORDER]
+        if allowed:
+            candidates = [n for n in candidates if n in allowed]
+        why_not: list[str] = []
+        partial: Selection | None = None
+        for name in candidates:
+            try:
+                name = check_runner_name(name)
+            except ConfigError:
+                why_not.append(f"{name}: not installed")
+                continue
+            probe = self.probe(name)
+            runner = self.runner(name)
+            if not probe.available or runner is None:
+                why_not.append(f"{name}: {probe.reason or 'not available'}")
+                continue
+            enforcement = self._enforcement(runner, policy)
+            if enforcement.level == "full":
+                return Selection(runner, enforcement)
+            if enforcement.accepted_by(policy):
+                partial = partial or Selection(runner, enforcement)
+            else:
+                why_not.append(f"{name}: {_refusal(enforcement, policy)}")
+        if partial is not None:
+            return partial
+        if not candidates:
+            why_not.append(f"the profile allows only {', '.join(allowed)}")
+        raise SandboxUnavailable(
+            f"no runner can enforce {policy.mode} here: " + "; ".join(why_not)
+        )
+
+    def _choose_named(self, name: str, policy: SandboxPolicy) -> Selection:
+        if policy.allowed_runners and name not in policy.allowed_runners:
+            raise SandboxUnavailable(
+                f"the profile {policy.profile or '(inline)'!s} allows only "
+                f"{', '.join(policy.allowed_runners)}; configure one of those runners",
+                runner=name,
+            )
+        probe = self.probe(name)
+        runner = self.runner(name)
+        if not probe.available or runner is None:
+            raise SandboxUnavailable(probe.reason or "not available here", runner=name)
+        enforcement = self._enforcement(runner, policy)
+        if not enforcement.accepted_by(policy):
+            raise SandboxUnavailable(_refusal(enforcement, policy), runner=name)
+        return Selection(runner, enforcement)
+
+    @staticmethod
+    def _enforcement(runner: Runner, policy: SandboxPolicy) -> Enforcement:
+        try:
+            return runner.enforcement(policy)
+        except SandboxUnavailable:
+            raise
+        except Exception as exc:  # cannot tell what it enforces: refuse
+            raise SandboxUnavailable(
+                f"cannot report its enforcement: {type(exc).__name__}: {exc}", runner=runner.name
+            ) from exc
+
+    # -- wrapping -----------------------------------------------------------------------
+    def prepare(
+        self,
+        argv: Argv,
+        policy: SandboxPolicy,
+        cwd: str,
+        env: Mapping[str, str],
+    ) -> tuple[Launch, Runner, Enforcement]:
+        """Wrap the exact ``argv`` for ``policy`` with the chosen runner.
+
+        Raises ``SandboxUnavailable`` (never falls back to an unwrapped launch).
+        """
+        exact: Sequence[str | bytes] = tuple(argv)
+        if not policy.constrained and self.runner_name == AUTO:
+            # Nothing to enforce and no runner named: the sandboxed executors run
+            # danger-full-access unwrapped and never get here.  A named runner
+            # (e.g. e2b, whose danger-full-access means root in the remote
+            # sandbox) still receives the policy.
+            raise SandboxUnavailable(
+                f"{policy.mode} needs no runner under runner=auto; run it unwrapped"
+            )
+        selection = self.choose(policy)
+        launch = selection.runner.prepare(exact, policy, cwd=cwd, env=env)
+        return launch, selection.runner, selection.enforcement
+
+    # -- teardown -----------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            runners = list(self._runners.values())
+        errors: list[BaseException] = []
+        for runner in runners:
+            try:
+                runner.close()
+            except BaseException as exc:  # close the others anyway
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def _refusal(enforcement: Enforcement, policy: SandboxPolicy) -> str:
+    """Why a partial enforcement is refused, and how a profile can accept it."""
+    unaccepted = [d for d in enforcement.degradations if d not in policy.accept_degraded]
+    missing = "; ".join(enforcement.missing) or "partial enforcement"
+    if not unaccepted:
+        return f"enforces {policy.mode} only partially ({missing})"
+    return (
+        f"enforces {policy.mode} only partially ({missing}); a profile may accept this with "
+        f"accept_degraded = {unaccepted!r}"
+    )
