@@ -1,0 +1,326 @@
+"""Validation of one profile file's TOML table, with line numbers and fixes.
+
+``tomllib`` gives values but no positions, so a bad key's line is found by
+scanning the text for the key inside its table (``find_key_line``).  Every
+error is a ``ProfileError`` naming the file, the line, the key, what is wrong
+and how to fix it.  The JSON Schema in ``profiles/schema.json`` describes the
+same format for editors; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Collection, Mapping
+from importlib import metadata
+from typing import Any
+
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.modes import SandboxMode
+
+RUNNER_GROUP = "dsh_sandbox.runners"
+
+LIST_KEYS = (
+    "writable_roots",
+    "read_only_paths",
+    "hidden_paths",
+    "protected_names",
+    "env_passthrough",
+    "allowed_runners",
+    "accept_degraded",
+)
+TOP_KEYS = (
+    "description",
+    "mode",
+    "extends",
+    "exclude_tmp",
+    "network",
+    "limits",
+    *LIST_KEYS,
+)
+LIMIT_KEYS = ("wall_time_s", "max_processes", "max_memory", "max_file_size")
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_DEGRADED_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*\Z")
+# Bare K/M/G and the IEC forms are binary (as ulimit and Docker read them);
+# KB/MB/GB are decimal.
+_SIZE_UNITS: Mapping[str, int] = {
+    "": 1,
+    "b": 1,
+    "k": 1024,
+    "kib": 1024,
+    "kb": 1000,
+    "m": 1024**2,
+    "mib": 1024**2,
+    "mb": 1000**2,
+    "g": 1024**3,
+    "gib": 1024**3,
+    "gb": 1000**3,
+    "t": 1024**4,
+    "tib": 1024**4,
+    "tb": 1000**4,
+}
+
+
+class ProfileError(ConfigError):
+    """A profile cannot be read or is invalid; says where, what and the fix."""
+
+    code = "PROFILE_INVALID"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        key: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.key = key
+        self.fix = fix
+
+
+def known_runners() -> list[str]:
+    """Runner names registered in the ``dsh_sandbox.runners`` entry-point group."""
+    return sorted({ep.name for ep in metadata.entry_points(group=RUNNER_GROUP)})
+
+
+def suggest(word: str, choices: Collection[str]) -> str | None:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def parse_size(value: object) -> int:
+    """Bytes from an int or a string like ``"512MiB"``, ``"1G"``, ``"10 MB"``."""
+    if isinstance(value, bool):
+        raise ValueError("must be a size, not true/false")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"must be a positive number of bytes, got {value}")
+        return value
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m and m.group(2).lower() in _SIZE_UNITS:
+            size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+            if size > 0:
+                return size
+        raise ValueError(f"{value!r} is not a size")
+    raise ValueError(f"must be a size, got {type(value).__name__}")
+
+
+# -- line lookup -------------------------------------------------------------------
+_HEADER = re.compile(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?\Z")
+
+
+def _key_pattern(key: str) -> re.Pattern[str]:
+    quoted = f"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
+    return re.compile(rf"\s*{quoted}\s*[=.]")
+
+
+def find_key_line(text: str, key: str, table: str | None = None) -> int | None:
+    """1-based line where ``key`` is set inside ``[table]`` (top level if ``None``).
+
+    Also finds the dotted form ``table.key = ...`` at top level, and falls back
+    to the line of the table itself when the key sits in an inline table.
+    """
+    own = _key_pattern(key)
+    dotted = _key_pattern(f"{table}.{key}") if table else None
+    current: str | None = None
+    table_line: int | None = None
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = _HEADER.match(line)
+        if header:
+            current = header.group(1).strip().strip("\"'")
+            if table is not None and current == table:
+                table_line = number
+            continue
+        if current == table and own.match(line):
+            return number
+        if current is None and dotted is not None and dotted.match(line):
+            return number
+        if current is None and table is not None and _key_pattern(table).match(line):
+            table_line = number
+    return table_line
+
+
+# -- validation ---------------------------------------------------------------------
+class _Checker:
+    """Validates one file's table; raises ``ProfileError`` at the first problem."""
+
+    def __init__(self, text: str, source: str) -> None:
+        self.text = text
+        self.source = source
+
+    def fail(self, key: str, problem: str, fix: str, *, table: str | None = None) -> ProfileError:
+        line = find_key_line(self.text, key, table)
+        shown = f"{table}.{key}" if table else key
+        where = f" at line {line}" if line else ""
+        if problem.startswith("unknown key"):
+            message = f"{self.source}: {problem}{where}; {fix}"
+        else:
+            message = f"{self.source}: key '{shown}'{where}: {problem}; {fix}"
+        return ProfileError(message, path=self.source, line=line, key=shown, fix=fix)
+
+    def unknown(self, key: str, known: Collection[str], table: str | None = None) -> ProfileError:
+        close = suggest(key, known)
+        fix = f"did you mean '{close}'?" if close else "known keys: " + ", ".join(sorted(known))
+        return self.fail(key, f"unknown key '{key}'", fix, table=table)
+
+    def check(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in TOP_KEYS:
+                raise self.unknown(key, TOP_KEYS)
+            out[key] = self._value(key, value)
+        return out
+
+    def _value(self, key: str, value: Any) -> Any:
+        if key in ("description", "extends"):
+            if not isinstance(value, str) or (key == "extends" and not value.strip()):
+                raise self.fail(
+                    key, f"must be a non-empty string, got {value!r}", f'write {key} = "..."'
+                )
+            return value
+        if key == "mode":
+            return self._mode(value)
+        if key in ("exclude_tmp", "network"):
+            if not isinstance(value, bool):
+                raise self.fail(
+                    key,
+                    f"must be true or false, got {value!r}",
+                    f"write {key} = true or {key} = false (no quotes)",
+                )
+            return value
+        if key == "limits":
+            return self._limits(value)
+        return self._list(key, value)
+
+    def _mode(self, value: Any) -> str:
+        modes = [m.value for m in SandboxMode]
+        if isinstance(value, str) and value in modes:
+            return value
+        close = suggest(value, modes) if isinstance(value, str) else None
+        fix = f"did you mean '{close}'?" if close else "use one of: " + ", ".join(modes)
+        raise self.fail("mode", f"unknown sandbox mode {value!r}", fix)
+
+    def _list(self, key: str, value: Any) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(
+                key, f"must be a list of strings, got {value!r}", f'write {key} = ["..."]'
+            )
+        check = _ITEM_CHECKS.get(key)
+        for item in value:
+            problem = check(item) if check else None
+            if problem is not None:
+                raise self.fail(key, problem[0], problem[1])
+        return list(value)
+
+    def _limits(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(
+                "limits",
+                f"must be a table, got {value!r}",
+                "write a [limits] table with " + ", ".join(LIMIT_KEYS),
+            )
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in LIMIT_KEYS:
+                raise self.unknown(key, LIMIT_KEYS, table="limits")
+            try:
+                out[key] = _LIMIT_PARSERS[key](item)
+            except ValueError as exc:
+                raise self.fail(key, str(exc), _LIMIT_FIXES[key], table="limits") from None
+        return out
+
+
+def _path_item(item: str) -> tuple[str, str] | None:
+    if not item.strip():
+        return "empty path", "remove the empty entry"
+    if "\0" in item:
+        return "path contains a NUL byte", "remove the NUL byte"
+    return None
+
+
+def _name_item(item: str) -> tuple[str, str] | None:
+    bad = _path_item(item)
+    if bad:
+        return bad
+    if item.startswith(("/", "~", "$")) or ".." in item.split("/"):
+        return (
+            f"{item!r} is not a name relative to a writable root",
+            "give a relative name such as '.env' or '.vscode' (no leading /, ~ or ..)",
+        )
+    return None
+
+
+def _env_item(item: str) -> tuple[str, str] | None:
+    if not _ENV_NAME.match(item):
+        return (
+            f"{item!r} is not an environment variable name",
+            "use names like 'PATH' or 'NODE_ENV'",
+        )
+    return None
+
+
+def _runner_item(item: str) -> tuple[str, str] | None:
+    known = known_runners()
+    if item in known:
+        return None
+    close = suggest(item, known)
+    hint = f"did you mean '{close}'? " if close else ""
+    return f"unknown runner {item!r}", f"{hint}known runners: {', '.join(known)}"
+
+
+def _degraded_item(item: str) -> tuple[str, str] | None:
+    if not _DEGRADED_NAME.match(item):
+        return (
+            f"{item!r} is not a degraded-enforcement name",
+            "use the name a runner reports, e.g. 'landlock-protected-paths'",
+        )
+    return None
+
+
+_ITEM_CHECKS: Mapping[str, Callable[[str], tuple[str, str] | None]] = {
+    "writable_roots": _path_item,
+    "read_only_paths": _path_item,
+    "hidden_paths": _path_item,
+    "protected_names": _name_item,
+    "env_passthrough": _env_item,
+    "allowed_runners": _runner_item,
+    "accept_degraded": _degraded_item,
+}
+
+
+def _positive_number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _positive_int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"must be a positive integer, got {value!r}")
+    return value
+
+
+_LIMIT_PARSERS: Mapping[str, Callable[[object], Any]] = {
+    "wall_time_s": _positive_number,
+    "max_processes": _positive_int,
+    "max_memory": parse_size,
+    "max_file_size": parse_size,
+}
+_LIMIT_FIXES: Mapping[str, str] = {
+    "wall_time_s": "write wall_time_s = 300 (seconds)",
+    "max_processes": "write max_processes = 256",
+    "max_memory": 'write bytes as an integer or a string like "512MiB" or "1G"',
+    "max_file_size": 'write bytes as an integer or a string like "100MiB" or "1G"',
+}
+
+
+def check_profile_table(data: Mapping[str, Any], text: str, source: str) -> dict[str, Any]:
+    """Validate one file's parsed table; returns it with limits parsed to numbers."""
+    return _Checker(text, source).check(data)

@@ -1,0 +1,251 @@
+"""Profiles: named refinements of a sandbox mode, written in TOML.
+
+A profile is found by name (the built-ins shipped in ``dsh.profiles``) or by
+path (``--profile ./my.toml``).  ``extends`` inherits from another profile (a
+built-in name, or a path relative to the extending file).  Inheritance rules:
+
+- scalars (``mode``, ``network``, ``exclude_tmp``) and each ``limits`` key:
+  the child's value wins when it sets one;
+- ``allowed_runners``: the child's list replaces the parent's when set;
+- every other list (roots, read-only, hidden, protected names, env
+  passthrough, accepted degradations) is the union, parent first, so a child
+  can only add to what it inherits;
+- ``description`` is not inherited.
+
+Paths stay as written (``~`` and ``$VAR`` are expanded by the policy service
+when it resolves a policy; relative paths are relative to the workspace).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import ResourceLimits
+from dsh.sandbox.profile_schema import (
+    LIST_KEYS,
+    ProfileError,
+    check_profile_table,
+    known_runners,
+    parse_size,
+    suggest,
+)
+
+__all__ = [
+    "Profile",
+    "ProfileError",
+    "builtin_profile_names",
+    "known_runners",
+    "list_profiles",
+    "load_profile",
+    "parse_size",
+    "validate_profile_file",
+]
+
+PROFILE_PACKAGE = "dsh.profiles"
+_REPLACED_LISTS = ("allowed_runners",)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One profile with its ``extends`` chain already merged in."""
+
+    name: str
+    source: str  # the file it was read from
+    builtin: bool = False
+    description: str = ""
+    mode: SandboxMode | None = None  # None: the policy service's default mode
+    extends: str | None = None
+    chain: tuple[str, ...] = ()  # this profile, then each ancestor, by name
+    writable_roots: tuple[str, ...] = ()
+    read_only_paths: tuple[str, ...] = ()
+    hidden_paths: tuple[str, ...] = ()
+    protected_names: tuple[str, ...] = ()
+    exclude_tmp: bool = False
+    network: bool | None = None  # None: the mode's default
+    env_passthrough: tuple[str, ...] = ()
+    limits: ResourceLimits = field(default_factory=ResourceLimits)
+    allowed_runners: tuple[str, ...] = ()  # empty: any runner
+    accept_degraded: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able values (for ``profile show --json``)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, SandboxMode):
+                value = value.value
+            elif isinstance(value, ResourceLimits):
+                value = dataclasses.asdict(value)
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
+        return out
+
+
+# -- finding files -------------------------------------------------------------------
+def _builtin_dir() -> Path:
+    # The profiles ship as plain files in the package (editable or wheel install).
+    return Path(str(resources.files(PROFILE_PACKAGE)))
+
+
+def builtin_profile_names() -> list[str]:
+    return sorted(p.stem for p in _builtin_dir().glob("*.toml"))
+
+
+def _looks_like_path(name_or_path: str) -> bool:
+    return os.sep in name_or_path or "/" in name_or_path or name_or_path.endswith(".toml")
+
+
+def _locate(name_or_path: str, *, relative_to: Path | None = None) -> tuple[Path, bool]:
+    """The file a profile reference names, and whether it is a built-in."""
+    if not name_or_path.strip():
+        raise ProfileError(
+            "profile: empty name; give a built-in name or a path to a .toml file",
+            key="profile",
+            fix="give a built-in name or a path",
+        )
+    if _looks_like_path(name_or_path):
+        path = Path(name_or_path).expanduser()
+        if not path.is_absolute() and relative_to is not None:
+            path = relative_to / path
+        return path, False
+    path = _builtin_dir() / f"{name_or_path}.toml"
+    if path.is_file():
+        return path, True
+    names = builtin_profile_names()
+    close = suggest(name_or_path, names)
+    hint = f"did you mean '{close}'? " if close else ""
+    fix = (
+        f"{hint}built-in profiles: {', '.join(names)}; or pass a path such as ./{name_or_path}.toml"
+    )
+    raise ProfileError(f"unknown profile '{name_or_path}'; {fix}", key="profile", fix=fix)
+
+
+def _read(path: Path) -> tuple[dict[str, Any], str]:
+    """Parse and validate one file (without following ``extends``)."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fix = "check the path, or use a built-in name (dsh-sandbox profile list)"
+        raise ProfileError(
+            f"profile {source}: file not found; {fix}", path=source, fix=fix
+        ) from None
+    except IsADirectoryError:
+        fix = "pass the .toml file, not its directory"
+        raise ProfileError(
+            f"profile {source}: is a directory; {fix}", path=source, fix=fix
+        ) from None
+    except UnicodeDecodeError:
+        fix = "save the file as UTF-8"
+        raise ProfileError(
+            f"profile {source}: not UTF-8 text; {fix}", path=source, fix=fix
+        ) from None
+    except OSError as exc:
+        fix = "check the file's permissions"
+        raise ProfileError(
+            f"profile {source}: cannot read: {exc.strerror}; {fix}", path=source, fix=fix
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        fix = "fix the TOML syntax (strings need quotes, lists need [ ])"
+        raise ProfileError(
+            f"profile {source}: invalid TOML: {exc}; {fix}", path=source, fix=fix
+        ) from None
+    return check_profile_table(data, text, source), text
+
+
+# -- merging -----------------------------------------------------------------------
+def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
+    merged = {k: v for k, v in parent.items() if k != "description"}
+    for key, value in child.items():
+        if key in LIST_KEYS and key not in _REPLACED_LISTS:
+            merged[key] = list(dict.fromkeys([*parent.get(key, []), *value]))
+        elif key == "limits":
+            merged[key] = {**parent.get("limits", {}), **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _load_chain(
+    path: Path, builtin: bool, seen: tuple[str, ...]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    key = os.path.realpath(path)
+    if key in seen:
+        names = [Path(p).stem for p in (*seen, key)]
+        fix = "remove one of the 'extends' keys so the chain ends"
+        raise ProfileError(
+            f"profile {path}: extends cycle: {' -> '.join(names)}; {fix}",
+            path=str(path),
+            key="extends",
+            fix=fix,
+        )
+    data, _text = _read(path)
+    chain: tuple[str, ...] = (path.stem,)
+    parent_ref = data.get("extends")
+    if parent_ref is None:
+        return data, chain
+    try:
+        parent_path, parent_builtin = _locate(parent_ref, relative_to=path.parent)
+        parent, parent_chain = _load_chain(parent_path, parent_builtin, (*seen, key))
+    except ProfileError as exc:
+        if exc.path is not None:
+            raise
+        raise ProfileError(
+            f"profile {path}: extends: {exc}", path=str(path), key="extends", fix=exc.fix
+        ) from None
+    return _merge(parent, data), chain + parent_chain
+
+
+def _build(path: Path, builtin: bool) -> Profile:
+    data, chain = _load_chain(path, builtin, ())
+    limits = data.get("limits", {})
+    mode = data.get("mode")
+    return Profile(
+        name=path.stem,
+        source=str(path),
+        builtin=builtin,
+        description=data.get("description", ""),
+        mode=SandboxMode(mode) if mode is not None else None,
+        extends=data.get("extends"),
+        chain=chain,
+        exclude_tmp=data.get("exclude_tmp", False),
+        network=data.get("network"),
+        limits=ResourceLimits(
+            wall_time_s=limits.get("wall_time_s"),
+            max_processes=limits.get("max_processes"),
+            max_memory_bytes=limits.get("max_memory"),
+            max_file_size_bytes=limits.get("max_file_size"),
+        ),
+        **{key: tuple(data.get(key, ())) for key in LIST_KEYS},
+    )
+
+
+# -- public API -----------------------------------------------------------------------
+def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
+    """A built-in profile by name, or a profile file by path, with ``extends`` merged.
+
+    Raises ``ProfileError`` (code ``PROFILE_INVALID``) naming the file, line,
+    key and fix.
+    """
+    path, builtin = _locate(os.fspath(name_or_path))
+    return _build(path, builtin)
+
+
+def validate_profile_file(path: str | os.PathLike[str]) -> Profile:
+    """Validate the profile at ``path`` (always a path, never a built-in name)."""
+    return _build(Path(os.fspath(path)).expanduser(), False)
+
+
+def list_profiles() -> list[Profile]:
+    """Every built-in profile, loaded (sorted by name)."""
+    return [load_profile(name) for name in builtin_profile_names()]
