@@ -1,0 +1,424 @@
+"""The subprocess service (``ctx.subprocess``): spawn, collect, spill, kill, reap.
+
+Every command runs in a new session (its own process group).  One pump thread
+per process multiplexes stdout, stderr, stdin, the process's pidfd and a wake
+eventfd, and also fires the execution deadline and the SIGTERM->SIGKILL
+escalation, so a command costs one thread and no timers.
+
+No zombie, no orphan:
+- when the command's leader exits, whatever it left in its process group
+  (double-forked daemons, SIGTERM-ignoring children) is SIGKILLed;
+- the service makes this process a child subreaper (``reap_orphans``), so those
+  orphans come back to us and are reaped by process group (``waitid(P_PGID)``),
+  never touching children that other code owns;
+- if this process dies (even by SIGKILL), a watchdog process started once per
+  service sees its pipe hit EOF and SIGKILLs every process group still
+  registered.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from dsh.executors.capture import StreamCapture
+from dsh.executors.pump import ProcessTarget, Pump
+from dsh.executors.seam import ENV_OVERRIDES
+from dsh.sandbox.context import Service
+from dsh.sandbox.runner import ExitStatus, Launch, LocalLaunch, RemoteLaunch, RemoteProcess
+
+SENSITIVE_ENV_PATTERN = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+DSH_ENV_PREFIX = "DSH_"
+_PR_SET_CHILD_SUBREAPER = 36
+_PIPE_SIZE = 1 << 20  # fewer wake-ups for commands that write a lot
+_REAP_WAIT_S = 5.0
+
+_WATCHDOG = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin.buffer:
+    word = line.strip()
+    if word.startswith(b"-"):
+        groups.discard(int(word[1:]))
+    elif word:
+        groups.add(int(word))
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+def scrub_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """Drop credential-shaped names and inherited ``DSH_*`` names."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if not SENSITIVE_ENV_PATTERN.search(k) and not k.startswith(DSH_ENV_PREFIX)
+    }
+
+
+def layer_env(
+    base: Mapping[str, str], env: Mapping[str, str], dsh_env: Mapping[str, str]
+) -> dict[str, str]:
+    """``{**base, **ENV_OVERRIDES, **env, **dsh_env}``.
+
+    The ``DSH_*`` namespace is rebuilt from ``dsh_env`` (the trusted snapshot)
+    only: a caller's ``env`` cannot set or override a managed fact.
+    """
+    out = dict(base)
+    out.update(ENV_OVERRIDES)
+    out.update({k: v for k, v in env.items() if not k.startswith(DSH_ENV_PREFIX)})
+    out.update({k: v for k, v in dsh_env.items() if k.startswith(DSH_ENV_PREFIX)})
+    return out
+
+
+@dataclass(frozen=True)
+class SubprocessConfig:
+    #: Make this process a child subreaper so orphans of killed commands are
+    #: reaped here instead of depending on PID 1 (which may not reap at all).
+    reap_orphans: bool = True
+
+
+class _Watchdog:
+    """A tiny process that SIGKILLs registered process groups when we die."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._proc is None:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _WATCHDOG],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,  # a Ctrl-C to our group must not kill it
+                )
+            assert self._proc.stdin is not None
+            try:
+                self._proc.stdin.write(line.encode() + b"\n")
+                self._proc.stdin.flush()
+            except OSError:
+                pass  # it died: processes still get killed by close()
+
+    def register(self, pgid: int) -> None:
+        self._send(str(pgid))
+
+    def unregister(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        try:
+            proc.stdin.close()  # EOF: it kills what is still registered and exits
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class _LocalTarget(ProcessTarget):
+    """A local child in its own session."""
+
+    def __init__(
+        self, popen: subprocess.Popen[bytes], launch: LocalLaunch, service: LocalSubprocessService
+    ) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.leader: int = popen.pid
+        self.pgid: int = popen.pid  # start_new_session: the leader's pid is the group id
+        self.launch = launch
+        self.service = service
+        self.exit_fd: int | None = os.pidfd_open(self.leader)
+        self._reaped = False
+        self._lock = threading.Lock()
+
+    def signal_tree(self, sig: int) -> None:
+        with self._lock:
+            if self._reaped:
+                return  # the group id may belong to someone else now
+            if self.launch.kill_tree is not None:
+                try:
+                    self.launch.kill_tree(self.leader, sig)
+                except Exception:
+                    pass
+            try:
+                os.killpg(self.pgid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def leader_status(self) -> ExitStatus | None:
+        # WNOWAIT: keep the leader a zombie so its pid (the group id) cannot be
+        # reused while we still signal the group.
+        info = os.waitid(os.P_PID, self.leader, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if info is None:
+            return None
+        if info.si_code == os.CLD_EXITED:
+            return ExitStatus(exit_code=info.si_status)
+        return ExitStatus(exit_code=None, signal=info.si_status)
+
+    def wait_exit(self, timeout: float) -> ExitStatus | None:
+        raise NotImplementedError  # local targets are woken by their pidfd
+
+    def finish(self) -> None:
+        """Reap the leader and every orphan left in the group, then unregister."""
+        with self._lock:
+            self.popen.wait()
+            self._reaped = True
+        if self.exit_fd is not None:
+            os.close(self.exit_fd)
+            self.exit_fd = None
+        give_up = time.monotonic() + _REAP_WAIT_S
+        while time.monotonic() < give_up:
+            try:
+                os.killpg(self.pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                break  # the group is empty
+            try:
+                if os.waitid(os.P_PGID, self.pgid, os.WEXITED | os.WNOHANG) is not None:
+                    continue
+            except ChildProcessError:
+                pass  # members left are not our children (yet); they were SIGKILLed
+            time.sleep(0.005)
+        self.service.watchdog.unregister(self.pgid)
+        if self.launch.cleanup is not None:
+            self.launch.cleanup()
+
+
+class _RemoteTarget(ProcessTarget):
+    """A ``RemoteProcess`` driven like a local one."""
+
+    exit_fd = None
+
+    def __init__(self, remote: RemoteProcess, launch: RemoteLaunch) -> None:
+        self.remote = remote
+        self.launch = launch
+        self.pid = None
+
+    def signal_tree(self, sig: int) -> None:
+        try:
+            self.remote.kill(sig)
+        except Exception:
+            pass
+
+    def leader_status(self) -> ExitStatus | None:
+        return self.remote.wait(0)
+
+    def wait_exit(self, timeout: float) -> ExitStatus | None:
+        return self.remote.wait(timeout)
+
+    def finish(self) -> None:
+        try:
+            self.remote.close()
+        finally:
+            if self.launch.cleanup is not None:
+                self.launch.cleanup()
+
+
+class LocalSubprocessService(Service):
+    """Provider of ``ctx.subprocess`` (plugin ``subprocess-local``)."""
+
+    key: ClassVar[str] = "subprocess"
+    Config: ClassVar[type[Any]] = SubprocessConfig
+
+    def __init__(self, ctx: Any, config: Any = None) -> None:
+        super().__init__(ctx, config)
+        self.watchdog = _Watchdog()
+        self._live: set[Pump] = set()
+        self._lock = threading.Lock()
+        self._spill_dir: str | None = None
+        self._closed = False
+        self._subreaper = False
+
+    # -- environment ------------------------------------------------------------
+    def scrubbed_environ(self) -> dict[str, str]:
+        return scrub_environ(os.environ)
+
+    def build_env(
+        self, base: Mapping[str, str], env: Mapping[str, str], dsh_env: Mapping[str, str]
+    ) -> dict[str, str]:
+        return layer_env(base, env, dsh_env)
+
+    # -- captures -----------------------------------------------------------------
+    def spill_dir(self) -> str:
+        """A private (0700) directory for this service's spill files."""
+        with self._lock:
+            if self._spill_dir is None:
+                self._spill_dir = tempfile.mkdtemp(prefix="dsh-spill-")
+            return self._spill_dir
+
+    def capture(self, name: str, *, max_bytes: int, max_spill_bytes: int) -> StreamCapture:
+        return StreamCapture(
+            name, max_bytes=max_bytes, max_spill_bytes=max_spill_bytes, spill_dir=self.spill_dir
+        )
+
+    # -- spawning -----------------------------------------------------------------
+    def spawn(
+        self,
+        launch: Launch,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        stdin: bytes | None,
+        stdout: StreamCapture,
+        stderr: StreamCapture,
+        grace_ms: int,
+        deadline: float | None = None,
+        on_deadline: Callable[[], None] | None = None,
+        on_exit: Callable[[Pump], None] | None = None,
+    ) -> Pump:
+        """Start ``launch`` and its pump; raises the spawn error (nothing runs)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the subprocess service is closed")
+        target: ProcessTarget
+        if isinstance(launch, RemoteLaunch):
+            remote = launch.start(stdin, deadline)
+            target = _RemoteTarget(remote, launch)
+            fds = (remote.stdout_fd, remote.stderr_fd)
+            stdin_fd = None
+            stdin = None
+        else:
+            target, fds, stdin_fd = self._spawn_local(launch, cwd=cwd, env=env, stdin=stdin)
+        pump = Pump(
+            target,
+            stdout_fd=fds[0],
+            stderr_fd=fds[1],
+            stdin_fd=stdin_fd,
+            stdin=stdin,
+            captures=(stdout, stderr),
+            grace_s=grace_ms / 1000,
+            deadline=deadline,
+            on_deadline=on_deadline,
+            on_exit=self._finished(on_exit),
+        )
+        with self._lock:
+            self._live.add(pump)
+        pump.start()
+        return pump
+
+    def _finished(self, on_exit: Callable[[Pump], None] | None) -> Callable[[Pump], None]:
+        def done(pump: Pump) -> None:
+            with self._lock:
+                self._live.discard(pump)
+            if on_exit is not None:
+                on_exit(pump)
+
+        return done
+
+    def _spawn_local(
+        self, launch: LocalLaunch, *, cwd: str, env: Mapping[str, str], stdin: bytes | None
+    ) -> tuple[_LocalTarget, tuple[int, int], int]:
+        self._become_subreaper()
+        full_env = {**env, **launch.env}
+        # Every fd is made here, outside ``spawn_in``: a Landlock spawn thread
+        # may not be allowed to open anything for writing by path.
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe()
+        for fd in (out_r, err_r):
+            _grow_pipe(fd)
+        child_ends = (in_r, out_w, err_w)
+
+        def spawn() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                list(launch.argv),
+                stdin=in_r,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=cwd,
+                env=full_env,
+                start_new_session=True,
+                close_fds=True,
+                pass_fds=launch.pass_fds,
+            )
+
+        try:
+            popen = launch.spawn_in(spawn) if launch.spawn_in is not None else spawn()
+        except BaseException:
+            for fd in (*child_ends, out_r, err_r, in_w):
+                os.close(fd)
+            if launch.cleanup is not None:
+                launch.cleanup()
+            raise
+        for fd in child_ends:
+            os.close(fd)
+        self.watchdog.register(popen.pid)
+        try:
+            target = _LocalTarget(popen, launch, self)
+        except OSError:  # pidfd_open failed: do not leave the command running
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
+            for fd in (out_r, err_r, in_w):
+                os.close(fd)
+            raise
+        return target, (out_r, err_r), in_w
+
+    def _become_subreaper(self) -> None:
+        if self._subreaper or not self.config.reap_orphans:
+            return
+        self._subreaper = True
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # not Linux: orphans go to init as usual
+
+    # -- teardown -----------------------------------------------------------------
+    @property
+    def live(self) -> list[Pump]:
+        with self._lock:
+            return list(self._live)
+
+    def close(self) -> None:
+        """Kill (SIGTERM, then SIGKILL after grace) and reap everything started."""
+        with self._lock:
+            self._closed = True
+            pumps = list(self._live)
+        for pump in pumps:
+            pump.terminate()
+        for pump in pumps:
+            if not pump.wait(pump.grace_s + 10):
+                pump.force_kill()
+                pump.wait(30)
+        self.watchdog.close()
+        with self._lock:
+            spill_dir, self._spill_dir = self._spill_dir, None
+        if spill_dir is not None:
+            shutil.rmtree(spill_dir, ignore_errors=True)
+
+
+def _grow_pipe(fd: int) -> None:
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    except (OSError, AttributeError):
+        pass

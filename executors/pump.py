@@ -1,0 +1,284 @@
+"""The per-process pump thread of the subprocess service.
+
+One thread per process selects over stdout, stderr, stdin (written
+non-blocking, so neither 0 bytes nor many MiB can deadlock against a command
+that writes while we write), the process's exit fd (a pidfd for local
+processes) and a wake eventfd.  The same loop fires the execution deadline and
+the SIGTERM->SIGKILL escalation, so no timer threads are needed.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import selectors
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+from dsh.executors.capture import StreamCapture
+from dsh.sandbox.runner import ExitStatus
+
+_READ_SIZE = 1 << 20
+_STDIN_CHUNK = 1 << 16
+#: After the leader exits and its group is SIGKILLed, the pipes hit EOF almost
+#: at once; only a process that escaped the group (setsid) can hold them open.
+_DRAIN_AFTER_EXIT_S = 2.0
+_REMOTE_POLL_S = 0.05
+
+
+class ProcessTarget(abc.ABC):
+    """What the pump drives: a local child or a remote process."""
+
+    pid: int | None
+    exit_fd: int | None  # readable once the process exited (local: pidfd)
+
+    @abc.abstractmethod
+    def signal_tree(self, sig: int) -> None: ...
+
+    @abc.abstractmethod
+    def leader_status(self) -> ExitStatus | None:
+        """Exit status if the command ended (non-blocking), else None."""
+
+    @abc.abstractmethod
+    def wait_exit(self, timeout: float) -> ExitStatus | None: ...
+
+    @abc.abstractmethod
+    def finish(self) -> None:
+        """Reap, release and run the launch's cleanup (after the pump is done)."""
+
+
+class Pump:
+    """Collects one process's output until it ends, then settles it."""
+
+    def __init__(
+        self,
+        target: ProcessTarget,
+        *,
+        stdout_fd: int,
+        stderr_fd: int,
+        stdin_fd: int | None,
+        stdin: bytes | None,
+        captures: tuple[StreamCapture, StreamCapture],
+        grace_s: float,
+        deadline: float | None,
+        on_deadline: Callable[[], None] | None,
+        on_exit: Callable[[Pump], None],
+    ) -> None:
+        self.target = target
+        self.pid = target.pid
+        self.grace_s = grace_s
+        self.captures = captures
+        self.status: ExitStatus | None = None
+        self.error: BaseException | None = None
+        self._fds = {stdout_fd: captures[0], stderr_fd: captures[1]}
+        self._stdin_fd = stdin_fd
+        self._stdin = memoryview(stdin or b"")
+        self._deadline = deadline
+        self._on_deadline = on_deadline
+        self._on_exit = on_exit
+        self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._lock = threading.Lock()
+        self._escalate_at: float | None = None
+        self._terminated = False
+        self._exited = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"dsh-pump-{self.pid}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    # -- control (any thread) -------------------------------------------------------
+    def terminate(self) -> bool:
+        """SIGTERM the tree now and SIGKILL it after the grace period.
+
+        False if the process already ended (or was already being terminated).
+        """
+        with self._lock:
+            if self._exited or self._terminated:
+                return False
+            self._terminated = True
+            self._escalate_at = time.monotonic() + self.grace_s
+        self.target.signal_tree(signal.SIGTERM)
+        self._poke()
+        return True
+
+    def force_kill(self) -> None:
+        with self._lock:
+            if self._exited:
+                return
+            self._escalate_at = time.monotonic()
+        self._poke()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def _poke(self) -> None:
+        with self._lock:
+            if self._wake < 0:
+                return  # the pump already finished
+            os.eventfd_write(self._wake, 1)
+
+    # -- the loop ---------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:
+            self.error = exc
+            self.target.signal_tree(signal.SIGKILL)
+        finally:
+            self._close_fds()
+            try:
+                self.target.finish()
+            except BaseException as exc:
+                self.error = self.error or exc
+            for capture in self.captures:
+                capture.finish()
+            if self.status is None:
+                self.status = ExitStatus(exit_code=None, signal=int(signal.SIGKILL))
+            try:
+                self._on_exit(self)
+            finally:
+                with self._lock:
+                    os.close(self._wake)
+                    self._wake = -1
+                self._done.set()
+
+    def _loop(self) -> None:
+        sel = selectors.DefaultSelector()
+        try:
+            for fd in self._fds:
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ)
+            sel.register(self._wake, selectors.EVENT_READ)
+            exit_fd = self.target.exit_fd
+            if exit_fd is not None:
+                sel.register(exit_fd, selectors.EVENT_READ)
+            if self._stdin_fd is not None:
+                if len(self._stdin):
+                    os.set_blocking(self._stdin_fd, False)
+                    sel.register(self._stdin_fd, selectors.EVENT_WRITE)
+                else:
+                    self._close_stdin()  # 0 bytes: EOF at once
+            drain_until: float | None = None
+            while True:
+                now = time.monotonic()
+                if self.status is not None and (
+                    not self._fds or drain_until is None or now >= drain_until
+                ):
+                    return
+                if self.status is None and exit_fd is None and not self._fds:
+                    self._set_exited(self.target.wait_exit(self._remote_slice(now)))
+                    if self.status is None:
+                        self._check_timers(time.monotonic())
+                    continue
+                events = sel.select(self._timeout(now, drain_until, remote=exit_fd is None))
+                for key, _mask in events:
+                    fd = int(key.fd)
+                    if fd in self._fds:
+                        self._read(sel, fd)
+                    elif fd == self._wake:
+                        try:
+                            os.eventfd_read(self._wake)
+                        except BlockingIOError:
+                            pass
+                    elif fd == exit_fd:
+                        sel.unregister(fd)
+                        exit_fd = None
+                        self._leader_exited(sel)
+                        drain_until = time.monotonic() + _DRAIN_AFTER_EXIT_S
+                    elif fd == self._stdin_fd:
+                        self._write_stdin(sel)
+                if self.status is None:
+                    self._check_timers(time.monotonic())
+        finally:
+            sel.close()
+
+    def _remote_slice(self, now: float) -> float:
+        limit = self._timeout(now, None, remote=True)
+        return _REMOTE_POLL_S if limit is None else min(limit, _REMOTE_POLL_S)
+
+    def _timeout(self, now: float, drain_until: float | None, *, remote: bool) -> float | None:
+        times = [t for t in (self._deadline, self._escalate_at, drain_until) if t is not None]
+        if not times:
+            return _REMOTE_POLL_S * 10 if remote else None
+        return max(0.0, min(times) - now)
+
+    def _check_timers(self, now: float) -> None:
+        if self._deadline is not None and now >= self._deadline:
+            self._deadline = None
+            if self._on_deadline is not None:
+                self._on_deadline()
+        with self._lock:
+            escalate = self._escalate_at is not None and now >= self._escalate_at
+            if escalate:
+                self._escalate_at = None
+        if escalate:
+            self.target.signal_tree(signal.SIGKILL)
+
+    def _leader_exited(self, sel: selectors.BaseSelector) -> None:
+        status = self.target.leader_status()
+        if status is None:  # spurious wake-up; cannot happen with a pidfd
+            status = ExitStatus(exit_code=None, signal=int(signal.SIGKILL))
+        self._set_exited(status)
+        # Leftovers in the group (background jobs, double-forked daemons,
+        # SIGTERM-ignorers) die with the command: nothing outlives it.
+        self.target.signal_tree(signal.SIGKILL)
+        self._close_stdin(sel)
+
+    def _set_exited(self, status: ExitStatus | None) -> None:
+        if status is None:
+            return
+        with self._lock:
+            self._exited = True
+            self._escalate_at = None
+        self.status = status
+
+    def _read(self, sel: selectors.BaseSelector, fd: int) -> None:
+        try:
+            data = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self._fds[fd].feed(data)
+            return
+        sel.unregister(fd)
+        os.close(fd)
+        del self._fds[fd]
+
+    def _write_stdin(self, sel: selectors.BaseSelector) -> None:
+        assert self._stdin_fd is not None
+        try:
+            n = os.write(self._stdin_fd, self._stdin[:_STDIN_CHUNK])
+            self._stdin = self._stdin[n:]
+            if len(self._stdin):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass  # EPIPE: the command closed its stdin; the rest is not wanted
+        self._close_stdin(sel)
+
+    def _close_stdin(self, sel: selectors.BaseSelector | None = None) -> None:
+        if self._stdin_fd is None:
+            return
+        if sel is not None and self._stdin_fd in sel.get_map():
+            sel.unregister(self._stdin_fd)
+        os.close(self._stdin_fd)
+        self._stdin_fd = None
+
+    def _close_fds(self) -> None:
+        for fd in list(self._fds):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+        self._close_stdin()
