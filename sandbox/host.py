@@ -25,13 +25,15 @@ import importlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 RUNNER_GROUP = "dsh_sandbox.runners"
 
@@ -52,6 +54,8 @@ AUTO = "auto"
 
 
 def _third_party_entry_points() -> dict[str, metadata.EntryPoint]:
+    from importlib import metadata  # only when a non-built-in name is asked for
+
     return {
         ep.name: ep
         for ep in metadata.entry_points(group=RUNNER_GROUP)

@@ -1,0 +1,186 @@
+"""``bash-sandbox`` and ``pwsh-sandbox``: the local executors, wrapped by ``ctx.sandbox``.
+
+They are the local executors with four seams overridden:
+
+- ``resolve`` stamps the policy: ``ctx.sandbox_policy.resolve(request.sandbox_mode)``
+  (the session's default mode unless an escalation asked for another).  The
+  workdir may be anywhere the runner lets the command read; what the command
+  may *write* is the policy's business, not the workdir's.
+- ``prepare_launch`` hands the exact argv (``bash -c <command>``,
+  ``pwsh -NoLogo -NoProfile -NonInteractive -Command <command>``, or a trusted
+  caller's ``argv``) to ``ctx.sandbox.prepare``; never re-joined.  It runs
+  inside the execution's deadline, so a runner's setup counts against it.  A
+  ``SandboxUnavailable`` from there makes a foreground ``execute()`` raise (the
+  command never runs) and settles a background handle as killed with
+  ``runner_failed`` facts.  ``danger-full-access`` is not wrapped at all.
+- ``base_env``: in constrained modes only a baseline (``ESSENTIAL_ENV``: PATH,
+  HOME, locale...) plus the profile's ``env_passthrough`` names is inherited
+  from the host (after the credential scrub); a trusted caller's ``env`` and
+  the managed ``DSH_*`` facts are layered on top as usual.
+- ``sandbox_facts`` / ``failed_facts`` give every result its
+  ``SandboxFacts(mode, denied, enforcement, runner, runner_failed, runner_error)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from dsh.executors.denial import find_denial
+from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
+from dsh.executors.seam import (
+    CollectedOutput,
+    SandboxFacts,
+    ShellExecRequest,
+    ShellExecSpec,
+)
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.runner import Enforcement, Launch
+
+if TYPE_CHECKING:
+    from dsh.sandbox.host import SandboxHost
+    from dsh.sandbox.policy_service import PolicyService
+
+    # The mixin is typed as the local executor it is always combined with.
+    _MixinBase = LocalBashExecutor
+else:
+    _MixinBase = object
+
+#: The baseline of inherited variables a command needs to work at all; a
+#: profile's ``env_passthrough`` adds names to it.
+ESSENTIAL_ENV: tuple[str, ...] = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR",
+)
+
+#: Runners whose commands run on another machine or image.
+REMOTE_RUNNERS = frozenset({"docker", "e2b"})
+
+#: ``SandboxFacts.enforcement`` of a run that never started.
+NOT_ENFORCED = "none"
+
+Output = CollectedOutput | str | bytes
+
+
+def _text(output: Output | None) -> str:
+    if output is None:
+        return ""
+    if isinstance(output, CollectedOutput):
+        return output.text
+    if isinstance(output, bytes):
+        return output.decode("utf-8", "replace")
+    return output
+
+
+class SandboxedExecutor(_MixinBase):
+    """The overrides shared by both sandboxed executors (a mixin placed before
+    the local executor class, so ``super()`` reaches the local behaviour)."""
+
+    def __init__(self, ctx: Any, config: Any = None) -> None:
+        super().__init__(ctx, config)
+        # What actually wrapped each policy, for the facts at settlement.  Keyed
+        # by the (hashable, frozen) policy: a session has only a few policies.
+        self._chosen: dict[SandboxPolicy, tuple[str, Enforcement]] = {}
+        self._chosen_lock = threading.Lock()
+
+    # -- services -------------------------------------------------------------------
+    @property
+    def policy_service(self) -> PolicyService:
+        return cast("PolicyService", self.ctx.require("sandbox_policy"))
+
+    @property
+    def host(self) -> SandboxHost:
+        return cast("SandboxHost", self.ctx.require("sandbox"))
+
+    @property
+    def sandbox_mode(self) -> SandboxMode:
+        return self.policy_service.default_mode
+
+    def policy_of(self, spec: ShellExecSpec) -> SandboxPolicy:
+        if spec.sandbox_policy is not None:
+            return spec.sandbox_policy
+        return self.policy_service.resolve(None)
+
+    # -- seam overrides -------------------------------------------------------------
+    def resolve(self, request: ShellExecRequest) -> ShellExecSpec:
+        spec = super().resolve(request)
+        policy = self.policy_service.resolve(request.sandbox_mode)
+        return dataclasses.replace(spec, sandbox_policy=policy)
+
+    def base_env(self, spec: ShellExecSpec) -> dict[str, str]:
+        env = super().base_env(spec)
+        policy = self.policy_of(spec)
+        if not policy.constrained:
+            return env
+        keep = (*ESSENTIAL_ENV, *policy.env_passthrough)
+        return {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, p) for p in keep)}
+
+    def prepare_launch(
+        self, argv: tuple[str | bytes, ...], spec: ShellExecSpec, env: Mapping[str, str]
+    ) -> Launch:
+        policy = self.policy_of(spec)
+        if not policy.constrained:
+            return super().prepare_launch(argv, spec, env)
+        launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env)
+        with self._chosen_lock:
+            self._chosen[policy] = (runner.name, enforcement)
+        return launch
+
+    def require_shell(self, argv: tuple[str | bytes, ...], env: Mapping[str, str]) -> None:
+        # A remote runner runs the shell in its own image or machine: whether it
+        # is installed there is the runner's to report, not this host's PATH.
+        if self.host.runner_name in REMOTE_RUNNERS:
+            return
+        super().require_shell(argv, env)
+
+    def sandbox_facts(
+        self,
+        spec: ShellExecSpec,
+        exit_code: int | None,
+        signal: str | None,
+        stdout: Output | None,
+        stderr: Output | None,
+    ) -> SandboxFacts:
+        policy = self.policy_of(spec)
+        if not policy.constrained:
+            return SandboxFacts(mode=policy.mode, enforcement="full")
+        with self._chosen_lock:
+            runner, enforcement = self._chosen.get(policy, (None, None))
+        denial = find_denial(
+            policy,
+            exit_code=exit_code,
+            outputs=(_text(stderr), _text(stdout)),
+            workdir=spec.workdir,
+        )
+        return SandboxFacts(
+            mode=policy.mode,
+            denied=denial is not None,
+            enforcement=enforcement.describe() if enforcement else NOT_ENFORCED,
+            runner=runner,
+        )
+
+    def failed_facts(self, spec: ShellExecSpec, error: BaseException) -> SandboxFacts:
+        policy = self.policy_of(spec)
+        runner = error.runner if isinstance(error, SandboxUnavailable) else None
+        if runner is None and self.host.runner_name != "auto":
+            runner = self.host.runner_name
+        return SandboxFacts(
+            mode=policy.mode,
+            denied=False,
+            enforcement=NOT_ENFORCED,
+            runner=runner,
+            runner_failed=True,
+            runner_error=str(error),
+        )
+
+
+class SandboxBashExecutor(SandboxedExecutor, LocalBashExecutor):
+    """``bash-sandbox``: ``bash -c <command>`` through ``ctx.sandbox``."""
+
+
+class SandboxPwshExecutor(SandboxedExecutor, LocalPwshExecutor):
+    """``pwsh-sandbox``: ``pwsh -NoLogo -NoProfile -NonInteractive -Command <command>``."""

@@ -1,0 +1,360 @@
+"""``dsh-sandbox run``: run one command under a sandbox policy.
+
+``run -- ARGV...`` runs ARGV exactly (no shell in between: the argv reaches the
+runner and ``execve`` byte for byte); ``run -c STRING`` runs STRING through the
+bash executor, as the model-facing ``bash`` tool does.  Output is streamed as
+it arrives, the exit status is mirrored (128+N for a signal, 124 for a
+timeout, 130 when interrupted), ``--json`` prints the ``ShellRunResult``
+instead.  Every bad input is refused before anything runs (exit 2).
+
+Start-up cost matters (``run -- true`` should cost little more than starting
+Python), so this module builds its context from directly imported providers
+instead of scanning entry points, and never imports Docker or E2B code unless
+that runner is asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal as signal_mod
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+import click
+from dsh.sandbox.errors import UsageError
+from dsh.sandbox.modes import SandboxMode
+
+#: ``--timeout`` above this is capped (and the cap reported).  Without
+#: ``--timeout`` a command may run this long, or the profile's wall time.
+CLI_MAX_TIMEOUT_S = 24 * 3600
+#: The in-memory tail the CLI keeps per stream (for ``--json``); the live
+#: stream shows everything as it comes.
+CLI_MAX_OUTPUT_BYTES = 1024 * 1024
+POLL_S = 0.02
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The parsed command line of ``run`` (one place to add flags, e.g. ``--approval``)."""
+
+    mode: str | None = None
+    profile: str | None = None
+    runner: str = "auto"
+    workspace: str | None = None
+    workdir: str | None = None
+    writable: tuple[str, ...] = ()
+    network: bool | None = None
+    timeout_s: float | None = None
+    as_json: bool = False
+    composition: str | None = None
+    command: str | None = None
+    argv: tuple[str, ...] = ()
+
+
+# -- validation (before anything is built or run) ---------------------------------------
+def check_options(opts: RunOptions) -> None:
+    """Raise ``UsageError`` naming the input and the fix; nothing has run yet."""
+    if opts.command is not None and opts.argv:
+        raise UsageError(
+            "-c STRING and ARGV conflict: pass either -c 'COMMAND' or -- PROGRAM ARGS..., not both"
+        )
+    if opts.command is None and not opts.argv:
+        raise UsageError("empty command: pass -- PROGRAM ARGS... or -c 'COMMAND'")
+    if opts.command is not None and not opts.command.strip():
+        raise UsageError("-c: the command string is empty; pass the command to run")
+    if opts.argv and not opts.argv[0]:
+        raise UsageError("ARGV: the program name is an empty string; pass the program to run")
+    if opts.timeout_s is not None and not opts.timeout_s > 0:
+        raise UsageError(
+            f"--timeout {opts.timeout_s:g}: must be a positive number of seconds, e.g. --timeout 60"
+        )
+    if opts.composition is not None:
+        clashing = [
+            flag
+            for flag, value in (
+                ("--mode", opts.mode),
+                ("--profile", opts.profile),
+                ("--runner", None if opts.runner == "auto" else opts.runner),
+                ("--workspace", opts.workspace),
+                ("--writable", opts.writable or None),
+                ("--network/--no-network", opts.network),
+            )
+            if value is not None
+        ]
+        if clashing:
+            raise UsageError(
+                f"--composition conflicts with {', '.join(clashing)}: the composition file "
+                "configures the policy and the runner; set them there or drop --composition"
+            )
+    if opts.mode is not None:
+        SandboxMode.parse(opts.mode, field="--mode")
+    if opts.runner != "auto":
+        from dsh.sandbox.host import check_runner_name
+
+        try:
+            check_runner_name(opts.runner)
+        except UsageError as exc:
+            raise UsageError(f"--{exc}") from None
+
+
+# -- the context ------------------------------------------------------------------------
+def build_context(opts: RunOptions, *, executor: str = "bash") -> Any:
+    """A context with the policy, the runner host and a sandboxed executor.
+
+    Providers are imported directly (no entry-point scan).  ``--composition``
+    builds the context from the file instead.
+    """
+    from dsh.sandbox.context import Context
+    from dsh.sandbox.context import build_context as build_from_file
+
+    if opts.composition is not None:
+        ctx = build_from_file(opts.composition)
+        if not ctx.has("shell"):
+            ctx.close()
+            raise UsageError(
+                f"--composition {opts.composition}: mounts no executor (ctx.shell); "
+                "add an entry such as {name: bash-sandbox}"
+            )
+        return ctx
+    ctx = Context()
+    try:
+        for provider in _providers(opts, executor):
+            provider(ctx)
+    except BaseException:
+        ctx.close()
+        raise
+    return ctx
+
+
+Provider = Callable[[Any], None]
+
+
+def _providers(opts: RunOptions, executor: str) -> list[Provider]:
+    """The mount list, in dependency order.  Issue 4's ``--approval`` adds its
+    approval provider here."""
+    from dsh.executors.process import LocalSubprocessService
+    from dsh.sandbox.host import SandboxHost, SandboxHostConfig
+    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+
+    def subprocess_service(ctx: Any) -> None:
+        ctx.provide(LocalSubprocessService(ctx), origin="subprocess-local")
+
+    def shell_env(ctx: Any) -> None:
+        try:
+            from dsh.executors.shell_env import ShellEnvRegistry
+        except ModuleNotFoundError:  # not part of this build: executors do without
+            return
+        ctx.provide(ShellEnvRegistry(ctx), origin="shell-env")
+
+    def policy(ctx: Any) -> None:
+        config = PolicyConfig(
+            mode=opts.mode,
+            profile=opts.profile,
+            workspace=opts.workspace,
+            writable=opts.writable,
+            network=opts.network,
+        )
+        ctx.provide(PolicyService(ctx, config), origin="sandbox-policy")
+
+    def host(ctx: Any) -> None:
+        ctx.provide(SandboxHost(ctx, SandboxHostConfig(runner=opts.runner)), origin="sandbox")
+
+    def shell(ctx: Any) -> None:
+        from dsh.executors import sandboxed
+
+        cls = sandboxed.SandboxPwshExecutor if executor == "pwsh" else sandboxed.SandboxBashExecutor
+        workspace = str(ctx.sandbox_policy.workspace)
+        fields = {f.name for f in dataclasses.fields(cls.Config)}
+        raw = {
+            "cwd": opts.workdir or workspace,
+            "max_timeout_ms": CLI_MAX_TIMEOUT_S * 1000,
+            "max_output_bytes": CLI_MAX_OUTPUT_BYTES,
+        }
+        config = cls.Config(**{k: v for k, v in raw.items() if k in fields})
+        ctx.provide(cls(ctx, config), origin=f"{executor}-sandbox")
+
+    return [subprocess_service, shell_env, policy, host, shell]
+
+
+# -- running ----------------------------------------------------------------------------
+def make_request(opts: RunOptions, ctx: Any) -> Any:
+    from dsh.executors.seam import ShellExecRequest
+
+    timeout_ms: int | None = None
+    if opts.timeout_s is not None:
+        timeout_ms = min(int(opts.timeout_s * 1000), sys.maxsize)
+    else:
+        wall = None
+        if ctx.has("sandbox_policy"):
+            wall = ctx.sandbox_policy.resolve().limits.wall_time_s
+        timeout_ms = int(wall * 1000) if wall else CLI_MAX_TIMEOUT_S * 1000
+    if opts.argv:
+        import shlex
+
+        display = shlex.join(opts.argv)
+        return ShellExecRequest(command=display, argv=tuple(opts.argv), timeout_ms=timeout_ms)
+    assert opts.command is not None
+    return ShellExecRequest(command=opts.command, timeout_ms=timeout_ms)
+
+
+class LiveStreams:
+    """Copies an execution's output to our stdout/stderr as it arrives."""
+
+    def __init__(self, execution: Any) -> None:
+        self.observed = execution.observed
+        self.offsets = {"stdout": 0, "stderr": 0}
+        self.lost = {"stdout": 0, "stderr": 0}
+        self.sinks: dict[str, IO[bytes]] = {
+            "stdout": sys.stdout.buffer,
+            "stderr": sys.stderr.buffer,
+        }
+
+    def pump(self) -> None:
+        for stream, sink in self.sinks.items():
+            data, end = self.observed.read(stream, self.offsets[stream])
+            start = end - len(data)
+            if start > self.offsets[stream]:  # the retained window moved past us
+                self.lost[stream] += start - self.offsets[stream]
+            if data:
+                sink.write(data)
+                sink.flush()
+            self.offsets[stream] = end
+
+
+def exit_status(result: Any) -> int:
+    """The CLI's exit status for a ``ShellRunResult``."""
+    from dsh.executors.render import signal_number
+
+    if result.timed_out:
+        return EXIT_TIMEOUT
+    if result.aborted:
+        return EXIT_INTERRUPTED
+    if result.signal is not None:
+        number = signal_number(result.signal)
+        return 128 + (number if number is not None else int(signal_mod.SIGKILL))
+    return int(result.exit_code or 0)
+
+
+def result_json(result: Any) -> str:
+    def default(value: object) -> object:
+        if isinstance(value, SandboxMode):
+            return value.value
+        return str(value)
+
+    return json.dumps(dataclasses.asdict(result), default=default, indent=2)
+
+
+def _note(text: str) -> None:
+    click.echo(f"dsh-sandbox: {text}", err=True)
+
+
+def run_command(opts: RunOptions) -> int:
+    """Check, build, run, stream and report; returns the exit status to mirror."""
+    check_options(opts)
+    ctx = build_context(opts)
+    try:
+        executor = ctx.shell
+        spec = executor.resolve(make_request(opts, ctx))
+        if getattr(spec, "timeout_capped", False):
+            _note(
+                f"--timeout capped at {spec.timeout_ms // 1000}s "
+                f"(asked {opts.timeout_s:g}s); the command is killed then"
+            )
+        execution = executor.execute(spec)
+        live = None if opts.as_json else LiveStreams(execution)
+        try:
+            while not execution.wait(POLL_S):
+                if live is not None:
+                    live.pump()
+        except KeyboardInterrupt:
+            execution.kill()
+            execution.wait(None)
+            if live is not None:
+                live.pump()
+            _note("interrupted; the command was killed")
+            return EXIT_INTERRUPTED
+        result = execution.result()
+        if live is not None:
+            live.pump()
+            for stream, lost in live.lost.items():
+                if lost:
+                    spill = getattr(result, stream).spill_path
+                    where = f"; the full stream is in {spill}" if spill else ""
+                    _note(f"{lost} bytes of {stream} were produced faster than shown{where}")
+        else:
+            click.echo(result_json(result))
+        _report(result, spec)
+        return exit_status(result)
+    finally:
+        ctx.close()
+
+
+def _report(result: Any, spec: Any) -> None:
+    """One-line notes on stderr: timeout, and the denial hint."""
+    if result.timed_out:
+        _note(f"timed out after {result.timeout_ms}ms; the command was killed")
+    facts = result.sandbox
+    if facts is None or not facts.denied or spec.sandbox_policy is None:
+        return
+    from dsh.executors.denial import find_denial, hint
+
+    denial = find_denial(
+        spec.sandbox_policy,
+        exit_code=result.exit_code,
+        outputs=(result.stderr.text, result.stdout.text),
+        workdir=spec.workdir,
+    )
+    if denial is not None:
+        _note(hint(denial, facts.mode))
+    else:
+        _note(f"the command was denied under {facts.mode}")
+
+
+@click.command(
+    "run",
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--mode",
+    type=click.Choice([m.value for m in SandboxMode]),
+    help="Sandbox mode (default: the profile's, else workspace-write).",
+)
+@click.option("--profile", metavar="NAME|FILE", help="Built-in profile name or a profile file.")
+@click.option(
+    "--runner",
+    default="auto",
+    show_default=True,
+    metavar="auto|landlock|bwrap|seatbelt|docker|e2b",
+    help="Runner that enforces the policy; auto picks the best available one.",
+)
+@click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
+@click.option("--workdir", metavar="DIR", help="Where the command starts (default: the workspace).")
+@click.option("--writable", multiple=True, metavar="PATH", help="Extra writable root (repeatable).")
+@click.option("--network/--no-network", default=None, help="Allow or block network access.")
+@click.option(
+    "--timeout", "timeout_s", type=float, metavar="S", help="Kill the command after S seconds."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, do not stream.")
+@click.option("--composition", metavar="FILE", help="Build the context from a composition file.")
+@click.option("-c", "command", metavar="STRING", help="Run STRING through bash (as the bash tool).")
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def run(**params: Any) -> None:
+    """Run a command under a sandbox policy.
+
+    \b
+    dsh-sandbox run -- make test        # ARGV exactly, no shell in between
+    dsh-sandbox run -c 'make test | tail' # through bash
+    """
+    opts = RunOptions(
+        **{k: v for k, v in params.items() if k not in ("argv", "writable")},
+        writable=tuple(params["writable"]),
+        argv=tuple(params["argv"]),
+    )
+    code = run_command(opts)
+    sys.stdout.flush()
+    raise SystemExit(code)
