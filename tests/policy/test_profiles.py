@@ -118,7 +118,7 @@ def test_unknown_key_names_line_and_suggests(tmp_path: Path) -> None:
 
 
 def test_unknown_key_without_close_match_lists_known(tmp_path: Path) -> None:
-    err = invalid(tmp_path, 'zzzzzz = 1\n')
+    err = invalid(tmp_path, "zzzzzz = 1\n")
     assert err.line == 1 and "known keys:" in str(err) and "writable_roots" in str(err)
 
 
@@ -137,7 +137,7 @@ def test_bad_value_in_dotted_and_inline_limits(tmp_path: Path) -> None:
 
 
 def test_key_with_same_name_in_other_table_is_not_matched() -> None:
-    text = '[limits]\nmax_memory = 1\n[other]\nmax_memory = 2\n'
+    text = "[limits]\nmax_memory = 1\n[other]\nmax_memory = 2\n"
     assert find_key_line(text, "max_memory", "limits") == 2
     assert find_key_line(text, "max_memory", "other") == 4
     assert find_key_line(text, "max_memory") is None
@@ -211,13 +211,13 @@ def test_extends_chain_merges(tmp_path: Path) -> None:
         tmp_path,
         'description = "base"\nextends = "python"\nnetwork = true\n'
         'writable_roots = ["/opt/cache"]\nallowed_runners = ["bwrap", "landlock"]\n'
-        '[limits]\nmax_processes = 64\n',
+        "[limits]\nmax_processes = 64\n",
         "base.toml",
     )
     child_path = write(
         sub,
         'extends = "../base.toml"\nhidden_paths = ["secrets"]\nallowed_runners = ["bwrap"]\n'
-        '[limits]\nwall_time_s = 9\n',
+        "[limits]\nwall_time_s = 9\n",
         "child.toml",
     )
     child = load_profile(str(child_path))

@@ -1,0 +1,403 @@
+"""The policy service: canonical roots, protected paths, refusals, attack-shaped inputs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh.sandbox.context import Context
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy_service import (
+    PolicyConfig,
+    PolicyService,
+    describe_policy,
+    system_dir_reason,
+)
+from dsh.sandbox.profiles import ProfileError
+
+TMP = Path(os.path.realpath("/tmp"))
+
+
+@pytest.fixture(autouse=True)
+def _no_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # $TMPDIR is part of the policy; tests that want it set it themselves.
+    monkeypatch.delenv("TMPDIR", raising=False)
+    yield
+
+
+def service(workspace: Path | str, **config: Any) -> PolicyService:
+    return PolicyService(Context(), PolicyConfig(workspace=str(workspace), **config))
+
+
+def profile_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "prof.toml"
+    path.write_text(text)
+    return str(path)
+
+
+# -- defaults and configuration --------------------------------------------------------
+def test_defaults(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(workspace)
+    svc = PolicyService(Context())
+    assert svc.default_mode is SandboxMode.WORKSPACE_WRITE
+    assert svc.profile.name == "workspace-write"
+    policy = svc.resolve()
+    assert policy.workspace == workspace and policy.profile == "workspace-write"
+    assert policy.writable_roots == tuple(sorted({workspace, TMP}))
+    assert policy.network is False and policy.missing_roots == ()
+
+
+def test_mounts_through_the_entry_point(workspace: Path) -> None:
+    ctx = Context()
+    ctx.mount(
+        "sandbox-policy",
+        {
+            "mode": "read-only",
+            "workspace": str(workspace),
+            "writable": [],
+            "accept_degraded": ["x-y"],
+        },
+    )
+    svc = ctx.sandbox_policy
+    assert isinstance(svc, PolicyService)
+    assert svc.resolve().mode is SandboxMode.READ_ONLY
+    assert svc.resolve().accept_degraded == ("x-y",)
+
+
+def test_mode_picks_its_builtin_profile_and_profile_picks_mode(workspace: Path) -> None:
+    assert service(workspace, mode="read-only").profile.name == "read-only"
+    assert service(workspace, profile="read-only").default_mode is SandboxMode.READ_ONLY
+    # An explicit mode wins over the profile's.
+    svc = service(workspace, profile="python", mode="read-only")
+    assert svc.default_mode is SandboxMode.READ_ONLY and svc.profile.name == "python"
+
+
+def test_unknown_mode_and_profile_are_config_errors(workspace: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown sandbox mode 'write'"):
+        service(workspace, mode="write")
+    with pytest.raises(ProfileError, match="did you mean 'python'"):
+        service(workspace, profile="pyhton")
+
+
+def test_workspace_fixed_at_configure_time(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(workspace)
+    svc = PolicyService(Context())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert svc.resolve().workspace == workspace == svc.workspace
+    assert svc.default_policy == svc.resolve()
+
+
+def test_missing_workspace(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    with pytest.raises(ConfigError) as info:
+        service(missing)
+    assert str(info.value) == (
+        f"workspace: {missing} does not exist; create it or pass --workspace DIR"
+    )
+
+
+def test_workspace_that_is_a_file(tmp_path: Path) -> None:
+    file = tmp_path / "file"
+    file.write_text("x")
+    with pytest.raises(ConfigError, match=r"workspace: .*file is a file, not a directory; pass"):
+        service(file)
+
+
+def test_workspace_through_symlink_is_canonical(workspace: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"
+    link.symlink_to(workspace)
+    policy = service(link).resolve()
+    assert policy.workspace == workspace
+    assert workspace in policy.writable_roots and link not in policy.writable_roots
+    assert workspace / ".git" in policy.protected_paths
+
+
+def test_dotdot_in_roots_is_removed(workspace: Path, tmp_path: Path) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    policy = service(f"{workspace}/../ws", writable=(f"{workspace}/../extra/../extra",)).resolve()
+    assert policy.workspace == workspace
+    assert extra in policy.writable_roots
+    assert all(".." not in p.parts for p in policy.writable_roots + policy.protected_paths)
+
+
+# -- writable roots ---------------------------------------------------------------------
+def test_missing_profile_root_is_reported_not_writable(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NO_SUCH_VAR_DSH", raising=False)
+    prof = profile_file(
+        tmp_path,
+        f'mode = "workspace-write"\nwritable_roots = '
+        f'["{tmp_path}/gone", "$NO_SUCH_VAR_DSH/x", "rel"]\n',
+    )
+    (workspace / "rel").mkdir()
+    policy = service(workspace, profile=prof).resolve()
+    assert tmp_path / "gone" in policy.missing_roots
+    assert Path("$NO_SUCH_VAR_DSH/x") in policy.missing_roots  # never guessed
+    assert tmp_path / "gone" not in policy.writable_roots
+    assert workspace / "rel" in policy.writable_roots  # relative to the workspace
+    assert any("missing roots" in line for line in describe_policy(policy))
+
+
+def test_profile_roots_expand_home_and_vars(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / ".cache" / "pip").mkdir(parents=True)
+    (tmp_path / "v").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("DSH_TEST_ROOT", str(tmp_path / "v"))
+    prof = profile_file(tmp_path, 'extends = "python"\nwritable_roots = ["${DSH_TEST_ROOT}"]\n')
+    policy = service(workspace, profile=prof).resolve()
+    assert home / ".cache" / "pip" in policy.writable_roots
+    assert tmp_path / "v" in policy.writable_roots
+    assert home / ".cache" / "uv" in policy.missing_roots
+    # Protected names hang off every writable root, caches included.
+    assert home / ".cache" / "pip" / ".git" in policy.protected_paths
+
+
+def test_missing_flag_root_is_an_error(workspace: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"--writable .*gone: .* does not exist; create"):
+        service(workspace, writable=(str(tmp_path / "gone"),))
+    file = tmp_path / "f"
+    file.write_text("")
+    with pytest.raises(ConfigError, match="is not a directory"):
+        service(workspace, writable=(str(file),))
+
+
+@pytest.mark.parametrize("root", ["/", "/etc", "/usr", "/usr/bin", "/home", "/bin", "/dev/shm"])
+def test_system_roots_refused_unless_danger(workspace: Path, root: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        service(workspace, writable=(root,))
+    message = str(info.value)
+    assert message.startswith(f"--writable {root}: refusing to make")
+    assert "danger-full-access" in message
+    # Refused at resolve time too, when a read-only session escalates.
+    ro = service(workspace, mode="read-only", writable=(root,))
+    with pytest.raises(ConfigError, match="refusing"):
+        ro.resolve(SandboxMode.WORKSPACE_WRITE)
+    full = service(workspace, mode="danger-full-access", writable=(root,)).resolve()
+    assert full.writable_roots == (Path("/"),) and full.network is True
+
+
+def test_system_root_via_symlink_refused(workspace: Path, tmp_path: Path) -> None:
+    link = tmp_path / "sneaky"
+    link.symlink_to("/etc")
+    with pytest.raises(ConfigError, match=r"refusing to make /etc writable"):
+        service(workspace, writable=(str(link),))
+
+
+def test_profile_system_root_refused(workspace: Path, tmp_path: Path) -> None:
+    prof = profile_file(tmp_path, 'mode = "workspace-write"\nwritable_roots = ["/usr/../etc"]\n')
+    with pytest.raises(ConfigError, match=r"writable_roots entry '/usr/\.\./etc'.*refusing"):
+        service(workspace, profile=prof)
+
+
+def test_workspace_root_of_filesystem(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="workspace: refusing to make / writable"):
+        service("/")
+    assert service("/", mode="read-only").resolve().workspace == Path("/")
+
+
+def test_system_dir_reason() -> None:
+    assert system_dir_reason(Path("/usr/src/app")) is None
+    assert system_dir_reason(Path("/home/me/src")) is None
+    assert system_dir_reason(Path("/usr/local")) is not None  # contains /usr/local/bin
+    assert system_dir_reason(Path("/usr/local/bin/x")) is not None
+    assert system_dir_reason(Path("/var")) is not None
+    assert system_dir_reason(Path("/var/tmp")) is None
+
+
+# -- /tmp and $TMPDIR -------------------------------------------------------------------
+def test_tmp_and_tmpdir(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    private = tmp_path / "private-tmp"
+    private.mkdir()
+    link = tmp_path / "tmplink"
+    link.symlink_to(private)
+    monkeypatch.setenv("TMPDIR", str(link))
+    policy = service(workspace).resolve()
+    assert TMP in policy.writable_roots and private in policy.writable_roots
+    assert link not in policy.writable_roots
+    prof = profile_file(tmp_path, 'extends = "workspace-write"\nexclude_tmp = true\n')
+    excluded = service(workspace, profile=prof).resolve()
+    assert excluded.writable_roots == (workspace,)
+
+
+def test_missing_tmpdir_is_reported(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "gone"))
+    policy = service(workspace).resolve()
+    assert tmp_path / "gone" in policy.missing_roots
+
+
+def test_tmpdir_pointing_at_system_dir_refused(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", "/etc")
+    with pytest.raises(ConfigError, match=r"\$TMPDIR \(/etc\): refusing .* exclude_tmp"):
+        service(workspace)
+
+
+# -- read-only ------------------------------------------------------------------------
+def test_read_only_has_no_writable_or_protected(workspace: Path, tmp_path: Path) -> None:
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    policy = service(workspace, mode="read-only", writable=(str(extra),)).resolve()
+    assert policy.writable_roots == () and policy.protected_paths == ()
+    assert policy.network is False
+    assert any("none (only /dev/null)" in line for line in describe_policy(policy))
+
+
+# -- protected paths ----------------------------------------------------------------------
+def test_protected_paths_exist_or_not(workspace: Path) -> None:
+    (workspace / ".git").mkdir()
+    policy = service(workspace, profile="python").resolve()
+    for name in (".git", ".dsh", ".env", ".vscode", ".idea"):
+        assert workspace / name in policy.protected_paths, name
+        assert TMP / name in policy.protected_paths, name
+
+
+def test_git_file_pointing_outside_protects_real_git_dir(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = tmp_path / "elsewhere" / "repo.git"
+    real.mkdir(parents=True)
+    (workspace / ".git").write_text(f"gitdir: {tmp_path}/elsewhere/../elsewhere/repo.git\n")
+    protected = service(workspace).resolve().protected_paths
+    assert real in protected and workspace / ".git" in protected
+    # A relative gitdir resolves against the .git file's directory, not the cwd.
+    monkeypatch.chdir("/")
+    (workspace / ".git").write_text("gitdir: ../elsewhere/repo.git\n")
+    assert real in service(workspace).resolve().protected_paths
+    # A git dir that does not exist (yet) is protected all the same.
+    (workspace / ".git").write_text("gitdir: ../future.git\n")
+    assert tmp_path / "future.git" in service(workspace).resolve().protected_paths
+
+
+def test_worktree_common_git_dir_is_protected(workspace: Path, tmp_path: Path) -> None:
+    main_git = tmp_path / "main" / ".git"
+    wt = main_git / "worktrees" / "ws"
+    wt.mkdir(parents=True)
+    (wt / "commondir").write_text("../..\n")
+    (workspace / ".git").write_text(f"gitdir: {wt}\n")
+    protected = service(workspace).resolve().protected_paths
+    assert wt in protected and main_git in protected
+
+
+def test_git_file_without_gitdir_line(workspace: Path) -> None:
+    (workspace / ".git").write_text("garbage\n")
+    protected = service(workspace).resolve().protected_paths
+    assert workspace / ".git" in protected
+
+
+def test_protected_symlink_target_is_protected(workspace: Path, tmp_path: Path) -> None:
+    target = tmp_path / "secret-env"
+    target.write_text("A=1")
+    (workspace / ".env").symlink_to(target)
+    (workspace / ".dsh").symlink_to(tmp_path / "not-yet")  # dangling
+    policy = service(workspace, profile="python").resolve()
+    assert workspace / ".env" in policy.protected_paths  # the name itself
+    assert target in policy.protected_paths  # and where it leads
+    assert tmp_path / "not-yet" in policy.protected_paths
+
+
+def test_protected_paths_recomputed_per_resolve(workspace: Path, tmp_path: Path) -> None:
+    svc = service(workspace)
+    before = svc.resolve()
+    real = tmp_path / "later.git"
+    real.mkdir()
+    (workspace / ".git").write_text(f"gitdir: {real}\n")
+    after = svc.resolve()
+    assert real not in before.protected_paths and real in after.protected_paths
+
+
+# -- read-only and hidden paths ------------------------------------------------------------
+def test_read_only_and_hidden_paths_canonical(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (workspace / "real-secrets").mkdir()
+    (workspace / "secrets").symlink_to(workspace / "real-secrets")
+    monkeypatch.setenv("HOME", str(home))
+    prof = profile_file(
+        tmp_path,
+        'extends = "workspace-write"\n'
+        'read_only_paths = ["docs/../config", "~/.ssh"]\n'
+        'hidden_paths = ["secrets", "~/.ssh", "missing-secret"]\n',
+    )
+    policy = service(workspace, profile=prof).resolve()
+    assert policy.read_only_paths == tuple(sorted([workspace / "config", home / ".ssh"]))
+    assert policy.hidden_paths == tuple(sorted([workspace / "real-secrets", home / ".ssh"]))
+
+
+def test_unset_var_in_hidden_path_fails_closed(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DSH_UNSET_SECRET_DIR", raising=False)
+    prof = profile_file(tmp_path, 'hidden_paths = ["$DSH_UNSET_SECRET_DIR/key"]\n')
+    with pytest.raises(ConfigError, match=r"hidden_paths entry .* unset environment variable"):
+        service(workspace, profile=prof)
+
+
+# -- network, degradations, hashing, escalation ----------------------------------------------
+def test_network_precedence(workspace: Path) -> None:
+    assert service(workspace, profile="node").resolve().network is True
+    assert service(workspace, profile="node", network=False).resolve().network is False
+    assert service(workspace, profile="python", network=True).resolve().network is True
+    assert service(workspace, mode="danger-full-access", network=False).resolve().network is True
+
+
+def test_equal_policies_hash_equal(workspace: Path, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    one = service(
+        workspace, profile="python", writable=(str(a), str(b)), accept_degraded=("z-z", "a-a")
+    ).resolve()
+    two = service(
+        workspace,
+        profile="python",
+        writable=(str(b), str(a), str(a)),
+        accept_degraded=("a-a", "z-z"),
+    ).resolve()
+    assert one == two and hash(one) == hash(two)
+    for paths in (one.writable_roots, one.protected_paths, one.accept_degraded):
+        assert list(paths) == sorted(set(paths))  # type: ignore[type-var]
+
+
+def test_accept_degraded_merges_profile_and_config(workspace: Path, tmp_path: Path) -> None:
+    prof = profile_file(tmp_path, 'accept_degraded = ["landlock-protected-paths"]\n')
+    policy = service(workspace, profile=prof, accept_degraded=("other",)).resolve()
+    assert policy.accept_degraded == ("landlock-protected-paths", "other")
+
+
+def test_escalation_resolves_another_mode_without_changing_default(workspace: Path) -> None:
+    svc = service(workspace, mode="read-only")
+    escalated = svc.resolve(SandboxMode.WORKSPACE_WRITE)
+    assert escalated.mode is SandboxMode.WORKSPACE_WRITE and workspace in escalated.writable_roots
+    assert svc.default_mode is SandboxMode.READ_ONLY
+    assert svc.resolve().writable_roots == ()
+    full = svc.resolve("danger-full-access")
+    assert full.protected_paths == () and full.hidden_paths == ()
+    assert "writes: everywhere (no sandbox; the command runs unwrapped)" in describe_policy(full)
+
+
+def test_describe_policy_lists_everything(workspace: Path) -> None:
+    lines = describe_policy(service(workspace, profile="python").resolve())
+    text = "\n".join(lines)
+    assert lines[0] == "mode: workspace-write (profile python)"
+    assert f"  {workspace}/.git" in lines
+    assert "network: off" in lines
+    assert "max_memory=4GiB" in text and "max_processes=512" in text
+    assert "runners: any" in lines and "env passthrough: " in text
