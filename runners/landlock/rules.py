@@ -1,0 +1,261 @@
+"""Which Landlock rules enforce a ``SandboxPolicy``, and what they cannot.
+
+Pure planning (reads the filesystem to enumerate siblings, changes nothing):
+``plan_rules(policy, abi, strategy)`` returns a ``RulePlan``; ``build_ruleset``
+turns it into a ruleset fd.
+
+Landlock only grants: a right given on a directory holds for everything
+beneath it.  So a path that must be *less* accessible than its parent
+(a hidden path under ``/``, a protected ``.git`` under a writable root) is
+excluded by granting the right on each sibling along the way instead of on the
+parent; the parents on the way ("ancestors") get only what is safe for them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from dsh.runners.landlock import abi
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+
+ProtectedStrategy = Literal["parent", "siblings"]
+
+DEGRADE_PROTECTED = "landlock-protected-paths"
+DEGRADE_HIDDEN = "landlock-hidden-metadata"
+DEGRADE_SCOPES = "landlock-no-scopes"
+DEGRADE_TRUNCATE = "landlock-no-truncate"
+
+# Devices a command may always use: /dev/null is the only path writable in
+# read-only mode; terminals keep their ioctls (TIOCSTI is refused by seccomp).
+_DEV_NULL = Path("/dev/null")
+_TTY_DEVICES = (Path("/dev/tty"), Path("/dev/pts"), Path("/dev/ptmx"))
+
+
+@dataclass(frozen=True)
+class PathRule:
+    path: Path
+    rights: int
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Something the rules cannot enforce; ``degradation`` is its accept name."""
+
+    text: str
+    degradation: str | None
+
+
+@dataclass(frozen=True)
+class RulePlan:
+    abi: int
+    handled_fs: int
+    handled_net: int
+    scoped: int
+    rules: tuple[PathRule, ...]
+    dropped: tuple[str, ...]  # rights/scopes the running ABI lacks
+    gaps: tuple[Gap, ...]
+    notes: tuple[str, ...]  # side effects worth knowing, not enforcement gaps
+
+    def describe_rules(self) -> tuple[str, ...]:
+        lines = []
+        for rule in self.rules:
+            names = abi.names_of(abi.FS_RIGHTS, rule.rights)
+            lines.append(f"{rule.path} -> {'|'.join(names) if names else '(none)'}")
+        return tuple(lines)
+
+
+def _beneath(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def split_tree(root: Path, excluded: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """Cover ``root`` minus ``excluded``: (paths to grant, ancestors of exclusions).
+
+    Every real path beneath ``root`` is either beneath a granted path, an
+    ancestor (gets only what is safe), or excluded.  Symlinks get no rule: what
+    they point to is covered (or excluded) in its own place.
+    """
+    if any(_beneath(root, ex) for ex in excluded):
+        return [], []
+    inside = [ex for ex in excluded if root in ex.parents]
+    if not inside:
+        return [root], []
+    granted: list[Path] = []
+    ancestors: list[Path] = [root]
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except OSError:
+        return granted, ancestors  # unlistable: grant nothing beneath (fail safe)
+    for entry in entries:
+        if entry.is_symlink():
+            continue
+        sub_granted, sub_ancestors = split_tree(Path(entry.path), inside)
+        granted += sub_granted
+        ancestors += sub_ancestors
+    return granted, ancestors
+
+
+class _Rules:
+    """Accumulates rights per path (Landlock unions the rules of a path)."""
+
+    def __init__(self, supported_fs: int) -> None:
+        self.supported = supported_fs
+        self.by_path: dict[Path, int] = {}
+
+    def grant(self, paths: Iterable[Path], rights: int) -> None:
+        for path in paths:
+            # A non-directory only takes file rights (the kernel rejects the rest).
+            allowed = rights & self.supported
+            if not os.path.isdir(path):
+                allowed &= abi.FS_FILE_RIGHTS
+            if allowed:
+                self.by_path[path] = self.by_path.get(path, 0) | allowed
+
+
+def plan_rules(
+    policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrategy = "parent"
+) -> RulePlan:
+    supported_fs = abi.rights_for_abi(abi.FS_RIGHTS, abi_version)
+    handled_net = 0 if policy.network else abi.rights_for_abi(abi.NET_RIGHTS, abi_version)
+    scoped = abi.rights_for_abi(abi.SCOPES, abi_version)
+    dropped = abi.unsupported(abi.FS_RIGHTS, abi_version)
+    dropped += abi.unsupported(abi.NET_RIGHTS, abi_version) + abi.unsupported(
+        abi.SCOPES, abi_version
+    )
+    rules = _Rules(supported_fs)
+    gaps: list[Gap] = []
+    notes: list[str] = []
+
+    hidden = sorted(set(policy.hidden_paths))
+    read_grants, read_ancestors = split_tree(Path("/"), hidden)
+    rules.grant(read_grants, abi.FS_READ | abi.FS_EXECUTE)
+    rules.grant(read_ancestors, abi.FS_READ_DIR)
+    if hidden:
+        gaps.append(
+            Gap(
+                "hidden paths "
+                + ", ".join(map(str, hidden))
+                + ": contents are unreadable, but their "
+                "names, metadata (stat) and directory listings stay visible: Landlock only grants "
+                "access and never mediates path lookup or stat",
+                DEGRADE_HIDDEN,
+            )
+        )
+        notes.append(
+            "read rights were granted per entry of "
+            + ", ".join(map(str, read_ancestors))
+            + " (to exclude the hidden paths); entries created there later are not readable"
+        )
+
+    rules.grant([_DEV_NULL], abi.FS_READ | abi.FS_WRITE_FILE | abi.FS_TRUNCATE | abi.FS_IOCTL_DEV)
+    rules.grant([p for p in _TTY_DEVICES if os.path.exists(p)], abi.FS_IOCTL_DEV)
+
+    if policy.mode is SandboxMode.WORKSPACE_WRITE:
+        _plan_writes(policy, strategy, rules, gaps, notes)
+
+    if abi_version < 6:
+        gaps.append(
+            Gap(
+                f"Landlock ABI {abi_version} has no scopes (ABI 6): "
+                "the command can signal processes "
+                "outside the sandbox and connect to abstract unix sockets outside it",
+                DEGRADE_SCOPES,
+            )
+        )
+    if abi_version < 3 and policy.mode is not SandboxMode.DANGER_FULL_ACCESS:
+        gaps.append(
+            Gap(
+                f"Landlock ABI {abi_version} has no TRUNCATE right (ABI 3): truncate(2) of files "
+                "outside the writable roots is not prevented",
+                DEGRADE_TRUNCATE,
+            )
+        )
+    if abi_version < 2:
+        notes.append("Landlock ABI 1 refuses every cross-directory rename and link (no REFER)")
+    if abi_version < 5:
+        notes.append(f"Landlock ABI {abi_version} cannot restrict device ioctls (IOCTL_DEV, ABI 5)")
+    ordered = tuple(PathRule(path, rights) for path, rights in sorted(rules.by_path.items()))
+    return RulePlan(
+        abi=abi_version,
+        handled_fs=supported_fs,
+        handled_net=handled_net,
+        scoped=scoped,
+        rules=ordered,
+        dropped=dropped,
+        gaps=tuple(gaps),
+        notes=tuple(notes),
+    )
+
+
+def _plan_writes(
+    policy: SandboxPolicy,
+    strategy: ProtectedStrategy,
+    rules: _Rules,
+    gaps: list[Gap],
+    notes: list[str],
+) -> None:
+    roots = [root for root in policy.writable_roots if root.is_dir()]
+    for root in policy.writable_roots:
+        if root not in roots:
+            notes.append(
+                f"writable root {root} does not exist (or is not a directory): not granted"
+            )
+    keep_read_only = sorted(set(policy.protected_paths) | set(policy.read_only_paths))
+    for root in roots:
+        inside = [path for path in keep_read_only if _beneath(path, root)]
+        if not inside:
+            rules.grant([root], abi.FS_WRITE)
+            continue
+        if strategy == "siblings":
+            granted, ancestors = split_tree(root, inside)
+            rules.grant(granted, abi.FS_WRITE)
+            notes.append(
+                "to keep " + ", ".join(map(str, inside)) + " read-only, write rights were granted "
+                "per entry: no entry can be created, removed or renamed directly in "
+                + ", ".join(map(str, ancestors))
+            )
+            continue
+        rules.grant([root], abi.FS_WRITE)
+        for path in inside:
+            gaps.append(
+                Gap(
+                    f"cannot keep {path} read-only inside writable root {root}: "
+                    "Landlock only grants access",
+                    DEGRADE_PROTECTED,
+                )
+            )
+
+
+def build_ruleset(plan: RulePlan) -> int:
+    """Create the ruleset fd for ``plan`` (the caller closes it)."""
+    fd = abi.create_ruleset(plan.abi, plan.handled_fs, plan.handled_net, plan.scoped)
+    try:
+        for rule in plan.rules:
+            _add_path(fd, rule)
+        # Network off: TCP bind/connect are handled and no port is allowed.
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _add_path(ruleset_fd: int, rule: PathRule) -> None:
+    try:
+        path_fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return  # vanished since planning: granting less is safe
+    try:
+        mode = os.fstat(path_fd).st_mode
+        if stat.S_ISLNK(mode):
+            return  # swapped for a symlink since planning: never follow it
+        rights = rule.rights if stat.S_ISDIR(mode) else rule.rights & abi.FS_FILE_RIGHTS
+        if rights:
+            abi.add_path_rule(ruleset_fd, path_fd, rights)
+    finally:
+        os.close(path_fd)

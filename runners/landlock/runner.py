@@ -1,0 +1,349 @@
+"""``LandlockRunner``: the ``Runner`` provider for Landlock + no_new_privs + seccomp."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
+
+from dsh.runners.landlock import abi, seccomp
+from dsh.runners.landlock.limits import (
+    CgroupSession,
+    CommandCgroup,
+    LimitPlan,
+    Watchdog,
+    plan_limits,
+)
+from dsh.runners.landlock.rules import Gap, ProtectedStrategy, RulePlan, build_ruleset, plan_rules
+from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.runner import Argv, Enforcement, LocalLaunch, Runner, RunnerPlan, RunnerProbe
+
+NAME = "landlock"
+
+
+def _restrict_current_thread(ruleset_fd: int, program: list[tuple[int, int, int, int]]) -> None:
+    """no_new_privs, then Landlock, then seccomp: all on the calling thread only."""
+    abi.set_no_new_privs()
+    abi.restrict_self(ruleset_fd)
+    seccomp.install(program)
+
+
+class LandlockRunner(Runner):
+    """Enforces a policy with Landlock on a restricted spawner thread per policy.
+
+    Options: ``protected_paths`` = ``"parent"`` (default: writable roots are
+    granted whole, protected paths inside them make enforcement partial) or
+    ``"siblings"`` (write rights granted per entry around protected paths, so
+    they stay read-only, at the cost of freezing their parent directories).
+    """
+
+    name: ClassVar[str] = NAME
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        strategy = self.options.get("protected_paths", "parent")
+        if strategy not in ("parent", "siblings"):
+            raise ConfigError(
+                f"runner option landlock.protected_paths: {strategy!r} is not valid; "
+                "use 'parent' or 'siblings'"
+            )
+        self._strategy: ProtectedStrategy = strategy
+        self._lock = threading.Lock()
+        self._probe: RunnerProbe | None = None
+        self._plans: dict[SandboxPolicy, RulePlan] = {}
+        self._spawners: dict[SandboxPolicy, SpawnerThread] = {}
+        self._cgroups: CgroupSession | None = None
+        self._closed = False
+
+    # -- probe -----------------------------------------------------------------
+
+    def probe(self) -> RunnerProbe:
+        with self._lock:
+            if self._probe is None:
+                self._probe = self._run_probe()
+            return self._probe
+
+    def _run_probe(self) -> RunnerProbe:
+        status = abi.query_abi()
+        if status.abi is None:
+            return RunnerProbe(NAME, False, reason=status.reason)
+        try:
+            arch = seccomp.native_arch()
+        except seccomp.UnsupportedArch as exc:
+            return RunnerProbe(NAME, False, reason=str(exc), version=f"landlock ABI {status.abi}")
+        # A real trial on a throwaway thread: a container may allow the ABI
+        # query yet refuse restrict_self or seccomp.
+        try:
+            fd = abi.create_ruleset(status.abi, abi.rights_for_abi(abi.FS_RIGHTS, status.abi), 0, 0)
+            try:
+                program = seccomp.build_filter(arch, block_network=True)
+                SpawnerThread(
+                    "dsh-landlock-probe", lambda: _restrict_current_thread(fd, program)
+                ).stop()
+            finally:
+                os.close(fd)
+        except (OSError, SpawnerError) as exc:
+            return RunnerProbe(
+                NAME,
+                False,
+                version=f"landlock ABI {status.abi}",
+                reason=f"Landlock ABI {status.abi} is present but restricting a thread "
+                f"failed: {exc}",
+            )
+        return RunnerProbe(
+            NAME,
+            True,
+            version=f"landlock ABI {status.abi}",
+            details={
+                "abi": status.abi,
+                "arch": arch.name,
+                "handled_fs": abi.names_of(
+                    abi.FS_RIGHTS, abi.rights_for_abi(abi.FS_RIGHTS, status.abi)
+                ),
+                "dropped": abi.unsupported(abi.FS_RIGHTS, status.abi)
+                + abi.unsupported(abi.NET_RIGHTS, status.abi)
+                + abi.unsupported(abi.SCOPES, status.abi),
+            },
+        )
+
+    def _require(self) -> int:
+        probe = self.probe()
+        if not probe.available:
+            raise SandboxUnavailable(probe.reason or "Landlock is unavailable", runner=NAME)
+        abi_version: int = probe.details["abi"]
+        return abi_version
+
+    # -- planning --------------------------------------------------------------
+
+    def _rule_plan(self, policy: SandboxPolicy) -> RulePlan:
+        abi_version = self._require()
+        with self._lock:
+            plan = self._plans.get(policy)
+        if plan is None:
+            plan = plan_rules(policy, abi_version, self._strategy)
+            with self._lock:
+                plan = self._plans.setdefault(policy, plan)
+        return plan
+
+    def _limit_plan(self, policy: SandboxPolicy) -> LimitPlan:
+        if policy.limits.is_empty():
+            return LimitPlan()
+        with self._lock:
+            if self._cgroups is None:
+                self._cgroups = CgroupSession()
+            cgroups = self._cgroups
+        return plan_limits(policy.limits, cgroups, is_root=os.geteuid() == 0)
+
+    def _gaps(self, policy: SandboxPolicy) -> tuple[Gap, ...]:
+        limit_gaps = self._limit_plan(policy).gaps
+        if not policy.constrained:
+            return limit_gaps
+        return self._rule_plan(policy).gaps + limit_gaps
+
+    def enforcement(self, policy: SandboxPolicy) -> Enforcement:
+        gaps = self._gaps(policy)
+        if not gaps:
+            return Enforcement.full()
+        names = tuple(dict.fromkeys(g.degradation for g in gaps if g.degradation))
+        return Enforcement("partial", missing=tuple(g.text for g in gaps), degradations=names)
+
+    def explain(self, policy: SandboxPolicy) -> RunnerPlan:
+        limits = self._limit_plan(policy)
+        limit_lines = limits.described + (
+            (limits.prlimit[0] + " wraps the argv",) if limits.prlimit else ()
+        )
+        if not policy.constrained:
+            return RunnerPlan(
+                NAME,
+                policy.mode,
+                ("no restriction (danger-full-access)",),
+                "on (unrestricted)",
+                limit_lines,
+                tuple(g.text for g in limits.gaps),
+            )
+        probe = self.probe()
+        if not probe.available:
+            return RunnerPlan(
+                NAME,
+                policy.mode,
+                (),
+                "unknown",
+                limit_lines,
+                (f"Landlock unavailable: {probe.reason}",),
+            )
+        plan = self._rule_plan(policy)
+        rules = plan.describe_rules() + tuple(f"note: {n}" for n in plan.notes)
+        if policy.network:
+            network = "on: no network restriction"
+        else:
+            network = (
+                "off: seccomp makes socket()/socketpair() fail with EACCES "
+                "for every family but AF_UNIX"
+                + (
+                    "; Landlock handles TCP bind/connect with no port allowed"
+                    if plan.handled_net
+                    else ""
+                )
+            )
+        if plan.scoped:
+            network += "; abstract unix sockets and signals are scoped to the sandbox"
+        cannot = tuple(g.text for g in plan.gaps + limits.gaps)
+        cannot += tuple(f"right not known to ABI {plan.abi}, dropped: {d}" for d in plan.dropped)
+        if not policy.network:
+            cannot += (
+                "connect() to pathname unix sockets outside the sandbox (e.g. a daemon's socket) "
+                "is not mediated by Landlock ABI <= 7",
+            )
+        return RunnerPlan(NAME, policy.mode, rules, network, limit_lines, cannot)
+
+    # -- launching -------------------------------------------------------------
+
+    def _spawner(self, policy: SandboxPolicy) -> SpawnerThread:
+        with self._lock:
+            if self._closed:
+                raise SandboxUnavailable("the runner is closed", runner=NAME)
+            spawner = self._spawners.get(policy)
+        if spawner is not None and spawner.alive:
+            return spawner
+        setup: Callable[[], None] | None = None
+        fd = -1
+        if policy.constrained:
+            plan = self._rule_plan(policy)
+            program = seccomp.build_filter(seccomp.native_arch(), block_network=not policy.network)
+            fd = build_ruleset(plan)
+            setup = lambda: _restrict_current_thread(fd, program)  # noqa: E731
+        try:
+            spawner = SpawnerThread(f"dsh-landlock-{policy.mode.value}", setup)
+        except SpawnerError as exc:
+            raise SandboxUnavailable(
+                f"could not restrict the spawner thread: {exc}", runner=NAME
+            ) from exc
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        with self._lock:
+            current = self._spawners.get(policy)
+            if current is not None and current.alive:
+                spawner.stop()  # lost a race; keep the one others may already use
+                return current
+            self._spawners[policy] = spawner
+        return spawner
+
+    def prepare(
+        self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]
+    ) -> LocalLaunch:
+        exact = tuple(argv)
+        if not exact:
+            raise UsageError("argv: empty command; pass at least the program to run")
+        for item in exact:
+            if not isinstance(item, str | bytes):
+                raise UsageError(f"argv: item {item!r} is {type(item).__name__}; use str or bytes")
+        enforcement = self.enforcement(policy)
+        if not enforcement.accepted_by(policy):
+            missing = set(enforcement.degradations) - set(policy.accept_degraded)
+            raise SandboxUnavailable(
+                f"cannot fully enforce {policy.mode.value}: {enforcement.describe()}; "
+                "a profile may "
+                f"accept this with accept_degraded = {sorted(missing)!r}",
+                runner=NAME,
+            )
+        spawner = self._spawner(policy)
+        limits = self._limit_plan(policy)
+        if not limits.prlimit and not limits.needs_cgroup and limits.wall_time_s is None:
+            return LocalLaunch(argv=exact, spawn_in=spawner.call)
+        cgroups = self._cgroups if limits.needs_cgroup else None
+        limited = _LimitedSpawn(spawner, cgroups, limits)
+        return LocalLaunch(
+            argv=limits.prlimit + exact,
+            spawn_in=limited.spawn_in,
+            kill_tree=limited.kill_tree if cgroups is not None else None,
+            cleanup=limited.cleanup,
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            spawners = list(self._spawners.values())
+            self._spawners.clear()
+            cgroups, self._cgroups = self._cgroups, None
+        for spawner in spawners:
+            spawner.stop()
+        if cgroups is not None:
+            cgroups.close()
+
+
+class _LimitedSpawn:
+    """One command's cgroup, watchdog and teardown."""
+
+    def __init__(
+        self, spawner: SpawnerThread, cgroups: CgroupSession | None, limits: LimitPlan
+    ) -> None:
+        self._spawner = spawner
+        self._cgroups = cgroups
+        self._limits = limits
+        self.cgroup: CommandCgroup | None = None
+        self.watchdog: Watchdog | None = None
+
+    def spawn_in(self, fn: Callable[[], Any]) -> Any:
+        if self._cgroups is None:
+            result = self._spawner.call(fn)
+        else:
+            self.cgroup = self._cgroups.new_command(self._limits.cgroup)
+            try:
+                result = self._spawn_in_cgroup(self.cgroup, fn)
+            except BaseException:
+                self.cgroup.remove()
+                self.cgroup = None
+                raise
+        if self._limits.wall_time_s is not None:
+            pid = getattr(result, "pid", None)
+            self.watchdog = Watchdog(
+                self._limits.wall_time_s, self.cgroup, pid if isinstance(pid, int) else None
+            )
+        return result
+
+    def _spawn_in_cgroup(self, cgroup: CommandCgroup, fn: Callable[[], Any]) -> Any:
+        enter, leave = cgroup.open_moves()
+
+        def job() -> Any:
+            # Runs on the spawner thread: it moves itself in, forks (the child
+            # is born in the cgroup) and moves back before the next job.
+            tid = str(threading.get_native_id()).encode()
+            for fd in enter:
+                os.write(fd, tid)
+            try:
+                return fn()
+            finally:
+                for fd in leave:
+                    os.write(fd, tid)
+
+        try:
+            return self._spawner.call(job)
+        finally:
+            for fd in enter + leave:
+                os.close(fd)
+
+    def kill_tree(self, pid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+        if self.cgroup is not None:
+            self.cgroup.kill(sig)
+
+    def cleanup(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+        if self.cgroup is not None:
+            self.cgroup.remove()  # kills what is left (double forks, setsid) first
+            self.cgroup = None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.watchdog is not None and self.watchdog.fired
+
+
+__all__ = ["LandlockRunner", "signal"]
