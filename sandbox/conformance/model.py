@@ -1,0 +1,94 @@
+"""Vocabulary of the conformance suite: scenarios, their environment and outcomes.
+
+A scenario is data: an id, a purpose, an optional setup, the exact argv, the
+expected outcome per mode, and a host-side check that runs after the command
+and decides whether the mode held.  The harness (``harness.py``) runs the
+catalog (``catalog.py``) per runner and mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Expect = Literal["ok", "blocked"]
+Outcome = Literal["pass", "fail", "not-enforced", "unavailable"]
+MODES: tuple[str, ...] = ("read-only", "workspace-write")
+
+
+@dataclass
+class HostEnv:
+    """What the host side of a run provides to scenarios (built by the harness)."""
+
+    base: Path  # private directory of this runner x mode
+    root: Path  # the workspace root
+    ws: Path  # this scenario's directory inside the workspace
+    outside: Path  # a host directory outside every writable root
+    nonce: str  # unique per scenario run: marks files and processes
+    ports: Mapping[str, int] = field(default_factory=dict)  # tcp, tcp6, udp, dns
+    abstract: str = ""  # abstract unix socket name (without the NUL)
+    unix_path: str = ""  # pathname unix socket outside the workspace
+    victim_pid: int = 0  # a host process outside the sandbox
+    secrets: Mapping[str, str] = field(default_factory=dict)  # env planted on the host
+    hits: Callable[[str], int] = lambda name: 0  # listener hit counters since reset
+    suid_helper: str | None = None  # root-owned setuid `id`, when provided
+    is_root: bool = False
+
+    def fmt(self, text: str) -> str:
+        return text.format(
+            ws=self.ws, root=self.root, outside=self.outside, nonce=self.nonce,
+            tcp=self.ports.get("tcp", 9), tcp6=self.ports.get("tcp6", 9),
+            udp=self.ports.get("udp", 9), dns=self.ports.get("dns", 9),
+            abstract=self.abstract, unix_path=self.unix_path, victim=self.victim_pid,
+            suid=self.suid_helper or "/nonexistent", nonce_short=self.nonce[:8],
+        )
+
+
+@dataclass(frozen=True)
+class RunOutput:
+    """What the command produced, as the executor reported it."""
+
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    stdout: bytes
+    stderr: bytes
+    stdout_text: str
+    stdout_total: int
+    stdout_omitted: int
+    spill_path: str | None
+    denied: bool
+    elapsed_s: float
+
+
+# A check returns None when the expectation holds, else what went wrong.
+Check = Callable[[HostEnv, RunOutput], str | None]
+Setup = Callable[[HostEnv], None]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    family: str
+    purpose: str
+    argv: tuple[str | bytes, ...]  # exact argv; str items are formatted with HostEnv.fmt
+    expect: Mapping[str, Expect]  # per mode
+    check_ok: Check | None = None  # host check when the mode expects "ok"
+    check_blocked: Check | None = None  # host check when the mode expects "blocked"
+    setup: Setup | None = None
+    covers: tuple[str, ...] = ()  # capabilities a runner may declare partial
+    requires: tuple[str, ...] = ()  # programs that must exist inside the sandbox
+    timeout_ms: int = 20_000
+    env: Mapping[str, str] = field(default_factory=dict)  # caller env (trusted)
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    scenario: str
+    runner: str
+    mode: str
+    outcome: Outcome
+    detail: str = ""
+    elapsed_s: float = 0.0
