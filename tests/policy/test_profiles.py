@@ -66,7 +66,7 @@ def test_shipped_profile_matches_schema(name: str) -> None:
     data = tomllib.loads((PROFILES_DIR / f"{name}.toml").read_text())
     assert schema_errors(data, SCHEMA, SCHEMA) == []
     try:
-        import jsonschema
+        import jsonschema  # type: ignore[import-untyped]
     except ImportError:
         return
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
