@@ -1,0 +1,140 @@
+"""``dsh-sandbox profile list|show|validate|explain``.
+
+``explain`` resolves the profile into the canonical policy for a workspace (the
+current directory by default), picks the runner the way ``run`` would
+(``--runner auto`` by default) and prints what that runner will enforce (its
+rules or mounts, network, limits) and what it cannot, with the reasons.  It
+exits 1 when ``run`` would refuse the policy with that runner (fail closed),
+so scripts can check a profile before using it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.modes import SandboxMode
+
+
+@click.group("profile", context_settings={"help_option_names": ["-h", "--help"]})
+def profile() -> None:
+    """List, show, validate and explain profiles."""
+
+
+@profile.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def list_cmd(as_json: bool) -> None:
+    """List the built-in profiles."""
+    from dsh.sandbox.profiles import list_profiles
+
+    profiles = list_profiles()
+    if as_json:
+        click.echo(json.dumps([p.to_dict() for p in profiles], indent=2))
+        return
+    width = max((len(p.name) for p in profiles), default=4)
+    for p in profiles:
+        mode = p.mode.value if p.mode else "(default)"
+        click.echo(f"{p.name:<{width}}  {mode:<18}  {p.description}")
+
+
+@profile.command("show")
+@click.argument("name", metavar="PROFILE")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
+def show_cmd(name: str, as_json: bool) -> None:
+    """Show a profile (built-in name or file) with its `extends` chain merged."""
+    from dsh.sandbox.profiles import load_profile
+
+    data = load_profile(name).to_dict()
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for key, value in data.items():
+        click.echo(f"{key}: {_show(value)}")
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, dict):
+        parts = [f"{k}={v}" for k, v in value.items() if v is not None]
+        return ", ".join(parts) or "none"
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value) or "none"
+    return "none" if value is None or value == "" else str(value)
+
+
+@profile.command("validate")
+@click.argument("name", metavar="PROFILE")
+def validate_cmd(name: str) -> None:
+    """Validate a profile file (or a built-in name).  Errors name the line and the fix."""
+    from dsh.sandbox.profiles import load_profile, validate_profile_file
+
+    # ProfileError is a UsageError: printed with its line and fix, exit 2.
+    loaded = validate_profile_file(name) if os.path.exists(name) else load_profile(name)
+    mode = loaded.mode.value if loaded.mode else "the default mode"
+    chain = f" (extends {' -> '.join(loaded.chain[1:])})" if len(loaded.chain) > 1 else ""
+    click.echo(f"ok: {loaded.source}: profile {loaded.name}, {mode}{chain}")
+
+
+@profile.command("explain")
+@click.argument("name", metavar="PROFILE")
+@click.option("--runner", default="auto", show_default=True, help="The runner to explain.")
+@click.option("--mode", type=click.Choice([m.value for m in SandboxMode]), help="Override the mode.")
+@click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
+def explain_cmd(name: str, runner: str, mode: str | None, workspace: str | None) -> None:
+    """Explain what a runner will enforce for a profile, and what it cannot."""
+    from dsh.sandbox.context import Context
+    from dsh.sandbox.host import SandboxHost, SandboxHostConfig, check_runner_name
+    from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
+
+    check_runner_name(runner)
+    with Context() as ctx:
+        service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
+        policy = service.default_policy
+        click.echo("policy:")
+        for line in describe_policy(policy):
+            click.echo(f"  {line}")
+        if not policy.constrained:
+            click.echo("runner: none; danger-full-access runs the command unwrapped")
+            return
+        host = SandboxHost(ctx, SandboxHostConfig(runner=runner))
+        ctx.provide(host)
+        refused = _explain_runner(host, policy)
+    if refused:
+        raise SystemExit(1)
+
+
+def _explain_runner(host: Any, policy: Any) -> bool:
+    """Print the chosen runner's plan; True when ``run`` would refuse."""
+    try:
+        selection = host.choose(policy)
+    except SandboxUnavailable as exc:
+        click.echo(f"runner: {host.runner_name}: REFUSED (fail closed): {exc.reason}")
+        chosen = host.runner(host.runner_name) if host.runner_name != "auto" else None
+        if chosen is not None:
+            _print_plan(chosen.explain(policy), title="what it would enforce")
+        return True
+    runner, enforcement = selection.runner, selection.enforcement
+    probe = host.probe(runner.name)
+    version = f" ({probe.version})" if probe.version else ""
+    click.echo(f"runner: {runner.name}{version}")
+    click.echo(f"enforcement: {enforcement.describe()}")
+    if enforcement.degradations:
+        click.echo(f"accepted degradations: {', '.join(enforcement.degradations)}")
+    _print_plan(runner.explain(policy), title="enforced")
+    return False
+
+
+def _print_plan(plan: Any, *, title: str) -> None:
+    click.echo(f"{title}:")
+    for rule in plan.rules:
+        click.echo(f"  {rule}")
+    click.echo(f"network: {plan.network}")
+    click.echo("limits: " + ("; ".join(plan.limits) or "none"))
+    if plan.cannot:
+        click.echo("cannot enforce:")
+        for item in plan.cannot:
+            click.echo(f"  {item}")
+    else:
+        click.echo("cannot enforce: nothing")
