@@ -1,0 +1,321 @@
+"""The approval seam (``ctx.approval``): may this exact command run under a more
+permissive sandbox mode, once?
+
+``Approval.approve_escalation`` is the one entry point.  It refuses malformed
+requests itself, remembers session approvals (for the same owner, exact command,
+workdir and mode only), asks the provider's ``decide`` otherwise, and logs every
+decision as a structured record (logger ``dsh.approval`` and a JSONL file).
+A provider that fails, or an approval that cannot be written to the audit log,
+is a denial: escalation fails closed.
+
+Providers: ``approval-deny`` (default: deny everything), ``approval-prompt``
+(asks a person on the terminal) and ``approval-rules`` (a TOML rules file).
+"""
+
+from __future__ import annotations
+
+import abc
+import datetime
+import json
+import logging
+import os
+import select
+import threading
+import time
+import unicodedata
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any, ClassVar, Literal
+
+from dsh.sandbox.context import Context, Service
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.modes import SandboxMode
+
+log = logging.getLogger("dsh.approval")
+
+Outcome = Literal["approve_once", "approve_session", "deny"]
+
+
+@dataclass(frozen=True)
+class EscalationRequest:
+    command: str  # the exact command, as the model sent it
+    workdir: str
+    current_mode: SandboxMode
+    requested_mode: SandboxMode
+    justification: str
+    tool: str
+    owner: str
+
+
+@dataclass(frozen=True)
+class EscalationDecision:
+    outcome: Outcome
+    reason: str = ""
+    provider: str = ""
+
+    @classmethod
+    def approve_once(cls, reason: str = "", provider: str = "") -> EscalationDecision:
+        return cls("approve_once", reason, provider)
+
+    @classmethod
+    def approve_session(cls, reason: str = "", provider: str = "") -> EscalationDecision:
+        return cls("approve_session", reason, provider)
+
+    @classmethod
+    def deny(cls, reason: str, provider: str = "") -> EscalationDecision:
+        return cls("deny", reason, provider)
+
+    @property
+    def approved(self) -> bool:
+        return self.outcome != "deny"
+
+
+@dataclass(frozen=True)
+class ApprovalConfig:
+    #: JSONL audit file; None: ``$DSH_HOME/escalations.jsonl`` (``~/.dsh`` by default).
+    log_file: str | None = None
+    #: False: log records to the ``dsh.approval`` logger only.
+    log_jsonl: bool = True
+
+
+def default_log_file() -> Path:
+    home = os.environ.get("DSH_HOME") or str(Path.home() / ".dsh")
+    return Path(home) / "escalations.jsonl"
+
+
+class Approval(Service):
+    """Service definition of ``ctx.approval``."""
+
+    key: ClassVar[str] = "approval"
+    Config: ClassVar[type[Any]] = ApprovalConfig
+    config: ApprovalConfig
+
+    def __init__(self, ctx: Context | None = None, config: Any = None) -> None:
+        super().__init__(ctx if ctx is not None else Context(), config)
+        self._session: set[tuple[str, str, str, SandboxMode]] = set()
+        self._lock = threading.Lock()
+
+    @property
+    def provider_name(self) -> str:
+        return self.plugin_name or type(self).__name__
+
+    @abc.abstractmethod
+    def decide(self, request: EscalationRequest) -> EscalationDecision:
+        """The provider's own decision for a well-formed, not yet approved request."""
+
+    def approve_escalation(self, request: EscalationRequest) -> EscalationDecision:
+        key = (request.owner, request.command, request.workdir, request.requested_mode)
+        source = "provider"
+        if not request.requested_mode.is_more_permissive_than(request.current_mode):
+            decision = EscalationDecision.deny(
+                f"{request.requested_mode.value} is not more permissive than the current "
+                f"{request.current_mode.value} mode",
+                self.provider_name,
+            )
+            source = "seam"
+        elif not request.justification.strip():
+            decision = EscalationDecision.deny("a justification is required", self.provider_name)
+            source = "seam"
+        else:
+            with self._lock:
+                remembered = key in self._session
+            if remembered:
+                source = "session"
+                decision = EscalationDecision.approve_session(
+                    "approved earlier in this session for this exact command", self.provider_name
+                )
+            else:
+                try:
+                    decision = self.decide(request)
+                except Exception as exc:  # a broken provider denies; it never approves
+                    log.exception("approval provider %s failed", self.provider_name)
+                    decision = EscalationDecision.deny(
+                        f"the approval provider failed: {exc}", self.provider_name
+                    )
+        if not decision.provider:
+            decision = EscalationDecision(decision.outcome, decision.reason, self.provider_name)
+        decision = self._record(request, decision, source)
+        if decision.outcome == "approve_session":
+            with self._lock:
+                self._session.add(key)
+        return decision
+
+    def _record(
+        self, request: EscalationRequest, decision: EscalationDecision, source: str
+    ) -> EscalationDecision:
+        record: dict[str, Any] = {
+            "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds"),
+            **asdict(request),
+            "current_mode": request.current_mode.value,
+            "requested_mode": request.requested_mode.value,
+            "decision": decision.outcome,
+            "reason": decision.reason,
+            "provider": decision.provider,
+            "source": source,
+        }
+        line = json.dumps(record, ensure_ascii=False, sort_keys=True)
+        log.info("escalation %s", line, extra={"escalation": record})
+        if not self.config.log_jsonl:
+            return decision
+        path = Path(self.config.log_file) if self.config.log_file else default_log_file()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:
+            log.error("cannot write the escalation audit log %s: %s", path, exc)
+            if decision.approved:  # an approval nobody can audit is not given
+                return EscalationDecision.deny(
+                    f"the escalation audit log {path} cannot be written ({exc.strerror}); "
+                    "set the approval provider's log_file or DSH_HOME to a writable place",
+                    decision.provider,
+                )
+        return decision
+
+
+class DenyAllApproval(Approval):
+    """``approval-deny``: the default; every escalation is denied."""
+
+    def decide(self, request: EscalationRequest) -> EscalationDecision:
+        return EscalationDecision.deny(
+            "escalation is disabled here (approval-deny); work within the current mode"
+        )
+
+
+# -- asking a person ---------------------------------------------------------------
+def printable(text: str) -> str:
+    """Escape control characters so a command cannot repaint the prompt."""
+    return "".join(
+        c if not unicodedata.category(c).startswith("C") else f"\\x{ord(c):02x}" for c in text
+    )
+
+
+class TerminalPrompter:
+    """Asks yes-once / session / no on a terminal; default No; times out to No."""
+
+    _serial = threading.Lock()  # one question on the terminal at a time
+
+    def __init__(
+        self,
+        timeout_s: float,
+        tty: str = "/dev/tty",
+        input: IO[str] | None = None,
+        output: IO[str] | None = None,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.tty = tty
+        self.input = input
+        self.output = output
+
+    def ask(self, request: EscalationRequest, provider: str) -> EscalationDecision:
+        with self._serial:
+            if self.input is not None and self.output is not None:
+                return self._ask(request, provider, self.input, self.output)
+            try:
+                tty = open(self.tty, "r+", encoding="utf-8", errors="replace")
+            except OSError as exc:
+                return EscalationDecision.deny(
+                    f"no terminal to ask a person ({self.tty}: {exc.strerror})", provider
+                )
+            with tty:
+                return self._ask(request, provider, self.input or tty, self.output or tty)
+
+    def _ask(
+        self, request: EscalationRequest, provider: str, inp: IO[str], out: IO[str]
+    ) -> EscalationDecision:
+        out.write(
+            f"\ndsh-sandbox: escalation requested by {printable(request.owner)} "
+            f"(tool {printable(request.tool)})\n"
+            f"  command:       {printable(request.command)}\n"
+            f"  workdir:       {printable(request.workdir)}\n"
+            f"  mode:          {request.current_mode.value} -> {request.requested_mode.value}\n"
+            f"  justification: {printable(request.justification)}\n"
+            f"Run it under {request.requested_mode.value}? [y] once, [s] this exact command for "
+            f"the session, [N]o (default; no answer in {self.timeout_s:g}s denies): "
+        )
+        out.flush()
+        answer = self._read_line(inp)
+        if answer is None:
+            out.write("\n(no answer: denied)\n")
+            out.flush()
+            return EscalationDecision.deny(f"no answer within {self.timeout_s:g}s", provider)
+        word = answer.strip().lower()
+        if word in ("y", "yes"):
+            return EscalationDecision.approve_once("approved at the terminal", provider)
+        if word in ("s", "session"):
+            return EscalationDecision.approve_session("approved at the terminal", provider)
+        return EscalationDecision.deny("denied at the terminal", provider)
+
+    def _read_line(self, inp: IO[str]) -> str | None:
+        """One line within the timeout; None on timeout or end of input."""
+        try:
+            fd = inp.fileno()
+        except (OSError, ValueError, AttributeError):
+            line = inp.readline()  # an in-memory stream cannot block
+            return line if line else None
+        deadline = time.monotonic() + self.timeout_s
+        data = b""
+        while b"\n" not in data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(fd, 1024)
+            if not chunk:
+                return data.decode("utf-8", "replace") if data else None
+            data += chunk
+        return data.split(b"\n", 1)[0].decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class PromptConfig(ApprovalConfig):
+    timeout_s: float = 60.0
+    tty: str = "/dev/tty"
+
+
+class PromptApproval(Approval):
+    """``approval-prompt``: a person answers on the terminal (or the given streams)."""
+
+    Config: ClassVar[type[Any]] = PromptConfig
+    config: PromptConfig
+
+    def __init__(
+        self,
+        ctx: Context | None = None,
+        config: PromptConfig | None = None,
+        *,
+        input: IO[str] | None = None,
+        output: IO[str] | None = None,
+    ) -> None:
+        super().__init__(ctx, config)
+        if self.config.timeout_s <= 0:
+            raise ConfigError(f"approval-prompt: timeout_s must be > 0, got {self.config.timeout_s}")
+        self.prompter = TerminalPrompter(self.config.timeout_s, self.config.tty, input, output)
+
+    def decide(self, request: EscalationRequest) -> EscalationDecision:
+        return self.prompter.ask(request, self.provider_name)
+
+
+def __getattr__(name: str) -> Any:
+    """``RulesApproval`` lives in ``approval_rules`` (which imports this module);
+    resolved lazily so the ``approval-rules`` entry point can name it here."""
+    if name in ("RulesApproval", "RulesConfig", "Rule", "load_rules"):
+        from dsh.sandbox import approval_rules
+
+        return getattr(approval_rules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "Approval",
+    "ApprovalConfig",
+    "DenyAllApproval",
+    "EscalationDecision",
+    "EscalationRequest",
+    "PromptApproval",
+    "PromptConfig",
+    "TerminalPrompter",
+]

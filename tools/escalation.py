@@ -1,0 +1,114 @@
+"""One-shot, approval-gated escalation for the shell tools (seed 001).
+
+A call that carries ``sandbox_permissions`` asks to run *its exact command*
+once under a strictly more permissive mode than the session's.  The request
+is refused before anything runs when the mode is unknown, equal or stricter,
+or the justification is missing; otherwise ``ctx.approval`` decides (the
+deny-all provider when none is mounted).  Only an approval lets the tool run,
+and only that command, once, under that mode; session approvals are the
+approval seam's, keyed by the exact command.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+from dsh.executors.seam import ShellExecutor
+from dsh.sandbox.approval import Approval, DenyAllApproval, EscalationRequest
+from dsh.sandbox.context import Context
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.modes import SandboxMode
+from dsh.tools.render import escalation_line
+
+
+class EscalationRejected(Exception):
+    """The escalation was refused; ``message`` is what the model reads."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Escalation:
+    mode: SandboxMode
+    scope: str  # "once" or "session"
+
+    @property
+    def marker(self) -> str:
+        return escalation_line(self.mode, self.scope)
+
+
+def _reject(why: str) -> EscalationRejected:
+    return EscalationRejected(f"Escalation rejected: {why} Nothing was run.")
+
+
+def requested_mode(shell: ShellExecutor, args: dict[str, Any]) -> SandboxMode | None:
+    """Check the escalation fields without asking anyone; None when none was asked.
+
+    Raises ``EscalationRejected`` for a request that can never be approved.
+    """
+    raw = args.get("sandbox_permissions")
+    if raw is None:
+        if "justification" in args:
+            raise _reject("justification was given without sandbox_permissions (the mode to ask for).")
+        return None
+    current = shell.sandbox_mode
+    if current is None or not shell.constraining:
+        raise _reject("commands here are not sandboxed, so there is nothing to escalate.")
+    try:
+        mode = SandboxMode.parse(raw, field="sandbox_permissions")
+    except ConfigError as exc:
+        raise _reject(f"{exc}.") from None
+    if not mode.is_more_permissive_than(current):
+        raise _reject(
+            f"sandbox_permissions {mode.value!r} is not more permissive than the current "
+            f"{current.value!r} mode; escalation can only ask for more access "
+            f"(more permissive than {current.value}: "
+            + ", ".join(m.value for m in SandboxMode if m.is_more_permissive_than(current))
+            + ")."
+        )
+    if not str(args.get("justification", "")).strip():
+        raise _reject(
+            f"a justification is required: say why this exact command needs {mode.value} access."
+        )
+    return mode
+
+
+def approval_of(ctx: Context) -> Approval:
+    service = ctx.get("approval")
+    if service is None:
+        return DenyAllApproval(ctx)
+    return cast(Approval, service)
+
+
+def authorize(
+    ctx: Context,
+    shell: ShellExecutor,
+    *,
+    mode: SandboxMode,
+    command: str,
+    workdir: str,
+    justification: str,
+    tool: str,
+    owner: str,
+) -> Escalation:
+    """Ask ``ctx.approval`` about this exact call; raise ``EscalationRejected`` on deny."""
+    current = shell.sandbox_mode
+    assert current is not None  # requested_mode() checked it
+    decision = approval_of(ctx).approve_escalation(
+        EscalationRequest(
+            command=command,
+            workdir=workdir,
+            current_mode=current,
+            requested_mode=mode,
+            justification=justification.strip(),
+            tool=tool,
+            owner=owner,
+        )
+    )
+    if not decision.approved:
+        by = f" by {decision.provider}" if decision.provider else ""
+        raise _reject(f"running this command under {mode.value} was denied{by}: {decision.reason}.")
+    return Escalation(mode, "session" if decision.outcome == "approve_session" else "once")
