@@ -15,7 +15,6 @@ symlink); the roots they hang off are fixed at configure time.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,65 +24,18 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import (
+    ALWAYS_PROTECTED,
+    canonical,
+    expand,
+    is_within,
+    protected_under,
+    sorted_paths,
+    system_dir_reason,
+)
 from dsh.sandbox.profiles import Profile, load_profile
 
-ALWAYS_PROTECTED = (".git", ".dsh")
-
-# Never writable outside danger-full-access: these trees and everything in them
-# (writing there changes the system for every later command) ...
-SYSTEM_TREES = tuple(
-    Path(p)
-    for p in (
-        "/bin",
-        "/boot",
-        "/dev",
-        "/etc",
-        "/lib",
-        "/lib32",
-        "/lib64",
-        "/libx32",
-        "/proc",
-        "/sbin",
-        "/sys",
-        "/usr/bin",
-        "/usr/sbin",
-        "/usr/lib",
-        "/usr/lib32",
-        "/usr/lib64",
-        "/usr/libexec",
-        "/usr/include",
-        "/usr/share",
-        "/usr/local/bin",
-        "/usr/local/sbin",
-        "/usr/local/lib",
-        "/System",
-        "/private/etc",
-    )
-)
-# ... and these directories themselves (their subdirectories are ordinary
-# places for projects, e.g. /home/me/src or /usr/src/app).
-SYSTEM_DIRS = tuple(
-    Path(p)
-    for p in (
-        "/",
-        "/home",
-        "/Users",
-        "/var",
-        "/run",
-        "/opt",
-        "/srv",
-        "/root",
-        "/mnt",
-        "/media",
-        "/Applications",
-        "/Library",
-        "/private",
-        "/private/var",
-    )
-)
-
-_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
-_GITDIR_MAX = 4096
+__all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
 
 
 @dataclass(frozen=True)
@@ -94,96 +46,6 @@ class PolicyConfig:
     writable: tuple[str, ...] = ()  # extra writable roots (must exist)
     network: bool | None = None  # overrides the profile
     accept_degraded: tuple[str, ...] = ()
-
-
-# -- paths ----------------------------------------------------------------------------
-def canonical(path: str | Path, base: Path | None = None) -> Path:
-    """Absolute path with symlinks and ``..`` resolved (missing tails kept lexically)."""
-    p = Path(path)
-    if not p.is_absolute():
-        p = (base or Path.cwd()) / p
-    return Path(os.path.realpath(p))
-
-
-def expand(text: str) -> str | None:
-    """``~`` and ``$VAR``/``${VAR}`` expanded; ``None`` when a variable is unset."""
-    missing: list[str] = []
-
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2)
-        value = os.environ.get(name)
-        if value is None:
-            missing.append(name)
-            return m.group(0)
-        return value
-
-    out = _VAR.sub(sub, os.path.expanduser(text))
-    return None if missing else out
-
-
-def is_within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def system_dir_reason(path: Path) -> str | None:
-    """Why ``path`` (canonical) may not be a writable root, or ``None``."""
-    for tree in SYSTEM_TREES:
-        if is_within(path, tree):
-            return f"it is inside the system directory {tree}"
-        if path in tree.parents:
-            return f"it contains the system directory {tree}"
-    if path in SYSTEM_DIRS:
-        return "it is a system directory"
-    return None
-
-
-def git_dirs(dot_git: Path) -> list[Path]:
-    """The real git dir(s) a ``.git`` *file* points to (``gitdir: <path>``).
-
-    A worktree's git dir has a ``commondir`` file naming the main repository's
-    git dir (hooks, config): that one is returned too.
-    """
-    found: list[Path] = []
-    try:
-        if not dot_git.is_file():
-            return found
-        with open(dot_git, encoding="utf-8", errors="replace") as fh:
-            text = fh.read(_GITDIR_MAX)
-    except OSError:
-        return found
-    for line in text.splitlines():
-        if line.startswith("gitdir:"):
-            target = canonical(line[len("gitdir:") :].strip(), dot_git.parent)
-            found.append(target)
-            try:
-                common = (target / "commondir").read_text(encoding="utf-8").strip()
-            except (OSError, UnicodeDecodeError):
-                common = ""
-            if common:
-                found.append(canonical(common, target))
-            break
-    return found
-
-
-def protected_under(root: Path, names: Iterable[str]) -> set[Path]:
-    """Protected paths of one writable root, existing or not.
-
-    Each ``<root>/<name>`` is kept as named (so it stays read-only even before it
-    exists) plus its canonical target when it is (or goes through) a symlink,
-    plus the git dir(s) a ``.git`` file points to.
-    """
-    out: set[Path] = set()
-    for name in names:
-        named = root / name
-        out.add(named)
-        out.add(canonical(named))
-        if name == ".git":
-            out.update(git_dirs(named))
-    return out
-
-
-def _sorted(paths: Iterable[Path]) -> tuple[Path, ...]:
-    return tuple(sorted(set(paths)))
 
 
 def _names(values: Iterable[str]) -> tuple[str, ...]:
@@ -220,28 +82,21 @@ class PolicyService(Service):
         shown = raw if raw is not None else os.getcwd()
         path = canonical(os.path.expanduser(shown))
         if not path.exists():
-            raise ConfigError(
-                f"workspace: {shown} does not exist; create it or pass --workspace DIR"
-            )
+            raise ConfigError(f"workspace: {shown} does not exist; create it or pass --workspace DIR")
         if not path.is_dir():
-            raise ConfigError(
-                f"workspace: {shown} is a file, not a directory; pass --workspace DIR"
-            )
+            raise ConfigError(f"workspace: {shown} is a file, not a directory; pass --workspace DIR")
         return path
 
     def _check_flag_root(self, raw: str) -> Path:
         expanded = expand(raw)
         if expanded is None:
             raise ConfigError(
-                f"--writable {raw}: names an unset environment variable; "
-                "set it or pass the directory itself"
+                f"--writable {raw}: names an unset environment variable; set it or pass the directory itself"
             )
         path = canonical(expanded, self._workspace)
         if not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
-            raise ConfigError(
-                f"--writable {raw}: {path} {what}; create the directory or drop the flag"
-            )
+            raise ConfigError(f"--writable {raw}: {path} {what}; create the directory or drop the flag")
         return path
 
     # -- accessors ---------------------------------------------------------------------
@@ -281,27 +136,33 @@ class PolicyService(Service):
         network = self.config.network
         if network is None:
             network = bool(profile.network)
-        writable: list[Path] = []
+        roots: list[tuple[str, Path]] = []
         missing: list[Path] = []
         if chosen is SandboxMode.WORKSPACE_WRITE:
-            writable, missing = self._writable_roots()
+            roots, missing = self._writable_roots()
         protected: set[Path] = set()
-        for root in writable:
+        for _label, root in roots:
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
+        read_only = self._paths("read_only_paths", profile.read_only_paths)
+        # A missing hidden path holds nothing to hide (runners mask what exists).
+        hidden = [p for p in self._paths("hidden_paths", profile.hidden_paths) if os.path.lexists(p)]
+        _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", hidden)])
         return SandboxPolicy(
-            writable_roots=_sorted(writable),
-            protected_paths=_sorted(protected),
-            read_only_paths=_sorted(self._paths("read_only_paths", profile.read_only_paths)),
-            hidden_paths=_sorted(
-                p for p in self._paths("hidden_paths", profile.hidden_paths) if os.path.lexists(p)
-            ),
+            writable_roots=sorted_paths(path for _label, path in roots),
+            protected_paths=sorted_paths(protected),
+            read_only_paths=sorted_paths(read_only),
+            hidden_paths=sorted_paths(hidden),
             network=network,
-            missing_roots=_sorted(missing),
+            missing_roots=sorted_paths(missing),
             **common,
         )
 
-    def _writable_roots(self) -> tuple[list[Path], list[Path]]:
-        """Workspace, profile roots, flag roots, and /tmp + $TMPDIR unless excluded."""
+    def _writable_roots(self) -> tuple[list[tuple[str, Path]], list[Path]]:
+        """Workspace, profile roots, flag roots, and /tmp + $TMPDIR unless excluded.
+
+        Returns the roots with a label naming where each came from (for errors)
+        and the missing ones.  Refuses system directories.
+        """
         roots: list[tuple[str, Path]] = [("workspace", self._workspace)]
         missing: list[Path] = []
         for raw in self._profile.writable_roots:
@@ -314,10 +175,7 @@ class PolicyService(Service):
                 roots.append((f"profile {self._profile.name}: writable_roots entry {raw!r}", path))
             else:
                 missing.append(path)
-        roots.extend(
-            (f"--writable {raw}", path)
-            for raw, path in zip(self.config.writable, self._extra, strict=True)
-        )
+        roots.extend((f"--writable {raw}", path) for raw, path in zip(self.config.writable, self._extra, strict=True))
         if not self._profile.exclude_tmp:
             for label, raw_tmp in (("/tmp", "/tmp"), ("$TMPDIR", os.environ.get("TMPDIR"))):
                 if raw_tmp:
@@ -329,16 +187,14 @@ class PolicyService(Service):
         for label, path in roots:
             reason = system_dir_reason(path)
             if reason is not None:
-                fix = (
-                    "use exclude_tmp = true in the profile or set TMPDIR to a private directory"
-                    if label.startswith("$TMPDIR")
-                    else "name a project directory instead, or use --mode danger-full-access"
-                )
-                raise ConfigError(
-                    f"{label}: refusing to make {path} writable in workspace-write "
-                    f"({reason}); {fix}"
-                )
-        return [path for _label, path in roots], missing
+                if label.startswith("$TMPDIR"):
+                    fix = "use exclude_tmp = true in the profile or set TMPDIR to a private directory"
+                elif label == "workspace":
+                    fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
+                else:
+                    fix = "name a project directory instead, or use --mode danger-full-access"
+                raise ConfigError(f"{label}: refusing to make {path} writable in workspace-write ({reason}); {fix}")
+        return roots, missing
 
     def _paths(self, key: str, raws: Iterable[str]) -> list[Path]:
         out: list[Path] = []
@@ -352,6 +208,24 @@ class PolicyService(Service):
                 )
             out.append(canonical(expanded, self._workspace))
         return out
+
+
+def _refuse_overlaps(roots: Iterable[tuple[str, Path]], rules: Iterable[tuple[str, Iterable[Path]]]) -> None:
+    """A writable root inside a protected, read-only or hidden path is refused.
+
+    Runners bind writable roots, so a root such as ``<ws>/.git/hooks`` would be
+    bound writable over the read-only ``.git`` and defeat it.
+    """
+    rule_list = [(kind, list(paths)) for kind, paths in rules]
+    for label, root in roots:
+        for kind, paths in rule_list:
+            for path in paths:
+                if is_within(root, path):
+                    raise ConfigError(
+                        f"{label}: {root} is inside the {kind} path {path}, which stays "
+                        f"{'unreadable' if kind == 'hidden' else 'read-only'}; drop this root "
+                        "or use --mode danger-full-access"
+                    )
 
 
 # -- describing -------------------------------------------------------------------------

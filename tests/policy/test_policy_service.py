@@ -83,9 +83,7 @@ def test_unknown_mode_and_profile_are_config_errors(workspace: Path) -> None:
         service(workspace, profile="pyhton")
 
 
-def test_workspace_fixed_at_configure_time(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_workspace_fixed_at_configure_time(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(workspace)
     svc = PolicyService(Context())
     elsewhere = tmp_path / "elsewhere"
@@ -99,9 +97,7 @@ def test_missing_workspace(tmp_path: Path) -> None:
     missing = tmp_path / "nope"
     with pytest.raises(ConfigError) as info:
         service(missing)
-    assert str(info.value) == (
-        f"workspace: {missing} does not exist; create it or pass --workspace DIR"
-    )
+    assert str(info.value) == (f"workspace: {missing} does not exist; create it or pass --workspace DIR")
 
 
 def test_workspace_that_is_a_file(tmp_path: Path) -> None:
@@ -136,8 +132,7 @@ def test_missing_profile_root_is_reported_not_writable(
     monkeypatch.delenv("NO_SUCH_VAR_DSH", raising=False)
     prof = profile_file(
         tmp_path,
-        f'mode = "workspace-write"\nwritable_roots = '
-        f'["{tmp_path}/gone", "$NO_SUCH_VAR_DSH/x", "rel"]\n',
+        f'mode = "workspace-write"\nwritable_roots = ["{tmp_path}/gone", "$NO_SUCH_VAR_DSH/x", "rel"]\n',
     )
     (workspace / "rel").mkdir()
     policy = service(workspace, profile=prof).resolve()
@@ -148,9 +143,7 @@ def test_missing_profile_root_is_reported_not_writable(
     assert any("missing roots" in line for line in describe_policy(policy))
 
 
-def test_profile_roots_expand_home_and_vars(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_profile_roots_expand_home_and_vars(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     (home / ".cache" / "pip").mkdir(parents=True)
     (tmp_path / "v").mkdir()
@@ -232,17 +225,13 @@ def test_tmp_and_tmpdir(workspace: Path, tmp_path: Path, monkeypatch: pytest.Mon
     assert excluded.writable_roots == (workspace,)
 
 
-def test_missing_tmpdir_is_reported(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_tmpdir_is_reported(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path / "gone"))
     policy = service(workspace).resolve()
     assert tmp_path / "gone" in policy.missing_roots
 
 
-def test_tmpdir_pointing_at_system_dir_refused(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_tmpdir_pointing_at_system_dir_refused(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", "/etc")
     with pytest.raises(ConfigError, match=r"\$TMPDIR \(/etc\): refusing .* exclude_tmp"):
         service(workspace)
@@ -322,9 +311,7 @@ def test_protected_paths_recomputed_per_resolve(workspace: Path, tmp_path: Path)
 
 
 # -- read-only and hidden paths ------------------------------------------------------------
-def test_read_only_and_hidden_paths_canonical(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_read_only_and_hidden_paths_canonical(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (workspace / "real-secrets").mkdir()
@@ -362,9 +349,7 @@ def test_equal_policies_hash_equal(workspace: Path, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    one = service(
-        workspace, profile="python", writable=(str(a), str(b)), accept_degraded=("z-z", "a-a")
-    ).resolve()
+    one = service(workspace, profile="python", writable=(str(a), str(b)), accept_degraded=("z-z", "a-a")).resolve()
     two = service(
         workspace,
         profile="python",
@@ -401,3 +386,58 @@ def test_describe_policy_lists_everything(workspace: Path) -> None:
     assert "network: off" in lines
     assert "max_memory=4GiB" in text and "max_processes=512" in text
     assert "runners: any" in lines and "env passthrough: " in text
+
+
+# -- roots that would defeat a rule -----------------------------------------------------------
+def test_root_inside_protected_path_refused(workspace: Path, tmp_path: Path) -> None:
+    hooks = workspace / ".git" / "hooks"
+    hooks.mkdir(parents=True)
+    with pytest.raises(ConfigError) as info:
+        service(workspace, writable=(str(hooks),))
+    assert str(info.value) == (
+        f"--writable {hooks}: {hooks} is inside the protected path {workspace / '.git'}, which "
+        "stays read-only; drop this root or use --mode danger-full-access"
+    )
+    prof = profile_file(tmp_path, 'extends = "workspace-write"\nwritable_roots = [".git"]\n')
+    with pytest.raises(ConfigError, match=r"writable_roots entry '\.git'.*protected path"):
+        service(workspace, profile=prof)
+
+
+def test_root_inside_hidden_or_read_only_path_refused(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "secrets" / "cache").mkdir(parents=True)
+    for key in ("hidden_paths", "read_only_paths"):
+        prof = profile_file(tmp_path, f'{key} = ["secrets"]\n')
+        with pytest.raises(ConfigError, match=r"is inside the (hidden|read-only) path"):
+            service(workspace, profile=prof, writable=(str(workspace / "secrets" / "cache"),))
+
+
+def test_protected_symlink_to_an_ancestor_fails_closed(workspace: Path) -> None:
+    # A checked-out repository can carry `.git -> ..`: protecting its target would
+    # make the workspace itself read-only, so the session refuses to start.
+    (workspace / ".git").symlink_to("..")
+    with pytest.raises(ConfigError, match="workspace: .* is inside the protected path"):
+        service(workspace)
+
+
+def test_home_directory_is_not_a_writable_root(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    (home / "src").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(ConfigError, match="it is your home directory"):
+        service(workspace, writable=("~",))
+    with pytest.raises(ConfigError, match=r"workspace: refusing .* home directory.*--workspace"):
+        service(home)
+    assert home / "src" in service(workspace, writable=("~/src",)).resolve().writable_roots
+
+
+def test_fifo_git_file_and_commondir_do_not_hang(workspace: Path, tmp_path: Path) -> None:
+    os.mkfifo(workspace / ".git")
+    assert workspace / ".git" in service(workspace).resolve().protected_paths
+    (workspace / ".git").unlink()
+    gitdir = tmp_path / "wt"
+    gitdir.mkdir()
+    os.mkfifo(gitdir / "commondir")
+    (workspace / ".git").write_text(f"gitdir: {gitdir}\n")
+    assert gitdir in service(workspace).resolve().protected_paths

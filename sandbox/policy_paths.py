@@ -1,0 +1,149 @@
+"""Path rules of the policy service: canonical forms, system directories, protected paths.
+
+Pure functions over the filesystem as it is now; the service (``policy_service``)
+decides when to call them.  Everything returned is absolute and canonical
+(symlinks and ``..`` resolved; a missing tail is kept as written).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+ALWAYS_PROTECTED = (".git", ".dsh")
+
+# Never writable outside danger-full-access: these trees and everything in them
+# (writing there changes the system for every later command) ...
+# fmt: off
+SYSTEM_TREES = tuple(Path(p) for p in (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin",
+    "/sys", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec",
+    "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
+    "/System", "/private/etc",
+))
+# ... and these directories themselves (their subdirectories are ordinary
+# places for projects, e.g. /home/me/src or /usr/src/app).
+SYSTEM_DIRS = tuple(Path(p) for p in (
+    "/", "/home", "/Users", "/var", "/run", "/opt", "/srv", "/root", "/mnt", "/media",
+    "/Applications", "/Library", "/private", "/private/var",
+))
+# fmt: on
+
+_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_SMALL_FILE_MAX = 4096
+
+
+def canonical(path: str | Path, base: Path | None = None) -> Path:
+    """Absolute path with symlinks and ``..`` resolved (missing tails kept lexically)."""
+    p = Path(path)
+    if not p.is_absolute():
+        p = (base or Path.cwd()) / p
+    return Path(os.path.realpath(p))
+
+
+def expand(text: str) -> str | None:
+    """``~`` and ``$VAR``/``${VAR}`` expanded; ``None`` when a variable is unset."""
+    missing: list[str] = []
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        value = os.environ.get(name)
+        if value is None:
+            missing.append(name)
+            return m.group(0)
+        return value
+
+    out = _VAR.sub(sub, os.path.expanduser(text))
+    return None if missing else out
+
+
+def is_within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def home_dir() -> Path | None:
+    try:
+        return canonical(Path.home())
+    except RuntimeError:  # no HOME and no passwd entry
+        return None
+
+
+def system_dir_reason(path: Path) -> str | None:
+    """Why ``path`` (canonical) may not be a writable root, or ``None``."""
+    for tree in SYSTEM_TREES:
+        if is_within(path, tree):
+            return f"it is inside the system directory {tree}"
+        if path in tree.parents:
+            return f"it contains the system directory {tree}"
+    if path in SYSTEM_DIRS:
+        return "it is a system directory"
+    home = home_dir()
+    if path == home:
+        # Shell start-up files and ~/.ssh live there: writing them outlives the sandbox.
+        return "it is your home directory (shell start-up files, ~/.ssh)"
+    return None
+
+
+def read_small_file(path: Path) -> str | None:
+    """The start of a regular file, or ``None``.
+
+    Opened non-blocking and checked after opening, so a FIFO or device swapped in
+    under a name (``.git``, ``commondir``) can neither hang nor feed the reader.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, _SMALL_FILE_MAX).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def git_dirs(dot_git: Path) -> list[Path]:
+    """The real git dir(s) a ``.git`` *file* points to (``gitdir: <path>``).
+
+    A relative ``gitdir`` is relative to the ``.git`` file's directory.  A
+    worktree's git dir has a ``commondir`` file naming the main repository's git
+    dir (hooks, config run on the host): that one is returned too.
+    """
+    text = read_small_file(dot_git)
+    if text is None:
+        return []
+    for line in text.splitlines():
+        if line.startswith("gitdir:"):
+            target = canonical(line[len("gitdir:") :].strip(), dot_git.parent)
+            found = [target]
+            common = (read_small_file(target / "commondir") or "").strip()
+            if common:
+                found.append(canonical(common.splitlines()[0], target))
+            return found
+    return []
+
+
+def protected_under(root: Path, names: Iterable[str]) -> set[Path]:
+    """Protected paths of one writable root, existing or not.
+
+    Each ``<root>/<name>`` is kept as named (so it stays read-only even before it
+    exists) plus its canonical target when it is (or goes through) a symlink,
+    plus the git dir(s) a ``.git`` file points to.
+    """
+    out: set[Path] = set()
+    for name in names:
+        named = root / name
+        out.add(named)
+        out.add(canonical(named))
+        if name == ".git":
+            out.update(git_dirs(named))
+    return out
+
+
+def sorted_paths(paths: Iterable[Path]) -> tuple[Path, ...]:
+    return tuple(sorted(set(paths)))
