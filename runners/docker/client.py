@@ -1,0 +1,185 @@
+"""Docker client access shared by the runner, the image builder and prune.
+
+The ``docker`` SDK is imported here, inside functions, so importing the runner
+(or running ``dsh-sandbox run`` with another runner) never loads it.
+Connection follows ``DOCKER_HOST`` & co. (``docker.from_env()``), which is how
+a daemon on another machine is used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+from typing import Any
+
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+
+DEFAULT_IMAGE = "dsh-sandbox/runtime:latest"
+LABEL = "dsh-sandbox"
+LABEL_OWNER_PID = "dsh-sandbox.owner-pid"
+LABEL_OWNER_START = "dsh-sandbox.owner-start"
+LABEL_OWNER_HOST = "dsh-sandbox.owner-host"
+LABEL_PLACEHOLDERS = "dsh-sandbox.placeholders"  # empty dirs this container created
+LABEL_PROTECTED = "dsh-sandbox.protected"  # paths it binds read-only
+INSTALL_HINT = "install the docker extra: pip install 'dsh-sandbox[docker]'"
+START_HINT = (
+    "start it: dockerd --bridge=none --iptables=false (or: systemctl start docker), "
+    "or point DOCKER_HOST at a running daemon"
+)
+BUILD_HINT = "build it (no registry needed): dsh-sandbox image build"
+
+# The docker reference grammar, simplified: [host[:port]/]path[:tag][@digest].
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_RE = re.compile(
+    rf"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?$"
+)
+
+
+def docker_host() -> str:
+    return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+
+
+def import_sdk() -> Any:
+    try:
+        import docker  # type: ignore[import-untyped]
+    except ImportError:
+        raise SandboxUnavailable(INSTALL_HINT, runner="docker") from None
+    return docker
+
+
+def connect(timeout: int = 60) -> Any:
+    """A ``docker.DockerClient`` for ``DOCKER_HOST``; ``SandboxUnavailable`` if down."""
+    docker = import_sdk()
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except Exception as exc:  # the SDK raises DockerException, requests and OS errors
+        raise SandboxUnavailable(
+            f"Docker daemon not reachable at {docker_host()}: {_first_line(exc)}; {START_HINT}",
+            runner="docker",
+        ) from None
+    return client
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def validate_image_name(image: object, *, field: str = "image") -> str:
+    if not isinstance(image, str) or not _IMAGE_RE.match(image):
+        raise ConfigError(
+            f"docker runner {field}: {image!r} is not a valid image reference "
+            f"(lowercase name, optional :tag), e.g. {DEFAULT_IMAGE}"
+        )
+    return image
+
+
+def split_tag(image: str) -> tuple[str, str]:
+    """``repo[:tag]`` -> (repo, tag), a registry port not mistaken for a tag."""
+    name, sep, tag = image.rpartition(":")
+    if sep and "/" not in tag:
+        return name, tag
+    return image, "latest"
+
+
+def find_image(client: Any, image: str) -> str | None:
+    """The local image id of ``image``, or ``None``.  Never pulls."""
+    from docker.errors import APIError, ImageNotFound  # type: ignore[import-untyped]
+
+    try:
+        return str(client.api.inspect_image(image)["Id"])
+    except ImageNotFound:
+        return None
+    except APIError as exc:
+        if exc.status_code == 400:  # "invalid reference format"
+            raise ConfigError(
+                f"docker runner image: {image!r} is rejected by the daemon "
+                f"({_first_line(exc)}); use a reference like {DEFAULT_IMAGE}"
+            ) from None
+        raise
+
+
+def process_start_time(pid: int) -> str | None:
+    """The kernel start time of ``pid`` (guards against pid reuse), ``None`` if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # Field 22, counted after the parenthesised command name (which may hold spaces).
+    return stat.rsplit(b")", 1)[1].split()[19].decode()
+
+
+def owner_labels() -> dict[str, str]:
+    pid = os.getpid()
+    return {
+        LABEL: "1",
+        LABEL_OWNER_PID: str(pid),
+        LABEL_OWNER_START: process_start_time(pid) or "",
+        LABEL_OWNER_HOST: socket.gethostname(),
+    }
+
+
+def owner_alive(labels: dict[str, str]) -> bool:
+    """True unless the container's owner process is known to be gone.
+
+    A container made from another machine (``DOCKER_HOST``) cannot be judged
+    from here, so it counts as alive; ``prune --all`` removes those.
+    """
+    if labels.get(LABEL_OWNER_HOST) != socket.gethostname():
+        return True
+    try:
+        pid = int(labels.get(LABEL_OWNER_PID, ""))
+    except ValueError:
+        return False
+    start = process_start_time(pid)
+    return start is not None and start == labels.get(LABEL_OWNER_START, start)
+
+
+def remove_container(client: Any, container_id: str) -> bool:
+    """Force-remove a container (and its anonymous volumes); False if already gone."""
+    from docker.errors import NotFound
+
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except NotFound:
+        return False
+    return True
+
+
+def _json_list(labels: dict[str, str], key: str) -> list[str]:
+    try:
+        value = json.loads(labels.get(key, "[]"))
+    except ValueError:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def remove_placeholders(client: Any, paths: list[str]) -> list[str]:
+    """Remove placeholder dirs that no remaining container binds and that are still empty.
+
+    Another session's container may bind the same missing protected path; its
+    label keeps the placeholder alive until that container goes too.
+    """
+    if not paths:
+        return []
+    in_use: set[str] = set()
+    for container in client.api.containers(all=True, filters={"label": LABEL}):
+        in_use.update(_json_list(container.get("Labels") or {}, LABEL_PROTECTED))
+    removed = []
+    for path in paths:
+        if path in in_use:
+            continue
+        with contextlib.suppress(OSError):  # not empty (or gone): the user's now
+            os.rmdir(path)
+            removed.append(path)
+    return removed
+
+
+def placeholders_of(labels: dict[str, str]) -> list[str]:
+    return _json_list(labels, LABEL_PLACEHOLDERS)

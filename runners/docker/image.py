@@ -1,0 +1,215 @@
+"""Build the docker runner's image locally, without a registry.
+
+The image is a root filesystem assembled here from the host's own programs
+(bash, dash, GNU coreutils, grep, sed, findutils, util-linux ``setsid``,
+procps ``ps``/``kill``), each copied with the shared libraries ``ldd`` names,
+topped up with Debian's ``busybox-static`` applets for every command the host
+did not provide.  The tar is written in memory (no staging directory, all
+entries owned by root) and ``docker import``ed through the SDK.
+
+Nothing is pulled: ``dsh-sandbox image build`` works on an offline machine.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dsh.runners.docker.client import (
+    DEFAULT_IMAGE,
+    connect,
+    find_image,
+    split_tag,
+    validate_image_name,
+)
+from dsh.sandbox.errors import SandboxUnavailable
+
+# Programs copied from the host when present.  ``bash``, ``sh``, ``kill`` and
+# ``setsid`` are required (the runner's kill script needs bash); busybox can
+# supply every one except bash.
+HOST_PROGRAMS: tuple[str, ...] = (
+    "bash", "sh", "dash", "env", "kill", "ps", "setsid", "grep", "egrep", "fgrep", "sed",
+    "find", "xargs", "tar", "gzip", "diff", "cmp", "which", "awk", "mawk",
+    # GNU coreutils
+    "arch", "base64", "basename", "cat", "chgrp", "chmod", "chown", "cksum", "comm", "cp",
+    "csplit", "cut", "date", "dd", "df", "dir", "dircolors", "dirname", "du", "echo", "expand",
+    "expr", "factor", "false", "fmt", "fold", "head", "hostid", "id", "install", "join",
+    "link", "ln", "logname", "ls", "md5sum", "mkdir", "mkfifo", "mknod", "mktemp", "mv",
+    "nice", "nl", "nohup", "nproc", "numfmt", "od", "paste", "pathchk", "pr", "printenv",
+    "printf", "ptx", "pwd", "readlink", "realpath", "rm", "rmdir", "seq", "sha1sum",
+    "sha256sum", "sha512sum", "shred", "shuf", "sleep", "sort", "split", "stat", "stdbuf",
+    "stty", "sum", "sync", "tac", "tail", "tee", "test", "timeout", "touch", "tr", "true",
+    "truncate", "tsort", "tty", "uname", "unexpand", "uniq", "unlink", "users", "wc", "who",
+    "whoami", "yes",
+)
+REQUIRED: tuple[str, ...] = ("bash", "sh", "kill", "setsid", "ps", "cat", "sleep", "ls")
+BIN_DIR = "usr/bin"
+PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_LDD_PATH = re.compile(r"(/\S+)\s+\(0x[0-9a-f]+\)")
+
+
+@dataclass
+class RootfsPlan:
+    """What goes into the image: host files by destination, symlinks, notes."""
+
+    files: dict[str, Path] = field(default_factory=dict)  # dest (no leading /) -> host file
+    symlinks: dict[str, str] = field(default_factory=dict)  # dest -> target
+    programs: list[str] = field(default_factory=list)  # copied from the host
+    busybox_applets: list[str] = field(default_factory=list)
+
+
+def shared_libraries(binary: Path) -> list[Path]:
+    """The libraries (and the ELF interpreter) ``ldd`` says ``binary`` loads."""
+    result = subprocess.run(
+        ["ldd", str(binary)], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:  # a static binary ("not a dynamic executable")
+        return []
+    return [Path(m.group(1)) for m in _LDD_PATH.finditer(result.stdout)]
+
+
+def _dest_for(host_path: Path) -> str:
+    """Where a host file lands: its directory canonicalised, its own name kept.
+
+    Keeping the name (not the symlink target's) matters for libraries: the
+    loader opens ``libc.so.6``, which may be a symlink on the host.
+    """
+    parent = Path(os.path.realpath(host_path.parent))
+    return str(parent / host_path.name).lstrip("/")
+
+
+def plan_rootfs(programs: Iterable[str] = HOST_PROGRAMS) -> RootfsPlan:
+    plan = RootfsPlan()
+    # Mirror the host's merged-/usr symlinks so ldd's /lib64/... paths resolve.
+    for top in ("bin", "lib", "lib64", "sbin"):
+        host_top = Path("/") / top
+        if host_top.is_symlink():
+            plan.symlinks[top] = os.readlink(host_top)
+    for name in programs:
+        found = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        if found is None:
+            continue
+        plan.files[f"{BIN_DIR}/{name}"] = Path(found)
+        plan.programs.append(name)
+        for lib in shared_libraries(Path(found)):
+            plan.files.setdefault(_dest_for(lib), lib)
+    busybox = shutil.which("busybox")
+    if busybox is not None and not shared_libraries(Path(busybox)):  # static only
+        plan.files[f"{BIN_DIR}/busybox"] = Path(busybox)
+        applets = subprocess.run(
+            [busybox, "--list"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for applet in applets:
+            if f"{BIN_DIR}/{applet}" not in plan.files:
+                plan.symlinks[f"{BIN_DIR}/{applet}"] = "busybox"
+                plan.busybox_applets.append(applet)
+    have = {Path(dest).name for dest in [*plan.files, *plan.symlinks]}
+    missing = [name for name in REQUIRED if name not in have]
+    if missing:
+        raise SandboxUnavailable(
+            f"cannot build the image: {', '.join(missing)} not found on this machine; "
+            "install them (apt-get install bash coreutils procps util-linux busybox-static)",
+            runner="docker",
+        )
+    return plan
+
+
+def _etc_files() -> dict[str, bytes]:
+    passwd = ["root:x:0:0:root:/root:/bin/bash", "nobody:x:65534:65534:nobody:/nonexistent:/bin/sh"]
+    group = ["root:x:0:", "nogroup:x:65534:"]
+    uid, gid = os.getuid(), os.getgid()
+    if uid not in (0, 65534):
+        # Commands run as the host uid; give it a name so tools like ``id`` work.
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = "dsh"
+        passwd.append(f"{name}:x:{uid}:{gid}:{name}:/tmp:/bin/bash")
+        group.append(f"{name}:x:{gid}:")
+    return {
+        "etc/passwd": ("\n".join(passwd) + "\n").encode(),
+        "etc/group": ("\n".join(group) + "\n").encode(),
+        # Docker bind-mounts these; with a read-only root the mountpoints must exist.
+        "etc/hosts": b"127.0.0.1 localhost\n",
+        "etc/hostname": b"",
+        "etc/resolv.conf": b"",
+    }
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def write_rootfs_tar(plan: RootfsPlan, out: io.BufferedIOBase | io.BytesIO) -> None:
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        dirs = {"tmp": 0o1777, "run": 0o755, "proc": 0o555, "sys": 0o555, "dev": 0o755,
+                "root": 0o700, "home": 0o755, "etc": 0o755, "usr": 0o755, "var": 0o755,
+                "usr/local/bin": 0o755}
+        for dest in [*plan.files, *plan.symlinks, *_etc_files()]:
+            for parent in Path(dest).parents:
+                if str(parent) != "." and str(parent) not in plan.symlinks:
+                    dirs.setdefault(str(parent), 0o755)
+        for name in sorted(dirs, key=lambda d: d.count("/")):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, dirs[name]
+            tar.addfile(_root_owned(info))
+        for dest, target in sorted(plan.symlinks.items()):
+            info = tarfile.TarInfo(dest)
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, target, 0o777
+            tar.addfile(_root_owned(info))
+        for dest, host in sorted(plan.files.items()):
+            info = tar.gettarinfo(os.path.realpath(host), arcname=dest)
+            with open(host, "rb") as fh:
+                tar.addfile(_root_owned(info), fh)
+        for dest, data in _etc_files().items():
+            info = tarfile.TarInfo(dest)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(_root_owned(info), io.BytesIO(data))
+
+
+def build_image(
+    tag: str = DEFAULT_IMAGE,
+    *,
+    if_missing: bool = False,
+    log: Callable[[str], None] = print,
+) -> str:
+    """Build (``docker import``) the runtime image; returns the image id."""
+    validate_image_name(tag, field="--tag")
+    client = connect()
+    try:
+        existing = find_image(client, tag)
+        if if_missing and existing is not None:
+            log(f"image {tag} already present ({existing}); nothing to do")
+            return existing
+        plan = plan_rootfs()
+        log(f"rootfs: {len(plan.programs)} host programs ({', '.join(plan.programs[:8])}, ...), "
+            f"{len(plan.busybox_applets)} busybox applets, "
+            f"{len(plan.files) - len(plan.programs)} shared libraries and extras")
+        buffer = io.BytesIO()
+        write_rootfs_tar(plan, buffer)
+        log(f"importing a {len(buffer.getvalue()) // 1024} KiB rootfs tar as {tag} (no registry used)")
+        repository, version = split_tag(tag)
+        client.api.import_image_from_data(
+            buffer.getvalue(),
+            repository=repository,
+            tag=version,
+            changes=[f"ENV PATH={PATH_ENV}", 'CMD ["/bin/bash"]', "LABEL dsh-sandbox.image=1"],
+        )
+        image_id = find_image(client, tag)
+        if image_id is None:
+            raise SandboxUnavailable(f"docker import of {tag} reported success but the image "
+                                     "is not there", runner="docker")
+        log(f"built {tag} ({image_id})")
+        return image_id
+    finally:
+        client.close()

@@ -1,0 +1,323 @@
+"""``DockerRunner``: a warm container per container shape, an exec per command.
+
+Options (the runner's config): ``image`` (default ``dsh-sandbox/runtime:latest``,
+built by ``dsh-sandbox image build``), ``memory`` (default ``2g``; bytes or
+``512m``/``2g``; ``null`` for none), ``pids`` (default 1024; ``null`` for none),
+``user`` (default the host ``uid:gid``, so files keep the user's ownership).
+The profile's limits win over these defaults.
+
+Network on uses ``network_mode=host``: the daemon runs without a bridge
+(``--bridge=none``), and a bridge is never used; host networking is what a
+profile that turns the network on asks for.  With ``DOCKER_HOST`` on another
+machine, binds refer to that machine: the workspace must exist there at the
+same path (a shared filesystem).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dsh.runners.docker import client as dc
+from dsh.runners.docker.argv import text_argv, text_env
+from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.runner import (
+    Argv,
+    Enforcement,
+    RemoteLaunch,
+    RemoteProcess,
+    Runner,
+    RunnerPlan,
+    RunnerProbe,
+)
+
+OPTIONS = ("image", "memory", "pids", "user")
+DEFAULT_MEMORY = "2g"
+DEFAULT_PIDS = 1024
+KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 86400; done"]
+_SIZE = re.compile(r"^(\d+)\s*([kmg]?)i?b?$", re.IGNORECASE)
+
+
+def parse_size(value: object, *, field: str) -> int | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    match = _SIZE.match(text) if not isinstance(value, bool) else None
+    if match is None:
+        raise ConfigError(f"docker runner {field}: {value!r} is not a size; use bytes or e.g. 512m, 2g")
+    size: int = int(match.group(1)) * 1024 ** " kmg".index((match.group(2) or " ").lower())
+    if size < 6 * 1024 * 1024:  # the daemon refuses smaller memory limits
+        raise ConfigError(f"docker runner {field}: {value!r} is below Docker's minimum of 6m")
+    return size
+
+
+def _policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
+    """Everything that shapes the container (not cwd, env or argv)."""
+    return (policy.mode, policy.workspace, policy.writable_roots, policy.protected_paths,
+            policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits)
+
+
+@dataclass
+class _Warm:
+    """A running container of one shape, and the pid-file slots of its execs."""
+
+    id: str
+    name: str
+    spec: ContainerSpec
+    created_placeholders: list[str]
+    free_slots: list[int] = field(default_factory=list)
+    next_slot: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def take_slot(self) -> int:
+        with self.lock:
+            if self.free_slots:
+                return self.free_slots.pop()
+            self.next_slot += 1
+            return self.next_slot
+
+    def give_slot(self, slot: int) -> None:
+        with self.lock:
+            self.free_slots.append(slot)
+
+
+class DockerRunner(Runner):
+    name: ClassVar[str] = "docker"
+    extra: ClassVar[str | None] = "docker"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        unknown = sorted(set(self.options) - set(OPTIONS))
+        if unknown:
+            raise ConfigError(f"docker runner: unknown option(s) {', '.join(unknown)}; "
+                              f"known: {', '.join(OPTIONS)}")
+        self.image = dc.validate_image_name(self.options.get("image", dc.DEFAULT_IMAGE))
+        self.memory = parse_size(self.options.get("memory", DEFAULT_MEMORY), field="memory")
+        pids = self.options.get("pids", DEFAULT_PIDS)
+        if pids is not None and (isinstance(pids, bool) or not isinstance(pids, int) or pids < 1):
+            raise ConfigError(f"docker runner pids: {pids!r} is not a positive integer")
+        self.pids: int | None = pids
+        user = self.options.get("user", f"{os.getuid()}:{os.getgid()}")
+        if not isinstance(user, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", user):
+            raise ConfigError(f"docker runner user: {user!r}; use uid:gid, e.g. 1000:1000")
+        self.user: str = user
+        self._lock = threading.Lock()
+        self._client: Any = None
+        self._probe: RunnerProbe | None = None
+        self._info: dict[str, Any] = {}
+        self._warm: dict[tuple[object, ...], _Warm] = {}
+
+    # -- daemon ----------------------------------------------------------------------
+    def _docker(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                self._client = dc.connect()
+            return self._client
+
+    @staticmethod
+    def daemon_is_local() -> bool:
+        return dc.docker_host().startswith("unix://")
+
+    def probe(self) -> RunnerProbe:
+        if self._probe is not None:
+            return self._probe
+        try:
+            client = self._docker()
+            version = client.version()
+            self._info = client.info()
+            image_id = dc.find_image(client, self.image)
+        except SandboxUnavailable as exc:
+            self._probe = RunnerProbe(self.name, False, exc.reason)
+            return self._probe
+        except ConfigError as exc:
+            self._probe = RunnerProbe(self.name, False, exc.message)
+            return self._probe
+        details = {"docker_host": dc.docker_host(), "image": self.image, "image_id": image_id,
+                   "daemon": self._info.get("Name"), "local": self.daemon_is_local(),
+                   "memory_limit": bool(self._info.get("MemoryLimit")),
+                   "pids_limit": bool(self._info.get("PidsLimit"))}
+        reason = None
+        if image_id is None:
+            reason = f"image {self.image} not found locally (never pulled); {dc.BUILD_HINT}"
+        self._probe = RunnerProbe(self.name, image_id is not None, reason,
+                                  version=f"docker {version.get('Version', '?')}",
+                                  details=details)
+        return self._probe
+
+    # -- policy ----------------------------------------------------------------------
+    def _spec(self, policy: SandboxPolicy) -> ContainerSpec:
+        return build_spec(policy, image=self.image, user=self.user, pids=self.pids,
+                          memory=self.memory)
+
+    def _gaps(self, policy: SandboxPolicy, spec: ContainerSpec) -> list[tuple[str, str]]:
+        """(degradation, why) for each part of ``policy`` this daemon cannot hold."""
+        gaps: list[tuple[str, str]] = []
+        if not policy.constrained:
+            return gaps
+        ro_roots = [m.target for m in spec.mounts if m.kind == "bind" and m.read_only]
+        below = mount_points_below(ro_roots) if self.daemon_is_local() else []
+        if below:
+            gaps.append(("docker-ro-submounts", "host mounts inside read-only binds stay "
+                         f"writable (daemon API < 1.44 has no recursive read-only): {below[:3]}"))
+        if self._info:
+            if spec.mem_limit is not None and not self._info.get("MemoryLimit"):
+                gaps.append(("docker-memory-limit", "the daemon has no memory cgroup"))
+            if spec.pids_limit is not None and not self._info.get("PidsLimit"):
+                gaps.append(("docker-pids-limit", "the daemon has no pids cgroup"))
+        return gaps
+
+    def enforcement(self, policy: SandboxPolicy) -> Enforcement:
+        gaps = self._gaps(policy, self._spec(policy))
+        if not gaps:
+            return Enforcement.full()
+        return Enforcement("partial", tuple(why for _, why in gaps), tuple(d for d, _ in gaps))
+
+    def explain(self, policy: SandboxPolicy) -> RunnerPlan:
+        spec = self._spec(policy)
+        rules = [f"image {spec.image}; root filesystem "
+                 + ("read-only" if spec.read_only_root else "writable (danger-full-access)"),
+                 "only the mounts below exist; the rest of the host is invisible",
+                 "cap_drop=ALL, no-new-privileges, init process, user " + spec.user,
+                 *(m.describe() for m in spec.mounts)]
+        rules += [f"{p}: missing writable root, not mounted" for p in policy.missing_roots]
+        network = ("host network (network_mode=host; no bridge is used)"
+                   if spec.network_mode == "host" else "none (network_mode=none: only lo)")
+        limits = [f"pids {spec.pids_limit}" if spec.pids_limit else "pids: none",
+                  f"memory {spec.mem_limit} bytes (no extra swap)" if spec.mem_limit
+                  else "memory: none"]
+        if spec.fsize_limit is not None:
+            limits.append(f"file size {spec.fsize_limit} bytes (ulimit fsize)")
+        if policy.limits.wall_time_s is not None:
+            limits.append(f"wall time {policy.limits.wall_time_s}s (killed by the runner)")
+        cannot = [why for _, why in self._gaps(policy, spec)]
+        cannot += [
+            "a command that clears its environment AND leaves its process tree (env -i + "
+            "double fork) survives its kill; it dies when the container is removed",
+            "death by a signal the runner did not send shows as exit code 128+N "
+            "(docker reports no signal)",
+        ]
+        if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
+            cannot.append("danger-full-access still sees only the mounts above, not the host")
+        return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
+                          tuple(cannot))
+
+    # -- commands --------------------------------------------------------------------
+    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
+                env: Mapping[str, str]) -> RemoteLaunch:
+        exact = text_argv(argv)
+        environment = text_env(env)
+        spec = self._spec(policy)
+        cwd_path = Path(cwd)
+        binds = [Path(m.target) for m in spec.mounts if m.kind == "bind"]
+        if not cwd_path.is_absolute() or not any(b == cwd_path or b in cwd_path.parents
+                                                  for b in binds):
+            raise WorkdirError(f"cwd {cwd!r} is not inside the workspace or a writable root, "
+                               "the only host paths the container sees")
+        if self.daemon_is_local() and not cwd_path.is_dir():
+            raise WorkdirError(f"cwd {cwd!r} is not a directory")
+        warm = self._ensure(_policy_key(policy), spec)
+        start = functools.partial(self._start, warm, exact, cwd, environment)
+        return RemoteLaunch(start=start)
+
+    def _start(self, warm: _Warm, argv: list[str], cwd: str, env: dict[str, str],
+               stdin: bytes | None, deadline: float | None) -> RemoteProcess:
+        from docker.errors import DockerException  # type: ignore[import-untyped]
+        from dsh.runners.docker.process import start_exec
+
+        slot = warm.take_slot()
+        try:
+            return start_exec(self._docker().api, warm.id, argv, cwd=cwd, env=env,
+                              user=self.user, stdin=stdin, slot=slot,
+                              marker=uuid.uuid4().hex, on_release=warm.give_slot,
+                              on_unkillable=functools.partial(self._discard, warm))
+        except DockerException as exc:
+            warm.give_slot(slot)
+            raise SandboxUnavailable(f"cannot start the command in container {warm.name}: "
+                                     f"{exc}", runner=self.name) from None
+
+    def _ensure(self, key: tuple[object, ...], spec: ContainerSpec) -> _Warm:
+        client = self._docker()
+        with self._lock:
+            warm = self._warm.get(key)
+        if warm is not None:
+            try:
+                if client.api.inspect_container(warm.id)["State"]["Running"]:
+                    return warm
+            except Exception:
+                pass
+            self._discard(warm)
+        warm = self._create(client, spec)
+        with self._lock:
+            self._warm[key] = warm
+        return warm
+
+    def _create(self, client: Any, spec: ContainerSpec) -> _Warm:
+        from docker.errors import DockerException
+
+        image_id = dc.find_image(client, spec.image)
+        if image_id is None:
+            raise SandboxUnavailable(f"image {spec.image} not found locally (the runner never "
+                                     f"pulls); {dc.BUILD_HINT}", runner=self.name)
+        created: list[str] = []
+        for path in spec.placeholders:
+            try:
+                os.mkdir(path, 0o755)
+                created.append(path)
+            except FileExistsError:
+                pass  # made meanwhile (another session): it is bound read-only all the same
+            except OSError as exc:
+                raise SandboxUnavailable(f"cannot create the read-only placeholder {path} "
+                                         f"for a missing protected path: {exc}",
+                                         runner=self.name) from None
+        protected = [m.target for m in spec.mounts if m.why.startswith("protected")]
+        labels = {**dc.owner_labels(), dc.LABEL_PLACEHOLDERS: json.dumps(created),
+                  dc.LABEL_PROTECTED: json.dumps(protected)}
+        name = f"dsh-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            container = client.containers.create(image_id, KEEPALIVE, name=name, labels=labels,
+                                                 detach=True, **spec.docker_kwargs())
+        except DockerException as exc:
+            dc.remove_placeholders(client, created)
+            raise SandboxUnavailable(f"cannot create the container: {exc}",
+                                     runner=self.name) from None
+        warm = _Warm(container.id, name, spec, created)
+        try:
+            container.start()
+        except DockerException as exc:
+            self._discard(warm)
+            raise SandboxUnavailable(f"cannot start container {name} from {spec.image}: {exc}",
+                                     runner=self.name) from None
+        return warm
+
+    def _discard(self, warm: _Warm) -> None:
+        """Remove one container (and the placeholders only it needed)."""
+        with self._lock:
+            for key, value in list(self._warm.items()):
+                if value is warm:
+                    del self._warm[key]
+        client = self._client
+        if client is None:
+            return
+        dc.remove_container(client, warm.id)
+        dc.remove_placeholders(client, warm.created_placeholders)
+
+    def close(self) -> None:
+        with self._lock:
+            warm = list(self._warm.values())
+        for item in warm:
+            self._discard(item)
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()

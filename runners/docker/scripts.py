@@ -1,0 +1,75 @@
+"""The two in-container scripts: the exec wrapper and the tree killer.
+
+Docker has no exec kill, so each command runs as
+``/bin/sh -c WRAPPER sh SLOT ARGV...``: the wrapper records
+``<pid> <start time> <marker>`` in ``/run/dsh-sandbox/<slot>`` and ``exec``s the
+argv (passed as separate arguments, never joined), so the command keeps the
+wrapper's pid.  Every process of the command also inherits
+``DSH_SANDBOX_EXEC=<marker>`` from the exec's environment.
+
+The killer (bash, builtins only, run as another exec) signals every live
+process that carries the marker in its environment (this catches double-forked
+daemons reparented to init and ``setsid`` escapes) plus the recorded root and
+all its descendants (this catches children of an ``env -i`` command).  The
+pid file is trusted only if its marker matches and the process start time is
+unchanged, so a reused slot or pid never redirects a kill.  For SIGKILL it
+repeats until nothing is left (a forking tree cannot outrun it for long).
+"""
+
+from __future__ import annotations
+
+MARKER_VAR = "DSH_SANDBOX_EXEC"
+
+# Shell variables set here are not exported, so the command's environment is
+# exactly the exec's.  dash: field 22 of /proc/$$/stat is the start time; comm is "sh" (no spaces) here.
+WRAPPER = (
+    "slot=$1; shift; "
+    "read -r _p _c _s _pp _pg _se _tt _tp _f _mi _cmi _ma _cma _ut _st _cut _cst _pr _ni _nt "
+    "_it start _rest < /proc/$$/stat && "
+    'echo "$$ $start $' + MARKER_VAR + '" > "/run/dsh-sandbox/$slot" 2>/dev/null; '
+    'exec "$@"'
+)
+
+KILLER = r"""
+marker="DSH_SANDBOX_EXEC=$1" slot=$2 sig=$3 root=
+start_of() {  # field 22 of /proc/PID/stat, after the (comm) that may hold spaces
+  local line rest f
+  read -r line < "/proc/$1/stat" 2>/dev/null || return 1
+  rest=${line##*) }
+  read -r -a f <<< "$rest"
+  printf -v REPLY '%s' "${f[19]}"
+}
+if read -r fpid fstart fmarker < "/run/dsh-sandbox/$slot" 2>/dev/null \
+   && [[ "DSH_SANDBOX_EXEC=$fmarker" == "$marker" ]] && start_of "$fpid" \
+   && [[ $REPLY == "$fstart" ]]; then
+  root=$fpid
+fi
+for ((pass = 0; pass < 500; pass++)); do
+  declare -A parent=() hit=()
+  for dir in /proc/[0-9]*; do
+    pid=${dir#/proc/}
+    [[ $pid == "$$" || $pid == 1 ]] && continue
+    state= ppid=
+    while read -r key value _; do
+      case $key in State:) state=$value ;; PPid:) ppid=$value; break ;; esac
+    done < "$dir/status" 2>/dev/null
+    [[ -z $ppid || $state == Z || $state == X ]] && continue
+    parent[$pid]=$ppid
+    if [[ $pid == "$root" ]]; then hit[$pid]=1; continue; fi
+    while IFS= read -r -d '' entry; do
+      if [[ $entry == "$marker" ]]; then hit[$pid]=1; break; fi
+    done < "$dir/environ" 2>/dev/null
+  done
+  changed=1
+  while ((changed)); do
+    changed=0
+    for pid in "${!parent[@]}"; do
+      if [[ -z ${hit[$pid]} && -n ${hit[${parent[$pid]}]} ]]; then hit[$pid]=1; changed=1; fi
+    done
+  done
+  ((${#hit[@]} == 0)) && exit 0
+  kill "-$sig" "${!hit[@]}" 2>/dev/null
+  [[ $sig == 9 ]] || exit 0
+done
+exit 1
+"""

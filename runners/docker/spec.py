@@ -1,0 +1,177 @@
+"""From a ``SandboxPolicy`` to the shape of the warm container (pure, no daemon).
+
+The container is what enforces the mode, so everything that shapes it (mode,
+roots, protected and hidden paths, network, limits) is decided here, once per
+distinct shape; ``ContainerSpec`` doubles as the key the runner caches its
+containers by.
+
+Paths: binds keep the host path (the workspace is at the same path inside),
+so cwd and absolute paths mean the same thing on both sides.  Only the
+workspace and the writable roots are visible; the rest of the host does not
+exist in the container, which is stricter than the local runners' read-only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+
+PRIVATE_TMP = Path("/tmp")
+# Where each exec's wrapper records its pid for the kill script (a tmpfs).
+CONTROL_DIR = "/run/dsh-sandbox"
+_RESERVED = (Path("/"), Path("/proc"), Path("/sys"), Path("/dev"), Path(CONTROL_DIR))
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    target: str
+    kind: Literal["bind", "tmpfs"]
+    read_only: bool
+    source: str | None = None  # bind only
+    why: str = ""
+
+    def describe(self) -> str:
+        access = "ro" if self.read_only else "rw"
+        what = f"bind {self.source}" if self.kind == "bind" else "tmpfs"
+        return f"{self.target}: {what} ({access}){' - ' + self.why if self.why else ''}"
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    user: str
+    mounts: tuple[MountSpec, ...]
+    network_mode: str  # "none" or "host"
+    read_only_root: bool
+    pids_limit: int | None
+    mem_limit: int | None
+    fsize_limit: int | None
+    # Missing protected paths get an empty directory created on the host as a
+    # read-only mountpoint (a bind needs one); removed at close if still empty.
+    placeholders: tuple[str, ...] = ()
+
+    def docker_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``client.containers.create`` (SDK types built lazily)."""
+        from docker.types import Mount, Ulimit  # type: ignore[import-untyped]
+
+        binds = [
+            Mount(m.target, m.source, type="bind", read_only=m.read_only)
+            for m in self.mounts
+            if m.kind == "bind"
+        ]
+        tmpfs = {
+            m.target: ("ro," if m.read_only else "rw,") + "nosuid,nodev,mode=1777"
+            for m in self.mounts
+            if m.kind == "tmpfs"
+        }
+        kwargs: dict[str, Any] = {
+            "mounts": binds,
+            "tmpfs": tmpfs,
+            "network_mode": self.network_mode,
+            "read_only": self.read_only_root,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
+            "user": self.user,
+            "init": True,
+        }
+        if self.pids_limit is not None:
+            kwargs["pids_limit"] = self.pids_limit
+        if self.mem_limit is not None:
+            kwargs["mem_limit"] = self.mem_limit
+            kwargs["memswap_limit"] = self.mem_limit  # no swap on top of the limit
+        if self.fsize_limit is not None:
+            kwargs["ulimits"] = [Ulimit(name="fsize", soft=self.fsize_limit, hard=self.fsize_limit)]
+        return kwargs
+
+
+def _under(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _highest_missing(path: Path, root: Path) -> Path:
+    """The outermost missing ancestor of ``path`` strictly inside ``root``."""
+    missing = path
+    for parent in path.parents:
+        if parent == root or not _under(parent, root) or parent.exists():
+            break
+        missing = parent
+    return missing
+
+
+def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
+               memory: int | None) -> ContainerSpec:
+    mode = policy.mode
+    writable = mode is not SandboxMode.READ_ONLY
+    mounts: dict[str, MountSpec] = {
+        CONTROL_DIR: MountSpec(CONTROL_DIR, "tmpfs", False, why="exec pid files for kill"),
+        str(PRIVATE_TMP): MountSpec("/tmp", "tmpfs", False, why="private, not the host's /tmp"),
+    }
+    roots: list[Path] = [policy.workspace]
+    if writable:
+        roots += [r for r in policy.writable_roots if r not in roots]
+    rw_roots: list[Path] = []
+    for root in roots:
+        if root in _RESERVED:
+            raise SandboxUnavailable(f"{root} cannot be bind-mounted into a container; "
+                                     "remove it from the profile's writable roots", runner="docker")
+        if root == PRIVATE_TMP:
+            continue  # served by the container's private /tmp tmpfs
+        if not root.exists():
+            if root == policy.workspace:
+                raise SandboxUnavailable(f"workspace {root} does not exist", runner="docker")
+            continue
+        if any(_under(root, other) for other in rw_roots):
+            continue  # already visible through an enclosing writable root
+        if writable:
+            rw_roots.append(root)
+        why = "workspace" if root == policy.workspace else "writable root"
+        mounts[str(root)] = MountSpec(str(root), "bind", not writable, str(root), why)
+    placeholders: list[str] = []
+    if mode is not SandboxMode.DANGER_FULL_ACCESS:
+        for path in (*policy.protected_paths, *policy.read_only_paths):
+            enclosing = next((r for r in rw_roots if _under(path, r)), None)
+            if enclosing is None:
+                continue  # read-only or invisible already
+            target = path
+            why = "protected path"
+            if not path.exists():
+                target = _highest_missing(path, enclosing)
+                placeholders.append(str(target))
+                why = f"protected path (missing: an empty read-only placeholder blocks {path.name})"
+            mounts[str(target)] = MountSpec(str(target), "bind", True, str(target), why)
+        for path in policy.hidden_paths:
+            if not any(_under(path, Path(m.target)) for m in mounts.values() if m.kind == "bind"):
+                continue  # not mounted at all: invisible
+            if path.is_dir():
+                mounts[str(path)] = MountSpec(str(path), "tmpfs", True, why="hidden (empty tmpfs)")
+            elif path.exists():
+                mounts[str(path)] = MountSpec(str(path), "bind", True, os.devnull, "hidden (/dev/null)")
+    limits = policy.limits
+    full = mode is SandboxMode.DANGER_FULL_ACCESS
+    return ContainerSpec(
+        image=image,
+        user=user,
+        mounts=tuple(sorted(mounts.values(), key=lambda m: (m.target.count("/"), m.target))),
+        network_mode="host" if policy.network or full else "none",
+        read_only_root=not full,
+        pids_limit=limits.max_processes if limits.max_processes is not None else pids,
+        mem_limit=limits.max_memory_bytes if limits.max_memory_bytes is not None else memory,
+        fsize_limit=limits.max_file_size_bytes,
+        placeholders=tuple(sorted(set(placeholders))),
+    )
+
+
+def mount_points_below(roots: list[str], mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """Host mount points strictly inside ``roots`` (a ro bind does not make them ro)."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
+            points = [line.split()[4].replace("\\040", " ") for line in fh]
+    except OSError:
+        return []
+    return sorted(p for p in points for r in roots if Path(r) in Path(p).parents)
