@@ -415,7 +415,7 @@ def test_protected_symlink_to_an_ancestor_fails_closed(workspace: Path) -> None:
     # A checked-out repository can carry `.git -> ..`: protecting its target would
     # make the workspace itself read-only, so the session refuses to start.
     (workspace / ".git").symlink_to("..")
-    with pytest.raises(ConfigError, match="workspace: .* is inside the protected path"):
+    with pytest.raises(ConfigError, match=r"workspace: .* is inside the protected path"):
         service(workspace)
 
 
