@@ -1,0 +1,130 @@
+"""Shared helpers for the Landlock runner tests: policies and a direct spawn.
+
+Commands are spawned with ``subprocess.Popen`` inside ``launch.spawn_in`` (the
+way the subprocess service will), never through an executor.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from dsh.runners.landlock import LandlockRunner
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
+
+from tests.conftest import require_runner
+
+PY = sys.executable
+RO = SandboxMode.READ_ONLY
+WW = SandboxMode.WORKSPACE_WRITE
+TIMEOUT = 120.0  # generous: up to 8 helpers share 2 cores
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+    @property
+    def out(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+    @property
+    def err(self) -> str:
+        return self.stderr.decode("utf-8", "replace")
+
+
+def make_policy(
+    mode: SandboxMode,
+    workspace: Path,
+    *,
+    extra_roots: Sequence[Path] = (),
+    network: bool = False,
+    limits: ResourceLimits | None = None,
+    **fields: object,
+) -> SandboxPolicy:
+    roots = (workspace, *extra_roots) if mode is WW else ()
+    return SandboxPolicy(
+        mode=mode,
+        workspace=workspace,
+        writable_roots=roots,
+        network=network,
+        limits=limits or ResourceLimits(),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def run(
+    runner: LandlockRunner,
+    policy: SandboxPolicy,
+    argv: Sequence[str | bytes],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: int | None = subprocess.DEVNULL,
+    timeout: float = TIMEOUT,
+) -> Result:
+    workdir = str(cwd or policy.workspace)
+    launch = runner.prepare(argv, policy, cwd=workdir, env=dict(env or {}))
+    full_env = {**os.environ, **launch.env, **(env or {})}
+    assert launch.spawn_in is not None or not policy.constrained
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            list(launch.argv),
+            cwd=workdir,
+            env=full_env,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    proc = launch.spawn_in(spawn) if launch.spawn_in else spawn()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if launch.kill_tree is not None:
+            launch.kill_tree(proc.pid, 9)
+        proc.kill()
+        proc.communicate()
+        raise
+    finally:
+        if launch.cleanup is not None:
+            launch.cleanup()
+    return Result(proc.returncode, out, err)
+
+
+def py(runner: LandlockRunner, policy: SandboxPolicy, code: str, *args: str, **kw: object) -> Result:
+    """Run ``python -c code args...`` in the sandbox."""
+    return run(runner, policy, [PY, "-c", code, *args], **kw)  # type: ignore[arg-type]
+
+
+def sh(runner: LandlockRunner, policy: SandboxPolicy, script: str, **kw: object) -> Result:
+    return run(runner, policy, ["bash", "-c", script], **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[LandlockRunner]:
+    instance = LandlockRunner()
+    require_runner("landlock", instance)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> tuple[Path, Path]:
+    """(workspace, outside): two sibling directories; ``outside`` is never writable."""
+    ws = (tmp_path / "ws").resolve()
+    outside = (tmp_path / "outside").resolve()
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("original\n")
+    (ws / "file.txt").write_text("in workspace\n")
+    return ws, outside
