@@ -1,0 +1,70 @@
+"""Shared helpers of the sandboxed-executor and CLI tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh.sandbox.context import Context, build_context
+from dsh.sandbox.host import SandboxHost, SandboxHostConfig
+
+from tests.conftest import require_runner, required_runners
+
+#: The Linux runners these tests run for real.
+LINUX_RUNNERS = ("landlock", "bwrap")
+#: Landlock cannot keep protected paths read-only inside a writable root; the
+#: workspace-write tests accept that degradation by name (as a profile would).
+LANDLOCK_DEGRADED = ("landlock-protected-paths",)
+
+
+def need_runner(name: str) -> None:
+    """Skip (or fail, when CI requires the runner) unless ``name`` works here."""
+    with Context() as ctx:
+        host = SandboxHost(ctx, SandboxHostConfig())
+        runner = host.runner(name)
+        if runner is None:
+            message = f"SANDBOX_UNAVAILABLE: {name}: {host.probe(name).reason}"
+            if name in required_runners():
+                pytest.fail(f"{message} (required by DSH_REQUIRE_RUNNERS)")
+            pytest.skip(message)
+        require_runner(name, runner)
+
+
+def accept_for(runner: str) -> tuple[str, ...]:
+    return LANDLOCK_DEGRADED if runner == "landlock" else ()
+
+
+@contextmanager
+def sandbox_ctx(
+    workspace: Path,
+    *,
+    runner: str = "auto",
+    mode: str = "workspace-write",
+    executor: str = "bash-sandbox",
+    accept_degraded: Sequence[str] = (),
+    profile: str | None = None,
+    writable: Sequence[str] = (),
+) -> Iterator[Any]:
+    """A composition built through entry points, as a user's would be."""
+    policy: dict[str, Any] = {
+        "mode": mode,
+        "workspace": str(workspace),
+        "accept_degraded": list(accept_degraded),
+        "writable": list(writable),
+    }
+    if profile is not None:
+        policy["profile"] = profile
+    ctx = build_context(
+        [
+            {"id": "policy", "name": "sandbox-policy", "config": policy},
+            {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
+            {"id": "shell", "name": executor, "config": {"cwd": str(workspace)}},
+        ]
+    )
+    try:
+        yield ctx
+    finally:
+        ctx.close()
