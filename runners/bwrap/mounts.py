@@ -1,0 +1,204 @@
+"""The filesystem view of a bwrap sandbox: which mounts express a ``SandboxPolicy``.
+
+Everything starts from ``--ro-bind / /`` (read-only everywhere); then, ordered
+by path depth so a more specific rule always lands on top of a broader one:
+
+- ``bind``: a writable root, bound read-write onto itself;
+- ``ro-bind``: an existing protected or read-only path inside a writable area;
+- ``placeholder``: a protected path that does not exist yet.  Its first missing
+  component is created as an empty directory (mode 0555) and bound read-only
+  onto itself, so nothing can be created there; removed again after the run
+  when no other sandbox uses it;
+- ``pin``: a writable directory between a writable root and a protected path,
+  bound read-write onto itself.  A mount point cannot be renamed (EBUSY), so
+  ``mv sub sub2 && mkdir -p sub/.git`` cannot move the protected path aside and
+  create an unprotected one at its old name;
+- ``mask-dir`` / ``mask-file``: a hidden path, covered by an empty read-only
+  tmpfs or by ``/dev/null``.
+
+``plan_mounts`` only inspects the filesystem; ``open_mounts`` (in
+``materialize``) opens every bind source as an ``O_PATH`` fd and passes it with
+``--bind-fd``/``--ro-bind-fd``: bwrap runs as root in CI, so a source path swapped
+for a symlink between planning and mounting must not redirect a writable bind.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+
+MountKind = Literal["bind", "pin", "ro-bind", "placeholder", "mask-dir", "mask-file"]
+
+#: Same depth, same path: writable first, then read-only, then hidden on top.
+_RANK: dict[MountKind, int] = {
+    "bind": 0,
+    "pin": 0,
+    "ro-bind": 1,
+    "placeholder": 1,
+    "mask-dir": 2,
+    "mask-file": 2,
+}
+_WRITABLE_KINDS = ("bind", "pin")
+
+#: Mode that marks an empty directory as a dsh placeholder (nobody may write in it).
+PLACEHOLDER_MODE = 0o555
+
+#: Degradation name a profile lists in ``accept_degraded`` to accept it.
+SYMLINK_DEGRADATION = "bwrap-protected-symlink"
+
+
+@dataclass(frozen=True)
+class Mount:
+    kind: MountKind
+    path: str
+    why: str
+
+    @property
+    def writable(self) -> bool:
+        return self.kind in _WRITABLE_KINDS
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.path} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Degradation:
+    name: str
+    message: str
+
+
+@dataclass(frozen=True)
+class MountPlan:
+    mounts: tuple[Mount, ...]
+    degradations: tuple[Degradation, ...] = ()
+
+
+def depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+def is_within(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
+def ancestors(path: str) -> list[str]:
+    """Strict ancestors of an absolute path, shallowest first (``/`` excluded)."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+class _Planner:
+    def __init__(self) -> None:
+        self.mounts: dict[str, Mount] = {}
+        self.degradations: list[Degradation] = []
+
+    def writable_at(self, path: str) -> bool:
+        """Is ``path`` writable under the mounts planned so far (deepest wins)?"""
+        best: Mount | None = None
+        for m in self.mounts.values():
+            if is_within(path, m.path) and (best is None or depth(m.path) > depth(best.path)):
+                best = m
+        return best is not None and best.writable
+
+    def add(self, kind: MountKind, path: str, why: str) -> None:
+        if path not in self.mounts:
+            self.mounts[path] = Mount(kind, path, why)
+
+    def pin_ancestors(self, path: str, why: str) -> None:
+        """Make every writable ancestor of ``path`` a mount point (not renamable)."""
+        for anc in ancestors(path):
+            if anc not in self.mounts and self.writable_at(anc):
+                self.add("pin", anc, f"keeps {why} from being renamed away")
+
+    def keep_read_only(self, raw: str, why: str) -> None:
+        """A protected or read-only path: existing, missing or behind a symlink."""
+        path = os.path.abspath(raw)
+        real = os.path.realpath(path)
+        if real != path:
+            # Some component is a symlink: protect what it points at; the link
+            # itself stays replaceable (mount(2) follows a trailing symlink).
+            if self.writable_at(path):
+                self.degradations.append(
+                    Degradation(
+                        SYMLINK_DEGRADATION,
+                        f"{why} {path} is reached through a symlink inside a writable root: "
+                        f"its target {real} is read-only, but the link can be replaced "
+                        "(bwrap cannot mount over a symlink)",
+                    )
+                )
+                self.pin_ancestors(path, path)
+            self.keep_read_only(real, why)
+            return
+        if not self.writable_at(path):
+            return  # already read-only: nothing to add
+        if not absent(path):
+            self.pin_ancestors(path, path)
+            self.add("ro-bind", path, why)
+            return
+        missing = first_missing(path)
+        self.pin_ancestors(missing, path)
+        self.add("placeholder", missing, f"{why} {path} does not exist yet")
+
+
+def is_placeholder(path: str) -> bool:
+    """An empty directory with the placeholder mode (left by this runner)."""
+    try:
+        st = os.lstat(path)
+        return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and not os.listdir(path)
+    except OSError:
+        return False
+
+
+def absent(path: str) -> bool:
+    """Missing, or only a placeholder left by a sandbox that did not clean up."""
+    return not os.path.lexists(path) or is_placeholder(path)
+
+
+def first_missing(path: str) -> str:
+    """The shallowest component of ``path`` that does not exist (or is a placeholder)."""
+    for candidate in [*ancestors(path), path]:
+        if absent(candidate):
+            return candidate
+    return path
+
+
+def _roots(policy: SandboxPolicy) -> list[str]:
+    if policy.mode is not SandboxMode.WORKSPACE_WRITE:
+        return []
+    return [str(p) for p in policy.writable_roots]
+
+
+def plan_mounts(policy: SandboxPolicy) -> MountPlan:
+    """The mounts (beyond ``--ro-bind / /``, ``--dev``, ``--proc``) for ``policy``."""
+    intents: list[tuple[str, int, str]] = []  # (path, rank, kind of intent)
+    intents += [(r, 0, "root") for r in _roots(policy)]
+    intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
+    intents += [(str(p), 1, "protected") for p in policy.protected_paths]
+    intents += [(str(p), 2, "hidden") for p in policy.hidden_paths]
+    planner = _Planner()
+    for path, _rank, intent in sorted(intents, key=lambda i: (depth(i[0]), i[1], i[0])):
+        if intent == "root":
+            # A root nested in another writable root is writable already; bind it
+            # only when a read-only or hidden rule above it would hide that.
+            if os.path.isdir(path) and not planner.writable_at(path):
+                planner.add("bind", path, "writable root")
+        elif intent == "hidden":
+            real = os.path.realpath(path)
+            if os.path.isdir(real):
+                planner.add("mask-dir", real, "hidden")
+            elif os.path.lexists(real):
+                planner.add("mask-file", real, "hidden")
+        else:
+            planner.keep_read_only(path, intent)
+    mounts = sorted(planner.mounts.values(), key=lambda m: (depth(m.path), _RANK[m.kind], m.path))
+    return MountPlan(tuple(mounts), _dedupe(planner.degradations))
+
+
+def _dedupe(items: Iterable[Degradation]) -> tuple[Degradation, ...]:
+    return tuple(dict.fromkeys(items))

@@ -1,0 +1,364 @@
+"""``BwrapRunner``: enforce a ``SandboxPolicy`` with bubblewrap.
+
+The sandbox sees the host read-only (``--ro-bind / /``), a fresh ``/dev`` (so
+``/dev/null`` stays writable and ``/dev/shm`` is private) and ``/proc`` of its
+own pid namespace; the mounts of ``mounts.plan_mounts`` make the writable roots
+writable and keep protected, read-only and hidden paths as the policy says.
+
+Namespaces and privileges: a user namespace with further user namespaces
+disabled (``--disable-userns``: nested ``unshare``/``mount`` fail), every
+capability dropped when bwrap runs as root (otherwise a root bwrap keeps them
+all), pid/ipc/uts/cgroup namespaces, network namespace when the network is off,
+``--new-session`` (no controlling tty: TIOCSTI cannot inject), and
+``--die-with-parent`` (killing bwrap ends the pid namespace, so nothing started
+by ``setsid`` or a double fork survives).  bwrap always sets no_new_privs, so
+setuid binaries gain nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsh.runners.bwrap.limits import (
+    BWRAP_OVERHEAD_PIDS,
+    CgroupSupport,
+    SandboxCgroup,
+    detect_cgroups,
+    join_args,
+    rlimit_args,
+    timeout_args,
+)
+from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
+from dsh.runners.bwrap.mounts import plan_mounts
+from dsh.sandbox.errors import SandboxUnavailable, UsageError
+from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
+from dsh.sandbox.runner import (
+    Argv,
+    Enforcement,
+    Launch,
+    LocalLaunch,
+    Runner,
+    RunnerPlan,
+    RunnerProbe,
+)
+
+INSTALL_HINT = "install it: apt-get install bubblewrap (or dnf install bubblewrap)"
+_PROBE_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the probe learned about this machine (cached per runner)."""
+
+    bwrap: str | None
+    version: str | None
+    works: bool
+    reason: str | None
+    is_root: bool
+    cgroups: CgroupSupport
+    prlimit: str | None
+    timeout: str | None
+    shell: str
+
+
+@dataclass(frozen=True)
+class LimitGap:
+    """A limit that cannot be enforced as asked: its degradation name and why."""
+
+    degradation: str
+    message: str
+
+
+def namespace_args(*, network: bool, is_root: bool) -> list[str]:
+    args = ["--unshare-user", "--disable-userns"]
+    if is_root:
+        args += ["--cap-drop", "ALL"]
+    args += [
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+    ]
+    if not network:
+        args.append("--unshare-net")
+    return args
+
+
+BASE_MOUNTS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=_PROBE_TIMEOUT_S,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+
+
+def probe_host(bwrap_option: str | None) -> HostFacts:
+    is_root = os.geteuid() == 0
+    bwrap = shutil.which(bwrap_option or "bwrap")
+    facts: dict[str, Any] = dict(
+        is_root=is_root,
+        cgroups=detect_cgroups()
+        if is_root or os.access("/sys/fs/cgroup", os.W_OK)
+        else CgroupSupport(None, reason="not root: no writable cgroup"),
+        prlimit=shutil.which("prlimit"),
+        timeout=shutil.which("timeout"),
+        shell=shutil.which("sh") or "/bin/sh",
+    )
+    if bwrap is None:
+        return HostFacts(None, None, False, f"bwrap not found; {INSTALL_HINT}", **facts)
+    try:
+        version = _run([bwrap, "--version"]).stdout.strip() or None
+        true = shutil.which("true") or "/bin/true"
+        trial = _run([bwrap, *namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, true])
+    except (OSError, subprocess.SubprocessError) as exc:
+        return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
+    if trial.returncode != 0:
+        err = trial.stderr.strip() or f"exit {trial.returncode}"
+        reason = (
+            f"bwrap cannot create a sandbox here: {err} (user namespaces blocked? check "
+            "sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces and AppArmor's "
+            "apparmor_restrict_unprivileged_userns; bubblewrap >= 0.8 is needed for "
+            "--disable-userns)"
+        )
+        return HostFacts(bwrap, version, False, reason, **facts)
+    return HostFacts(bwrap, version, True, None, **facts)
+
+
+def limit_gaps(limits: ResourceLimits, facts: HostFacts) -> list[LimitGap]:
+    gaps: list[LimitGap] = []
+    cg = facts.cgroups
+    if limits.max_processes is not None and cg.pids_parent is None:
+        if facts.is_root or facts.prlimit is None:
+            why = "RLIMIT_NPROC does not apply to root" if facts.is_root else "prlimit missing"
+            gaps.append(
+                LimitGap(
+                    "bwrap-limit-processes",
+                    f"process limit {limits.max_processes}: no pids cgroup ({cg.reason}) and {why}",
+                )
+            )
+    if limits.max_memory_bytes is not None and cg.memory_parent is None:
+        if facts.prlimit is None:
+            gaps.append(LimitGap("bwrap-limit-memory", "memory limit: no memory cgroup, no prlimit"))
+        else:
+            gaps.append(
+                LimitGap(
+                    "bwrap-limit-memory-per-process",
+                    "memory limit applies per process (RLIMIT_AS), not to the whole sandbox: "
+                    f"no memory cgroup ({cg.reason})",
+                )
+            )
+    if limits.max_file_size_bytes is not None and facts.prlimit is None:
+        gaps.append(LimitGap("bwrap-limit-file-size", "file size limit: prlimit (util-linux) missing"))
+    if limits.wall_time_s is not None and facts.timeout is None:
+        gaps.append(LimitGap("bwrap-limit-wall-time", "wall time limit: timeout (coreutils) missing"))
+    return gaps
+
+
+def limit_lines(limits: ResourceLimits, facts: HostFacts) -> list[str]:
+    cg = facts.cgroups
+    lines: list[str] = []
+    if limits.max_processes is not None:
+        how = (
+            f"pids cgroup v{cg.version} (pids.max = limit + bwrap's own processes)"
+            if cg.pids_parent
+            else "RLIMIT_NPROC (counts all of this user's processes)"
+        )
+        lines.append(f"processes <= {limits.max_processes}: {how}")
+    if limits.max_memory_bytes is not None:
+        how = f"memory cgroup v{cg.version}, whole sandbox" if cg.memory_parent else "RLIMIT_AS"
+        lines.append(f"memory <= {limits.max_memory_bytes} bytes: {how}")
+    if limits.max_file_size_bytes is not None:
+        lines.append(f"file size <= {limits.max_file_size_bytes} bytes: RLIMIT_FSIZE")
+    if limits.wall_time_s is not None:
+        lines.append(f"wall time <= {limits.wall_time_s:g} s: timeout(1), exit status 124")
+    return lines
+
+
+class BwrapRunner(Runner):
+    name = "bwrap"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._lock = threading.Lock()
+        self._facts: HostFacts | None = None
+
+    # -- probe ----------------------------------------------------------------------
+    def facts(self) -> HostFacts:
+        with self._lock:
+            if self._facts is None:
+                self._facts = probe_host(self.options.get("bwrap"))
+            return self._facts
+
+    def probe(self) -> RunnerProbe:
+        f = self.facts()
+        details: dict[str, Any] = {
+            "path": f.bwrap,
+            "root": f.is_root,
+            "cgroup_version": f.cgroups.version,
+            "cgroup_pids": f.cgroups.pids_parent is not None,
+            "cgroup_memory": f.cgroups.memory_parent is not None,
+            "prlimit": f.prlimit,
+        }
+        return RunnerProbe(self.name, f.works, f.reason, f.version, details)
+
+    # -- enforcement --------------------------------------------------------------------
+    def enforcement(self, policy: SandboxPolicy) -> Enforcement:
+        if not policy.constrained:
+            return Enforcement.full()
+        plan = plan_mounts(policy)
+        gaps = [(d.name, d.message) for d in plan.degradations]
+        gaps += [(g.degradation, g.message) for g in limit_gaps(policy.limits, self.facts())]
+        if not gaps:
+            return Enforcement.full()
+        return Enforcement(
+            "partial",
+            missing=tuple(msg for _, msg in gaps),
+            degradations=tuple(dict.fromkeys(name for name, _ in gaps)),
+        )
+
+    def explain(self, policy: SandboxPolicy) -> RunnerPlan:
+        facts = self.facts()
+        if not policy.constrained:
+            return RunnerPlan(
+                self.name,
+                policy.mode,
+                ("no sandbox: command runs as is",),
+                "on: host network",
+                tuple(limit_lines(policy.limits, facts)),
+                (),
+            )
+        plan = plan_mounts(policy)
+        rules = [
+            "ro-bind / / (everything read-only)",
+            "dev /dev (fresh: /dev/null writable, /dev/shm private)",
+            "proc /proc (own pid namespace)",
+            *(m.describe() for m in plan.mounts),
+            "namespaces: user (nested disabled), pid, ipc, uts, cgroup" + ("" if policy.network else ", net"),
+            "no capabilities, no_new_privs, new session (no controlling tty), die with parent",
+        ]
+        network = "on: host network shared" if policy.network else "off: --unshare-net (own loopback only)"
+        cannot = [msg for msg in self.enforcement(policy).missing]
+        cannot += [f"writable root {p} does not exist: not bound" for p in policy.missing_roots]
+        if not facts.works:
+            cannot.insert(0, f"bwrap unavailable: {facts.reason}")
+        return RunnerPlan(
+            self.name, policy.mode, tuple(rules), network, tuple(limit_lines(policy.limits, facts)), tuple(cannot)
+        )
+
+    # -- launch --------------------------------------------------------------------------
+    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
+        command = tuple(argv)
+        if not command:
+            raise UsageError("argv: the command is empty; pass the program and its arguments")
+        facts = self.facts()
+        if not facts.works or facts.bwrap is None:
+            raise SandboxUnavailable(facts.reason or "bwrap unavailable", runner=self.name)
+        enforcement = self.enforcement(policy)
+        if not enforcement.accepted_by(policy):
+            names = ", ".join(repr(d) for d in enforcement.degradations)
+            raise SandboxUnavailable(
+                f"cannot fully enforce {policy.mode} here: {enforcement.describe()}; nothing ran "
+                f"(a profile may accept this with accept_degraded = [{names}])",
+                runner=self.name,
+            )
+        group = self._cgroup(policy.limits, facts)
+        opened = OpenedMounts()
+        try:
+            if policy.constrained:
+                opened = open_mounts(plan_mounts(policy))
+                inner = [
+                    facts.bwrap,
+                    *namespace_args(network=policy.network, is_root=facts.is_root),
+                    *BASE_MOUNTS,
+                    *opened.args,
+                    "--chdir",
+                    os.path.abspath(cwd),
+                    "--",
+                ]
+            else:
+                inner = []
+            full = [*self._limit_wrappers(policy.limits, facts, group), *inner]
+        except BaseException:
+            opened.close()
+            if group is not None:
+                group.remove()
+            raise
+        return LocalLaunch(
+            argv=(*full, *command),
+            pass_fds=tuple(opened.fds),
+            kill_tree=_kill_tree(group) if group is not None else None,
+            cleanup=_once(opened, group),
+        )
+
+    def _cgroup(self, limits: ResourceLimits, facts: HostFacts) -> SandboxCgroup | None:
+        cg = facts.cgroups
+        overhead = BWRAP_OVERHEAD_PIDS + (1 if limits.wall_time_s is not None else 0)
+        pids = limits.max_processes + overhead if limits.max_processes is not None else None
+        pids = pids if cg.pids_parent else None
+        memory = limits.max_memory_bytes if cg.memory_parent else None
+        if pids is None and memory is None:
+            return None
+        try:
+            return SandboxCgroup.create(cg, pids_max=pids, memory_max=memory)
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot create the limits cgroup: {exc}", runner=self.name) from None
+
+    @staticmethod
+    def _limit_wrappers(limits: ResourceLimits, facts: HostFacts, group: SandboxCgroup | None) -> list[str]:
+        cg = facts.cgroups
+        nproc = limits.max_processes if cg.pids_parent is None and not facts.is_root else None
+        address_space = limits.max_memory_bytes if cg.memory_parent is None else None
+        out = join_args(facts.shell, group)
+        if facts.prlimit is not None:
+            out += rlimit_args(
+                facts.prlimit,
+                nproc=nproc,
+                address_space=address_space,
+                file_size=limits.max_file_size_bytes,
+            )
+        if facts.timeout is not None:
+            out += timeout_args(facts.timeout, limits.wall_time_s)
+        return out
+
+
+def _kill_tree(group: SandboxCgroup) -> Callable[[int, int], None]:
+    def kill(pid: int, sig: int) -> None:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+        group.kill(sig)
+
+    return kill
+
+
+def _once(opened: OpenedMounts, group: SandboxCgroup | None) -> Callable[[], None]:
+    lock = threading.Lock()
+    done = False
+
+    def cleanup() -> None:
+        nonlocal done
+        with lock:
+            if done:
+                return
+            done = True
+        opened.close()
+        if group is not None:
+            group.remove()
+
+    return cleanup
