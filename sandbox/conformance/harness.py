@@ -173,13 +173,13 @@ class Harness:
         if scenario.id == "proc-setuid" and not (env.suid_helper and not env.is_root):
             return result("unavailable", "needs a non-root run and a root-owned setuid helper "
                                          "(DSH_CONFORMANCE_SUID)")
+        env.ws.mkdir(parents=True, exist_ok=True)
         for tool in scenario.requires:
             if tool not in tools:
                 probe = self._execute(ctx, ("sh", "-c", f"command -v {tool}"), env, 20_000, {})
                 tools[tool] = probe.exit_code == 0
             if not tools[tool]:
                 return result("unavailable", f"{tool} is not available inside the sandbox")
-        env.ws.mkdir(parents=True, exist_ok=True)
         if scenario.setup:
             scenario.setup(env)
         listeners.reset()

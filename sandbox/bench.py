@@ -1,0 +1,268 @@
+"""Benchmarks: what each runner costs, measured against a bare spawn in the same run.
+
+Speed is measured, not asserted: this reports medians, p95 and ratios against
+the targets of issue 6; nothing here fails on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+# ratio targets: (row name, baseline row name, target ratio, "<=" or ">=")
+TARGETS: tuple[tuple[str, str, float, str], ...] = (
+    ("landlock true", "bash-local true", 1.3, "<="),
+    ("bwrap true", "bare bwrap true", 1.3, "<="),
+    ("docker warm exec true", "docker run --rm true", 0.5, "<="),
+    ("dsh-sandbox run -- true", "python -c pass", 2.0, "<="),
+)
+
+
+@dataclass(frozen=True)
+class Timing:
+    name: str
+    samples: int
+    median_ms: float
+    p95_ms: float
+    note: str = ""
+
+
+@dataclass
+class Report:
+    timings: list[Timing] = field(default_factory=list)
+    ratios: list[dict[str, Any]] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def timing(self, name: str) -> Timing | None:
+        return next((t for t in self.timings if t.name == name), None)
+
+
+def _measure(name: str, fn: Callable[[], object], n: int, warmup: int = 3) -> Timing:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t0) * 1000)
+    samples.sort()
+    p95 = samples[min(len(samples) - 1, round(0.95 * (len(samples) - 1)))]
+    return Timing(name, n, statistics.median(samples), p95)
+
+
+def _context(runner: str | None, workspace: Path) -> Any:
+    from dsh.sandbox.context import build_context
+
+    if runner is None:
+        return build_context([{"id": "shell", "name": "bash-local", "config": {"cwd": str(workspace)}}])
+    return build_context([
+        {"id": "policy", "name": "sandbox-policy",
+         "config": {"mode": "workspace-write", "workspace": str(workspace),
+                    "accept_degraded": ["landlock-protected-paths"]}},
+        {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
+        {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(workspace)}},
+    ])
+
+
+def _runner_true(ctx: Any) -> Callable[[], object]:
+    from dsh.executors.seam import ShellExecRequest
+
+    spec = ctx.shell.resolve(ShellExecRequest(command="true", argv=("true",)))
+
+    def run() -> object:
+        result = ctx.shell.execute(spec).result()
+        if result.exit_code != 0:
+            raise RuntimeError(f"`true` failed: {result.stderr.text[-200:]}")
+        return result
+
+    return run
+
+
+def bench_runners(report: Report, runners: Sequence[str], n: int, workspace: Path) -> None:
+    with _context(None, workspace) as ctx:
+        report.timings.append(_measure("bash-local true", _runner_true(ctx), n))
+    for runner in runners:
+        try:
+            ctx = _context(runner, workspace)
+        except Exception as exc:  # an unavailable runner is reported, not fatal
+            report.skipped[runner] = str(exc)
+            continue
+        try:
+            report.timings.append(_measure(f"{runner} true", _runner_true(ctx), n))
+            if runner == "bwrap":
+                bench_bare_bwrap(report, ctx, n, workspace)
+            if runner == "docker":
+                bench_docker_run(report, ctx, max(5, n // 5))
+        except Exception as exc:
+            report.skipped[runner] = f"{type(exc).__name__}: {exc}"
+        finally:
+            ctx.close()
+
+
+def bench_bare_bwrap(report: Report, ctx: Any, n: int, workspace: Path) -> None:
+    """The same bwrap argv the runner builds, spawned bare (no executor around it)."""
+    policy = ctx.sandbox_policy.resolve()
+    launch = ctx.sandbox.runner("bwrap").prepare(("true",), policy, cwd=str(workspace), env={})
+    argv = list(launch.argv)
+    try:
+        report.timings.append(_measure("bare bwrap true", lambda: subprocess.run(
+            argv, check=True, pass_fds=launch.pass_fds), n))
+    finally:
+        if launch.cleanup is not None:
+            launch.cleanup()
+
+
+def bench_docker_run(report: Report, ctx: Any, n: int) -> None:
+    runner = ctx.sandbox.runner("docker")
+    image = str(getattr(runner, "options", {}).get("image") or "dsh-sandbox/runtime:latest")
+    argv = ["docker", "run", "--rm", "--network", "none", image, "true"]
+    report.timings.append(_measure("docker run --rm true", lambda: subprocess.run(argv, check=True,
+                                                                                 stdout=subprocess.DEVNULL), n, 1))
+    report.timings.append(_measure("docker warm exec true", _runner_true(ctx), n, 1))
+
+
+def bench_cli(report: Report, n: int, workspace: Path) -> None:
+    exe = shutil.which("dsh-sandbox")
+    if exe is None:
+        report.skipped["cli"] = "dsh-sandbox is not on PATH"
+        return
+    env = {**os.environ}
+    report.timings.append(_measure("python -c pass", lambda: subprocess.run([sys.executable, "-c", "pass"],
+                                                                             check=True), n))
+    report.timings.append(_measure("dsh-sandbox run -- true", lambda: subprocess.run(
+        [exe, "run", "--", "true"], check=True, cwd=workspace, env=env, capture_output=True), n))
+
+
+_THROUGHPUT_CHILD = """
+import resource, sys, time
+from dsh.sandbox.context import build_context
+from dsh.executors.seam import ShellExecRequest
+ctx = build_context([{"id": "shell", "name": "bash-local", "config": {"cwd": sys.argv[1]}}])
+spec = ctx.shell.resolve(ShellExecRequest(command="head -c 1073741824 /dev/zero", timeout_ms=600000))
+t0 = time.perf_counter()
+r = ctx.shell.execute(spec).result()
+dt = time.perf_counter() - t0
+ctx.close()
+print(r.stdout.total_bytes, dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def bench_throughput(report: Report, workspace: Path) -> None:
+    """1 GiB of stdout through run(), in a fresh interpreter so peak RSS is its own."""
+    out = subprocess.run([sys.executable, "-c", _THROUGHPUT_CHILD, str(workspace)], check=True,
+                         capture_output=True, text=True).stdout.split()
+    total, seconds, rss_kib = int(out[0]), float(out[1]), int(out[2])
+    report.extra["1 GiB stdout"] = {
+        "bytes": total, "seconds": round(seconds, 3), "MiB/s": round(total / seconds / 2**20, 1),
+        "peak_rss_MiB": round(rss_kib / 1024, 1), "target_peak_rss_MiB": 100,
+    }
+
+
+def bench_concurrency(report: Report, runners: Sequence[str], workspace: Path, per_thread: int) -> None:
+    """32 threads each running ``per_thread`` commands; commands per second."""
+    results: dict[str, float] = {}
+    for runner in (None, *runners):
+        label = runner or "bash-local"
+        try:
+            ctx = _context(runner, workspace)
+        except Exception as exc:
+            report.skipped[f"32x {label}"] = str(exc)
+            continue
+        try:
+            run = _runner_true(ctx)
+            errors: list[BaseException] = []
+
+            def worker(run: Callable[[], object] = run, errors: list[BaseException] = errors) -> None:
+                try:
+                    for _ in range(per_thread):
+                        run()
+                except BaseException as exc:
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=worker) for _ in range(32)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            dt = time.perf_counter() - t0
+            if errors:
+                report.skipped[f"32x {label}"] = f"{type(errors[0]).__name__}: {errors[0]}"
+                continue
+            results[label] = 32 * per_thread / dt
+        finally:
+            ctx.close()
+    base = results.get("bash-local")
+    report.extra["32 concurrent"] = {
+        k: {"commands_per_s": round(v, 1), "vs_bash_local": round(v / base, 2) if base else None}
+        for k, v in results.items()
+    }
+    report.extra["32 concurrent"]["target"] = "landlock >= 0.7x bash-local"
+
+
+def compute_ratios(report: Report) -> None:
+    for name, base, target, op in TARGETS:
+        a, b = report.timing(name), report.timing(base)
+        if a is None or b is None or b.median_ms == 0:
+            continue
+        ratio = a.median_ms / b.median_ms
+        met = ratio <= target if op == "<=" else ratio >= target
+        report.ratios.append({"measure": name, "baseline": base, "ratio": round(ratio, 2),
+                              "target": f"{op} {target}x", "met": met})
+
+
+def run_all(runners: Sequence[str], n: int, *, throughput: bool = True, per_thread: int = 10) -> Report:
+    report = Report()
+    workspace = Path(tempfile.mkdtemp(prefix="dsh-bench-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    sections: list[tuple[str, Callable[[], None]]] = [
+        ("runners", lambda: bench_runners(report, runners, n, workspace)),
+        ("cli", lambda: bench_cli(report, n, workspace)),
+        ("1 GiB stdout", lambda: bench_throughput(report, workspace) if throughput else None),
+        ("32 concurrent", lambda: bench_concurrency(
+            report, [r for r in runners if r in ("landlock", "bwrap")], workspace, per_thread)),
+    ]
+    try:
+        for name, section in sections:
+            try:
+                section()
+            except subprocess.CalledProcessError as exc:
+                err = exc.stderr.decode(errors="replace")[-300:] if isinstance(exc.stderr, bytes) else exc.stderr
+                report.skipped[name] = f"{exc.cmd} exited {exc.returncode}: {err or ''}".strip()
+            except Exception as exc:  # a broken measure is reported, the rest still runs
+                report.skipped[name] = f"{type(exc).__name__}: {exc}"
+        compute_ratios(report)
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
+    return report
+
+
+def render_table(report: Report) -> str:
+    lines = ["| measure | samples | median ms | p95 ms |", "|---|---:|---:|---:|"]
+    lines += [f"| {t.name} | {t.samples} | {t.median_ms:.2f} | {t.p95_ms:.2f} |" for t in report.timings]
+    if report.ratios:
+        lines += ["", "| measure | baseline | ratio | target | met |", "|---|---|---:|---|---|"]
+        lines += [f"| {r['measure']} | {r['baseline']} | {r['ratio']:.2f}x | {r['target']} | "
+                  f"{'yes' if r['met'] else 'no'} |" for r in report.ratios]
+    for key, value in report.extra.items():
+        lines += ["", f"{key}: {json.dumps(value)}"]
+    for key, why in report.skipped.items():
+        lines += [f"skipped {key}: {why}"]
+    return "\n".join(lines)
+
+
+def to_json(report: Report) -> str:
+    return json.dumps({"timings": [asdict(t) for t in report.timings], "ratios": report.ratios,
+                       "extra": report.extra, "skipped": report.skipped,
+                       "machine": {"python": sys.version.split()[0], "cpus": os.cpu_count()}}, indent=2)
