@@ -95,10 +95,14 @@ def path_candidates(line: str, error_at: int) -> list[str]:
     head = line[:error_at].rstrip()
     if head.endswith(":"):
         fields = head[:-1].split(": ")
-        if fields:
-            name = fields[-1].strip()
-            if _looks_like_path(name, quoted=False) and name not in found:
-                found.append(name)
+        name = fields[-1].strip()
+        if not _looks_like_path(name, quoted=False):
+            # ``sh: 1: cannot create /etc/x: ...``: the path is the field's last word.
+            name = name.split()[-1] if name.split() else ""
+            if not name.startswith(("/", "./", "../", "~")):
+                name = ""
+        if name and name not in found:
+            found.append(name)
     return found
 
 

@@ -36,6 +36,8 @@ def denial(policy: SandboxPolicy, text: str, exit_code: int | None = 1) -> str |
         "PermissionError: [Errno 13] Permission denied: '/etc/x'",
         "OSError: [Errno 30] Read-only file system: \"/etc/x\"",
         "cp: cannot create regular file `/etc/x': Operation not permitted",
+        "sh: 1: cannot create /etc/x: Read-only file system",
+        "/bin/sh: 3: cannot create /etc/x: Permission denied",
     ],
 )
 def test_write_outside_roots_is_denied(workspace: Path, line: str) -> None:
