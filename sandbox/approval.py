@@ -177,6 +177,8 @@ class Approval(Service):
 class DenyAllApproval(Approval):
     """``approval-deny``: the default; every escalation is denied."""
 
+    plugin_name: ClassVar[str] = "approval-deny"
+
     def decide(self, request: EscalationRequest) -> EscalationDecision:
         return EscalationDecision.deny(
             "escalation is disabled here (approval-deny); work within the current mode"
@@ -279,6 +281,8 @@ class PromptConfig(ApprovalConfig):
 class PromptApproval(Approval):
     """``approval-prompt``: a person answers on the terminal (or the given streams)."""
 
+    plugin_name: ClassVar[str] = "approval-prompt"
+
     Config: ClassVar[type[Any]] = PromptConfig
     config: PromptConfig
 
@@ -319,3 +323,31 @@ __all__ = [
     "PromptConfig",
     "TerminalPrompter",
 ]
+
+
+# -- the CLI's --approval deny|prompt|rules:FILE ----------------------------------------
+def approval_option(value: str, *, flag: str = "--approval") -> tuple[str, dict[str, Any]]:
+    """``deny``, ``prompt`` or ``rules:FILE`` -> (provider name, config)."""
+    if value == "deny":
+        return "approval-deny", {}
+    if value == "prompt":
+        return "approval-prompt", {}
+    if value.startswith("rules:") and value[len("rules:") :]:
+        return "approval-rules", {"path": value[len("rules:") :]}
+    raise ConfigError(
+        f"{flag} {value!r}: use deny, prompt or rules:FILE (a TOML rules file), "
+        "e.g. --approval rules:approvals.toml"
+    )
+
+
+def build_approval(ctx: Context, value: str, *, flag: str = "--approval") -> Approval:
+    """The approval provider ``value`` names (not mounted; ``ctx.provide`` it)."""
+    name, config = approval_option(value, flag=flag)
+    # Imported directly, not through entry points: ``run`` must start fast.
+    if name == "approval-rules":
+        from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
+
+        return RulesApproval(ctx, RulesConfig(**config))
+    if name == "approval-prompt":
+        return PromptApproval(ctx)
+    return DenyAllApproval(ctx)

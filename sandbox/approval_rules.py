@@ -162,6 +162,8 @@ def _parse_rule(raw: Any, p: Path, index: int, lines: list[str], header: int) ->
 class RulesApproval(Approval):
     """``approval-rules``: exact-command and argv-prefix rules per target mode."""
 
+    plugin_name: ClassVar[str] = "approval-rules"
+
     Config: ClassVar[type[Any]] = RulesConfig
     config: RulesConfig
 

@@ -1,0 +1,138 @@
+"""``dsh-sandbox tool``: print the tool specs, or make one tool call.
+
+``tool call bash '{"command": "ls", "description": "list"}'`` runs the call
+through a composition and prints exactly what the model would see.  Without
+``--composition`` the context is the sandboxed default: the policy service
+(``--mode``, ``--workspace``), the runner host (``--runner``), a sandboxed
+bash (or ``--shell pwsh``) executor, the job registry and the approval
+provider (``--approval deny|prompt|rules:FILE``).  The context is torn down
+when the command ends, so a job started here is killed then.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from dsh.sandbox.context import Context
+from dsh.sandbox.errors import UsageError
+from dsh.sandbox.modes import SandboxMode
+
+
+def build_tool_context(
+    *,
+    composition: str | None,
+    shell: str,
+    mode: str | None,
+    workspace: str | None,
+    runner: str,
+    approval: str | None,
+) -> Context:
+    from dsh.sandbox.approval import approval_option
+    from dsh.sandbox.context import build_context
+
+    if composition is not None:
+        if mode or workspace or runner != "auto" or approval:
+            raise UsageError(
+                "--composition conflicts with --mode/--workspace/--runner/--approval: "
+                "configure them in the composition file, or drop --composition"
+            )
+        ctx = build_context(composition)
+    else:
+        policy: dict[str, Any] = {}
+        if mode is not None:
+            policy["mode"] = SandboxMode.parse(mode, field="--mode").value
+        if workspace is not None:
+            policy["workspace"] = workspace
+        name, config = approval_option(approval or "deny")
+        ctx = build_context(
+            [
+                {"id": "sandbox-policy", "name": "sandbox-policy", "config": policy},
+                {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
+                {"id": "shell", "name": f"{shell}-sandbox"},
+                {"id": "jobs", "name": "jobs"},
+                {"id": "approval", "name": name, "config": config},
+            ]
+        )
+    if not ctx.has("shell"):
+        ctx.close()
+        raise UsageError(
+            f"--composition {composition}: mounts no executor (ctx.shell); add e.g. {{name: bash-sandbox}}"
+        )
+    return ctx
+
+
+def _context_options(fn: Any) -> Any:
+    for option in reversed(
+        [
+            click.option("--composition", metavar="FILE", help="Build the context from this file."),
+            click.option(
+                "--shell", type=click.Choice(["bash", "pwsh"]), default="bash", show_default=True,
+                help="Executor family of the default context.",
+            ),
+            click.option("--mode", type=click.Choice([m.value for m in SandboxMode]),
+                         help="Session sandbox mode (default: workspace-write)."),
+            click.option("--workspace", metavar="DIR", help="Workspace root (default: cwd)."),
+            click.option("--runner", default="auto", show_default=True, help="Runner to use."),
+            click.option("--approval", metavar="deny|prompt|rules:FILE",
+                         help="Who approves escalations (default: deny)."),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+@click.group("tool", context_settings={"help_option_names": ["-h", "--help"]})
+def tool() -> None:
+    """Model-facing tools: print specs, make one tool call."""
+
+
+@tool.command("spec")
+@click.option("--format", "fmt", type=click.Choice(["openai", "anthropic"]), default="openai",
+              show_default=True, help="Tool spec style.")
+@_context_options
+def spec_cmd(fmt: str, **context: Any) -> None:
+    """Print the tool definitions (JSON) as the model would get them."""
+    from dsh.tools.toolbox import export_specs
+
+    ctx = build_tool_context(**context)
+    try:
+        click.echo(json.dumps(export_specs(ctx, "openai" if fmt == "openai" else "anthropic"),
+                              indent=2, ensure_ascii=False))
+    finally:
+        ctx.close()
+
+
+@tool.command("call")
+@click.argument("name")
+@click.argument("arguments", metavar="JSON")
+@click.option("--owner", default="cli", show_default=True, help="Agent that owns the call's jobs.")
+@click.option("--json", "as_json", is_flag=True, help="Print {content, is_error, job_id}.")
+@_context_options
+def call_cmd(name: str, arguments: str, owner: str, as_json: bool, **context: Any) -> None:
+    """Make one tool call NAME with JSON arguments; print what the model would see.
+
+    Exit status 1 when the result is an error result (bad arguments, rejected
+    escalation, sandbox unavailable), else 0.
+    """
+    from dsh.tools.toolbox import call_tool
+
+    try:
+        args = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"JSON: the tool arguments are not valid JSON ({exc}); "
+                         'pass e.g. \'{"command": "ls", "description": "list files"}\'') from None
+    ctx = build_tool_context(**context)
+    try:
+        result = call_tool(ctx, name, args, owner=owner)
+    finally:
+        ctx.close()
+    if as_json:
+        click.echo(json.dumps({"content": result.content, "is_error": result.is_error,
+                               "job_id": result.job_id}, ensure_ascii=False))
+    else:
+        click.echo(result.content)
+    sys.stdout.flush()
+    raise SystemExit(1 if result.is_error else 0)
