@@ -40,7 +40,8 @@ TOP_KEYS = (
 )
 LIMIT_KEYS = ("wall_time_s", "max_processes", "max_memory", "max_file_size")
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# A name, or a prefix ending in ``*`` (the executor matches with fnmatch).
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?\Z")
 _DEGRADED_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*\Z")
 # Bare K/M/G and the IEC forms are binary (as ulimit and Docker read them);
@@ -261,7 +262,7 @@ def _env_item(item: str) -> tuple[str, str] | None:
     if not _ENV_NAME.match(item):
         return (
             f"{item!r} is not an environment variable name",
-            "use names like 'PATH' or 'NODE_ENV'",
+            "use names like 'NODE_ENV', or a prefix like 'NPM_CONFIG_*'",
         )
     return None
 

@@ -32,6 +32,7 @@ from dsh.sandbox.profile_schema import (
     LIST_KEYS,
     ProfileError,
     check_profile_table,
+    find_key_line,
     known_runners,
     parse_size,
     suggest,
@@ -176,9 +177,7 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _load_chain(
-    path: Path, builtin: bool, seen: tuple[str, ...]
-) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tuple[str, ...]]:
     key = os.path.realpath(path)
     if key in seen:
         names = [Path(p).stem for p in (*seen, key)]
@@ -189,25 +188,32 @@ def _load_chain(
             key="extends",
             fix=fix,
         )
-    data, _text = _read(path)
+    data, text = _read(path)
     chain: tuple[str, ...] = (path.stem,)
     parent_ref = data.get("extends")
     if parent_ref is None:
         return data, chain
+    line = find_key_line(text, "extends")
+    where = f" at line {line}" if line else ""
     try:
-        parent_path, parent_builtin = _locate(parent_ref, relative_to=path.parent)
-        parent, parent_chain = _load_chain(parent_path, parent_builtin, (*seen, key))
-    except ProfileError as exc:
-        if exc.path is not None:
-            raise
+        parent_path, _builtin = _locate(parent_ref, relative_to=path.parent)
+    except ProfileError as exc:  # an unknown built-in name: say which file asked for it
         raise ProfileError(
-            f"profile {path}: extends: {exc}", path=str(path), key="extends", fix=exc.fix
+            f"profile {path}: extends{where}: {exc}", path=str(path), line=line, key="extends",
+            fix=exc.fix,
         ) from None
+    if not parent_path.is_file():
+        fix = "fix the path (relative to this file) or use a built-in name"
+        raise ProfileError(
+            f"profile {path}: extends{where}: {parent_path} not found; {fix}",
+            path=str(path), line=line, key="extends", fix=fix,
+        )
+    parent, parent_chain = _load_chain(parent_path, (*seen, key))
     return _merge(parent, data), chain + parent_chain
 
 
 def _build(path: Path, builtin: bool) -> Profile:
-    data, chain = _load_chain(path, builtin, ())
+    data, chain = _load_chain(path, ())
     limits = data.get("limits", {})
     mode = data.get("mode")
     return Profile(
@@ -243,7 +249,8 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
 
 def validate_profile_file(path: str | os.PathLike[str]) -> Profile:
     """Validate the profile at ``path`` (always a path, never a built-in name)."""
-    return _build(Path(os.fspath(path)).expanduser(), False)
+    file = Path(os.fspath(path)).expanduser()
+    return _build(file, os.path.realpath(file.parent) == os.path.realpath(_builtin_dir()))
 
 
 def list_profiles() -> list[Profile]:

@@ -45,6 +45,7 @@ def test_builtins_are_listed_and_load() -> None:
     profiles = {p.name: p for p in list_profiles()}
     assert sorted(profiles) == BUILTINS
     assert all(p.builtin and p.description for p in profiles.values())
+    assert validate_profile_file(PROFILES_DIR / "python.toml").builtin
     for mode in SandboxMode:
         assert profiles[mode.value].mode is mode
     assert profiles["danger-full-access"].network is True
@@ -161,6 +162,16 @@ def test_unknown_runner_lists_known(tmp_path: Path) -> None:
         assert name in str(err)
 
 
+def test_env_passthrough_names_and_prefixes(tmp_path: Path) -> None:
+    path = write(tmp_path, 'env_passthrough = ["NODE_ENV", "NPM_CONFIG_*", "_x1"]\n')
+    assert validate_profile_file(path).env_passthrough == ("NODE_ENV", "NPM_CONFIG_*", "_x1")
+    for bad in ("*", "A*B", "1A"):
+        assert "not an environment variable name" in str(
+            invalid(tmp_path, f'env_passthrough = ["{bad}"]\n')
+        )
+        assert schema_errors({"env_passthrough": [bad]}, SCHEMA, SCHEMA) != []
+
+
 def test_bad_list_items(tmp_path: Path) -> None:
     bad_env = invalid(tmp_path, 'env_passthrough = ["A B"]\n')
     assert "not an environment variable name" in str(bad_env)
@@ -249,9 +260,11 @@ def test_extends_missing_parent_names_the_child(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as info:
         load_profile(str(path))
     assert str(path) in str(info.value) and "extends" in str(info.value)
-    path = write(tmp_path, 'extends = "./gone.toml"\n')
-    with pytest.raises(ProfileError, match=r"gone\.toml: file not found"):
+    path = write(tmp_path, 'mode = "read-only"\nextends = "./gone.toml"\n')
+    with pytest.raises(ProfileError) as info:
         load_profile(str(path))
+    assert info.value.path == str(path) and info.value.line == 2
+    assert f"extends at line 2: {tmp_path / 'gone.toml'} not found" in str(info.value)
 
 
 def test_error_in_parent_points_at_parent(tmp_path: Path) -> None:
