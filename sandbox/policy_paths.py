@@ -73,13 +73,15 @@ def home_dir() -> Path | None:
 
 def system_dir_reason(path: Path) -> str | None:
     """Why ``path`` (canonical) may not be a writable root, or ``None``."""
+    if path == Path("/"):
+        return "it is the whole filesystem"
+    if path in SYSTEM_DIRS:
+        return "it is a system directory"
     for tree in SYSTEM_TREES:
         if is_within(path, tree):
             return f"it is inside the system directory {tree}"
         if path in tree.parents:
             return f"it contains the system directory {tree}"
-    if path in SYSTEM_DIRS:
-        return "it is a system directory"
     home = home_dir()
     if path == home:
         # Shell start-up files and ~/.ssh live there: writing them outlives the sandbox.

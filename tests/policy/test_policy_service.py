@@ -202,6 +202,7 @@ def test_workspace_root_of_filesystem(tmp_path: Path) -> None:
 
 
 def test_system_dir_reason() -> None:
+    assert system_dir_reason(Path("/")) == "it is the whole filesystem"
     assert system_dir_reason(Path("/usr/src/app")) is None
     assert system_dir_reason(Path("/home/me/src")) is None
     assert system_dir_reason(Path("/usr/local")) is not None  # contains /usr/local/bin
