@@ -43,7 +43,7 @@ class PolicyConfig:
     mode: str | None = None  # default: the profile's mode, else workspace-write
     profile: str | None = None  # built-in name or path; default: the mode's built-in
     workspace: str | None = None  # default: the process cwd at configure time
-    writable: tuple[str, ...] = ()  # extra writable roots (must exist)
+    writable: tuple[str, ...] = ()  # extra writable roots (must exist; relative to the cwd)
     network: bool | None = None  # overrides the profile
     accept_degraded: tuple[str, ...] = ()
 
@@ -93,7 +93,7 @@ class PolicyService(Service):
             raise ConfigError(
                 f"--writable {raw}: names an unset environment variable; set it or pass the directory itself"
             )
-        path = canonical(expanded, self._workspace)
+        path = canonical(expanded)  # relative to the cwd, as a shell user means it
         if not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
             raise ConfigError(f"--writable {raw}: {path} {what}; create the directory or drop the flag")

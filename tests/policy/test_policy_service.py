@@ -442,3 +442,21 @@ def test_fifo_git_file_and_commondir_do_not_hang(workspace: Path, tmp_path: Path
     os.mkfifo(gitdir / "commondir")
     (workspace / ".git").write_text(f"gitdir: {gitdir}\n")
     assert gitdir in service(workspace).resolve().protected_paths
+
+
+def test_flag_roots_are_relative_to_the_cwd(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cache").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert tmp_path / "cache" in service(workspace, writable=("cache",)).resolve().writable_roots
+
+
+@pytest.mark.parametrize("name", ["danger-full-access", "node", "python", "read-only", "workspace-write"])
+def test_every_builtin_resolves_in_every_mode(workspace: Path, name: str) -> None:
+    svc = service(workspace, profile=name)
+    assert svc.resolve().profile == name
+    for mode in SandboxMode:
+        policy = svc.resolve(mode)
+        assert policy.mode is mode and policy.workspace == workspace
+        assert describe_policy(policy)[0].startswith(f"mode: {mode.value}")
