@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -460,3 +461,22 @@ def test_every_builtin_resolves_in_every_mode(workspace: Path, name: str) -> Non
         policy = svc.resolve(mode)
         assert policy.mode is mode and policy.workspace == workspace
         assert describe_policy(policy)[0].startswith(f"mode: {mode.value}")
+
+
+@pytest.mark.parametrize("root", ["/proc/self/root", "/proc/self/cwd/../../../../../etc", "/tmp/../etc"])
+def test_proc_self_and_dotdot_traversal_refused(workspace: Path, root: str) -> None:
+    with pytest.raises(ConfigError, match=rf"--writable {re.escape(root)}: refusing to make /"):
+        service(workspace, writable=(root,))
+
+
+def test_symlink_loops_do_not_crash(workspace: Path, tmp_path: Path) -> None:
+    (workspace / ".git").symlink_to(workspace / ".git")  # points at itself
+    (tmp_path / "loop-a").symlink_to(tmp_path / "loop-b")
+    (tmp_path / "loop-b").symlink_to(tmp_path / "loop-a")
+    prof = profile_file(tmp_path, f'writable_roots = ["{tmp_path}/loop-a"]\n')
+    policy = service(workspace, profile=prof).resolve()
+    assert workspace / ".git" in policy.protected_paths
+    assert tmp_path / "loop-a" not in policy.writable_roots
+    assert len(policy.missing_roots) == 1
+    with pytest.raises(ConfigError, match="does not exist"):
+        service(workspace, writable=(str(tmp_path / "loop-a"),))
