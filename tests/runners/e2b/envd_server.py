@@ -237,10 +237,11 @@ def _end(returncode: int) -> Any:
     return process_pb.ProcessEvent(event=Oneof("end", end))
 
 
-class _ConnectError(Exception):
-    _HTTP = {"invalid_argument": 400, "unauthenticated": 401, "not_found": 404,
+_CONNECT_HTTP_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "not_found": 404,
              "unimplemented": 501, "internal": 500, "failed_precondition": 400}
 
+
+class _ConnectError(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message
@@ -338,7 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._start(body)
             response = self._unary(url.path, json.loads(body or b"{}"))
         except _ConnectError as exc:
-            status = _ConnectError._HTTP.get(exc.code, 500)
+            status = _CONNECT_HTTP_STATUS.get(exc.code, 500)
             return self._reply(status, json.dumps(exc.to_json()).encode())
         self._reply(200, json.dumps(response).encode())
 

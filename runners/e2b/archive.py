@@ -1,0 +1,290 @@
+"""Workspace sync as single tar archives: in to the sandbox, and (checked) back.
+
+Sync-back trusts nothing in the archive: the sandbox may have run anything as
+root.  ``plan_sync_back`` validates *every* member and every host destination
+before ``apply_sync_back`` writes *any* file, so a bad archive leaves the host
+untouched.  Only regular files under the workspace come back; a symlink,
+hardlink, device, fifo, absolute name, ``..`` component, or a destination that
+is a symlink or directory on the host rejects the whole archive.  Protected
+paths are never written back (that is how they stay read-only with this
+runner); changed ones are reported.  Each file is written atomically (temp
+file in the same directory, then ``rename``), through directory descriptors
+opened with ``O_NOFOLLOW`` so a host symlink in a parent is never followed.
+Deletions made in the sandbox are not propagated.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from dsh.sandbox.errors import DshError
+
+# Names protected in every directory (the policy adds its own canonical paths).
+ALWAYS_PROTECTED_NAMES = (".git", ".dsh")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SyncBackRefused(DshError):
+    """The sandbox's archive has a member that must not reach the host."""
+
+    code = "SYNC_BACK_REFUSED"
+
+
+@dataclass(frozen=True)
+class FileUpdate:
+    parts: tuple[str, ...]  # path components under the workspace
+    member: tarfile.TarInfo
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    updates: tuple[FileUpdate, ...]
+    skipped_protected: tuple[str, ...]
+
+
+def pack_workspace(workspace: Path, out: IO[bytes], *, exclude: Iterable[Path] = ()) -> int:
+    """Write ``workspace`` as one tar to ``out``; return the number of members.
+
+    Regular files, directories and symlinks go in (sockets, fifos and devices do
+    not); owners are dropped so the sandbox user owns what it extracts;
+    ``exclude`` (hidden paths) is left out.
+    """
+    excluded = {Path(p) for p in exclude}
+    count = 0
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        if (workspace / info.name).absolute() in excluded:
+            return None
+        if not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
+            return None
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        return info
+
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for dirpath, dirnames, filenames in os.walk(workspace):
+            base = Path(dirpath)
+            dirnames[:] = [d for d in dirnames if (base / d) not in excluded]
+            for name in sorted(dirnames) + sorted(filenames):
+                path = base / name
+                arcname = path.relative_to(workspace).as_posix()
+                try:
+                    info = tar.gettarinfo(str(path), arcname)
+                except OSError:
+                    continue  # vanished or unreadable: the sandbox simply lacks it
+                if info is None or keep(info) is None:
+                    continue  # sockets: tarfile cannot represent them
+                if info.isreg():
+                    try:
+                        with open(path, "rb") as fh:
+                            tar.addfile(info, fh)
+                    except OSError:
+                        continue
+                else:
+                    tar.addfile(info)
+                count += 1
+    return count
+
+
+def plan_sync_back(
+    archive: IO[bytes], workspace: Path, protected: Iterable[Path]
+) -> SyncPlan:
+    """Validate every member and destination; return what to write.  Writes nothing."""
+    protected_paths = tuple(Path(p) for p in protected)
+    updates: list[FileUpdate] = []
+    skipped: list[str] = []
+    kinds: dict[tuple[str, ...], str] = {}
+    try:
+        tar = tarfile.open(fileobj=archive, mode="r:")
+        members = tar.getmembers()
+    except (tarfile.TarError, EOFError) as exc:
+        raise SyncBackRefused(f"the sandbox's archive is not a valid tar: {exc}") from exc
+    for member in members:
+        parts = _member_parts(member.name)
+        if not parts:
+            if not member.isdir():
+                raise SyncBackRefused(f"member {member.name!r} names the workspace itself")
+            continue
+        kind = _member_kind(member)
+        for depth in range(1, len(parts)):
+            if kinds.setdefault(parts[:depth], "dir") != "dir":
+                raise SyncBackRefused(f"member {member.name!r} is inside a file")
+        if kinds.setdefault(parts, kind) != kind:
+            raise SyncBackRefused(f"member {member.name!r} appears as both file and directory")
+        if kind == "dir":
+            continue
+        host = workspace.joinpath(*parts)
+        if _is_protected(parts, host, protected_paths):
+            if _differs(workspace, parts, member, tar):
+                skipped.append("/".join(parts))
+            continue
+        _check_destination(workspace, parts)
+        if _differs(workspace, parts, member, tar):
+            updates.append(FileUpdate(parts, member))
+    tar.close()
+    return SyncPlan(tuple(updates), tuple(skipped))
+
+
+def apply_sync_back(archive: IO[bytes], workspace: Path, plan: SyncPlan) -> None:
+    """Stage every update as a temp file, then rename them all into place."""
+    archive.seek(0)
+    dirs = _DirCache(workspace)
+    staged: list[tuple[tuple[str, ...], str, str]] = []  # (dir, temp name, final name)
+    try:
+        with tarfile.open(fileobj=archive, mode="r:") as tar:
+            for update in plan.updates:
+                parent = update.parts[:-1]
+                temp = f".{update.parts[-1]}.dsh-sync-{os.getpid()}-{len(staged)}"
+                _write_member(tar, update.member, dirs.open(parent), temp)
+                staged.append((parent, temp, update.parts[-1]))
+        for parent, temp, final in staged:
+            fd = dirs.open(parent)
+            os.rename(temp, final, src_dir_fd=fd, dst_dir_fd=fd)
+        staged.clear()
+    except BaseException:
+        # A failure while staging (disk full...): remove every temp file and
+        # directory it made, so the host is as it was.
+        for parent, temp, _ in staged:
+            try:
+                os.unlink(temp, dir_fd=dirs.open(parent))
+            except OSError:
+                pass
+        dirs.remove_created()
+        raise
+    finally:
+        dirs.close()
+
+
+class _DirCache:
+    """Directory fds under the workspace, opened component by component with
+    ``O_NOFOLLOW`` (never through a symlink); at most ``limit`` kept open."""
+
+    def __init__(self, workspace: Path, limit: int = 128) -> None:
+        self.root = os.open(workspace, _DIR_FLAGS)
+        self.fds: dict[tuple[str, ...], int] = {}
+        self.created: list[tuple[str, ...]] = []
+        self.limit = limit
+
+    def open(self, parts: tuple[str, ...]) -> int:
+        if not parts:
+            return self.root
+        if parts in self.fds:
+            return self.fds[parts]
+        parent = self.open(parts[:-1])
+        try:
+            os.mkdir(parts[-1], 0o755, dir_fd=parent)
+            self.created.append(parts)
+        except FileExistsError:
+            pass
+        try:
+            fd = os.open(parts[-1], _DIR_FLAGS, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise SyncBackRefused(f"{'/'.join(parts)}: not a directory on the host") from exc
+            raise
+        if len(self.fds) >= self.limit:
+            self._close_cached(keep=parts[:-1])
+        self.fds[parts] = fd
+        return fd
+
+    def _close_cached(self, keep: tuple[str, ...]) -> None:
+        for key in [k for k in self.fds if k != keep[: len(k)] or len(k) > len(keep)]:
+            os.close(self.fds.pop(key))
+
+    def remove_created(self) -> None:
+        for parts in reversed(self.created):
+            try:
+                os.rmdir(parts[-1], dir_fd=self.open(parts[:-1]))
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+        os.close(self.root)
+
+
+def _member_parts(name: str) -> tuple[str, ...]:
+    if name.startswith("/") or "\0" in name:
+        raise SyncBackRefused(f"member {name!r} has an absolute path")
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise SyncBackRefused(f"member {name!r} has a '..' component")
+    return parts
+
+
+def _member_kind(member: tarfile.TarInfo) -> str:
+    if member.isdir():
+        return "dir"
+    if member.type in (tarfile.REGTYPE, tarfile.AREGTYPE) and not member.issparse():
+        return "file"
+    what = {tarfile.SYMTYPE: "a symlink", tarfile.LNKTYPE: "a hardlink",
+            tarfile.FIFOTYPE: "a fifo", tarfile.CHRTYPE: "a character device",
+            tarfile.BLKTYPE: "a block device"}.get(member.type, f"of type {member.type!r}")
+    raise SyncBackRefused(f"member {member.name!r} is {what}, not a regular file")
+
+
+def _is_protected(parts: tuple[str, ...], host: Path, protected: tuple[Path, ...]) -> bool:
+    if any(part in ALWAYS_PROTECTED_NAMES for part in parts):
+        return True
+    return any(host == p or p in host.parents for p in protected)
+
+
+def _check_destination(workspace: Path, parts: tuple[str, ...]) -> None:
+    """Every host ancestor must be a real directory (or missing), the file a file."""
+    path = workspace
+    for depth, part in enumerate(parts):
+        path = path / part
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        last = depth == len(parts) - 1
+        if stat.S_ISLNK(st.st_mode):
+            raise SyncBackRefused(f"{'/'.join(parts)}: {path} is a symlink on the host")
+        if last and not stat.S_ISREG(st.st_mode):
+            raise SyncBackRefused(f"{'/'.join(parts)}: {path} is not a regular file on the host")
+        if not last and not stat.S_ISDIR(st.st_mode):
+            raise SyncBackRefused(f"{'/'.join(parts)}: {path} is not a directory on the host")
+
+
+def _differs(workspace: Path, parts: tuple[str, ...], member: tarfile.TarInfo,
+             tar: tarfile.TarFile) -> bool:
+    host = workspace.joinpath(*parts)
+    try:
+        st = os.lstat(host)
+    except FileNotFoundError:
+        return True
+    if st.st_size != member.size or stat.S_IMODE(st.st_mode) & 0o111 != member.mode & 0o111:
+        return True
+    source = tar.extractfile(member)
+    if source is None:
+        return True
+    with source, open(host, "rb") as fh:
+        while True:
+            a, b = source.read(1 << 20), fh.read(1 << 20)
+            if a != b:
+                return True
+            if not a:
+                return False
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dir_fd: int, name: str) -> None:
+    source = tar.extractfile(member)
+    mode = 0o755 if member.mode & 0o100 else 0o644
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 mode, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as out:
+        if source is not None:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+        os.fchmod(out.fileno(), mode)
+        os.utime(out.fileno(), (member.mtime, member.mtime))

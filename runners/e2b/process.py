@@ -1,0 +1,145 @@
+"""A command running in the E2B sandbox, driven like a local process.
+
+A pump thread reads envd's ``Start`` stream and writes the *bytes* of each
+stdout/stderr chunk into OS pipes (the SDK's ``CommandHandle`` would decode
+them as UTF-8 with replacement, which loses bytes).  The stream's end event
+gives the exit status; then, for modes that write, the workspace is synced
+back before ``wait()`` returns (notes about it go to stderr).
+
+How each way of ending maps:
+- end event: exit code, or ``exit -1`` + ``"signal: killed"`` (envd's
+  timeout shape, and any kill) -> ``ExitStatus(None, SIGKILL)``;
+- the SDK's ``TimeoutException`` (the stream's own deadline, a backstop set
+  beyond the executor's deadline): the tree is killed -> ``ExitStatus(None,
+  SIGKILL)``;
+- the sandbox dies or becomes unreachable mid-command -> ``ExitStatus(None,
+  SIGKILL)`` with a ``dsh: e2b:`` note on stderr; the session is marked dead
+  (the next command gets a new sandbox).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from dsh.runners.e2b.archive import SyncBackRefused
+from dsh.runners.e2b.command import exit_status
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.runner import ExitStatus, RemoteProcess
+
+if TYPE_CHECKING:
+    from dsh.runners.e2b.session import E2BSession
+
+_KILLED = ExitStatus(None, int(signal.SIGKILL))
+
+
+class E2BProcess(RemoteProcess):
+    def __init__(self, session: E2BSession, pid: int, events: Iterator[Any],
+                 policy: SandboxPolicy, *, sync_back: bool, stdin: bytes | None) -> None:
+        self.session = session
+        self.pid = pid
+        self.policy = policy
+        self._events = events
+        self._sync_back = sync_back
+        self.stdout_fd, self._stdout_w = os.pipe()
+        self.stderr_fd, self._stderr_w = os.pipe()
+        self._status: ExitStatus | None = None
+        self._done = threading.Event()
+        self._reader_gone: set[int] = set()
+        self._pump = threading.Thread(target=self._run, name=f"e2b-pump-{pid}", daemon=True)
+        self._pump.start()
+        if stdin is not None:
+            threading.Thread(target=session.send_stdin, args=(pid, stdin),
+                             name=f"e2b-stdin-{pid}", daemon=True).start()
+
+    # -- RemoteProcess -------------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> ExitStatus | None:
+        self._done.wait(timeout)
+        return self._status if self._done.is_set() else None
+
+    def kill(self, sig: int) -> None:
+        if not self._done.is_set() and not self.session.dead:
+            self.session.kill_tree(self.pid, sig)
+
+    def close(self) -> None:
+        self._done.wait()
+
+    # -- pump ------------------------------------------------------------------------
+    def _run(self) -> None:
+        notes: list[str] = []
+        status: ExitStatus | None = None
+        try:
+            status = self._stream()
+            if status is None:
+                notes.append("dsh: e2b: the command's stream ended without an exit status")
+                status = _KILLED
+        except Exception as exc:
+            status = _KILLED
+            notes.append(self._stream_failure(exc))
+        if self._sync_back and not self.session.dead:
+            notes += self._sync()
+        for note in notes:
+            self._write(self._stderr_w, f"\n{note}\n".encode())
+        os.close(self._stdout_w)
+        os.close(self._stderr_w)
+        with self.session._lock:
+            self.session.live.discard(self)
+            self._status = status
+            self._done.set()
+
+    def _stream(self) -> ExitStatus | None:
+        status = None
+        for response in self._events:
+            event = response.event.event if response.event is not None else None
+            if event is None:
+                continue
+            if event.field == "data":
+                output = event.value.output
+                if output is not None and output.field in ("stdout", "stderr"):
+                    fd = self._stdout_w if output.field == "stdout" else self._stderr_w
+                    self._write(fd, output.value)
+            elif event.field == "end":
+                end = event.value
+                status = exit_status(
+                    end.exit_code, end.status if end.has_field("status") else None,
+                    end.error if end.has_field("error") else None)
+        return status
+
+    def _stream_failure(self, exc: Exception) -> str:
+        import e2b
+        from e2b.envd.rpc import handle_rpc_exception_with_health
+
+        mapped = handle_rpc_exception_with_health(exc, self.session.sandbox.commands._check_health)
+        if isinstance(mapped, e2b.SandboxNotRunningException | e2b.SandboxUnreachableException):
+            self.session.dead = True
+            return f"dsh: e2b: the sandbox died mid-command: {mapped}"
+        if isinstance(mapped, e2b.TimeoutException):
+            self.session.kill_tree(self.pid, int(signal.SIGKILL))
+            return "dsh: e2b: the command's stream deadline passed; the command was killed"
+        # Connection-level failures the SDK could not classify: treat as lost.
+        self.session.dead = True
+        return f"dsh: e2b: lost the connection to the sandbox mid-command: {mapped}"
+
+    def _sync(self) -> list[str]:
+        try:
+            return self.session.sync_back(self.policy)
+        except SyncBackRefused as exc:
+            return [f"dsh: e2b: sync-back refused, nothing was written to the host: {exc}"]
+        except SandboxUnavailable as exc:
+            return [f"dsh: e2b: sync-back failed, nothing was written to the host: {exc.reason}"]
+        except OSError as exc:
+            return [f"dsh: e2b: sync-back failed writing the host workspace "
+                    f"(rolled back): {exc}"]
+
+    def _write(self, fd: int, data: bytes) -> None:
+        """Write all of ``data``; once the reader closed its end, drop output."""
+        view = memoryview(data)
+        while view and fd not in self._reader_gone:
+            try:
+                view = view[os.write(fd, view):]
+            except BrokenPipeError:
+                self._reader_gone.add(fd)

@@ -1,0 +1,175 @@
+"""The E2B runner: commands run in a remote E2B sandbox (one per runner instance).
+
+What holds, per mode (see ``session`` and ``archive`` for how):
+- read-only: runs as ``<user>-ro``, who cannot write the sandbox's copy of the
+  workspace; nothing ever comes back to the host.
+- workspace-write: runs as ``<user>`` (no sudo); after each command only
+  regular files under the workspace come back, validated as a whole; protected
+  paths are never written back (that is how they stay read-only here).  Writes
+  to other writable roots (``/tmp``...) stay in the sandbox.
+- danger-full-access: runs as root in the sandbox; the workspace syncs back
+  with the same checks.
+- network off: ``allow_internet_access=False`` when the sandbox is created
+  (the first command's policy decides; see ``_session``).
+- limits: ``prlimit`` (processes, address space, file size).
+Debug mode (a local envd, no E2B API) cannot apply the network setting and the
+boundary is whatever runs that envd, so it is reported as degraded
+(``e2b-debug``).
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from dsh.runners.e2b.command import process_argv, remote_env, shell_script
+from dsh.runners.e2b.options import E2BOptions
+from dsh.runners.e2b.session import E2BSession, import_sdk, user_for
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.runner import (
+    Argv,
+    Enforcement,
+    Launch,
+    RemoteLaunch,
+    RemoteProcess,
+    Runner,
+    RunnerPlan,
+    RunnerProbe,
+)
+
+DEBUG_DEGRADATION = "e2b-debug"
+
+
+class E2BRunner(Runner):
+    name: ClassVar[str] = "e2b"
+    extra: ClassVar[str | None] = "e2b"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self.config = E2BOptions.parse(self.options)
+        self._probe: RunnerProbe | None = None
+        self._session: E2BSession | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- probe and reports ---------------------------------------------------------
+    def probe(self) -> RunnerProbe:
+        if self._probe is None:
+            self._probe = self._do_probe()
+        return self._probe
+
+    def _do_probe(self) -> RunnerProbe:
+        try:
+            e2b = import_sdk()
+        except SandboxUnavailable as exc:
+            return RunnerProbe(self.name, False, exc.reason)
+        version = f"e2b {getattr(e2b, '__version__', None) or _dist_version()}"
+        if self.config.debug:
+            url = f"{self.config.sandbox_url.rstrip('/')}/health" if self.config.sandbox_url else ""
+            try:
+                with urllib.request.urlopen(url, timeout=5):
+                    pass
+            except OSError as exc:
+                return RunnerProbe(self.name, False, f"no envd answers at {url} ({exc}); start "
+                                   "it or fix the sandbox_url option", version)
+            return RunnerProbe(self.name, True, None, version,
+                               {"mode": "debug", "sandbox_url": self.config.sandbox_url})
+        if not self.config.resolved_api_key():
+            return RunnerProbe(self.name, False, "E2B_API_KEY not set (set it or the api_key "
+                               "option; or point sandbox_url at a local envd for debug mode)",
+                               version)
+        return RunnerProbe(self.name, True, None, version,
+                           {"template": self.config.template or "base",
+                            "api_key": "set (checked when the first sandbox is created)"})
+
+    def enforcement(self, policy: SandboxPolicy) -> Enforcement:
+        if not (self.config.debug and policy.constrained):
+            return Enforcement.full()
+        missing = [f"debug mode: commands run wherever the envd at {self.config.sandbox_url} "
+                   "runs; no E2B sandbox boundary is verified"]
+        if not policy.network:
+            missing.append("debug mode makes no E2B API call, so allow_internet_access=False "
+                           "(network off) is not applied")
+        return Enforcement("partial", tuple(missing), (DEBUG_DEGRADATION,))
+
+    def explain(self, policy: SandboxPolicy) -> RunnerPlan:
+        ws = policy.workspace
+        user = user_for(policy.mode, self.config)
+        rules = [f"sandbox: template {self.config.template or 'base'}, lifetime "
+                 f"{self.config.timeout}s, one per session, killed at teardown",
+                 f"workspace {ws} synced in once (one tar) at the same path",
+                 f"command runs as {user} via setsid /bin/sh -c <shlex.join(argv)> (no login shell)"]
+        if policy.mode is SandboxMode.READ_ONLY:
+            rules.append(f"{user} cannot write the workspace copy; nothing syncs back")
+        else:
+            rules.append("after each command: regular files under the workspace sync back; "
+                         "symlinks, hardlinks, devices, fifos, absolute or '..' names reject "
+                         "the whole archive; protected paths are never written back")
+        limits = []
+        for flag, value in (("processes", policy.limits.max_processes),
+                            ("address space bytes", policy.limits.max_memory_bytes),
+                            ("file size bytes", policy.limits.max_file_size_bytes)):
+            if value is not None:
+                limits.append(f"prlimit {flag} {value}")
+        cannot = ["deletions in the sandbox are not synced back",
+                  "writes outside the workspace stay in the sandbox"]
+        cannot += list(self.enforcement(policy).missing)
+        network = ("on" if policy.network else "off (allow_internet_access=False)")
+        return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
+                          tuple(cannot))
+
+    # -- launch ------------------------------------------------------------------------
+    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
+                env: Mapping[str, str]) -> Launch:
+        probe = self.probe()
+        if not probe.available:
+            raise SandboxUnavailable(probe.reason or "unavailable", runner=self.name)
+        command = process_argv(shell_script(argv), policy.limits)
+        variables = remote_env(env)
+
+        def start(stdin: bytes | None, deadline: float | None) -> RemoteProcess:
+            session = self._session_for(policy, deadline)
+            return session.start(command, policy, cwd=cwd, env=variables, stdin=stdin,
+                                 deadline=deadline)
+
+        return RemoteLaunch(start=start)
+
+    def _session_for(self, policy: SandboxPolicy, deadline: float | None) -> E2BSession:
+        with self._lock:
+            if self._closed:
+                raise SandboxUnavailable("the runner was closed", runner=self.name)
+            session = self._session
+            if session is not None and session.dead:
+                session.close()  # died mid-command: the next command gets a new sandbox
+                session = self._session = None
+            if session is None:
+                session = self._session = E2BSession.open(self.config, policy, deadline)
+        if policy.workspace != session.workspace:
+            raise SandboxUnavailable(
+                f"this session's sandbox holds workspace {session.workspace}, not "
+                f"{policy.workspace}; use one runner per workspace", runner=self.name)
+        if session.network and not policy.network:
+            raise SandboxUnavailable(
+                "this session's sandbox was created with internet access; a command with "
+                "network off cannot run in it (use a new session)", runner=self.name)
+        return session
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            session, self._session = self._session, None
+        if session is not None:
+            session.close()
+
+
+def _dist_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("e2b")
+    except metadata.PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,307 @@
+"""One E2B sandbox per runner instance: creation, setup, commands, sync, teardown.
+
+Setup (once, lazily, on the first command; it counts against that command's
+deadline):
+
+1. ``Sandbox.create`` (``allow_internet_access=False`` unless the first
+   policy wants network).  In debug mode the SDK makes no API call, so the
+   envd's ``/health`` is checked instead.
+2. As root: create two unprivileged users, ``<user>`` (workspace-write) and
+   ``<user>-ro`` (read-only), and the workspace directory at the host's own
+   path, owned by ``<user>``.  Each user is checked to have no ``sudo`` (the
+   template's default user has passwordless sudo, so it is no boundary).
+3. Sync in: the host workspace as one tar (hidden paths left out), uploaded
+   through the files API and extracted by ``<user>``; ``a+rX`` so
+   ``<user>-ro`` can read it but not write it.
+
+The runner's own commands run with cwd ``/`` and paths written relative to it
+(``home/dsh/...``): inside a sandbox that is the same as the absolute path, and
+it lets the same scripts run against the offline envd test double, which maps
+the sandbox filesystem into a directory.
+
+Sync back happens after each workspace-write or danger-full-access command
+ends (however it ends, as long as the sandbox is alive): root tars the
+workspace, the host downloads the one archive and applies it through
+``archive.plan_sync_back`` / ``apply_sync_back``.  Sync-backs are serialised.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from dsh.runners.e2b import archive
+from dsh.runners.e2b.options import E2BOptions
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+
+if TYPE_CHECKING:
+    from dsh.runners.e2b.process import E2BProcess
+
+RUNNER = "e2b"
+_KILL_TIMEOUT = 30.0
+
+
+def import_sdk() -> Any:
+    try:
+        import e2b
+    except ImportError:
+        raise SandboxUnavailable(
+            "the e2b SDK is not installed; pip install 'dsh-sandbox[e2b]'", runner=RUNNER
+        ) from None
+    return e2b
+
+
+def unavailable(exc: BaseException, what: str) -> SandboxUnavailable:
+    """Map an SDK failure to ``SandboxUnavailable`` with a reason a person can act on."""
+    e2b = import_sdk()
+    if isinstance(exc, SandboxUnavailable):
+        return exc
+    if isinstance(exc, e2b.AuthenticationException):
+        reason = f"E2B rejected the API key ({exc}); check E2B_API_KEY or the api_key option"
+    elif isinstance(exc, e2b.SandboxNotRunningException | e2b.SandboxNotFoundException):
+        reason = f"{what}: the sandbox is gone (killed or past its timeout): {exc}"
+    elif isinstance(exc, e2b.SandboxUnreachableException):
+        reason = f"{what}: the sandbox cannot be reached: {exc}"
+    elif isinstance(exc, e2b.CommandExitException):
+        output = (exc.stderr or exc.stdout or "").strip()[-500:]
+        killed = exc.exit_code == -1 and "signal: killed" in (exc.error or "")
+        reason = (f"{what}: timed out" if killed else f"{what}: exited {exc.exit_code}: {output}")
+    elif isinstance(exc, e2b.TimeoutException):
+        reason = f"{what}: timed out: {exc}"
+    else:
+        reason = f"{what}: {type(exc).__name__}: {exc}"
+    return SandboxUnavailable(reason, runner=RUNNER)
+
+
+def user_for(mode: SandboxMode, options: E2BOptions) -> str:
+    return {SandboxMode.READ_ONLY: options.readonly_user,
+            SandboxMode.WORKSPACE_WRITE: options.user,
+            SandboxMode.DANGER_FULL_ACCESS: "root"}[mode]
+
+
+def _rel(path: Path | str) -> str:
+    """A sandbox path written relative to ``/`` (the runner's commands run in ``/``)."""
+    return shlex.quote(str(path).lstrip("/") or ".")
+
+
+class E2BSession:
+    def __init__(self, options: E2BOptions, sandbox: Any, policy: SandboxPolicy) -> None:
+        self.options = options
+        self.sandbox = sandbox
+        self.workspace = policy.workspace
+        self.network = policy.network
+        self.dead = False
+        self.live: set[E2BProcess] = set()
+        self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------
+    @classmethod
+    def open(cls, options: E2BOptions, policy: SandboxPolicy, deadline: float | None) -> E2BSession:
+        e2b = import_sdk()
+        if str(policy.workspace) == "/":
+            raise SandboxUnavailable("the workspace cannot be / (it is synced as one archive)",
+                                     runner=RUNNER)
+        try:
+            sandbox = e2b.Sandbox.create(
+                template=options.template, timeout=options.timeout,
+                allow_internet_access=policy.network, metadata={"dsh-sandbox": "1"},
+                **options.sdk_params())
+        except Exception as exc:
+            raise unavailable(exc, "creating the E2B sandbox") from exc
+        session = cls(options, sandbox, policy)
+        try:
+            if options.debug and not sandbox.is_running():
+                raise SandboxUnavailable(f"the envd at {options.sandbox_url} is not running",
+                                         runner=RUNNER)
+            session._setup(policy, deadline)
+        except BaseException as exc:
+            session.close()
+            if isinstance(exc, Exception):
+                raise unavailable(exc, f"setting up the sandbox (envd {sandbox.envd_api_url})") from exc
+            raise
+        return session
+
+    def _setup(self, policy: SandboxPolicy, deadline: float | None) -> None:
+        rw, ro, ws = self.options.user, self.options.readonly_user, _rel(self.workspace)
+        timeout = self._budget(deadline, self.options.setup_timeout, "sandbox setup")
+        self.run_internal(
+            "set -eu\n"
+            f"useradd --create-home --user-group --shell /bin/sh {rw}\n"
+            f"useradd --create-home --user-group --shell /bin/sh {ro}\n"
+            f"mkdir -p {ws}\nchown {rw}:{rw} {ws}\nchmod 755 {ws}\n",
+            what="creating the sandbox users", timeout=timeout)
+        for user in (rw, ro):
+            self.run_internal(
+                'if sudo -n true >/dev/null 2>&1; then echo "$USER has sudo" >&2; exit 1; fi',
+                user=user, timeout=timeout,
+                what=f"checking that {user} has no sudo (the template grants it: no boundary)")
+        with tempfile.TemporaryFile() as tar:
+            archive.pack_workspace(self.workspace, tar, exclude=policy.hidden_paths)
+            tar.seek(0)
+            upload = f"/home/{rw}/.dsh-sync-in-{secrets.token_hex(8)}.tar"
+            try:
+                self.sandbox.files.write(upload, tar, user=rw, request_timeout=timeout)
+            except Exception as exc:
+                raise unavailable(exc, "uploading the workspace archive") from exc
+        self.run_internal(
+            f"set -eu\ntar -xf {_rel(upload)} -C {ws} --no-same-owner\n"
+            f"rm -f {_rel(upload)}\nchmod -R a+rX {ws}\n",
+            user=rw, what="extracting the workspace", timeout=self._budget(
+                deadline, self.options.setup_timeout, "sandbox setup"))
+
+    def close(self) -> None:
+        """Kill what still runs (debug mode's ``kill`` is a no-op), then the sandbox."""
+        with self._lock:
+            live, self.live = list(self.live), set()
+        if not self.dead:
+            for proc in live:
+                proc.kill(9)
+        try:
+            self.sandbox.kill()
+        except Exception:
+            pass  # already gone: nothing left to kill
+        self.dead = True
+
+    # -- commands ------------------------------------------------------------------
+    def start_stream(self, argv: list[str], *, user: str, cwd: str, envs: Mapping[str, str],
+                     stdin: bool, timeout: float | None) -> tuple[int, Iterator[Any]]:
+        """envd ``Start`` with an exact ``cmd``/``args`` (see ``command``); (pid, events)."""
+        from e2b.connection_config import KEEPALIVE_PING_HEADER, KEEPALIVE_PING_INTERVAL_SEC
+        from e2b.envd.process import process_pb
+        from e2b.envd.rpc import handle_rpc_exception_with_health
+        from e2b.envd.utils import authentication_header, extract_start_pid, timeout_to_ms
+
+        commands = self.sandbox.commands
+        try:
+            rpc, check_health = commands._rpc, commands._check_health
+        except AttributeError:
+            raise SandboxUnavailable(
+                "this e2b SDK version has no envd process client (commands._rpc); "
+                "install the version dsh-sandbox was tested with (e2b 2.x)", runner=RUNNER) from None
+        request = process_pb.StartRequest(
+            process=process_pb.ProcessConfig(cmd=argv[0], args=argv[1:], envs=dict(envs), cwd=cwd),
+            stdin=stdin)
+        headers = {**authentication_header(self.sandbox._envd_version, user),
+                   KEEPALIVE_PING_HEADER: str(KEEPALIVE_PING_INTERVAL_SEC)}
+        events = rpc.start(request, headers=headers, timeout_ms=timeout_to_ms(timeout))
+        try:
+            pid = extract_start_pid(next(events), "start process")
+        except Exception as exc:
+            events.close()
+            raise handle_rpc_exception_with_health(exc, check_health) from exc
+        return pid, events
+
+    def start(self, argv: list[str], policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str],
+              stdin: bytes | None, deadline: float | None) -> E2BProcess:
+        """Start one user command as the mode's user; the stream's own deadline is a
+        backstop past the executor's (which kills on time through ``kill``)."""
+        from dsh.runners.e2b.process import E2BProcess
+
+        backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + 60
+        try:
+            pid, events = self.start_stream(
+                argv, user=user_for(policy.mode, self.options), cwd=cwd, envs=env,
+                stdin=stdin is not None, timeout=backstop)
+        except Exception as exc:
+            raise unavailable(exc, "starting the command") from exc
+        proc = E2BProcess(self, pid, events, policy, stdin=stdin,
+                          sync_back=policy.mode is not SandboxMode.READ_ONLY)
+        with self._lock:
+            if proc.wait(0) is None:
+                self.live.add(proc)
+        return proc
+
+    def run_internal(self, script: str, *, what: str, user: str = "root",
+                     timeout: float = _KILL_TIMEOUT) -> str:
+        """Run one of the runner's own scripts; its failure is ``SandboxUnavailable``.
+
+        Uses the SDK's ``CommandHandle.wait``: a non-zero exit raises
+        ``CommandExitException`` (exit code and output kept in the reason).
+        """
+        e2b = import_sdk()
+        try:
+            pid, events = self.start_stream(["/bin/sh", "-c", script], user=user, cwd="/",
+                                            envs={}, stdin=False, timeout=timeout)
+            commands = self.sandbox.commands
+            handle = e2b.CommandHandle(pid=pid, handle_kill=lambda: commands.kill(pid),
+                                       events=events, check_health=commands._check_health)
+            result = handle.wait()
+        except Exception as exc:
+            raise unavailable(exc, what) from exc
+        return str(result.stdout)
+
+    def kill_tree(self, pid: int, sig: int) -> None:
+        """Signal the command's process group; fall back to envd's SendSignal (SIGKILL)."""
+        from dsh.runners.e2b.command import tree_kill_script
+
+        try:
+            self.run_internal(tree_kill_script(pid, sig), what="killing the command")
+        except SandboxUnavailable:
+            try:
+                self.sandbox.commands.kill(pid)
+            except Exception:
+                pass  # the process (or the sandbox) is already gone
+
+    def send_stdin(self, pid: int, data: bytes) -> None:
+        commands = self.sandbox.commands
+        try:
+            for offset in range(0, len(data), 64 << 10):
+                commands.send_stdin(pid, data[offset:offset + (64 << 10)])
+            commands.close_stdin(pid)
+        except Exception:
+            pass  # the command exited without reading all of it, as with a local pipe
+
+    # -- sync back -------------------------------------------------------------------
+    def sync_back(self, policy: SandboxPolicy) -> list[str]:
+        """Bring the workspace's regular files back; return notes for stderr.
+
+        Raises ``archive.SyncBackRefused`` (nothing written) or ``SandboxUnavailable``.
+        """
+        remote = f"/root/.dsh-e2b/out-{secrets.token_hex(8)}.tar"
+        with self._sync_lock, tempfile.TemporaryFile() as local:
+            self.run_internal(
+                f"umask 077; mkdir -p root/.dsh-e2b || exit 2\n"
+                f"tar -cf {_rel(remote)} -C {_rel(self.workspace)} .; rc=$?\n"
+                "[ $rc -le 1 ]  # 1: a file changed while being read\n",
+                what="archiving the workspace for sync-back", timeout=self.options.sync_timeout)
+            try:
+                self._download(remote, local)
+            finally:
+                try:
+                    self.run_internal(f"rm -f {_rel(remote)}", what="removing the archive")
+                except SandboxUnavailable:
+                    pass
+            local.seek(0)
+            protected = (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)
+            plan = archive.plan_sync_back(local, self.workspace, protected)
+            archive.apply_sync_back(local, self.workspace, plan)
+        return [f"dsh: e2b: not synced back (protected path stays read-only): {p}"
+                for p in plan.skipped_protected]
+
+    def _download(self, remote: str, out: IO[bytes]) -> None:
+        try:
+            reader = self.sandbox.files.read(remote, format="stream", user="root",
+                                             request_timeout=self.options.sync_timeout)
+            with reader:
+                for chunk in reader:
+                    out.write(chunk)
+        except Exception as exc:
+            raise unavailable(exc, "downloading the workspace archive") from exc
+
+    def _budget(self, deadline: float | None, cap: float, what: str) -> float:
+        if deadline is None:
+            return cap
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise SandboxUnavailable(f"{what} did not finish before the command's deadline",
+                                     runner=RUNNER)
+        return min(cap, left)
