@@ -86,9 +86,7 @@ def names_of(table: dict[str, tuple[int, int]], mask: int) -> tuple[str, ...]:
 
 def unsupported(table: dict[str, tuple[int, int]], abi: int) -> tuple[str, ...]:
     """Names of the rights in ``table`` the running ABI lacks (dropped, reported)."""
-    return tuple(
-        f"{name} (needs ABI {since})" for name, (_bit, since) in table.items() if since > abi
-    )
+    return tuple(f"{name} (needs ABI {since})" for name, (_bit, since) in table.items() if since > abi)
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -177,9 +175,7 @@ def add_port_rule(ruleset_fd: int, port: int, allowed: int) -> None:
 
 def restrict_self(ruleset_fd: int) -> None:
     """Enforce the ruleset on the *calling thread* (and its future children)."""
-    result = _syscall(
-        ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)
-    )
+    result = _syscall(ctypes.c_long(SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset_fd), ctypes.c_uint32(0))
     _check(result, "landlock_restrict_self")
 
 
@@ -193,6 +189,13 @@ def set_no_new_privs() -> None:
         ctypes.c_ulong(0),
     )
     _check(result, "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def set_thread_name(name: str) -> None:
+    """``prctl(PR_SET_NAME)``: the OS-level name (``/proc/<tid>/status``), max 15 bytes."""
+    pr_set_name = 15
+    buffer = ctypes.create_string_buffer(name.encode()[:15])
+    _prctl(ctypes.c_int(pr_set_name), buffer, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
 
 
 def prctl_seccomp_filter(prog: ctypes.c_void_p | ctypes._Pointer) -> None:  # type: ignore[type-arg]
@@ -235,9 +238,7 @@ def _seccomp_active() -> bool:
     return False
 
 
-def interpret_abi_errno(
-    err: int, *, kernel: tuple[int, int] | None = None, seccomp_active: bool | None = None
-) -> str:
+def interpret_abi_errno(err: int, *, kernel: tuple[int, int] | None = None, seccomp_active: bool | None = None) -> str:
     """What a person can do when the ABI query failed with ``err``.
 
     ``kernel`` and ``seccomp_active`` default to this machine's values; tests

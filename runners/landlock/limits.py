@@ -164,9 +164,7 @@ class LimitPlan:
         return bool(self.cgroup)
 
 
-def plan_limits(
-    limits: ResourceLimits, cgroups: CgroupSession | None, *, is_root: bool
-) -> LimitPlan:
+def plan_limits(limits: ResourceLimits, cgroups: CgroupSession | None, *, is_root: bool) -> LimitPlan:
     if limits.is_empty():
         return LimitPlan()
     prlimit_bin = shutil.which("prlimit")
@@ -186,10 +184,7 @@ def plan_limits(
             described.append(f"max_processes={limits.max_processes} (cgroup v1 pids.max)")
         elif prlimit_bin and not is_root:
             flags.append(f"--nproc={limits.max_processes}")
-            described.append(
-                f"max_processes={limits.max_processes} "
-                "(RLIMIT_NPROC: counts every process of this user)"
-            )
+            described.append(f"max_processes={limits.max_processes} (RLIMIT_NPROC: counts every process of this user)")
         else:
             missing(
                 f"max_processes={limits.max_processes}",
@@ -226,13 +221,10 @@ def plan_limits(
     if limits.wall_time_s is not None:
         if has_pids:
             cgroup.setdefault("pids", {})  # so the watchdog kills the whole tree
-            described.append(
-                f"wall_time_s={limits.wall_time_s} (watchdog kills the command's cgroup)"
-            )
+            described.append(f"wall_time_s={limits.wall_time_s} (watchdog kills the command's cgroup)")
         else:
             described.append(
-                f"wall_time_s={limits.wall_time_s} (watchdog kills the process group; "
-                "processes that left it survive)"
+                f"wall_time_s={limits.wall_time_s} (watchdog kills the process group; processes that left it survive)"
             )
     prefix = (prlimit_bin, *flags, "--") if flags and prlimit_bin else ()
     return LimitPlan(tuple(prefix), cgroup, limits.wall_time_s, tuple(described), tuple(gaps))

@@ -118,16 +118,12 @@ class _Rules:
                 self.by_path[path] = self.by_path.get(path, 0) | allowed
 
 
-def plan_rules(
-    policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrategy = "parent"
-) -> RulePlan:
+def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrategy = "parent") -> RulePlan:
     supported_fs = abi.rights_for_abi(abi.FS_RIGHTS, abi_version)
     handled_net = 0 if policy.network else abi.rights_for_abi(abi.NET_RIGHTS, abi_version)
     scoped = abi.rights_for_abi(abi.SCOPES, abi_version)
     dropped = abi.unsupported(abi.FS_RIGHTS, abi_version)
-    dropped += abi.unsupported(abi.NET_RIGHTS, abi_version) + abi.unsupported(
-        abi.SCOPES, abi_version
-    )
+    dropped += abi.unsupported(abi.NET_RIGHTS, abi_version) + abi.unsupported(abi.SCOPES, abi_version)
     rules = _Rules(supported_fs)
     gaps: list[Gap] = []
     notes: list[str] = []
@@ -139,9 +135,7 @@ def plan_rules(
     if hidden:
         gaps.append(
             Gap(
-                "hidden paths "
-                + ", ".join(map(str, hidden))
-                + ": contents are unreadable, but their "
+                "hidden paths " + ", ".join(map(str, hidden)) + ": contents are unreadable, but their "
                 "names, metadata (stat) and directory listings stay visible: Landlock only grants "
                 "access and never mediates path lookup or stat",
                 DEGRADE_HIDDEN,
@@ -203,9 +197,7 @@ def _plan_writes(
     roots = [root for root in policy.writable_roots if root.is_dir()]
     for root in policy.writable_roots:
         if root not in roots:
-            notes.append(
-                f"writable root {root} does not exist (or is not a directory): not granted"
-            )
+            notes.append(f"writable root {root} does not exist (or is not a directory): not granted")
     keep_read_only = sorted(set(policy.protected_paths) | set(policy.read_only_paths))
     for root in roots:
         inside = [path for path in keep_read_only if _beneath(path, root)]
@@ -217,16 +209,14 @@ def _plan_writes(
             rules.grant(granted, abi.FS_WRITE)
             notes.append(
                 "to keep " + ", ".join(map(str, inside)) + " read-only, write rights were granted "
-                "per entry: no entry can be created, removed or renamed directly in "
-                + ", ".join(map(str, ancestors))
+                "per entry: no entry can be created, removed or renamed directly in " + ", ".join(map(str, ancestors))
             )
             continue
         rules.grant([root], abi.FS_WRITE)
         for path in inside:
             gaps.append(
                 Gap(
-                    f"cannot keep {path} read-only inside writable root {root}: "
-                    "Landlock only grants access",
+                    f"cannot keep {path} read-only inside writable root {root}: Landlock only grants access",
                     DEGRADE_PROTECTED,
                 )
             )

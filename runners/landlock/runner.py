@@ -49,8 +49,7 @@ class LandlockRunner(Runner):
         strategy = self.options.get("protected_paths", "parent")
         if strategy not in ("parent", "siblings"):
             raise ConfigError(
-                f"runner option landlock.protected_paths: {strategy!r} is not valid; "
-                "use 'parent' or 'siblings'"
+                f"runner option landlock.protected_paths: {strategy!r} is not valid; use 'parent' or 'siblings'"
             )
         self._strategy: ProtectedStrategy = strategy
         self._lock = threading.Lock()
@@ -82,9 +81,7 @@ class LandlockRunner(Runner):
             fd = abi.create_ruleset(status.abi, abi.rights_for_abi(abi.FS_RIGHTS, status.abi), 0, 0)
             try:
                 program = seccomp.build_filter(arch, block_network=True)
-                SpawnerThread(
-                    "dsh-landlock-probe", lambda: _restrict_current_thread(fd, program)
-                ).stop()
+                SpawnerThread("dsh-landlock-probe", lambda: _restrict_current_thread(fd, program)).stop()
             finally:
                 os.close(fd)
         except (OSError, SpawnerError) as exc:
@@ -92,8 +89,7 @@ class LandlockRunner(Runner):
                 NAME,
                 False,
                 version=f"landlock ABI {status.abi}",
-                reason=f"Landlock ABI {status.abi} is present but restricting a thread "
-                f"failed: {exc}",
+                reason=f"Landlock ABI {status.abi} is present but restricting a thread failed: {exc}",
             )
         return RunnerProbe(
             NAME,
@@ -102,9 +98,7 @@ class LandlockRunner(Runner):
             details={
                 "abi": status.abi,
                 "arch": arch.name,
-                "handled_fs": abi.names_of(
-                    abi.FS_RIGHTS, abi.rights_for_abi(abi.FS_RIGHTS, status.abi)
-                ),
+                "handled_fs": abi.names_of(abi.FS_RIGHTS, abi.rights_for_abi(abi.FS_RIGHTS, status.abi)),
                 "dropped": abi.unsupported(abi.FS_RIGHTS, status.abi)
                 + abi.unsupported(abi.NET_RIGHTS, status.abi)
                 + abi.unsupported(abi.SCOPES, status.abi),
@@ -154,9 +148,7 @@ class LandlockRunner(Runner):
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         limits = self._limit_plan(policy)
-        limit_lines = limits.described + (
-            (limits.prlimit[0] + " wraps the argv",) if limits.prlimit else ()
-        )
+        limit_lines = limits.described + ((limits.prlimit[0] + " wraps the argv",) if limits.prlimit else ())
         if not policy.constrained:
             return RunnerPlan(
                 NAME,
@@ -181,14 +173,8 @@ class LandlockRunner(Runner):
         if policy.network:
             network = "on: no network restriction"
         else:
-            network = (
-                "off: seccomp makes socket()/socketpair() fail with EACCES "
-                "for every family but AF_UNIX"
-                + (
-                    "; Landlock handles TCP bind/connect with no port allowed"
-                    if plan.handled_net
-                    else ""
-                )
+            network = "off: seccomp makes socket()/socketpair() fail with EACCES for every family but AF_UNIX" + (
+                "; Landlock handles TCP bind/connect with no port allowed" if plan.handled_net else ""
             )
         if plan.scoped:
             network += "; abstract unix sockets and signals are scoped to the sandbox"
@@ -220,9 +206,7 @@ class LandlockRunner(Runner):
         try:
             spawner = SpawnerThread(f"dsh-landlock-{policy.mode.value}", setup)
         except SpawnerError as exc:
-            raise SandboxUnavailable(
-                f"could not restrict the spawner thread: {exc}", runner=NAME
-            ) from exc
+            raise SandboxUnavailable(f"could not restrict the spawner thread: {exc}", runner=NAME) from exc
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -234,9 +218,7 @@ class LandlockRunner(Runner):
             self._spawners[policy] = spawner
         return spawner
 
-    def prepare(
-        self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]
-    ) -> LocalLaunch:
+    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> LocalLaunch:
         exact = tuple(argv)
         if not exact:
             raise UsageError("argv: empty command; pass at least the program to run")
@@ -252,8 +234,10 @@ class LandlockRunner(Runner):
                 f"accept this with accept_degraded = {sorted(missing)!r}",
                 runner=NAME,
             )
-        spawner = self._spawner(policy)
         limits = self._limit_plan(policy)
+        if not policy.constrained and limits == LimitPlan():
+            return LocalLaunch(argv=exact)  # danger-full-access: nothing to apply
+        spawner = self._spawner(policy)
         if not limits.prlimit and not limits.needs_cgroup and limits.wall_time_s is None:
             return LocalLaunch(argv=exact, spawn_in=spawner.call)
         cgroups = self._cgroups if limits.needs_cgroup else None
@@ -280,9 +264,7 @@ class LandlockRunner(Runner):
 class _LimitedSpawn:
     """One command's cgroup, watchdog and teardown."""
 
-    def __init__(
-        self, spawner: SpawnerThread, cgroups: CgroupSession | None, limits: LimitPlan
-    ) -> None:
+    def __init__(self, spawner: SpawnerThread, cgroups: CgroupSession | None, limits: LimitPlan) -> None:
         self._spawner = spawner
         self._cgroups = cgroups
         self._limits = limits
@@ -302,9 +284,7 @@ class _LimitedSpawn:
                 raise
         if self._limits.wall_time_s is not None:
             pid = getattr(result, "pid", None)
-            self.watchdog = Watchdog(
-                self._limits.wall_time_s, self.cgroup, pid if isinstance(pid, int) else None
-            )
+            self.watchdog = Watchdog(self._limits.wall_time_s, self.cgroup, pid if isinstance(pid, int) else None)
         return result
 
     def _spawn_in_cgroup(self, cgroup: CommandCgroup, fn: Callable[[], Any]) -> Any:

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
+from dsh.runners.landlock.abi import set_thread_name
+
 T = TypeVar("T")
 _Job = tuple[Callable[[], Any], "Future[Any]"]
 
@@ -44,6 +46,7 @@ class SpawnerThread:
             raise SpawnerError(str(exc)) from exc
 
     def _main(self) -> None:
+        set_thread_name("dsh-landlock")  # visible in ps/top: which threads are restricted
         try:
             if self._setup is not None:
                 self._setup()

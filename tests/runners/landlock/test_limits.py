@@ -1,0 +1,108 @@
+"""Resource limits: a fork bomb, a memory hog, a big file, a wall-time overrun and
+an escaped daemon all end with a clear result while the host stays responsive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from dsh.runners.landlock import LandlockRunner
+from dsh.runners.landlock.limits import DEGRADE_LIMITS, CgroupSession
+from dsh.sandbox.policy import ResourceLimits
+
+from tests.runners.landlock.helpers import PY, WW, make_policy, run
+
+Layout = tuple[Path, Path]
+MiB = 1024 * 1024
+
+
+def _cgroups_usable(*controllers: str) -> None:
+    session = CgroupSession()
+    try:
+        if not all(session.has(c) for c in controllers):
+            pytest.skip(f"no writable cgroup v1 {'/'.join(controllers)} controller here")
+    finally:
+        session.close()
+
+
+def _host_responsive() -> None:
+    done = subprocess.run(["true"], timeout=60)
+    assert done.returncode == 0
+
+
+FORK_BOMB = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.05)\n"
+
+
+def test_fork_bomb_is_contained(runner: LandlockRunner, layout: Layout) -> None:
+    _cgroups_usable("pids")
+    limits = ResourceLimits(max_processes=64, wall_time_s=5)
+    policy = make_policy(WW, layout[0], limits=limits)
+    assert runner.enforcement(policy).level == "full"
+    launch = runner.prepare([PY, "-c", FORK_BOMB], policy, cwd=str(layout[0]), env={})
+    assert launch.kill_tree is not None and launch.cleanup is not None
+    proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv)))  # type: ignore[misc]
+    cgroup = launch.cleanup.__self__.cgroup  # type: ignore[attr-defined]
+    try:
+        _host_responsive()  # while the bomb runs
+        proc.wait(timeout=120)  # the wall-time watchdog kills the whole cgroup
+        assert proc.returncode == -signal.SIGKILL
+        events = (cgroup.dirs["pids"] / "pids.events").read_text()
+        assert int(events.split()[1]) > 0  # forks were refused at pids.max
+    finally:
+        launch.cleanup()
+    assert not cgroup.dirs["pids"].exists()  # cgroup removed, nothing left inside
+    _host_responsive()
+
+
+def test_memory_hog_is_killed(runner: LandlockRunner, layout: Layout) -> None:
+    _cgroups_usable("memory")
+    hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))\n"
+    policy = make_policy(WW, layout[0], limits=ResourceLimits(max_memory_bytes=256 * MiB))
+    result = run(runner, policy, [PY, "-c", hog])
+    # cgroup OOM kill (SIGKILL) or, under RLIMIT_AS, a MemoryError: never success.
+    assert result.returncode == -signal.SIGKILL or "MemoryError" in result.err
+    _host_responsive()
+
+
+def test_file_size_limit(runner: LandlockRunner, layout: Layout) -> None:
+    ws, _ = layout
+    policy = make_policy(WW, ws, limits=ResourceLimits(max_file_size_bytes=1 * MiB))
+    launch = runner.prepare(["head", "-c", "4M", "/dev/zero"], policy, cwd=str(ws), env={})
+    assert launch.argv[-5:] == ("--", "head", "-c", "4M", "/dev/zero")  # exact after "--"
+    result = run(runner, policy, ["bash", "-c", "head -c 4M /dev/zero > big"])
+    assert result.returncode != 0
+    assert os.path.getsize(ws / "big") <= 1 * MiB
+
+
+def test_wall_time_kills_the_command_and_its_escaped_children(runner: LandlockRunner, layout: Layout) -> None:
+    ws, _ = layout
+    marker = f"dsh-landlock-escape-{os.getpid()}"
+    script = f"setsid bash -c 'exec -a {marker} sleep 300' & sleep 300"
+    policy = make_policy(WW, ws, limits=ResourceLimits(wall_time_s=2))
+    result = run(runner, policy, ["bash", "-c", script])
+    assert result.returncode == -signal.SIGKILL
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout.strip() == ""  # the setsid'd child did not survive
+
+
+def test_missing_limit_is_reported(monkeypatch: pytest.MonkeyPatch, layout: Layout) -> None:
+    # Without cgroups (as a non-delegated user would be) and as root, nothing caps processes.
+    import dsh.runners.landlock.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "CgroupSession", lambda: CgroupSession(controllers=()))
+    instance = LandlockRunner()
+    try:
+        policy = make_policy(WW, layout[0], limits=ResourceLimits(max_processes=10))
+        enforcement = instance.enforcement(policy)
+        if os.geteuid() == 0:
+            assert enforcement.level == "partial"
+            assert enforcement.degradations == (DEGRADE_LIMITS,)
+            assert "RLIMIT_NPROC is ignored for root" in enforcement.missing[0]
+            assert any("max_processes" in c for c in instance.explain(policy).cannot)
+        else:
+            assert "--nproc=10" in instance.prepare(["true"], policy, cwd="/", env={}).argv
+    finally:
+        instance.close()

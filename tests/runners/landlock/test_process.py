@@ -1,0 +1,194 @@
+"""Process-level escapes, the parent staying unrestricted, and exact argv."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dsh.runners.landlock import LandlockRunner
+from dsh.sandbox.modes import SandboxMode
+
+from tests.runners.landlock.helpers import PY, RO, WW, make_policy, py, run, sh
+
+MODES = [pytest.param(RO, id="read-only"), pytest.param(WW, id="workspace-write")]
+Layout = tuple[Path, Path]
+
+
+def _status(path: str) -> dict[str, str]:
+    with open(path, encoding="utf-8") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_signalling_a_process_outside_is_denied(runner: LandlockRunner, layout: Layout, mode: SandboxMode) -> None:
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        result = sh(
+            runner,
+            make_policy(mode, layout[0]),
+            f"kill -TERM {victim.pid}; echo outside=$?; sleep 100 & kill -TERM $!; wait $!; echo own=$?",
+        )
+        assert "outside=1" in result.out and "own=143" in result.out, result.out + result.err
+        assert victim.poll() is None  # still alive
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+@pytest.fixture
+def setuid_id() -> Iterator[Path]:
+    """A setuid-root copy of ``id`` in a directory ``nobody`` can reach."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a setuid-root binary")
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="dsh-landlock-suid-"))
+    try:
+        folder.chmod(0o755)
+        binary = folder / "id"
+        shutil.copy2("/usr/bin/id", binary)
+        binary.chmod(0o4755)
+        yield binary
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_setuid_binary_gains_nothing(runner: LandlockRunner, layout: Layout, setuid_id: Path) -> None:
+    nobody = 65534
+    control = subprocess.run([str(setuid_id), "-u"], user=nobody, capture_output=True, text=True, check=True)
+    assert control.stdout.strip() == "0"  # the control: outside the sandbox it does elevate
+    policy = make_policy(RO, layout[0])
+    launch = runner.prepare([str(setuid_id), "-u"], policy, cwd="/", env={})
+    assert launch.spawn_in is not None
+    proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv), user=nobody, cwd="/", stdout=subprocess.PIPE))
+    out, _ = proc.communicate(timeout=120)
+    assert out.decode().strip() == str(nobody)  # no_new_privs: the setuid bit is ignored
+
+
+def test_tiocsti_on_the_terminal_is_refused(runner: LandlockRunner, layout: Layout) -> None:
+    code = (
+        "import fcntl, termios\n"
+        "try:\n"
+        "    fcntl.ioctl(0, termios.TIOCSTI, b'x'); print('ok')\n"
+        "except OSError as exc:\n"
+        "    print(exc.errno)\n"
+    )
+    master, slave = os.openpty()
+    try:
+        control = subprocess.run([PY, "-c", code], stdin=slave, capture_output=True, text=True)
+        result = py(runner, make_policy(WW, layout[0]), code, stdin=slave)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert result.out.strip() == str(errno.EPERM), result.err
+    assert control.stdout.strip() != str(errno.EPERM)  # the refusal is the filter's
+
+
+def test_io_uring_is_refused(runner: LandlockRunner, layout: Layout) -> None:
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "params = ctypes.create_string_buffer(120)\n"
+        "fd = libc.syscall(425, 4, params)\n"
+        "print('ok' if fd >= 0 else ctypes.get_errno())\n"
+    )
+    control = subprocess.run([PY, "-c", code], capture_output=True, text=True)
+    result = py(runner, make_policy(WW, layout[0]), code)
+    assert result.out.strip() == str(errno.ENOSYS), result.err
+    assert control.stdout.strip() != str(errno.ENOSYS)
+
+
+def test_child_is_restricted_and_the_parent_is_not(runner: LandlockRunner, layout: Layout) -> None:
+    ws, outside = layout
+    policy = make_policy(WW, ws)
+    for _ in range(40):
+        assert run(runner, policy, ["true"]).returncode == 0
+    child = sh(runner, policy, "grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status")
+    assert child.out.split() == ["NoNewPrivs:", "1", "Seccomp:", "2"]
+
+    def unrestricted_here() -> None:
+        status = _status(f"/proc/self/task/{threading.get_native_id()}/status")
+        assert (status["NoNewPrivs"], status["Seccomp"]) == ("0", "0")
+        target = outside / f"host-{threading.get_native_id()}.txt"
+        target.write_text("host can write\n")  # outside the workspace
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM):
+            pass
+
+    unrestricted_here()  # the main thread
+    assert _status("/proc/self/status")["Seccomp"] == "0"  # the thread group leader
+    errors: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            unrestricted_here()
+        except BaseException as exc:
+            errors.append(exc)
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join()
+    assert errors == []
+    # Only the runner's spawner threads carry the filter.
+    restricted = []
+    for task in os.listdir("/proc/self/task"):
+        status = _status(f"/proc/self/task/{task}/status")
+        if status["Seccomp"] != "0":
+            restricted.append(status["Name"])
+    assert restricted and all(name.startswith("dsh-landlock") for name in restricted), restricted
+
+
+def test_spawn_errors_are_re_raised(runner: LandlockRunner, layout: Layout) -> None:
+    with pytest.raises(FileNotFoundError):
+        run(runner, make_policy(RO, layout[0]), ["/nonexistent/program"])
+
+
+ARGV_ITEMS: list[str | bytes] = [
+    "two words",
+    "'single'",
+    '"double"',
+    "$HOME `id` $(id)",
+    "line\nbreak",
+    "",
+    "ünïcödé",
+    b"\xff\xfe not utf-8",
+    "*",
+    "--",
+]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_exact_argv_round_trip(runner: LandlockRunner, layout: Layout, mode: SandboxMode) -> None:
+    code = "import os, sys\nsys.stdout.write(' '.join(os.fsencode(a).hex() for a in sys.argv[1:]))"
+    argv: list[str | bytes] = [PY, "-c", code, *ARGV_ITEMS]
+    launch = runner.prepare(argv, make_policy(mode, layout[0]), cwd=str(layout[0]), env={})
+    assert launch.argv == tuple(argv)  # unchanged, item for item
+    result = run(runner, make_policy(mode, layout[0]), argv)
+    expected = " ".join(os.fsencode(a).hex() for a in ARGV_ITEMS)
+    assert result.out == expected, result.err
+
+
+def test_danger_full_access_is_not_restricted(runner: LandlockRunner, layout: Layout) -> None:
+    ws, outside = layout
+    policy = make_policy(SandboxMode.DANGER_FULL_ACCESS, ws, network=True)
+    assert runner.enforcement(policy).level == "full"
+    launch = runner.prepare(["true"], policy, cwd=str(ws), env={})
+    assert launch.spawn_in is None and launch.argv == ("true",)
+    result = sh(runner, policy, f"echo host > '{outside}/danger.txt'")
+    assert result.returncode == 0
+    assert (outside / "danger.txt").read_text() == "host\n"
+
+
+def test_python_helper_is_not_re_executed(runner: LandlockRunner, layout: Layout) -> None:
+    # The launch runs the command itself: no interpreter or wrapper in front of it.
+    launch = runner.prepare(["true"], make_policy(WW, layout[0]), cwd=str(layout[0]), env={})
+    assert launch.argv == ("true",)
+    assert sys.executable not in launch.argv
