@@ -119,16 +119,12 @@ class LocalShellExecution(ShellExecution):
             self._error = pump.error
         self.settle(exit_code, sig)
 
-    def settle(
-        self, exit_code: int | None, sig: str | None, *, facts: SandboxFacts | None = None
-    ) -> None:
+    def settle(self, exit_code: int | None, sig: str | None, *, facts: SandboxFacts | None = None) -> None:
         sandbox = facts
         if sandbox is None and self._facts_fn is not None:
             try:
-                sandbox = self._facts_fn(
-                    exit_code, sig, self._stdout.collected().text, self._stderr.collected().text
-                )
-            except Exception as exc:
+                sandbox = self._facts_fn(exit_code, sig, self._stdout.collected().text, self._stderr.collected().text)
+            except Exception as exc:  # reported by result(), never by done/wait
                 self._error = self._error or exc
         with self._lock:
             self._exit_code = exit_code

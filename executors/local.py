@@ -65,9 +65,7 @@ class LocalBashExecutor(ShellExecutor):
     def shell_argv(self, command: str) -> tuple[str, ...]:
         return ("bash", "-c", command)
 
-    def prepare_launch(
-        self, argv: tuple[str | bytes, ...], spec: ShellExecSpec, env: Mapping[str, str]
-    ) -> Launch:
+    def prepare_launch(self, argv: tuple[str | bytes, ...], spec: ShellExecSpec, env: Mapping[str, str]) -> Launch:
         return LocalLaunch(argv=argv)
 
     def sandbox_facts(
@@ -160,21 +158,13 @@ class LocalBashExecutor(ShellExecutor):
         env = service.build_env(self.base_env(spec), spec.env, spec.dsh_env)
         if spec.argv is None:
             self.require_shell(argv, env)
-        stdout = service.capture(
-            "stdout", max_bytes=spec.stdout_max_bytes, max_spill_bytes=spec.max_spill_bytes
-        )
-        stderr = service.capture(
-            "stderr", max_bytes=spec.max_output_bytes, max_spill_bytes=spec.max_spill_bytes
-        )
+        stdout = service.capture("stdout", max_bytes=spec.stdout_max_bytes, max_spill_bytes=spec.max_spill_bytes)
+        stderr = service.capture("stderr", max_bytes=spec.max_output_bytes, max_spill_bytes=spec.max_spill_bytes)
 
-        def facts(
-            exit_code: int | None, sig: str | None, out: str, err: str
-        ) -> SandboxFacts | None:
+        def facts(exit_code: int | None, sig: str | None, out: str, err: str) -> SandboxFacts | None:
             return self.sandbox_facts(spec, exit_code, sig, out, err)
 
-        execution = LocalShellExecution(
-            spec, stdout=stdout, stderr=stderr, deadline=deadline, facts=facts
-        )
+        execution = LocalShellExecution(spec, stdout=stdout, stderr=stderr, deadline=deadline, facts=facts)
         try:
             launch = self.prepare_launch(argv, spec, env)
         except BaseException as exc:
@@ -213,7 +203,7 @@ class LocalBashExecutor(ShellExecutor):
                 raise
             execution.spawn_failed(exc.reason, facts=self.failed_facts(spec, exc))
             return execution
-        except Exception as exc:
+        except Exception as exc:  # a failed spawn is a settled handle, not an error
             execution.spawn_failed(_describe(exc))
             return execution
         execution.attach(pump)
@@ -240,9 +230,7 @@ def _positive(value: Any, name: str) -> int:
 
 def _check_workdir(path: str) -> None:
     if not os.path.exists(path):
-        raise WorkdirError(
-            f"workdir {path!r} does not exist; create it or pass an existing directory"
-        )
+        raise WorkdirError(f"workdir {path!r} does not exist; create it or pass an existing directory")
     if not os.path.isdir(path):
         raise WorkdirError(f"workdir {path!r} is not a directory; pass a directory")
 

@@ -24,7 +24,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,6 +34,7 @@ from typing import Any, ClassVar
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
+from dsh.executors.watchdog import Watchdog
 from dsh.sandbox.context import Service
 from dsh.sandbox.runner import ExitStatus, Launch, LocalLaunch, RemoteLaunch, RemoteProcess
 
@@ -44,37 +44,15 @@ _PR_SET_CHILD_SUBREAPER = 36
 _PIPE_SIZE = 1 << 20  # fewer wake-ups for commands that write a lot
 _REAP_WAIT_S = 5.0
 
-_WATCHDOG = r"""
-import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
-groups = set()
-for line in sys.stdin.buffer:
-    word = line.strip()
-    if word.startswith(b"-"):
-        groups.discard(int(word[1:]))
-    elif word:
-        groups.add(int(word))
-for pgid in groups:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:
-        pass
-"""
-
 
 def scrub_environ(environ: Mapping[str, str]) -> dict[str, str]:
     """Drop credential-shaped names and inherited ``DSH_*`` names."""
     return {
-        k: v
-        for k, v in environ.items()
-        if not SENSITIVE_ENV_PATTERN.search(k) and not k.startswith(DSH_ENV_PREFIX)
+        k: v for k, v in environ.items() if not SENSITIVE_ENV_PATTERN.search(k) and not k.startswith(DSH_ENV_PREFIX)
     }
 
 
-def layer_env(
-    base: Mapping[str, str], env: Mapping[str, str], dsh_env: Mapping[str, str]
-) -> dict[str, str]:
+def layer_env(base: Mapping[str, str], env: Mapping[str, str], dsh_env: Mapping[str, str]) -> dict[str, str]:
     """``{**base, **ENV_OVERRIDES, **env, **dsh_env}``.
 
     The ``DSH_*`` namespace is rebuilt from ``dsh_env`` (the trusted snapshot)
@@ -94,62 +72,10 @@ class SubprocessConfig:
     reap_orphans: bool = True
 
 
-class _Watchdog:
-    """A tiny process that SIGKILLs registered process groups when we die."""
-
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()
-
-    def _send(self, line: str) -> None:
-        with self._lock:
-            if self._proc is None:
-                self._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _WATCHDOG],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    start_new_session=True,  # a Ctrl-C to our group must not kill it
-                )
-            assert self._proc.stdin is not None
-            try:
-                self._proc.stdin.write(line.encode() + b"\n")
-                self._proc.stdin.flush()
-            except OSError:
-                pass  # it died: processes still get killed by close()
-
-    def register(self, pgid: int) -> None:
-        self._send(str(pgid))
-
-    def unregister(self, pgid: int) -> None:
-        self._send(f"-{pgid}")
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def close(self) -> None:
-        with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        assert proc.stdin is not None
-        try:
-            proc.stdin.close()  # EOF: it kills what is still registered and exits
-        except OSError:
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 class _LocalTarget(ProcessTarget):
     """A local child in its own session."""
 
-    def __init__(
-        self, popen: subprocess.Popen[bytes], launch: LocalLaunch, service: LocalSubprocessService
-    ) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], launch: LocalLaunch, service: LocalSubprocessService) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.leader: int = popen.pid
@@ -168,7 +94,7 @@ class _LocalTarget(ProcessTarget):
                 try:
                     self.launch.kill_tree(self.leader, sig)
                 except Exception:
-                    pass
+                    pass  # the process-group kill below still happens
             try:
                 os.killpg(self.pgid, sig)
             except (ProcessLookupError, PermissionError):
@@ -226,7 +152,7 @@ class _RemoteTarget(ProcessTarget):
         try:
             self.remote.kill(sig)
         except Exception:
-            pass
+            pass  # a remote that is already gone has nothing left to kill
 
     def leader_status(self) -> ExitStatus | None:
         return self.remote.wait(0)
@@ -250,7 +176,7 @@ class LocalSubprocessService(Service):
 
     def __init__(self, ctx: Any, config: Any = None) -> None:
         super().__init__(ctx, config)
-        self.watchdog = _Watchdog()
+        self.watchdog = Watchdog()
         self._live: set[Pump] = set()
         self._lock = threading.Lock()
         self._spill_dir: str | None = None
@@ -261,9 +187,7 @@ class LocalSubprocessService(Service):
     def scrubbed_environ(self) -> dict[str, str]:
         return scrub_environ(os.environ)
 
-    def build_env(
-        self, base: Mapping[str, str], env: Mapping[str, str], dsh_env: Mapping[str, str]
-    ) -> dict[str, str]:
+    def build_env(self, base: Mapping[str, str], env: Mapping[str, str], dsh_env: Mapping[str, str]) -> dict[str, str]:
         return layer_env(base, env, dsh_env)
 
     # -- captures -----------------------------------------------------------------
@@ -275,9 +199,7 @@ class LocalSubprocessService(Service):
             return self._spill_dir
 
     def capture(self, name: str, *, max_bytes: int, max_spill_bytes: int) -> StreamCapture:
-        return StreamCapture(
-            name, max_bytes=max_bytes, max_spill_bytes=max_spill_bytes, spill_dir=self.spill_dir
-        )
+        return StreamCapture(name, max_bytes=max_bytes, max_spill_bytes=max_spill_bytes, spill_dir=self.spill_dir)
 
     # -- spawning -----------------------------------------------------------------
     def spawn(

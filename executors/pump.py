@@ -128,7 +128,7 @@ class Pump:
     def _run(self) -> None:
         try:
             self._loop()
-        except BaseException as exc:
+        except BaseException as exc:  # settle anyway: a waiter must never hang
             self.error = exc
             self.target.signal_tree(signal.SIGKILL)
         finally:
@@ -168,9 +168,7 @@ class Pump:
             drain_until: float | None = None
             while True:
                 now = time.monotonic()
-                if self.status is not None and (
-                    not self._fds or drain_until is None or now >= drain_until
-                ):
+                if self.status is not None and (not self._fds or drain_until is None or now >= drain_until):
                     return
                 if self.status is None and exit_fd is None and not self._fds:
                     self._set_exited(self.target.wait_exit(self._remote_slice(now)))

@@ -97,9 +97,7 @@ class TextRetainer:
         if max_bytes < 0:
             raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
         if strategy not in ("head", "tail", "head_tail"):
-            raise ValueError(
-                f"unknown retention strategy {strategy!r}; use head, tail or head_tail"
-            )
+            raise ValueError(f"unknown retention strategy {strategy!r}; use head, tail or head_tail")
         self.max_bytes = max_bytes
         self.strategy: TextStrategy = strategy
         if strategy == "head":
@@ -269,13 +267,9 @@ def format_retention_notice(
     if omitted.items:
         parts.append(f"{omitted.items} item{'s' if omitted.items != 1 else ''}")
     if omitted.bytes:
-        lines = (
-            f" ({omitted.lines} line{'s' if omitted.lines != 1 else ''})" if omitted.lines else ""
-        )
+        lines = f" ({omitted.lines} line{'s' if omitted.lines != 1 else ''})" if omitted.lines else ""
         parts.append(f"{omitted.bytes} byte{'s' if omitted.bytes != 1 else ''}{lines}")
-    where = {"tail": "from the start", "head": "from the end", "head_tail": "from the middle"}[
-        strategy
-    ]
+    where = {"tail": "from the start", "head": "from the end", "head_tail": "from the middle"}[strategy]
     notice = f"[{what} truncated: {', '.join(parts)} omitted {where}"
     if spill_path:
         notice += f"; full {what}: {spill_path}"

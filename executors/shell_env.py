@@ -54,9 +54,7 @@ class ShellEnvRegistry(Service):
         """Register ``name`` (must start with ``DSH_``); a value or a callable
         evaluated at every ``collect()`` (returning None omits it)."""
         if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-            raise UsageError(
-                f"shell_env: fact name {name!r} is invalid; use DSH_ followed by A-Z, 0-9 or _"
-            )
+            raise UsageError(f"shell_env: fact name {name!r} is invalid; use DSH_ followed by A-Z, 0-9 or _")
         if not (isinstance(value, str) or callable(value)):
             raise UsageError(f"shell_env: fact {name} must be a string or a callable returning one")
         token = object()
@@ -82,8 +80,6 @@ class ShellEnvRegistry(Service):
             if resolved is None:
                 continue
             if not isinstance(resolved, str):
-                raise UsageError(
-                    f"shell_env: fact {name} produced {type(resolved).__name__}, not a string"
-                )
+                raise UsageError(f"shell_env: fact {name} produced {type(resolved).__name__}, not a string")
             out[name] = resolved
         return out

@@ -1,0 +1,83 @@
+"""The watchdog: the executor's death must not leave its commands running.
+
+One tiny process per subprocess service (started at the first spawn) holds the
+read end of a pipe from us.  We write ``<pgid>`` when a command starts and
+``-<pgid>`` once its group is empty and reaped.  When the pipe hits EOF -- we
+closed it, or we died, even by SIGKILL -- it SIGKILLs every group still
+registered.  Lines are processed in order, so an unregistration written before
+we died is always seen before the EOF.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+_WATCHDOG = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+groups = set()
+for line in sys.stdin.buffer:
+    word = line.strip()
+    if word.startswith(b"-"):
+        groups.discard(int(word[1:]))
+    elif word:
+        groups.add(int(word))
+for pgid in groups:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class Watchdog:
+    """A tiny process that SIGKILLs registered process groups when we die."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._proc is None:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _WATCHDOG],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,  # a Ctrl-C to our group must not kill it
+                )
+            assert self._proc.stdin is not None
+            try:
+                self._proc.stdin.write(line.encode() + b"\n")
+                self._proc.stdin.flush()
+            except OSError:
+                pass  # it died: processes still get killed by close()
+
+    def register(self, pgid: int) -> None:
+        self._send(str(pgid))
+
+    def unregister(self, pgid: int) -> None:
+        self._send(f"-{pgid}")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        try:
+            proc.stdin.close()  # EOF: it kills what is still registered and exits
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
