@@ -1,0 +1,97 @@
+"""pwsh-sandbox with every runner: the wrapped argv ends with exactly
+``pwsh -NoLogo -NoProfile -NonInteractive -Command <command>``; real runs
+where ``pwsh`` is installed."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh.executors.sandboxed import SandboxPwshExecutor
+from dsh.executors.seam import ShellExecRequest
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.runner import LocalLaunch, RemoteLaunch
+
+from tests.sandboxed.support import need_runner, sandbox_ctx
+
+COMMAND = "Write-Output 'a b' \"$HOME\"; $x = 1; echo `$x\n# second line"
+PWSH_ARGV = ("pwsh", "-NoLogo", "-NoProfile", "-NonInteractive", "-Command", COMMAND)
+ALL_RUNNERS = ("landlock", "bwrap", "seatbelt", "docker", "e2b")
+
+
+def wrapped_argv(launch: Any) -> tuple[Any, ...] | None:
+    """The argv a launch will run, when the runner exposes it."""
+    if isinstance(launch, LocalLaunch):
+        return tuple(launch.argv)
+    if isinstance(launch, RemoteLaunch) and isinstance(launch.start, functools.partial):
+        for arg in launch.start.args:
+            if isinstance(arg, (list, tuple)) and tuple(arg[-len(PWSH_ARGV):]) == PWSH_ARGV:
+                return tuple(arg)
+    return None
+
+
+@pytest.mark.parametrize("runner", ALL_RUNNERS)
+def test_wrapped_argv_ends_with_the_exact_pwsh_argv(workspace: Path, runner: str) -> None:
+    need_runner(runner)
+    with sandbox_ctx(workspace, runner=runner, mode="read-only", executor="pwsh-sandbox") as ctx:
+        shell = ctx.shell
+        assert isinstance(shell, SandboxPwshExecutor)
+        assert shell.shell_argv(COMMAND) == PWSH_ARGV
+        spec = shell.resolve(ShellExecRequest(command=COMMAND))
+        env = ctx.subprocess.build_env(shell.base_env(spec), spec.env, spec.dsh_env)
+        launch = shell.prepare_launch(shell.shell_argv(COMMAND), spec, env)
+        try:
+            argv = wrapped_argv(launch)
+            if argv is None:
+                pytest.skip(f"{runner} does not expose its launch argv (runs it remotely)")
+            assert argv[-len(PWSH_ARGV):] == PWSH_ARGV
+            if runner in ("landlock", "docker"):
+                # No wrapper program: Landlock restricts the spawner thread,
+                # Docker execs the argv itself inside the container.
+                assert argv == PWSH_ARGV
+            else:
+                assert len(argv) > len(PWSH_ARGV)
+        finally:
+            if launch.cleanup is not None:
+                launch.cleanup()
+
+
+def test_seatbelt_argv_on_this_machine(workspace: Path) -> None:
+    # On Linux the host refuses seatbelt (fail closed) before any argv is built.
+    with sandbox_ctx(workspace, runner="seatbelt", mode="read-only", executor="pwsh-sandbox") as ctx:
+        if ctx.sandbox.probe("seatbelt").available:
+            pytest.skip("seatbelt is available here: covered by the per-runner test")
+        spec = ctx.shell.resolve(ShellExecRequest(command=COMMAND))
+        with pytest.raises(SandboxUnavailable):
+            ctx.shell.prepare_launch(ctx.shell.shell_argv(COMMAND), spec, {})
+
+
+@pytest.mark.parametrize("runner", ["landlock", "bwrap"])
+def test_pwsh_runs_for_real(workspace: Path, runner: str) -> None:
+    if shutil.which("pwsh") is None:
+        pytest.skip("pwsh is not installed here: only the argv is tested")
+    need_runner(runner)
+    with sandbox_ctx(workspace, runner=runner, mode="read-only", executor="pwsh-sandbox") as ctx:
+        spec = ctx.shell.resolve(
+            ShellExecRequest(command="Write-Output 'a b'; Set-Content x.txt 1", timeout_ms=120_000)
+        )
+        result = ctx.shell.execute(spec).result()
+    assert result.stdout.text.startswith("a b\n")
+    assert result.sandbox is not None and result.sandbox.mode is SandboxMode.READ_ONLY
+    assert result.exit_code != 0 and result.sandbox.denied
+    assert not (workspace / "x.txt").exists()
+
+
+def test_pwsh_missing_is_a_clear_error(workspace: Path) -> None:
+    if shutil.which("pwsh") is not None:
+        pytest.skip("pwsh is installed here")
+    need_runner("bwrap")
+    with sandbox_ctx(workspace, runner="bwrap", mode="read-only", executor="pwsh-sandbox") as ctx:
+        spec = ctx.shell.resolve(ShellExecRequest(command="Write-Output hi"))
+        with pytest.raises(Exception) as info:
+            ctx.shell.execute(spec)
+    assert getattr(info.value, "code", "") == "SHELL_NOT_FOUND"
