@@ -130,7 +130,8 @@ def validate_args(spec: ToolSpec, args: Any) -> dict[str, Any]:
     schema = spec.parameters
     if not isinstance(args, Mapping):
         raise ArgumentError(
-            f"invalid arguments for {spec.name}: expected a JSON object, got {_short(args)}"
+            f"invalid arguments for {spec.name}: expected a JSON object, got {_short(args)}. "
+            "Nothing was run."
         )
     props: Mapping[str, Mapping[str, Any]] = schema.get("properties", {})
     problems: list[str] = []
