@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from dsh.runners.e2b import archive
 from dsh.runners.e2b.options import E2BOptions
-from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.errors import SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 
@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 RUNNER = "e2b"
 _KILL_TIMEOUT = 30.0
+# The stream deadline of a user command: past the executor's deadline (the
+# executor kills on time through ``kill``), a backstop if that never comes.
+BACKSTOP_MARGIN_S = 60.0
 
 
 def import_sdk() -> Any:
@@ -206,11 +209,19 @@ class E2BSession:
         backstop past the executor's (which kills on time through ``kill``)."""
         from dsh.runners.e2b.process import E2BProcess
 
-        backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + 60
+        margin = BACKSTOP_MARGIN_S
+        backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + margin
+        e2b = import_sdk()
         try:
             pid, events = self.start_stream(
                 argv, user=user_for(policy.mode, self.options), cwd=cwd, envs=env,
                 stdin=stdin is not None, timeout=backstop)
+        except e2b.InvalidArgumentException as exc:
+            if "cwd" in str(exc):
+                raise WorkdirError(f"e2b: working directory {cwd} does not exist in the "
+                                   f"sandbox (only the workspace {self.workspace} is synced)"
+                                   ) from exc
+            raise unavailable(exc, "starting the command") from exc
         except Exception as exc:
             raise unavailable(exc, "starting the command") from exc
         proc = E2BProcess(self, pid, events, policy, stdin=stdin,
