@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal as signal_mod
 import sys
 from collections.abc import Callable
@@ -32,10 +33,11 @@ from dsh.sandbox.modes import SandboxMode
 CLI_MAX_TIMEOUT_S = 24 * 3600
 #: The in-memory tail the CLI keeps per stream (for ``--json``); the live
 #: stream shows everything as it comes.
-CLI_MAX_OUTPUT_BYTES = 1024 * 1024
+CLI_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 POLL_S = 0.02
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE
 
 
 @dataclass(frozen=True)
@@ -188,10 +190,10 @@ def make_request(opts: RunOptions, ctx: Any) -> Any:
     timeout_ms: int | None = None
     if opts.timeout_s is not None:
         timeout_ms = min(int(opts.timeout_s * 1000), sys.maxsize)
-    else:
-        wall = None
-        if ctx.has("sandbox_policy"):
-            wall = ctx.sandbox_policy.resolve().limits.wall_time_s
+    elif opts.composition is None:
+        # Our own executor: the profile's wall time, else the CLI's cap.  (A
+        # composition's executor keeps its own default.)
+        wall = ctx.sandbox_policy.resolve().limits.wall_time_s
         timeout_ms = int(wall * 1000) if wall else CLI_MAX_TIMEOUT_S * 1000
     if opts.argv:
         import shlex
@@ -214,7 +216,9 @@ class LiveStreams:
             "stderr": sys.stderr.buffer,
         }
 
-    def pump(self) -> None:
+    def pump(self) -> int:
+        """Copy what is new; returns how many bytes were copied."""
+        moved = 0
         for stream, sink in self.sinks.items():
             data, end = self.observed.read(stream, self.offsets[stream])
             start = end - len(data)
@@ -223,7 +227,9 @@ class LiveStreams:
             if data:
                 sink.write(data)
                 sink.flush()
+                moved += len(data)
             self.offsets[stream] = end
+        return moved
 
 
 def exit_status(result: Any) -> int:
@@ -260,24 +266,16 @@ def run_command(opts: RunOptions) -> int:
     try:
         executor = ctx.shell
         spec = executor.resolve(make_request(opts, ctx))
-        if getattr(spec, "timeout_capped", False):
+        if spec.timeout_capped and opts.timeout_s is not None:
             _note(
                 f"--timeout capped at {spec.timeout_ms // 1000}s "
                 f"(asked {opts.timeout_s:g}s); the command is killed then"
             )
         execution = executor.execute(spec)
         live = None if opts.as_json else LiveStreams(execution)
-        try:
-            while not execution.wait(POLL_S):
-                if live is not None:
-                    live.pump()
-        except KeyboardInterrupt:
-            execution.kill()
-            execution.wait(None)
-            if live is not None:
-                live.pump()
-            _note("interrupted; the command was killed")
-            return EXIT_INTERRUPTED
+        stopped = _follow(execution, live)
+        if stopped is not None:
+            return stopped
         result = execution.result()
         if live is not None:
             live.pump()
@@ -292,6 +290,30 @@ def run_command(opts: RunOptions) -> int:
         return exit_status(result)
     finally:
         ctx.close()
+
+
+def _follow(execution: Any, live: LiveStreams | None) -> int | None:
+    """Stream until the command ends; an exit status if we had to stop it."""
+    try:
+        while True:
+            moved = live.pump() if live is not None else 0
+            # While output flows, copy without pausing so the retained window
+            # does not run ahead of us; otherwise poll.
+            if execution.wait(0 if moved else POLL_S):
+                return None
+    except KeyboardInterrupt:
+        execution.kill()
+        execution.wait(None)
+        _note("interrupted; the command was killed")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # Our reader went away (``| head``): stop the command as SIGPIPE would.
+        execution.kill()
+        execution.wait(None)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
 
 
 def _report(result: Any, spec: Any) -> None:

@@ -251,3 +251,37 @@ def test_no_network_by_default_and_network_flag(workspace: Path) -> None:
     host = Path("/proc/net/dev").read_text().count(":")
     assert int(off.stdout) == 1  # only loopback in a fresh network namespace
     assert int(on.stdout) == host
+
+
+def test_composition_file(workspace: Path, tmp_path: Path) -> None:
+    need_runner("bwrap")
+    comp = tmp_path / "comp.yaml"
+    comp.write_text(
+        "- {id: policy, name: sandbox-policy, config: {mode: read-only}}\n"
+        "- {id: sandbox, name: sandbox, config: {runner: bwrap}}\n"
+        "- {id: shell, name: bash-sandbox}\n"
+    )
+    done = cli("run", "--composition", str(comp), "--json", "--", "touch", "x", cwd=workspace)
+    assert done.returncode == 1, done.stderr
+    facts = json.loads(done.stdout)["sandbox"]
+    assert facts["mode"] == "read-only" and facts["runner"] == "bwrap" and facts["denied"]
+    assert not (workspace / "x").exists()
+    hint = f"dsh-sandbox: write to {workspace}/x denied under read-only"
+    assert hint.encode() in done.stderr.splitlines()
+    missing = cli("run", "--composition", str(tmp_path / "nope.yaml"), "--", "true")
+    assert missing.returncode == 2 and b"nope.yaml" in missing.stderr
+    assert b"Traceback" not in missing.stderr
+
+
+def test_closed_stdout_stops_the_command(workspace: Path) -> None:
+    # `dsh-sandbox run -- yes | head -1`: the command is stopped, as SIGPIPE would.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh.sandbox", "run", *DANGER, "--", "yes"],
+        cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(2) == b"y\n"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=CLI_TIMEOUT_S) == 128 + 13
+    assert b"Traceback" not in err
