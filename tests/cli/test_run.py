@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -285,3 +286,19 @@ def test_closed_stdout_stops_the_command(workspace: Path) -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=CLI_TIMEOUT_S) == 128 + 13
     assert b"Traceback" not in err
+
+
+def test_interrupt_kills_the_command(workspace: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dsh.sandbox", "run", *DANGER, "--",
+         "sh", "-c", "echo $$; exec sleep 600"],
+        cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    pid = int(proc.stdout.readline())
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=CLI_TIMEOUT_S)
+    assert proc.returncode == 130, err
+    assert b"interrupted" in err and b"Traceback" not in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
