@@ -1,0 +1,109 @@
+"""Kill: Docker has none for execs; the runner kills the exec's tree in the container."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from dsh.runners.docker import DockerRunner
+from dsh.sandbox.policy import SandboxPolicy
+
+from tests.runners.docker.helpers import WAIT_S, docker_runner, finish, policy, run, sh, start
+
+# A tree that ignores SIGTERM, double-forks a daemon into its own session, and
+# has a child that cleared its environment (so no marker variable).
+STUBBORN = (
+    "trap '' TERM; "
+    "( trap '' TERM; setsid sh -c 'trap \"\" TERM; exec sleep 4241' & ) ; "
+    "env -i /bin/sh -c 'trap \"\" TERM; sleep 4242 & wait' & "
+    "echo ready; sleep 4243"
+)
+SLEEPS = ["sleep 4241", "sleep 4242", "sleep 4243"]
+
+
+def _processes(runner: DockerRunner, pol: SandboxPolicy, wanted: list[str]) -> list[str]:
+    """Command lines of the container's live processes that are exactly in ``wanted``."""
+    listing = sh(runner, "for d in /proc/[0-9]*; do "
+                 "grep -q '^State:.*Z' $d/status 2>/dev/null && continue; "
+                 "tr '\\0' ' ' < $d/cmdline 2>/dev/null; echo; done", pol).stdout.decode()
+    return sorted(line.strip() for line in listing.splitlines() if line.strip() in wanted)
+
+
+def _await_processes(runner: DockerRunner, pol: SandboxPolicy, wanted: list[str]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while _processes(runner, pol, wanted) != sorted(wanted):
+        assert time.monotonic() < deadline, f"{wanted} never all ran"
+        time.sleep(0.1)
+
+
+def test_kill_takes_the_whole_tree(workspace: Path) -> None:
+    pol = policy(workspace)
+    with docker_runner() as runner:
+        proc, reader = start(runner, ["/bin/bash", "-c", STUBBORN], pol)
+        assert reader.first_line.wait(WAIT_S), "the tree never got ready"
+        _await_processes(runner, pol, SLEEPS)
+        assert proc.wait(0) is None
+        proc.kill(signal.SIGTERM)  # ignored by every member
+        assert proc.wait(0.5) is None
+        assert _processes(runner, pol, SLEEPS) == SLEEPS
+        proc.kill(signal.SIGKILL)
+        result = finish(proc, reader)
+        assert result.status.exit_code is None and result.status.signal == signal.SIGKILL
+        assert result.stdout == b"ready\n"
+        assert _processes(runner, pol, SLEEPS) == []
+
+
+def test_sigterm_is_reported_as_a_signal(workspace: Path) -> None:
+    with docker_runner() as runner:
+        proc, reader = start(runner, ["/bin/sh", "-c", "echo ready; exec sleep 4250"],
+                             policy(workspace))
+        assert reader.first_line.wait(WAIT_S)
+        proc.kill(signal.SIGTERM)
+        result = finish(proc, reader)
+    assert result.status.exit_code is None and result.status.signal == signal.SIGTERM
+
+
+def test_kill_touches_only_its_own_command(workspace: Path) -> None:
+    pol = policy(workspace)
+    with docker_runner() as runner:
+        victim, victim_reader = start(runner, ["/bin/sh", "-c", "exec sleep 4260"], pol)
+        other, other_reader = start(runner, ["/bin/sh", "-c", "exec sleep 4261"], pol)
+        _await_processes(runner, pol, ["sleep 4260", "sleep 4261"])
+        victim.kill(signal.SIGKILL)
+        assert finish(victim, victim_reader).status.signal == signal.SIGKILL
+        _await_processes(runner, pol, ["sleep 4261"])
+        assert other.wait(0) is None
+        other.kill(signal.SIGKILL)
+        assert finish(other, other_reader).status.signal == signal.SIGKILL
+
+
+def test_exit_code_137_without_a_kill_stays_an_exit_code(workspace: Path) -> None:
+    with docker_runner() as runner:
+        plain = run(runner, ["/bin/sh", "-c", "exit 137"], policy(workspace))
+        self_killed = run(runner, ["/bin/sh", "-c", "kill -9 $$"], policy(workspace))
+    assert plain.status.exit_code == 137 and plain.status.signal is None
+    # Docker reports a death by signal as 128+N; the runner did not send it.
+    assert self_killed.status.exit_code == 137
+
+
+def test_kill_after_exit_is_harmless(workspace: Path) -> None:
+    with docker_runner() as runner:
+        proc, reader = start(runner, ["true"], policy(workspace))
+        status = proc.wait(WAIT_S)
+        proc.kill(signal.SIGKILL)
+        assert proc.wait(0) == status
+        finish(proc, reader)
+        assert run(runner, ["echo", "still up"], policy(workspace)).stdout == b"still up\n"
+
+
+def test_kill_finds_a_command_that_cleared_its_environment(workspace: Path) -> None:
+    # No process carries the marker variable: the wrapper's pid file finds the root.
+    pol = policy(workspace)
+    argv = ["env", "-i", "/bin/sh", "-c", "trap '' TERM; sleep 4270 & exec sleep 4271"]
+    with docker_runner() as runner:
+        proc, reader = start(runner, argv, pol)
+        _await_processes(runner, pol, ["sleep 4270", "sleep 4271"])
+        proc.kill(signal.SIGKILL)
+        assert finish(proc, reader).status.signal == signal.SIGKILL
+        assert _processes(runner, pol, ["sleep 4270", "sleep 4271"]) == []
