@@ -7,7 +7,8 @@ untouched.  Only regular files under the workspace come back; a symlink,
 hardlink, device, fifo, absolute name, ``..`` component, or a destination that
 is a symlink or directory on the host rejects the whole archive.  Protected
 paths are never written back (that is how they stay read-only with this
-runner); changed ones are reported.  Each file is written atomically (temp
+runner); changed ones are reported.  Symlinks the host already has with the same
+target (synced in, untouched) are left alone.  Each file is written atomically (temp
 file in the same directory, then ``rename``), through directory descriptors
 opened with ``O_NOFOLLOW`` so a host symlink in a parent is never followed.
 Deletions made in the sandbox are not propagated.
@@ -112,14 +113,14 @@ def plan_sync_back(
             if not member.isdir():
                 raise SyncBackRefused(f"member {member.name!r} names the workspace itself")
             continue
-        kind = _member_kind(member)
+        kind = "link" if _unchanged_symlink(workspace, parts, member) else _member_kind(member)
         for depth in range(1, len(parts)):
             if kinds.setdefault(parts[:depth], "dir") != "dir":
                 raise SyncBackRefused(f"member {member.name!r} is inside a file")
         if kinds.setdefault(parts, kind) != kind:
             raise SyncBackRefused(f"member {member.name!r} appears as both file and directory")
-        if kind == "dir":
-            continue
+        if kind in ("dir", "link"):
+            continue  # directories are made as needed; an unchanged symlink needs nothing
         host = workspace.joinpath(*parts)
         if _is_protected(parts, host, protected_paths):
             if _differs(workspace, parts, member, tar):
@@ -230,6 +231,14 @@ def _member_kind(member: tarfile.TarInfo) -> str:
             tarfile.FIFOTYPE: "a fifo", tarfile.CHRTYPE: "a character device",
             tarfile.BLKTYPE: "a block device"}.get(member.type, f"of type {member.type!r}")
     raise SyncBackRefused(f"member {member.name!r} is {what}, not a regular file")
+
+
+def _unchanged_symlink(workspace: Path, parts: tuple[str, ...], member: tarfile.TarInfo) -> bool:
+    """A symlink the host already has, with the same target (synced in, untouched)."""
+    if not member.issym() or not parts:
+        return False
+    host = workspace.joinpath(*parts)
+    return host.is_symlink() and os.readlink(host) == member.linkname
 
 
 def _is_protected(parts: tuple[str, ...], host: Path, protected: tuple[Path, ...]) -> bool:

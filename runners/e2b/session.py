@@ -21,7 +21,8 @@ the sandbox filesystem into a directory.
 
 Sync back happens after each workspace-write or danger-full-access command
 ends (however it ends, as long as the sandbox is alive): root tars the
-workspace, the host downloads the one archive and applies it through
+workspace (``--hard-dereference``: hardlinked files come back as copies),
+the host downloads the one archive and applies it through
 ``archive.plan_sync_back`` / ``apply_sync_back``.  Sync-backs are serialised.
 """
 
@@ -281,7 +282,7 @@ class E2BSession:
         with self._sync_lock, tempfile.TemporaryFile() as local:
             self.run_internal(
                 f"umask 077; mkdir -p root/.dsh-e2b || exit 2\n"
-                f"tar -cf {_rel(remote)} -C {_rel(self.workspace)} .; rc=$?\n"
+                f"tar -cf {_rel(remote)} --hard-dereference -C {_rel(self.workspace)} .; rc=$?\n"
                 "[ $rc -le 1 ]  # 1: a file changed while being read\n",
                 what="archiving the workspace for sync-back", timeout=self.options.sync_timeout)
             try:
