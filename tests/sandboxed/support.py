@@ -47,6 +47,7 @@ def sandbox_ctx(
     accept_degraded: Sequence[str] = (),
     profile: str | None = None,
     writable: Sequence[str] = (),
+    options: dict[str, Any] | None = None,
 ) -> Iterator[Any]:
     """A composition built through entry points, as a user's would be."""
     policy: dict[str, Any] = {
@@ -60,7 +61,11 @@ def sandbox_ctx(
     ctx = build_context(
         [
             {"id": "policy", "name": "sandbox-policy", "config": policy},
-            {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
+            {
+                "id": "sandbox",
+                "name": "sandbox",
+                "config": {"runner": runner, "options": {runner: options or {}}},
+            },
             {"id": "shell", "name": executor, "config": {"cwd": str(workspace)}},
         ]
     )

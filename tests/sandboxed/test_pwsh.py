@@ -5,6 +5,7 @@ where ``pwsh`` is installed."""
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from tests.sandboxed.support import need_runner, sandbox_ctx
 COMMAND = "Write-Output 'a b' \"$HOME\"; $x = 1; echo `$x\n# second line"
 PWSH_ARGV = ("pwsh", "-NoLogo", "-NoProfile", "-NonInteractive", "-Command", COMMAND)
 ALL_RUNNERS = ("landlock", "bwrap", "seatbelt", "docker", "e2b")
+#: Runners whose launch argv can be inspected (E2B's is inside a closure).
+INSPECTABLE = ("landlock", "bwrap", "seatbelt", "docker")
 
 
 def wrapped_argv(launch: Any) -> tuple[Any, ...] | None:
@@ -34,7 +37,7 @@ def wrapped_argv(launch: Any) -> tuple[Any, ...] | None:
     return None
 
 
-@pytest.mark.parametrize("runner", ALL_RUNNERS)
+@pytest.mark.parametrize("runner", INSPECTABLE)
 def test_wrapped_argv_ends_with_the_exact_pwsh_argv(workspace: Path, runner: str) -> None:
     need_runner(runner)
     with sandbox_ctx(workspace, runner=runner, mode="read-only", executor="pwsh-sandbox") as ctx:
@@ -58,6 +61,55 @@ def test_wrapped_argv_ends_with_the_exact_pwsh_argv(workspace: Path, runner: str
         finally:
             if launch.cleanup is not None:
                 launch.cleanup()
+
+
+@pytest.fixture
+def pwsh_shim(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A stand-in ``pwsh`` on PATH that prints the argv it received, NUL-separated.
+
+    It lives in the workspace so every runner can see it (Docker binds the
+    workspace at the same path; the E2B double runs on this machine)."""
+    bin_dir = workspace / ".shim-bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "pwsh"
+    shim.write_text("#!/bin/sh\nprintf '%s\\0' \"$@\"\n")
+    shim.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    return shim
+
+
+def _runner_setup(runner: str, tmp_path: Path) -> tuple[dict[str, Any], tuple[str, ...], Any]:
+    """Runner options, accepted degradations and a stop callable for ``runner``."""
+    if runner != "e2b":
+        need_runner(runner)
+        return {}, (), None
+    from tests.runners.e2b.envd_server import start_envd_server
+
+    root = tmp_path / "e2b-root"
+    root.mkdir()
+    url, stop = start_envd_server(root)
+    # Debug mode against the local envd double is partial by design.
+    return {"sandbox_url": url}, ("e2b-debug",), stop
+
+
+@pytest.mark.parametrize("runner", ALL_RUNNERS)
+def test_pwsh_argv_reaches_the_program(
+    workspace: Path, tmp_path: Path, pwsh_shim: Path, runner: str
+) -> None:
+    options, accept, stop = _runner_setup(runner, tmp_path)
+    try:
+        with sandbox_ctx(
+            workspace, runner=runner, mode="read-only", executor="pwsh-sandbox",
+            options=options, accept_degraded=accept,
+        ) as ctx:
+            spec = ctx.shell.resolve(ShellExecRequest(command=COMMAND, timeout_ms=120_000))
+            result = ctx.shell.execute(spec).result()
+    finally:
+        if stop is not None:
+            stop()
+    assert result.exit_code == 0, result.stderr.text
+    assert result.stdout.text.split("\0")[:-1] == list(PWSH_ARGV[1:])
+    assert result.sandbox is not None and result.sandbox.runner == runner
 
 
 def test_seatbelt_argv_on_this_machine(workspace: Path) -> None:
