@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from dsh.executors import proctree
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
@@ -85,11 +86,16 @@ class _LocalTarget(ProcessTarget):
         self.exit_fd: int | None = os.pidfd_open(self.leader)
         self._reaped = False
         self._lock = threading.Lock()
+        self._tree: dict[int, proctree.Start] = {}  # descendants seen while killing
 
-    def signal_tree(self, sig: int) -> None:
+    def signal_tree(self, sig: int, *, snapshot: bool = False) -> None:
         with self._lock:
             if self._reaped:
                 return  # the group id may belong to someone else now
+            if snapshot:
+                self._tree.update(proctree.descendants(self.leader))
+            for pid, start in self._tree.items():
+                proctree.signal_same(pid, start, sig, skip_pgid=self.pgid)
             if self.launch.kill_tree is not None:
                 try:
                     self.launch.kill_tree(self.leader, sig)
@@ -133,6 +139,12 @@ class _LocalTarget(ProcessTarget):
             except ChildProcessError:
                 pass  # members left are not our children (yet); they were SIGKILLed
             time.sleep(0.005)
+        # Descendants that left the group and came back to us as orphans.
+        pending = dict(self._tree)
+        while pending and time.monotonic() < give_up:
+            pending = {p: s for p, s in pending.items() if not proctree.reap_adopted(p, s)}
+            if pending:
+                time.sleep(0.005)
         self.service.watchdog.unregister(self.pgid)
         if self.launch.cleanup is not None:
             self.launch.cleanup()
@@ -148,7 +160,7 @@ class _RemoteTarget(ProcessTarget):
         self.launch = launch
         self.pid = None
 
-    def signal_tree(self, sig: int) -> None:
+    def signal_tree(self, sig: int, *, snapshot: bool = False) -> None:
         try:
             self.remote.kill(sig)
         except Exception:

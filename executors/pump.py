@@ -35,7 +35,9 @@ class ProcessTarget(abc.ABC):
     exit_fd: int | None  # readable once the process exited (local: pidfd)
 
     @abc.abstractmethod
-    def signal_tree(self, sig: int) -> None: ...
+    def signal_tree(self, sig: int, *, snapshot: bool = False) -> None:
+        """Signal everything the command started.  ``snapshot``: this is a
+        kill, so also find descendants that left the process group."""
 
     @abc.abstractmethod
     def leader_status(self) -> ExitStatus | None:
@@ -100,7 +102,7 @@ class Pump:
                 return False
             self._terminated = True
             self._escalate_at = time.monotonic() + self.grace_s
-        self.target.signal_tree(signal.SIGTERM)
+        self.target.signal_tree(signal.SIGTERM, snapshot=True)
         self._poke()
         return True
 
@@ -130,7 +132,7 @@ class Pump:
             self._loop()
         except BaseException as exc:  # settle anyway: a waiter must never hang
             self.error = exc
-            self.target.signal_tree(signal.SIGKILL)
+            self.target.signal_tree(signal.SIGKILL, snapshot=True)
         finally:
             self._close_fds()
             try:
@@ -217,7 +219,7 @@ class Pump:
             if escalate:
                 self._escalate_at = None
         if escalate:
-            self.target.signal_tree(signal.SIGKILL)
+            self.target.signal_tree(signal.SIGKILL, snapshot=True)
 
     def _leader_exited(self, sel: selectors.BaseSelector) -> None:
         status = self.target.leader_status()

@@ -18,6 +18,7 @@ from tests.foundation.helpers import (
     first_line_int,
     group_members,
     make_context,
+    proc_stat,
     start,
     wait_group_gone,
     wait_until,
@@ -139,3 +140,14 @@ def test_executor_sigkill_does_not_leave_the_command_running(tmp_path: Path) -> 
         if executor.poll() is None:
             executor.kill()
             executor.wait()
+
+
+def test_descendant_that_left_the_group_is_killed_and_reaped(ctx: Context) -> None:
+    # setsid puts the child in a new session: a group kill cannot reach it.
+    execution = start(ctx, "setsid sleep 1000 & echo $!; sleep 1000")
+    escaped = first_line_int(execution)
+    # Wait until it really is outside the command's group (its own session).
+    assert wait_until(lambda: (proc_stat(escaped) or ("", 0, 0))[2] == escaped)
+    assert execution.kill()
+    assert execution.wait(PATIENCE_S)
+    assert wait_group_gone(escaped) == []  # killed, and reaped: not even a zombie
