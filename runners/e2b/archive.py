@@ -145,13 +145,12 @@ def apply_sync_back(archive: IO[bytes], workspace: Path, plan: SyncPlan) -> None
                 temp = f".{update.parts[-1]}.dsh-sync-{os.getpid()}-{len(staged)}"
                 _write_member(tar, update.member, dirs.open(parent), temp)
                 staged.append((parent, temp, update.parts[-1]))
-        for parent, temp, final in staged:
-            fd = dirs.open(parent)
-            os.rename(temp, final, src_dir_fd=fd, dst_dir_fd=fd)
-        staged.clear()
+        for parent, _, final in staged:  # the host may have changed since planning
+            _check_still_file_or_missing(dirs.open(parent), (*parent, final))
+        _commit(dirs, staged)
     except BaseException:
-        # A failure while staging (disk full...): remove every temp file and
-        # directory it made, so the host is as it was.
+        # A failure (disk full, a destination that changed...): remove every temp
+        # file and directory this made, so the host is as it was.
         for parent, temp, _ in staged:
             try:
                 os.unlink(temp, dir_fd=dirs.open(parent))
@@ -161,6 +160,45 @@ def apply_sync_back(archive: IO[bytes], workspace: Path, plan: SyncPlan) -> None
         raise
     finally:
         dirs.close()
+
+
+def _check_still_file_or_missing(dir_fd: int, parts: tuple[str, ...]) -> None:
+    try:
+        st = os.lstat(parts[-1], dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise SyncBackRefused(f"{'/'.join(parts)}: is no longer a regular file on the host")
+
+
+def _commit(dirs: _DirCache, staged: list[tuple[tuple[str, ...], str, str]]) -> None:
+    """Rename every temp file into place; on a failure put back what was replaced."""
+    done: list[tuple[int, str, str, str | None]] = []  # (dir fd, temp, final, backup)
+    try:
+        for parent, temp, final in staged:
+            fd = dirs.open(parent)
+            backup: str | None = f"{temp}.old"
+            try:
+                os.rename(final, str(backup), src_dir_fd=fd, dst_dir_fd=fd)
+            except FileNotFoundError:
+                backup = None
+            try:
+                os.rename(temp, final, src_dir_fd=fd, dst_dir_fd=fd)
+            except BaseException:
+                if backup is not None:
+                    os.rename(backup, final, src_dir_fd=fd, dst_dir_fd=fd)
+                raise
+            done.append((fd, temp, final, backup))
+    except BaseException:
+        for fd, temp, final, backup in reversed(done):
+            os.rename(final, temp, src_dir_fd=fd, dst_dir_fd=fd)  # unlinked by the caller
+            if backup is not None:
+                os.rename(backup, final, src_dir_fd=fd, dst_dir_fd=fd)
+        raise
+    staged.clear()
+    for fd, _, _, backup in done:
+        if backup is not None:
+            os.unlink(backup, dir_fd=fd)
 
 
 class _DirCache:
@@ -295,5 +333,6 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dir_fd: int, na
         if source is not None:
             while chunk := source.read(1 << 20):
                 out.write(chunk)
+        out.flush()  # before utime: a later flush would set mtime again
         os.fchmod(out.fileno(), mode)
         os.utime(out.fileno(), (member.mtime, member.mtime))

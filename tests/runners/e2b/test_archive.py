@@ -1,0 +1,166 @@
+"""The sync-back validator on crafted archives: all-or-nothing, never outside."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+from dsh.runners.e2b.archive import (
+    SyncBackRefused,
+    apply_sync_back,
+    pack_workspace,
+    plan_sync_back,
+)
+
+
+def tar_of(*members: tuple[str, bytes, bytes | str]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            info.mode = 0o644
+            if kind == tarfile.REGTYPE:
+                assert isinstance(data, bytes)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                info.linkname = str(data)
+                tar.addfile(info)
+    buf.seek(0)
+    return buf
+
+
+def sync(archive: io.BytesIO, ws: Path, protected: tuple[Path, ...] = ()) -> tuple[str, ...]:
+    plan = plan_sync_back(archive, ws, protected)
+    apply_sync_back(archive, ws, plan)
+    return plan.skipped_protected
+
+
+REG = tarfile.REGTYPE
+
+
+@pytest.mark.parametrize(("member", "why"), [
+    (("../x", REG, b"x"), "'..' component"),
+    (("a/../../x", REG, b"x"), "'..' component"),
+    (("/etc/x", REG, b"x"), "absolute path"),
+    (("l", tarfile.SYMTYPE, "/etc"), "is a symlink"),
+    (("h", tarfile.LNKTYPE, "/etc/passwd"), "is a hardlink"),
+    (("f", tarfile.FIFOTYPE, ""), "is a fifo"),
+    (("c", tarfile.CHRTYPE, ""), "is a character device"),
+    (("b", tarfile.BLKTYPE, ""), "is a block device"),
+    (("ok.txt/x", REG, b"x"), "inside a file"),
+])
+def test_one_bad_member_refuses_everything(workspace: Path, member: tuple[str, bytes, bytes | str],
+                                           why: str) -> None:
+    archive = tar_of(("./ok.txt", REG, b"ok"), ("new/dir/f", REG, b"f"), member)
+    with pytest.raises(SyncBackRefused, match=why):
+        sync(archive, workspace)
+    assert os.listdir(workspace) == []
+
+
+def test_same_name_as_file_and_directory_is_refused(workspace: Path) -> None:
+    archive = tar_of(("d", tarfile.DIRTYPE, b""), ("d", REG, b"x"))
+    with pytest.raises(SyncBackRefused, match="both file and directory"):
+        sync(archive, workspace)
+
+
+def test_destination_kinds_on_the_host_are_checked(workspace: Path, tmp_path: Path) -> None:
+    (workspace / "dir").mkdir()
+    (workspace / "file").write_text("f")
+    for member, why in ((("dir", REG, b"x"), "not a regular file on the host"),
+                        (("file/x", REG, b"x"), "not a directory on the host")):
+        with pytest.raises(SyncBackRefused, match=why):
+            sync(tar_of(("ok", REG, b"ok"), member), workspace)
+    assert sorted(os.listdir(workspace)) == ["dir", "file"]
+
+
+def test_valid_archive_applies_atomically_with_modes(workspace: Path) -> None:
+    (workspace / "same.txt").write_text("same")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data, mode in (("same.txt", b"same", 0o644), ("tool", b"#!", 0o4755),
+                                 ("a/b/c.txt", b"c", 0o600)):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, 1_000_000
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    plan = plan_sync_back(buf, workspace, ())
+    assert [u.parts for u in plan.updates] == [("tool",), ("a", "b", "c.txt")]
+    apply_sync_back(buf, workspace, plan)
+    assert (workspace / "tool").stat().st_mode & 0o7777 == 0o755  # no setuid from the sandbox
+    assert (workspace / "a/b/c.txt").read_text() == "c"
+    assert (workspace / "a/b/c.txt").stat().st_mtime == 1_000_000
+    assert not [p for p in workspace.rglob("*dsh-sync*")]
+
+
+def test_protected_paths_are_skipped_and_reported(workspace: Path) -> None:
+    (workspace / ".git").mkdir()
+    (workspace / ".git/HEAD").write_text("ref")
+    archive = tar_of((".git/HEAD", REG, b"ref"), (".git/config", REG, b"evil"),
+                     ("x/.dsh/p", REG, b"p"), (".env", REG, b"E"), ("ok", REG, b"ok"))
+    skipped = sync(archive, workspace, protected=(workspace / ".env",))
+    assert sorted(skipped) == [".env", ".git/config", "x/.dsh/p"]  # unchanged HEAD is not news
+    assert sorted(os.listdir(workspace)) == [".git", "ok"]
+    assert os.listdir(workspace / ".git") == ["HEAD"]
+
+
+def test_failure_while_staging_rolls_back(workspace: Path) -> None:
+    archive = tar_of(("new/a", REG, b"a"), ("b", REG, b"b"))
+    plan = plan_sync_back(archive, workspace, ())
+    (workspace / "b").mkdir()  # appears between planning and applying
+    (workspace / "b/keep").write_text("k")
+    with pytest.raises(SyncBackRefused, match="no longer a regular file"):
+        apply_sync_back(archive, workspace, plan)
+    assert sorted(os.listdir(workspace)) == ["b"]
+    assert os.listdir(workspace / "b") == ["keep"]
+
+
+def test_failure_while_renaming_puts_everything_back(workspace: Path) -> None:
+    from dsh.runners.e2b.archive import _commit, _DirCache
+
+    for name in ("a", "b"):
+        (workspace / name).write_text(f"old {name}")
+        (workspace / f".{name}.tmp").write_text(f"new {name}")
+    os.unlink(workspace / ".b.tmp")  # the second rename fails after the first succeeded
+    dirs = _DirCache(workspace)
+    staged = [((), ".a.tmp", "a"), ((), ".b.tmp", "b")]
+    try:
+        with pytest.raises(FileNotFoundError):
+            _commit(dirs, staged)
+    finally:
+        dirs.close()
+    assert (workspace / "a").read_text() == "old a"
+    assert (workspace / "b").read_text() == "old b"
+    assert (workspace / ".a.tmp").read_text() == "new a"  # left for the caller to unlink
+    assert sorted(os.listdir(workspace)) == [".a.tmp", "a", "b"]
+
+
+def test_not_a_tar_is_refused(workspace: Path) -> None:
+    with pytest.raises(SyncBackRefused, match="not a valid tar"):
+        sync(io.BytesIO(b"\x00" * 100 + b"garbage"), workspace)
+
+
+def test_pack_skips_sockets_fifos_and_hidden(workspace: Path) -> None:
+    import socket
+
+    (workspace / "f").write_text("f")
+    os.mkfifo(workspace / "fifo")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(workspace / "sock"))
+    (workspace / "hide").mkdir()
+    (workspace / "hide/x").write_text("x")
+    os.symlink("f", workspace / "l")
+    buf = io.BytesIO()
+    try:
+        pack_workspace(workspace, buf, exclude=(workspace / "hide",))
+    finally:
+        sock.close()
+    buf.seek(0)
+    with tarfile.open(fileobj=buf) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+    assert sorted(names) == ["f", "l"]
+    assert names["f"].uid == 0 and names["f"].uname == ""
