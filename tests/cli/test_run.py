@@ -302,3 +302,14 @@ def test_interrupt_kills_the_command(workspace: Path) -> None:
     assert b"interrupted" in err and b"Traceback" not in err
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_docker_runner_from_the_cli(workspace: Path) -> None:
+    need_runner("docker")
+    done = cli("run", "--runner", "docker", "--", "sh", "-c",
+               "echo hi > ok.txt; cat ok.txt; echo x > /etc/dsh-docker-x", cwd=workspace)
+    assert done.stdout == b"hi\n"
+    assert done.returncode == 2
+    assert b"dsh-sandbox: write to /etc/dsh-docker-x denied under workspace-write" in done.stderr
+    assert (workspace / "ok.txt").read_text() == "hi\n"
+    assert not Path("/etc/dsh-docker-x").exists()
