@@ -191,6 +191,56 @@ def set_no_new_privs() -> None:
     _check(result, "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+
+# Capabilities a root command keeps in the sandbox (Docker's default set minus
+# NET_RAW and MKNOD).  Everything else (SYS_ADMIN, SYS_MODULE, SYS_PTRACE,
+# SYS_BOOT, SYS_TIME, BPF, DAC_READ_SEARCH...) leaves the bounding set.
+KEPT_CAPABILITIES = {
+    0: "CHOWN", 1: "DAC_OVERRIDE", 3: "FOWNER", 4: "FSETID", 5: "KILL", 6: "SETGID",
+    7: "SETUID", 8: "SETPCAP", 10: "NET_BIND_SERVICE", 18: "SYS_CHROOT", 29: "AUDIT_WRITE",
+    31: "SETFCAP",
+}  # fmt: skip
+
+
+def _prctl_checked(option: int, arg: int, what: str) -> None:
+    result = _prctl(
+        ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
+        ctypes.c_ulong(0),
+    )  # fmt: skip
+    _check(result, what)
+
+
+def set_process_undumpable() -> None:
+    """``PR_SET_DUMPABLE 0`` for the whole process.
+
+    A sandboxed child shares the Landlock domain of the spawner thread, and
+    the thread shares this process's memory: without this, the child could
+    read ``/proc/<pid>/environ`` or ``/proc/<pid>/task/<tid>/mem`` of its
+    parent.  Non-dumpable processes are only inspectable with CAP_SYS_PTRACE,
+    which sandboxed commands do not have (see ``drop_bounding_capabilities``).
+    """
+    _prctl_checked(PR_SET_DUMPABLE, 0, "prctl(PR_SET_DUMPABLE, 0)")
+
+
+def drop_bounding_capabilities() -> tuple[str, ...]:
+    """Drop every capability but ``KEPT_CAPABILITIES`` from the calling thread's
+    bounding set (root commands exec'd from it get no more).  Needs
+    CAP_SETPCAP, so only root does it; returns the numbers dropped."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 40
+    dropped = []
+    for cap in range(last + 1):
+        if cap not in KEPT_CAPABILITIES:
+            _prctl_checked(PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
+            dropped.append(str(cap))
+    return tuple(dropped)
+
+
 def set_thread_name(name: str) -> None:
     """``prctl(PR_SET_NAME)``: the OS-level name (``/proc/<tid>/status``), max 15 bytes."""
     pr_set_name = 15

@@ -26,11 +26,14 @@ from dsh.sandbox.runner import Argv, Enforcement, LocalLaunch, Runner, RunnerPla
 NAME = "landlock"
 
 
-def _restrict_current_thread(ruleset_fd: int, program: list[tuple[int, int, int, int]]) -> None:
-    """no_new_privs, then Landlock, then seccomp: all on the calling thread only."""
+def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, block_network: bool) -> None:
+    """Capabilities, no_new_privs, Landlock, then seccomp: on the calling thread only."""
+    if os.geteuid() == 0:
+        abi.drop_bounding_capabilities()
     abi.set_no_new_privs()
     abi.restrict_self(ruleset_fd)
-    seccomp.install(program)
+    tid = threading.get_native_id()
+    seccomp.install(seccomp.build_filter(arch, block_network=block_network, guard_tid=tid))
 
 
 class LandlockRunner(Runner):
@@ -80,8 +83,8 @@ class LandlockRunner(Runner):
         try:
             fd = abi.create_ruleset(status.abi, abi.rights_for_abi(abi.FS_RIGHTS, status.abi), 0, 0)
             try:
-                program = seccomp.build_filter(arch, block_network=True)
-                SpawnerThread("dsh-landlock-probe", lambda: _restrict_current_thread(fd, program)).stop()
+                trial = SpawnerThread("dsh-landlock-probe", lambda: _restrict_current_thread(fd, arch, True))
+                trial.stop()
             finally:
                 os.close(fd)
         except (OSError, SpawnerError) as exc:
@@ -200,9 +203,13 @@ class LandlockRunner(Runner):
         fd = -1
         if policy.constrained:
             plan = self._rule_plan(policy)
-            program = seccomp.build_filter(seccomp.native_arch(), block_network=not policy.network)
+            arch = seccomp.native_arch()
+            block = not policy.network
+            # Children share the spawner thread's domain, and the thread shares
+            # this process's memory: keep them out of /proc/<pid>/{mem,environ}.
+            abi.set_process_undumpable()
             fd = build_ruleset(plan)
-            setup = lambda: _restrict_current_thread(fd, program)  # noqa: E731
+            setup = lambda: _restrict_current_thread(fd, arch, block)  # noqa: E731
         try:
             spawner = SpawnerThread(f"dsh-landlock-{policy.mode.value}", setup)
         except SpawnerError as exc:

@@ -48,6 +48,15 @@ _TIOCLINUX = 0x541C
 _IO_URING = (425, 426, 427)  # setup, enter, register: same numbers on both arches
 
 
+_PIDFD_OPEN = 434
+_PIDFD_SEND_SIGNAL = 424
+_PIDFD_GETFD = 438
+_F_SETOWN = 8
+_F_SETOWN_EX = 15
+_FIOSETOWN = 0x8901
+_SIOCSPGRP = 0x8902
+
+
 @dataclass(frozen=True)
 class Arch:
     name: str
@@ -56,12 +65,25 @@ class Arch:
     socketpair: int
     ioctl: int
     has_x32: bool
+    # Syscalls whose pid/tid argument (index) is compared with the spawner tid.
+    pid_args: tuple[tuple[int, int], ...] = ()
+    fcntl: int = 0
 
 
 ARCHES = {
-    "x86_64": Arch("x86_64", 0xC000003E, socket=41, socketpair=53, ioctl=16, has_x32=True),
-    "aarch64": Arch("aarch64", 0xC00000B7, socket=198, socketpair=199, ioctl=29, has_x32=False),
-}
+    "x86_64": Arch(
+        "x86_64", 0xC000003E, socket=41, socketpair=53, ioctl=16, has_x32=True, fcntl=72,
+        # kill, rt_sigqueueinfo, tkill, pidfd_open (arg 0); tgkill,
+        # rt_tgsigqueueinfo, ptrace (arg 1); process_vm_readv/writev (arg 0)
+        pid_args=((62, 0), (129, 0), (200, 0), (_PIDFD_OPEN, 0), (234, 1), (297, 1),
+                  (101, 1), (310, 0), (311, 0)),
+    ),
+    "aarch64": Arch(
+        "aarch64", 0xC00000B7, socket=198, socketpair=199, ioctl=29, has_x32=False, fcntl=25,
+        pid_args=((129, 0), (138, 0), (130, 0), (_PIDFD_OPEN, 0), (131, 1), (240, 1),
+                  (117, 1), (270, 0), (271, 0)),
+    ),
+}  # fmt: skip
 
 
 class UnsupportedArch(Exception):
@@ -113,26 +135,50 @@ class _Program:
         return delta
 
 
-def build_filter(arch: Arch, *, block_network: bool) -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) tuples."""
+def build_filter(arch: Arch, *, block_network: bool, guard_tid: int | None = None) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) tuples.
+
+    ``guard_tid``: the spawner thread.  Its children share its Landlock domain,
+    so Landlock's signal scope and ptrace rules let them signal it (and a
+    signal to one thread can kill the whole host process) or attach to it;
+    every syscall that names a task by pid refuses that tid.
+    """
     p = _Program()
     p.load(_OFF_ARCH)
     p.jump(_JEQ_K, arch.audit_arch, 0, "kill")
     p.load(_OFF_NR)
     if arch.has_x32:
         p.jump(_JGE_K, _X32_SYSCALL_BIT, "kill")
-    for nr in _IO_URING:
+    for nr in (*_IO_URING, _PIDFD_SEND_SIGNAL, _PIDFD_GETFD):
         p.jump(_JEQ_K, nr, "enosys")
     p.jump(_JEQ_K, arch.ioctl, "ioctl")
     if block_network:
         p.jump(_JEQ_K, arch.socket, "family")
         p.jump(_JEQ_K, arch.socketpair, "family")
+    if guard_tid is not None:
+        for nr, index in arch.pid_args:
+            p.jump(_JEQ_K, nr, f"pid-arg{index}")
+        p.jump(_JEQ_K, arch.fcntl, "fcntl")
     p.ret(_RET_ALLOW)
     p.label("ioctl")
     p.load(_OFF_ARG1_LOW)
     p.jump(_JEQ_K, _TIOCSTI, "eperm")
     p.jump(_JEQ_K, _TIOCLINUX, "eperm")
+    if guard_tid is not None:  # owners for SIGIO: the pid is behind a pointer
+        p.jump(_JEQ_K, _FIOSETOWN, "eperm")
+        p.jump(_JEQ_K, _SIOCSPGRP, "eperm")
     p.ret(_RET_ALLOW)
+    if guard_tid is not None:
+        for index in sorted({i for _nr, i in arch.pid_args}):
+            p.label(f"pid-arg{index}")
+            p.load(_OFF_ARG0_LOW + 8 * index)
+            p.jump(_JEQ_K, guard_tid, "eperm", "allow")
+        p.label("fcntl")
+        p.load(_OFF_ARG1_LOW)
+        p.jump(_JEQ_K, _F_SETOWN_EX, "eperm")
+        p.jump(_JEQ_K, _F_SETOWN, 0, "allow")
+        p.load(_OFF_ARG0_LOW + 16)
+        p.jump(_JEQ_K, guard_tid, "eperm", "allow")
     if block_network:
         p.label("family")
         p.load(_OFF_ARG0_LOW)
