@@ -369,8 +369,12 @@ def run(**params: Any) -> None:
     """Run a command under a sandbox policy.
 
     \b
-    dsh-sandbox run -- make test        # ARGV exactly, no shell in between
+    dsh-sandbox run -- make test          # ARGV exactly, no shell in between
     dsh-sandbox run -c 'make test | tail' # through bash
+
+    Exit status: the command's; 128+N when it was killed by signal N; 124
+    after --timeout; 2 for bad input or when the sandbox cannot be enforced
+    (nothing ran).
     """
     opts = RunOptions(
         **{k: v for k, v in params.items() if k not in ("argv", "writable")},

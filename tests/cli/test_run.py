@@ -189,6 +189,8 @@ BAD_INPUTS: dict[str, tuple[list[str], bytes]] = {
     "writable /": (["--writable", "/"], b"--writable /"),
     "workspace is a file": (["--workspace", "{tmp}/file"], b"is a file"),
     "missing workspace": (["--workspace", "{tmp}/nope"], b"does not exist"),
+    "missing workdir": (["--workdir", "{tmp}/nope"], b"does not exist"),
+    "workdir is a file": (["--workdir", "{tmp}/file"], b"not a directory"),
     "negative timeout": (["--timeout", "-5"], b"--timeout"),
     "zero timeout": (["--timeout", "0"], b"--timeout"),
     "composition with flags": (["--composition", "{tmp}/c.yaml", "--mode", "read-only"],
