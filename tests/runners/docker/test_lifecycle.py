@@ -1,0 +1,159 @@
+"""Container lifecycle and bad input: teardown, crash leftovers, daemon and image errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from dsh.runners.docker import DockerRunner, prune_containers
+from dsh.runners.docker.client import connect
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+
+from tests.conftest import require_runner
+from tests.runners.docker.helpers import (
+    WAIT_S,
+    container_of,
+    docker_runner,
+    finish,
+    policy,
+    run,
+    start,
+)
+
+
+def _exists(container_id: str) -> bool:
+    from docker.errors import NotFound
+
+    client = connect()
+    try:
+        client.api.inspect_container(container_id)
+        return True
+    except NotFound:
+        return False
+    finally:
+        client.close()
+
+
+def test_container_is_labelled_hardened_and_removed_at_close(workspace: Path) -> None:
+    with docker_runner() as runner:
+        run(runner, ["true"], policy(workspace))
+        cid = container_of(runner)
+        client = connect()
+        info = client.api.inspect_container(cid)
+        client.close()
+        host = info["HostConfig"]
+        assert info["Config"]["Labels"]["dsh-sandbox"] == "1"
+        assert info["Config"]["Labels"]["dsh-sandbox.owner-pid"] == str(os.getpid())
+        assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
+        assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["PidsLimit"] == 1024 and host["Init"] is True
+        assert info["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
+    assert not _exists(cid)
+
+
+CRASHER = textwrap.dedent("""
+    import json, sys, time
+    from pathlib import Path
+    from dsh.runners.docker import DockerRunner
+    from dsh.sandbox.modes import SandboxMode
+    from dsh.sandbox.policy import SandboxPolicy
+    ws = Path(sys.argv[1])
+    pol = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws,),
+                        protected_paths=(ws / ".git",))
+    runner = DockerRunner()
+    runner.prepare(["true"], pol, cwd=str(ws), env={})
+    print(json.dumps([w.name for w in runner._warm.values()]), flush=True)
+    time.sleep(3600)
+""")
+
+
+def test_prune_removes_the_leftovers_of_a_killed_executor(workspace: Path) -> None:
+    with docker_runner() as runner:
+        run(runner, ["true"], policy(workspace))  # a live owner: must survive the prune
+        own = container_of(runner)
+        crasher = subprocess.Popen([sys.executable, "-c", CRASHER, str(workspace)],
+                                   stdout=subprocess.PIPE, text=True)
+        try:
+            assert crasher.stdout is not None
+            names = json.loads(crasher.stdout.readline())
+        finally:
+            crasher.send_signal(signal.SIGKILL)  # no close(): the container stays behind
+            crasher.wait(WAIT_S)
+        assert len(names) == 1 and _exists(names[0])
+        assert (workspace / ".git").is_dir()  # its placeholder, left behind too
+        removed = prune_containers()
+        assert names[0] in removed
+        assert not _exists(names[0])
+        assert not (workspace / ".git").exists()
+        assert _exists(own)
+
+
+def test_container_gone_mid_command_gives_a_clear_result(workspace: Path) -> None:
+    with docker_runner() as runner:
+        proc, reader = start(runner, ["/bin/sh", "-c", "echo ready; exec sleep 4280"],
+                             policy(workspace))
+        assert reader.first_line.wait(WAIT_S)
+        client = connect()
+        client.api.remove_container(container_of(runner), force=True)
+        client.close()
+        result = finish(proc, reader)
+        assert result.status.exit_code is None and result.status.signal == signal.SIGKILL
+        # The next command gets a fresh container.
+        assert run(runner, ["echo", "again"], policy(workspace)).stdout == b"again\n"
+
+
+def test_unreachable_daemon_is_unavailable_with_the_reason(
+        workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent.sock")
+    runner = DockerRunner()
+    probe = runner.probe()
+    assert not probe.available
+    assert probe.reason is not None
+    assert "not reachable at unix:///nonexistent.sock" in probe.reason
+    assert "dockerd" in probe.reason
+    with pytest.raises(SandboxUnavailable, match="not reachable") as err:
+        runner.prepare(["true"], policy(workspace), cwd=str(workspace), env={})
+    assert err.value.code == "SANDBOX_UNAVAILABLE"
+    with pytest.raises(SandboxUnavailable, match="not reachable"):
+        prune_containers()
+
+
+def test_missing_image_names_it_and_how_to_build_it(workspace: Path) -> None:
+    require_runner("docker")  # a daemon is needed to know the image is missing
+    runner = DockerRunner({"image": "dsh-sandbox/no-such-image:h5"})
+    probe = runner.probe()
+    assert not probe.available and probe.reason is not None
+    assert "dsh-sandbox/no-such-image:h5" in probe.reason
+    assert "dsh-sandbox image build" in probe.reason
+    with pytest.raises(SandboxUnavailable, match="no-such-image:h5.*dsh-sandbox image build"):
+        runner.prepare(["true"], policy(workspace), cwd=str(workspace), env={})
+    runner.close()
+
+
+@pytest.mark.parametrize("options, field", [
+    ({"image": "Bad Image!"}, "image"),
+    ({"image": "UPPER/case"}, "image"),
+    ({"image": ""}, "image"),
+    ({"memory": "lots"}, "memory"),
+    ({"memory": "1k"}, "memory"),
+    ({"pids": 0}, "pids"),
+    ({"pids": "many"}, "pids"),
+    ({"user": "root; rm -rf /"}, "user"),
+    ({"imgae": "typo"}, "imgae"),
+])
+def test_bad_options_are_config_errors_naming_the_field(options: dict[str, object],
+                                                        field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        DockerRunner(options)
+
+
+def test_good_options_are_accepted() -> None:
+    runner = DockerRunner({"image": "localhost:5000/team/img:v1.2", "memory": "512m",
+                           "pids": None, "user": "1000:1000"})
+    assert runner.memory == 512 * 1024 * 1024 and runner.pids is None
