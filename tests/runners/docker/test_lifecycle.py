@@ -131,7 +131,7 @@ def test_missing_image_names_it_and_how_to_build_it(workspace: Path) -> None:
     assert not probe.available and probe.reason is not None
     assert "dsh-sandbox/no-such-image:h5" in probe.reason
     assert "dsh-sandbox image build" in probe.reason
-    with pytest.raises(SandboxUnavailable, match="no-such-image:h5.*dsh-sandbox image build"):
+    with pytest.raises(SandboxUnavailable, match=r"no-such-image:h5.*dsh-sandbox image build"):
         runner.prepare(["true"], policy(workspace), cwd=str(workspace), env={})
     runner.close()
 
