@@ -234,7 +234,12 @@ class LocalSubprocessService(Service):
                 raise RuntimeError("the subprocess service is closed")
         target: ProcessTarget
         if isinstance(launch, RemoteLaunch):
-            remote = launch.start(stdin, deadline)
+            try:
+                remote = launch.start(stdin, deadline)
+            except BaseException:
+                if launch.cleanup is not None:
+                    launch.cleanup()
+                raise
             target = _RemoteTarget(remote, launch)
             fds = (remote.stdout_fd, remote.stderr_fd)
             stdin_fd = None

@@ -303,3 +303,26 @@ def test_start_new_session(ctx: Context) -> None:
     assert execution.wait(PATIENCE_S)
     pid, sid = execution.result().stdout.text.split()
     assert pid == sid  # leader of its own session and process group
+
+
+def test_remote_start_failure_settles_killed_and_cleans_up(tmp_path: Path) -> None:
+    from dsh.executors.local import LocalBashExecutor
+    from tests.foundation.test_execution import _mount
+
+    cleanups: list[bool] = []
+
+    def fail(stdin: bytes | None, deadline: float | None) -> RemoteProcess:
+        raise RuntimeError("exec create failed")
+
+    class FailingRemoteExecutor(LocalBashExecutor):
+        def prepare_launch(self, argv: Any, spec: Any, env: Any) -> RemoteLaunch:
+            return RemoteLaunch(start=fail, cleanup=lambda: cleanups.append(True))
+
+    context = _mount(tmp_path, FailingRemoteExecutor)
+    try:
+        result = run(context, "true")
+        assert result.exit_code is None and not result.timed_out
+        assert result.stderr.text == "spawn failed: exec create failed\n"
+        assert cleanups == [True]
+    finally:
+        context.close()
