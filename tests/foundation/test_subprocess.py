@@ -307,6 +307,7 @@ def test_start_new_session(ctx: Context) -> None:
 
 def test_remote_start_failure_settles_killed_and_cleans_up(tmp_path: Path) -> None:
     from dsh.executors.local import LocalBashExecutor
+
     from tests.foundation.test_execution import _mount
 
     cleanups: list[bool] = []
