@@ -26,14 +26,25 @@ from dsh.sandbox.runner import Argv, Enforcement, LocalLaunch, Runner, RunnerPla
 NAME = "landlock"
 
 
-def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, block_network: bool) -> None:
+def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, block_network: bool, block_connect: bool) -> None:
     """Capabilities, no_new_privs, Landlock, then seccomp: on the calling thread only."""
     if os.geteuid() == 0:
         abi.drop_bounding_capabilities()
     abi.set_no_new_privs()
     abi.restrict_self(ruleset_fd)
     tid = threading.get_native_id()
-    seccomp.install(seccomp.build_filter(arch, block_network=block_network, guard_tid=tid))
+    program = seccomp.build_filter(arch, block_network=block_network, guard_tid=tid, block_unix_connect=block_connect)
+    seccomp.install(program)
+
+
+_HARDENING = (
+    "no_new_privs: setuid/setgid bits and file capabilities grant nothing",
+    "seccomp: foreign syscall ABIs (i386, x32) kill the process; io_uring, pidfd_send_signal, "
+    "pidfd_getfd and TIOCSTI/TIOCLINUX are refused; signals, ptrace and process_vm_* naming "
+    "the spawner thread are refused",
+    "host process made non-dumpable: children cannot read its /proc/<pid>/{environ,mem,fd}",
+)
+_ROOT_HARDENING = ("capability bounding set limited to " + ", ".join(abi.KEPT_CAPABILITIES.values()),)
 
 
 class LandlockRunner(Runner):
@@ -43,6 +54,10 @@ class LandlockRunner(Runner):
     granted whole, protected paths inside them make enforcement partial) or
     ``"siblings"`` (write rights granted per entry around protected paths, so
     they stay read-only, at the cost of freezing their parent directories).
+    ``unix_connect`` = ``"deny"`` (default: with network off, ``connect()``
+    fails, so host daemons' unix sockets are out of reach; socketpairs work) or
+    ``"allow"`` (unix-socket servers inside the sandbox work; connecting to a
+    pathname socket outside is then possible and reported in ``explain``).
     """
 
     name: ClassVar[str] = NAME
@@ -55,6 +70,12 @@ class LandlockRunner(Runner):
                 f"runner option landlock.protected_paths: {strategy!r} is not valid; use 'parent' or 'siblings'"
             )
         self._strategy: ProtectedStrategy = strategy
+        unix_connect = self.options.get("unix_connect", "deny")
+        if unix_connect not in ("deny", "allow"):
+            raise ConfigError(
+                f"runner option landlock.unix_connect: {unix_connect!r} is not valid; use 'deny' or 'allow'"
+            )
+        self._unix_connect = unix_connect == "allow"
         self._lock = threading.Lock()
         self._probe: RunnerProbe | None = None
         self._plans: dict[SandboxPolicy, RulePlan] = {}
@@ -83,7 +104,7 @@ class LandlockRunner(Runner):
         try:
             fd = abi.create_ruleset(status.abi, abi.rights_for_abi(abi.FS_RIGHTS, status.abi), 0, 0)
             try:
-                trial = SpawnerThread("dsh-landlock-probe", lambda: _restrict_current_thread(fd, arch, True))
+                trial = SpawnerThread("dsh-landlock-probe", lambda: _restrict_current_thread(fd, arch, True, True))
                 trial.stop()
             finally:
                 os.close(fd)
@@ -179,15 +200,19 @@ class LandlockRunner(Runner):
             network = "off: seccomp makes socket()/socketpair() fail with EACCES for every family but AF_UNIX" + (
                 "; Landlock handles TCP bind/connect with no port allowed" if plan.handled_net else ""
             )
+        if not policy.network and not self._unix_connect:
+            network += "; connect() fails on every socket (unix sockets of host daemons are out of reach)"
         if plan.scoped:
             network += "; abstract unix sockets and signals are scoped to the sandbox"
+        rules += _HARDENING + (_ROOT_HARDENING if os.geteuid() == 0 else ())
         cannot = tuple(g.text for g in plan.gaps + limits.gaps)
         cannot += tuple(f"right not known to ABI {plan.abi}, dropped: {d}" for d in plan.dropped)
-        if not policy.network:
+        if not policy.network and self._unix_connect:
             cannot += (
-                "connect() to pathname unix sockets outside the sandbox (e.g. a daemon's socket) "
-                "is not mediated by Landlock ABI <= 7",
+                "connect() to pathname unix sockets outside the sandbox (e.g. /var/run/docker.sock) "
+                "is not mediated by Landlock ABI <= 7 (runner option unix_connect='allow')",
             )
+        cannot += ("names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",)
         return RunnerPlan(NAME, policy.mode, rules, network, limit_lines, cannot)
 
     # -- launching -------------------------------------------------------------
@@ -209,7 +234,8 @@ class LandlockRunner(Runner):
             # this process's memory: keep them out of /proc/<pid>/{mem,environ}.
             abi.set_process_undumpable()
             fd = build_ruleset(plan)
-            setup = lambda: _restrict_current_thread(fd, arch, block)  # noqa: E731
+            connect = block and not self._unix_connect
+            setup = lambda: _restrict_current_thread(fd, arch, block, connect)  # noqa: E731
         try:
             spawner = SpawnerThread(f"dsh-landlock-{policy.mode.value}", setup)
         except SpawnerError as exc:

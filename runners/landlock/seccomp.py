@@ -65,6 +65,7 @@ class Arch:
     socketpair: int
     ioctl: int
     has_x32: bool
+    connect: int = 0
     # Syscalls whose pid/tid argument (index) is compared with the spawner tid.
     pid_args: tuple[tuple[int, int], ...] = ()
     fcntl: int = 0
@@ -72,14 +73,14 @@ class Arch:
 
 ARCHES = {
     "x86_64": Arch(
-        "x86_64", 0xC000003E, socket=41, socketpair=53, ioctl=16, has_x32=True, fcntl=72,
+        "x86_64", 0xC000003E, socket=41, socketpair=53, ioctl=16, has_x32=True, fcntl=72, connect=42,
         # kill, rt_sigqueueinfo, tkill, pidfd_open (arg 0); tgkill,
         # rt_tgsigqueueinfo, ptrace (arg 1); process_vm_readv/writev (arg 0)
         pid_args=((62, 0), (129, 0), (200, 0), (_PIDFD_OPEN, 0), (234, 1), (297, 1),
                   (101, 1), (310, 0), (311, 0)),
     ),
     "aarch64": Arch(
-        "aarch64", 0xC00000B7, socket=198, socketpair=199, ioctl=29, has_x32=False, fcntl=25,
+        "aarch64", 0xC00000B7, socket=198, socketpair=199, ioctl=29, has_x32=False, fcntl=25, connect=203,
         pid_args=((129, 0), (138, 0), (130, 0), (_PIDFD_OPEN, 0), (131, 1), (240, 1),
                   (117, 1), (270, 0), (271, 0)),
     ),
@@ -135,13 +136,20 @@ class _Program:
         return delta
 
 
-def build_filter(arch: Arch, *, block_network: bool, guard_tid: int | None = None) -> list[tuple[int, int, int, int]]:
+def build_filter(
+    arch: Arch, *, block_network: bool, guard_tid: int | None = None, block_unix_connect: bool = False
+) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) tuples.
 
     ``guard_tid``: the spawner thread.  Its children share its Landlock domain,
     so Landlock's signal scope and ptrace rules let them signal it (and a
     signal to one thread can kill the whole host process) or attach to it;
     every syscall that names a task by pid refuses that tid.
+
+    ``block_unix_connect`` (with ``block_network``): ``connect()`` fails with
+    EACCES.  Only AF_UNIX sockets can exist then, and Landlock ABI <= 7 does
+    not mediate connecting to a pathname socket such as a root daemon's
+    (``/var/run/docker.sock`` would be a way out of any mode).
     """
     p = _Program()
     p.load(_OFF_ARCH)
@@ -155,6 +163,8 @@ def build_filter(arch: Arch, *, block_network: bool, guard_tid: int | None = Non
     if block_network:
         p.jump(_JEQ_K, arch.socket, "family")
         p.jump(_JEQ_K, arch.socketpair, "family")
+        if block_unix_connect:
+            p.jump(_JEQ_K, arch.connect, "eacces")
     if guard_tid is not None:
         for nr, index in arch.pid_args:
             p.jump(_JEQ_K, nr, f"pid-arg{index}")

@@ -16,6 +16,7 @@ import pytest
 from dsh.runners.landlock import LandlockRunner
 from dsh.sandbox.modes import SandboxMode
 
+from tests.conftest import require_runner
 from tests.runners.landlock.helpers import RO, WW, make_policy, py
 
 MODES = [pytest.param(RO, id="read-only"), pytest.param(WW, id="workspace-write")]
@@ -125,7 +126,36 @@ def test_other_families_are_refused_and_unix_works(runner: LandlockRunner, layou
     ], result.err
 
 
-def test_abstract_unix_socket_outside_is_scoped(runner: LandlockRunner, layout: Layout) -> None:
+@pytest.fixture(scope="module")
+def unix_runner() -> Iterator[LandlockRunner]:
+    """A runner that lets connect() through, so Landlock's own scoping is what is tested."""
+    instance = LandlockRunner({"unix_connect": "allow"})
+    require_runner("landlock", instance)
+    yield instance
+    instance.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_host_daemon_unix_socket_is_out_of_reach(
+    runner: LandlockRunner, unix_runner: LandlockRunner, layout: Layout, mode: SandboxMode
+) -> None:
+    ws, outside = layout
+    path = outside / "daemon.sock"  # stands for /var/run/docker.sock
+    code = _TRY + "print(attempt(lambda: socket.socket(socket.AF_UNIX).connect(sys.argv[1])))"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(4)
+        result = py(runner, make_policy(mode, ws), code, str(path))
+        assert result.out.strip() == f"errno={errno.EACCES}", result.err
+        assert _nothing_arrived(listener, "accept")
+        # Why the default denies: Landlock itself does not mediate this connect.
+        allowed = py(unix_runner, make_policy(mode, ws), code, str(path))
+        assert allowed.out.strip() == "ok", allowed.err
+        assert unix_runner.explain(make_policy(mode, ws)).cannot[0].startswith("connect() to pathname unix")
+
+
+def test_abstract_unix_socket_outside_is_scoped(unix_runner: LandlockRunner, layout: Layout) -> None:
+    runner = unix_runner
     name = f"\0dsh-landlock-test-{os.getpid()}-{os.urandom(4).hex()}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(name)
@@ -142,7 +172,8 @@ def test_abstract_unix_socket_outside_is_scoped(runner: LandlockRunner, layout: 
         assert _nothing_arrived(listener, "accept")
 
 
-def test_pathname_unix_socket_inside_workspace_works(runner: LandlockRunner, layout: Layout) -> None:
+def test_pathname_unix_socket_inside_workspace_works(unix_runner: LandlockRunner, layout: Layout) -> None:
+    runner = unix_runner
     code = _TRY + (
         "srv = socket.socket(socket.AF_UNIX); srv.bind('sock'); srv.listen(1)\n"
         "print(attempt(lambda: socket.socket(socket.AF_UNIX).connect('sock')))\n"
