@@ -192,3 +192,32 @@ def test_python_helper_is_not_re_executed(runner: LandlockRunner, layout: Layout
     launch = runner.prepare(["true"], make_policy(WW, layout[0]), cwd=str(layout[0]), env={})
     assert launch.argv == ("true",)
     assert sys.executable not in launch.argv
+
+
+def test_concurrent_spawns_from_many_threads(runner: LandlockRunner, layout: Layout) -> None:
+    ws, outside = layout
+    policies = [make_policy(WW, ws), make_policy(RO, ws)]
+    results: list[tuple[SandboxMode, int]] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        policy = policies[index % 2]
+        try:
+            for n in range(4):
+                result = sh(runner, policy, f"echo {index}-{n} > w{index}-{n}.txt; echo x > '{outside}/o{index}'")
+                with lock:
+                    results.append((policy.mode, result.returncode))
+        except BaseException as exc:
+            with lock:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert errors == [] and len(results) == 32
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    written = sorted(p.name for p in ws.iterdir() if p.name.startswith("w"))
+    assert written == sorted(f"w{i}-{n}.txt" for i in range(0, 8, 2) for n in range(4))
