@@ -227,9 +227,10 @@ def run_command(opts: RunOptions) -> int:
             live.pump()
             for stream, lost in live.lost.items():
                 if lost:
-                    spill = getattr(result, stream).spill_path
-                    where = f"; the full stream is in {spill}" if spill else ""
-                    note(f"{lost} bytes of {stream} were produced faster than shown{where}")
+                    note(
+                        f"{lost} bytes of {stream} were not shown: the command wrote them "
+                        "faster than they could be copied and past the spill cap"
+                    )
         else:
             click.echo(result_json(result))
         report(result, spec)

@@ -24,9 +24,17 @@ def note(text: str) -> None:
 
 
 class LiveStreams:
-    """Copies an execution's output to our stdout/stderr as it arrives."""
+    """Copies an execution's output to our stdout/stderr as it arrives.
+
+    The observer holds only the tail of each stream.  When the command writes
+    faster than we copy and the tail moves past what we have shown, the gap is
+    read back from the stream's spill file (which holds the stream from its
+    first byte, up to the spill cap), so the output stays complete and in
+    order; only bytes beyond the spill cap can be lost, and that is reported.
+    """
 
     def __init__(self, execution: Any) -> None:
+        self.execution = execution
         self.observed = execution.observed
         self.offsets = {"stdout": 0, "stderr": 0}
         self.lost = {"stdout": 0, "stderr": 0}
@@ -34,6 +42,7 @@ class LiveStreams:
             "stdout": sys.stdout.buffer,
             "stderr": sys.stderr.buffer,
         }
+        self._spills: dict[str, str | None] | None = None
 
     def pump(self) -> int:
         """Copy what is new; returns how many bytes were copied."""
@@ -42,13 +51,39 @@ class LiveStreams:
             data, end = self.observed.read(stream, self.offsets[stream])
             start = end - len(data)
             if start > self.offsets[stream]:  # the retained window moved past us
-                self.lost[stream] += start - self.offsets[stream]
+                moved += self._catch_up(stream, start)
             if data:
                 sink.write(data)
                 sink.flush()
                 moved += len(data)
             self.offsets[stream] = end
         return moved
+
+    def _catch_up(self, stream: str, upto: int) -> int:
+        """Copy ``[offset, upto)`` of ``stream`` from its spill file."""
+        begin = self.offsets[stream]
+        data = b""
+        path = self._spill_path(stream)
+        if path is not None:
+            try:
+                with open(path, "rb") as spill:
+                    spill.seek(begin)
+                    data = spill.read(upto - begin)
+            except OSError:
+                data = b""
+        if data:
+            self.sinks[stream].write(data)
+            self.sinks[stream].flush()
+        self.lost[stream] += upto - begin - len(data)
+        return len(data)
+
+    def _spill_path(self, stream: str) -> str | None:
+        if self._spills is None:
+            # The consuming reader names the spill files once it has lost
+            # bytes itself, which it has by now (it has not read anything).
+            read = self.execution.read_output()
+            self._spills = {"stdout": read.stdout_spill, "stderr": read.stderr_spill}
+        return self._spills.get(stream)
 
 
 def exit_status(result: Any) -> int:

@@ -315,3 +315,13 @@ def test_docker_runner_from_the_cli(workspace: Path) -> None:
     assert b"dsh-sandbox: write to /etc/dsh-docker-x denied under workspace-write" in done.stderr
     assert (workspace / "ok.txt").read_text() == "hi\n"
     assert not Path("/etc/dsh-docker-x").exists()
+
+
+def test_fast_output_is_complete_and_in_order(workspace: Path) -> None:
+    # ~48 MB: far more than the in-memory tail, less than the spill cap, so
+    # every byte must arrive in order however fast the command writes.
+    done = cli("run", *DANGER, "--", "seq", "1", "7000000", cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    expected = subprocess.run(["seq", "1", "7000000"], capture_output=True, check=True).stdout
+    assert done.stdout == expected
+    assert b"not shown" not in done.stderr
