@@ -36,12 +36,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import queue
-import selectors
-import shlex
 import signal
-import subprocess
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterable
@@ -54,10 +50,9 @@ from typing import Any
 from e2b.envd.process import process_pb
 from protobuf import Oneof
 
+from tests.runners.e2b.envd_state import CONNECT_HTTP_STATUS, ConnectError, EnvdDouble
+
 _END_STREAM = 0x02
-_CHUNK = 32 << 10
-_GO_SIGNAL_NAMES = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated",
-                    signal.SIGINT: "interrupt", signal.SIGHUP: "hangup"}
 
 
 def start_envd_server(
@@ -75,7 +70,12 @@ def start_envd_server(
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
 
+    stopped = threading.Event()
+
     def stop() -> None:
+        if stopped.is_set():
+            return
+        stopped.set()
         server.shutdown()
         server.server_close()
         double.kill_all()
@@ -83,171 +83,6 @@ def start_envd_server(
         thread.join(timeout=10)
 
     return url, stop
-
-
-class EnvdDouble:
-    """The sandbox state: the root directory, its users and running processes."""
-
-    def __init__(self, root: Path, *, sudoers: tuple[str, ...], keepalive_s: float) -> None:
-        self.root = root.resolve()
-        self.keepalive_s = keepalive_s
-        self.procs: dict[int, _Proc] = {}
-        self.lock = threading.Lock()
-        for d in ("etc", "root", "home/user", "tmp"):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-        passwd = self.root / "etc/passwd"
-        if not passwd.exists():
-            passwd.write_text("root:x:0:0::/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n")
-        (self.root / "etc/sudoers-double").write_text("".join(f"{u}\n" for u in sudoers))
-        self.shims = self.root / ".envd-double/bin"
-        self.shims.mkdir(parents=True, exist_ok=True)
-        _write_shims(self.shims, self.root)
-
-    def host_path(self, path: str, user: str) -> Path:
-        """Map a sandbox path (absolute, or relative to the user's home) into root."""
-        if not path.startswith("/"):
-            path = f"{self.home(user)}/{path}"
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        if ".." in parts:
-            raise _ConnectError("invalid_argument", f"path {path!r} has '..'")
-        return self.root.joinpath(*parts) if parts else self.root
-
-    def home(self, user: str) -> str:
-        for line in (self.root / "etc/passwd").read_text().splitlines():
-            fields = line.split(":")
-            if len(fields) >= 6 and fields[0] == user:
-                return fields[5]
-        raise _ConnectError("invalid_argument", f"user {user!r} does not exist in the sandbox")
-
-    def spawn(self, config: Any, user: str, stdin: bool, timeout_ms: int | None) -> _Proc:
-        cwd = self.host_path(config.cwd or self.home(user), user)
-        if not cwd.is_dir():
-            raise _ConnectError("invalid_argument", f"cwd '{config.cwd}' does not exist")
-        env = {"PATH": f"{self.shims}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-               "HOME": str(self.host_path(self.home(user), user)), "USER": user,
-               "LOGNAME": user, **dict(config.envs or {})}
-        try:
-            popen = subprocess.Popen(  # envd does not start a new process group either
-                [config.cmd, *config.args], cwd=cwd, env=env,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except OSError as exc:
-            raise _ConnectError("invalid_argument", f"error starting process: {exc}") from exc
-        proc = _Proc(popen, timeout_ms)
-        with self.lock:
-            self.procs[popen.pid] = proc
-        return proc
-
-    def get(self, selector: Any) -> _Proc:
-        pid = selector.selector.value if selector and selector.selector else None
-        with self.lock:
-            proc = self.procs.get(pid) if isinstance(pid, int) else None
-        if proc is None or proc.ended.is_set():
-            raise _ConnectError("not_found", f"process with pid {pid} not found")
-        return proc
-
-    def kill_all(self) -> None:
-        with self.lock:
-            procs = list(self.procs.values())
-        for proc in procs:
-            proc.signal(signal.SIGKILL)
-
-
-class _Proc:
-    """One started process: a pump thread turns its pipes and exit into events."""
-
-    def __init__(self, popen: subprocess.Popen[bytes], timeout_ms: int | None) -> None:
-        self.popen = popen
-        self.events: queue.Queue[Any] = queue.Queue()
-        self.ended = threading.Event()
-        self.stdin_lock = threading.Lock()
-        self.timer = None
-        if timeout_ms:  # envd kills the process at the request deadline
-            self.timer = threading.Timer(timeout_ms / 1000, self.signal, (signal.SIGKILL,))
-            self.timer.daemon = True
-            self.timer.start()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def signal(self, sig: int) -> None:
-        if not self.ended.is_set():
-            try:
-                os.kill(self.popen.pid, sig)
-            except ProcessLookupError:
-                pass
-
-    def _pump(self) -> None:
-        assert self.popen.stdout is not None and self.popen.stderr is not None
-        sel = selectors.DefaultSelector()
-        sel.register(self.popen.stdout, selectors.EVENT_READ, "stdout")
-        sel.register(self.popen.stderr, selectors.EVENT_READ, "stderr")
-        pidfd = os.pidfd_open(self.popen.pid)
-        sel.register(pidfd, selectors.EVENT_READ, "exit")
-        exited = False
-        while not exited and len(sel.get_map()) > 1:
-            for key, _ in sel.select():
-                if key.data == "exit":
-                    exited = True
-                    continue
-                chunk = os.read(key.fd, _CHUNK)
-                if chunk:
-                    self.events.put(_data(key.data, chunk))
-                else:
-                    sel.unregister(key.fileobj)
-        # Like envd (Go's cmd.Wait closes the pipes), the stream ends when the
-        # started process exits; output a grandchild writes later is dropped.
-        for key in list(sel.get_map().values()):
-            if key.data != "exit":
-                os.set_blocking(key.fd, False)
-                while chunk := _read_nonblocking(key.fd):
-                    self.events.put(_data(key.data, chunk))
-        sel.close()
-        os.close(pidfd)
-        returncode = self.popen.wait()
-        if self.timer is not None:
-            self.timer.cancel()
-        for pipe in (self.popen.stdout, self.popen.stderr, self.popen.stdin):
-            if pipe is not None:
-                pipe.close()
-        self.ended.set()
-        self.events.put(_end(returncode))
-
-
-def _read_nonblocking(fd: int) -> bytes:
-    try:
-        return os.read(fd, _CHUNK)
-    except BlockingIOError:
-        return b""
-
-
-def _data(stream: str, chunk: bytes) -> Any:
-    data = process_pb.ProcessEvent.DataEvent(output=Oneof(stream, chunk))
-    return process_pb.ProcessEvent(event=Oneof("data", data))
-
-
-def _end(returncode: int) -> Any:
-    """The end event envd sends: Go's ProcessState fields and cmd.Wait error."""
-    if returncode < 0:
-        name = _GO_SIGNAL_NAMES.get(-returncode, f"signal {-returncode}")
-        status, code, error = f"signal: {name}", -1, f"signal: {name}"
-    else:
-        status, code = f"exit status {returncode}", returncode
-        error = status if returncode else None
-    end = process_pb.ProcessEvent.EndEvent(
-        exit_code=code, exited=returncode >= 0, status=status, error=error)
-    return process_pb.ProcessEvent(event=Oneof("end", end))
-
-
-_CONNECT_HTTP_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "not_found": 404,
-             "unimplemented": 501, "internal": 500, "failed_precondition": 400}
-
-
-class _ConnectError(Exception):
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
-
-    def to_json(self) -> dict[str, str]:
-        return {"code": self.code, "message": self.message}
 
 
 class _Server(ThreadingHTTPServer):
@@ -322,7 +157,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             target = self.server.double.host_path(query["path"][0], self._user())
             data = target.read_bytes()
-        except (KeyError, OSError, _ConnectError) as exc:
+        except (KeyError, OSError, ConnectError) as exc:
             msg = json.dumps({"code": 404, "message": f"file not found: {exc}"})
             return self._reply(404, msg.encode())
         self._reply(200, data, "application/octet-stream")
@@ -338,8 +173,8 @@ class _Handler(BaseHTTPRequestHandler):
             if url.path == "/process.Process/Start":
                 return self._start(body)
             response = self._unary(url.path, json.loads(body or b"{}"))
-        except _ConnectError as exc:
-            status = _CONNECT_HTTP_STATUS.get(exc.code, 500)
+        except ConnectError as exc:
+            status = CONNECT_HTTP_STATUS.get(exc.code, 500)
             return self._reply(status, json.dumps(exc.to_json()).encode())
         self._reply(200, json.dumps(response).encode())
 
@@ -369,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
             req = process_pb.SendSignalRequest.from_json(json.dumps(msg))
             sig = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM}.get(req.signal.name)
             if sig is None:
-                raise _ConnectError("unimplemented", f"invalid signal: {req.signal}")
+                raise ConnectError("unimplemented", f"invalid signal: {req.signal}")
             double.get(req.process).signal(sig)  # the process only, like envd
             return {}
         if path == "/process.Process/SendInput":
@@ -377,7 +212,7 @@ class _Handler(BaseHTTPRequestHandler):
             proc = double.get(req.process)
             with proc.stdin_lock:
                 if proc.popen.stdin is None or proc.popen.stdin.closed:
-                    raise _ConnectError("failed_precondition", "stdin not enabled or closed")
+                    raise ConnectError("failed_precondition", "stdin not enabled or closed")
                 proc.popen.stdin.write(req.input.input.value)
                 proc.popen.stdin.flush()
             return {}
@@ -394,11 +229,11 @@ class _Handler(BaseHTTPRequestHandler):
             return {"processes": [{"pid": p.popen.pid, "config": {
                 "cmd": str(p.popen.args[0]), "args": [str(a) for a in p.popen.args[1:]]}}
                 for p in live]}
-        raise _ConnectError("unimplemented", f"{path} is not implemented by the envd double")
+        raise ConnectError("unimplemented", f"{path} is not implemented by the envd double")
 
     def _start(self, body: bytes) -> None:
         if len(body) < 5:
-            raise _ConnectError("invalid_argument", "missing request envelope")
+            raise ConnectError("invalid_argument", "missing request envelope")
         size = int.from_bytes(body[1:5], "big")
         req = process_pb.StartRequest.from_json(body[5:5 + size])
         timeout = self.headers.get("Connect-Timeout-Ms")
@@ -409,7 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             proc = self.server.double.spawn(
                 req.process, self._user(), bool(req.stdin), int(timeout) if timeout else None)
-        except _ConnectError as exc:
+        except ConnectError as exc:
             self._envelope(_END_STREAM, {"error": exc.to_json()})
             return self._finish_chunks()
         start = process_pb.ProcessEvent.StartEvent(pid=proc.popen.pid)
@@ -443,33 +278,3 @@ class _Handler(BaseHTTPRequestHandler):
     def _finish_chunks(self) -> None:
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
-
-
-def _write_shims(bindir: Path, root: Path) -> None:
-    """User-management commands acting on the double's own passwd list."""
-    passwd = shlex.quote(str(root / "etc/passwd"))
-    home = shlex.quote(str(root / "home"))
-    sudoers = shlex.quote(str(root / "etc/sudoers-double"))
-    shims = {
-        "useradd": f"""#!/bin/sh
-for last; do :; done
-if grep -q "^$last:" {passwd}; then echo "useradd: user '$last' already exists" >&2; exit 9; fi
-n=$(wc -l < {passwd})
-echo "$last:x:$((n + 1000)):$((n + 1000))::/home/$last:/bin/sh" >> {passwd}
-mkdir -p {home}/"$last"
-""",
-        "chown": f"""#!/bin/sh
-for a; do case "$a" in -*) ;; *) owner=${{a%%[:.]*}}; break;; esac; done
-grep -q "^$owner:" {passwd} && exit 0
-echo "chown: invalid user: '$owner'" >&2; exit 1
-""",
-        "sudo": f"""#!/bin/sh
-if ! grep -qx "$USER" {sudoers}; then echo "sudo: a password is required" >&2; exit 1; fi
-while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done
-exec "$@"
-""",
-    }
-    for name, text in shims.items():
-        path = bindir / name
-        path.write_text(text)
-        path.chmod(0o755)
