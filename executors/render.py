@@ -4,7 +4,8 @@ A rendered tool result is a *body* (the command's output) followed by a
 *trailer*: one marker per line, each wrapped in ``[...]``, in this order:
 
     [timed out after Nms]
-    [killed by signal: X]  or  [exit code: N]   (nothing for exit 0)
+    [killed by signal: X]  or  [exit code: N]   (nothing for exit 0;
+                                                 [not started] for neither)
     [job ID STATE: ...]                          (jobs only)
     [sandbox: ...]                               (denial, escalation, runner facts)
     [output truncated; full output: PATH]        (one per cut stream)
@@ -52,6 +53,18 @@ def exit_marker(exit_code: int | None, signal: str | None) -> str | None:
     if exit_code is not None and exit_code != 0:
         return f"[exit code: {exit_code}]"
     return None
+
+
+#: A command that ended with neither an exit code nor a signal: it never started
+#: (the deadline passed during preparation, or the spawn failed).
+NOT_STARTED_MARKER = "[not started]"
+
+
+def status_marker(exit_code: int | None, signal: str | None) -> str | None:
+    """``exit_marker``, plus ``[not started]`` when there is neither status."""
+    if exit_code is None and signal is None:
+        return NOT_STARTED_MARKER
+    return exit_marker(exit_code, signal)
 
 
 def timeout_marker(timeout_ms: int) -> str:
@@ -154,6 +167,8 @@ def parse_exit_status(rendered: str) -> ExitStatusMarker:
             exit_code, signal, saw_status = int(m.group(1)), None, True
         elif m := _SIGNAL_RE.fullmatch(line):
             exit_code, signal, saw_status = None, m.group(1), True
+        elif line == NOT_STARTED_MARKER:
+            exit_code, signal, saw_status = None, None, True
         elif m := _TIMEOUT_RE.fullmatch(line):
             timed_out = int(m.group(1))
         elif m := _JOB_RE.fullmatch(line):

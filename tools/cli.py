@@ -51,7 +51,9 @@ def build_tool_context(
             [
                 {"id": "sandbox-policy", "name": "sandbox-policy", "config": policy},
                 {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
-                {"id": "shell", "name": f"{shell}-sandbox"},
+                # The executor starts where the policy's workspace is (default: cwd).
+                {"id": "shell", "name": f"{shell}-sandbox",
+                 "config": {"cwd": workspace} if workspace is not None else {}},
                 {"id": "jobs", "name": "jobs"},
                 {"id": "approval", "name": name, "config": config},
             ]

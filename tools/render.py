@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dsh.executors.render import (
     denied_marker,
-    exit_marker,
     job_marker,
     join_rendered,
     sandbox_marker,
+    status_marker,
     timeout_marker,
     truncated_marker,
 )
@@ -76,7 +76,7 @@ def render_result(
         trailer.append(timeout_marker(result.timeout_ms))
     if result.aborted:
         trailer.append("[aborted]")
-    status = exit_marker(result.exit_code, result.signal)
+    status = status_marker(result.exit_code, result.signal)
     if status:
         trailer.append(status)
     if escalation:
@@ -105,7 +105,7 @@ def render_job_read(
     """``job_output``: the new output since the last read, then the job's state."""
     trailer: list[str] = []
     if read.status != "running":
-        status = exit_marker(read.exit_code, read.signal)
+        status = status_marker(read.exit_code, read.signal)
         if status:
             trailer.append(status)
     trailer.append(job_marker(job_id, read.status, note))

@@ -12,7 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, cast
 
-from dsh.executors.seam import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, ShellExecRequest, ShellExecutor
+from dsh.executors.seam import (
+    DEFAULT_TIMEOUT_MS,
+    MAX_TIMEOUT_MS,
+    SandboxFacts,
+    ShellExecRequest,
+    ShellExecutor,
+)
 from dsh.sandbox.context import Context
 from dsh.sandbox.modes import SandboxMode
 from dsh.tools.base import Tool, ToolResult
@@ -202,14 +208,30 @@ class ShellTool(Tool):
         except JobError:
             execution.kill()  # lost a race for the last slot: it must not run unowned
             raise
+        # With on_expiry='none' the executor settles a runner failure instead of
+        # raising; the call still failed closed, and the model is told so.
+        failed = _runner_failure(execution.sandbox) if execution.done else None
+        if failed is not None:
+            jobs.release(job)
+            return ToolResult.error(failed)
         if background:
             return ToolResult(render_started(job.id), job_id=job.id)
         if execution.wait(spec.timeout_ms / 1000):
             result = execution.result()
             jobs.release(job)
+            failed = _runner_failure(result.sandbox)
+            if failed is not None:
+                return ToolResult.error(failed)
             return ToolResult(render_result(result, escalation=marker))
         read = execution.read_output()
         if read.status == "running":
             return ToolResult(render_still_running(job.id, read, spec.timeout_ms), job_id=job.id)
         # It ended between the wait and the read; its id stays valid until reaped.
         return ToolResult(render_job_read(job.id, read, facts=execution.sandbox), job_id=job.id)
+
+
+def _runner_failure(facts: SandboxFacts | None) -> str | None:
+    if facts is None or not facts.runner_failed:
+        return None
+    why = facts.runner_error or "SANDBOX_UNAVAILABLE: the sandbox runner failed"
+    return f"{why}. The command was not run."

@@ -112,3 +112,27 @@ def wait_until(predicate: Any, timeout: float = PATIENCE_S, what: str = "conditi
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout}s")
         time.sleep(0.05)
+
+
+def describe(pids: list[int]) -> str:
+    """What is left, for a failure message: pid, state, parent, pgid, cmdline."""
+    parts = []
+    for pid in pids:
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        state = next((x for x in status.splitlines() if x.startswith("State:")), "")
+        parts.append(f"pid {pid} {state} ppid {stat[1]} pgid {stat[2]}: {cmd}")
+    return "; ".join(parts) or "(gone meanwhile)"
+
+
+def assert_gone(mark: str, timeout: float = PATIENCE_S) -> None:
+    """Every process whose command line has ``mark`` is gone (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    while pids_with(mark):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"processes left after {timeout}s: {describe(pids_with(mark))}")
+        time.sleep(0.05)

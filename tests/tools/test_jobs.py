@@ -9,6 +9,7 @@ from dsh.tools.jobs import JobRegistry
 
 from tests.tools.support import (
     PATIENCE_S,
+    assert_gone,
     bash,
     call,
     local_ctx,
@@ -75,7 +76,7 @@ def test_job_kill_leaves_no_process(workspace: Path) -> None:
         p = parsed(result)
         assert not result.is_error and p.job_state == "killed" and p.signal is not None
         assert "stopped by job_kill" in result.content
-        wait_until(lambda: not pids_with(mark), what="every process of the job gone")
+        assert_gone(mark)
         # A second kill of the same id: the job was released with its final report.
         assert call(ctx, "job_kill", {"job_id": job_id}).is_error
 
@@ -100,7 +101,7 @@ def test_another_owner_is_refused(workspace: Path) -> None:
             assert refused.is_error and "belongs to another agent" in refused.content
         wait_until(lambda: bool(pids_with(mark)), what="job still running")
         assert not call(ctx, "job_kill", {"job_id": job_id}, owner="alice").is_error
-        wait_until(lambda: not pids_with(mark), what="job gone")
+        assert_gone(mark)
 
 
 def test_unknown_job_id(workspace: Path) -> None:
@@ -111,10 +112,15 @@ def test_unknown_job_id(workspace: Path) -> None:
 
 def test_finished_jobs_are_reaped_after_the_configured_time(workspace: Path) -> None:
     with local_ctx(workspace, jobs={"reap_after_s": 0}) as ctx:
-        job_id = bash(ctx, "echo hi", run_in_background=True).job_id
+        # It cannot finish (and be reaped) before the test holds its handle.
+        command = "while [ ! -e go ]; do sleep 0.05; done; echo hi"
+        job_id = bash(ctx, command, run_in_background=True).job_id
         assert job_id
         jobs = cast(JobRegistry, ctx.jobs)
-        assert jobs.wait(job_id, "agent-a", PATIENCE_S)
+        job = jobs.get(job_id, "agent-a")
+        assert len(jobs) == 1  # running jobs are never reaped
+        (workspace / "go").touch()
+        assert job.execution.wait(PATIENCE_S)
         result = call(ctx, "job_output", {"job_id": job_id})
         assert result.is_error and "reaped" in result.content
         assert len(jobs) == 0
@@ -158,7 +164,7 @@ def test_teardown_kills_every_job(workspace: Path) -> None:
         outlived = bash(ctx, f"sleep 1002.{mark}", timeout_ms=100)
         assert parsed(outlived).running
         wait_until(lambda: len(pids_with(mark)) >= 3, what="all jobs running")
-    wait_until(lambda: not pids_with(mark), what="teardown killed every job")
+    assert_gone(mark)
 
 
 def test_without_a_registry_the_executor_deadline_kills(workspace: Path) -> None:
@@ -172,4 +178,4 @@ def test_without_a_registry_the_executor_deadline_kills(workspace: Path) -> None
         refused = bash(ctx, "true", run_in_background=True)
         assert refused.is_error and "run_in_background" in refused.content
         assert [t for t in ("job_output", "job_kill") if not call(ctx, t, {"job_id": "x"}).is_error] == []
-    wait_until(lambda: not pids_with(mark), what="timed-out command gone")
+    assert_gone(mark)

@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.sandboxed.support import LINUX_RUNNERS, accept_for, need_runner
-from tests.tools.support import bash, call, marker, parsed, pids_with, sandboxed_ctx, wait_until
+from tests.tools.support import (
+    assert_gone,
+    bash,
+    call,
+    marker,
+    parsed,
+    pids_with,
+    sandboxed_ctx,
+    wait_until,
+)
 
 
 @pytest.fixture(params=LINUX_RUNNERS)
@@ -49,7 +58,7 @@ def test_job_kill_leaves_no_process(workspace: Path, runner: str) -> None:
         wait_until(lambda: len(pids_with(mark)) >= 3, what="the job's processes")
         killed = call(ctx, "job_kill", {"job_id": job_id})
         assert parsed(killed).job_state == "killed", killed.content
-        wait_until(lambda: not pids_with(mark), what="no process of the job left")
+        assert_gone(mark)
 
 
 def test_teardown_kills_sandboxed_jobs(workspace: Path, runner: str) -> None:
@@ -58,4 +67,4 @@ def test_teardown_kills_sandboxed_jobs(workspace: Path, runner: str) -> None:
         bash(ctx, f"sleep 1000.{mark}", run_in_background=True)
         assert parsed(bash(ctx, f"sleep 1001.{mark}", timeout_ms=200)).running
         wait_until(lambda: len(pids_with(mark)) >= 2, what="both jobs running")
-    wait_until(lambda: not pids_with(mark), what="teardown killed every job")
+    assert_gone(mark)

@@ -63,7 +63,8 @@ def collected(draw: st.DrawFn) -> CollectedOutput:
 
 @st.composite
 def results(draw: st.DrawFn) -> ShellRunResult:
-    signalled = draw(st.booleans())
+    # exit code, signal, or neither (settled before the process ever started)
+    how = draw(st.sampled_from(["exit", "signal", "none"]))
     facts = draw(
         st.one_of(
             st.none(),
@@ -79,8 +80,8 @@ def results(draw: st.DrawFn) -> ShellRunResult:
     )
     timed_out = draw(st.booleans())
     return ShellRunResult(
-        exit_code=None if signalled else draw(st.integers(-1, 255)),
-        signal=draw(signals) if signalled else None,
+        exit_code=draw(st.integers(-1, 255)) if how == "exit" else None,
+        signal=draw(signals) if how == "signal" else None,
         timed_out=timed_out,
         aborted=not timed_out and draw(st.booleans()),
         timeout_ms=draw(st.integers(1, 600_000)),
@@ -116,16 +117,17 @@ def test_result_round_trips(result: ShellRunResult, scope: str | None) -> None:
     st.integers(-1, 255),
     signals,
     st.booleans(),
+    st.booleans(),
 )
 def test_job_read_round_trips(
-    out: str, err: str, status: str, code: int, sig: str, lossy: bool
+    out: str, err: str, status: str, code: int, sig: str, lossy: bool, spawn_failed: bool
 ) -> None:
-    signalled = status == "killed"
+    signalled = status == "killed" and not spawn_failed
     read = ShellProcessRead(
         stdout=out,
         stderr=err,
         status=status,  # type: ignore[arg-type]
-        exit_code=None if status == "running" or signalled else code,
+        exit_code=None if status == "running" or status == "killed" else code,
         signal=sig if signalled else None,
         lossy=lossy,
         stdout_spill="/tmp/s/stdout.log" if lossy else None,
@@ -161,6 +163,10 @@ def test_contract_examples() -> None:
     assert render_result(failed) == "hello\noops\n[exit code: 2]"
     timed = ShellRunResult(None, "SIGTERM", True, False, 1500, empty, empty)
     assert render_result(timed) == "[timed out after 1500ms]\n[killed by signal: SIGTERM]"
+    before_start = ShellRunResult(None, None, True, False, 5, empty, empty)
+    assert render_result(before_start) == "[timed out after 5ms]\n[not started]"
+    p = parse_exit_status(render_result(before_start))
+    assert p.exit_code is None and p.signal is None and p.timed_out_ms == 5
     denied = ShellRunResult(
         1, None, False, False, 1000, CollectedOutput("bash: /etc/x: Read-only file system\n"),
         empty, SandboxFacts(SandboxMode.WORKSPACE_WRITE, denied=True),

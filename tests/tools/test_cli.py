@@ -1,0 +1,128 @@
+"""``dsh-sandbox tool spec`` and ``dsh-sandbox tool call``, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.sandboxed.support import need_runner
+
+
+def cli(*args: str, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if home is not None:
+        env["DSH_HOME"] = str(home)
+    return subprocess.run(
+        [sys.executable, "-m", "dsh.sandbox", *args],
+        capture_output=True, text=True, timeout=120, cwd=cwd, env=env, check=False,
+    )
+
+
+@pytest.fixture
+def local_composition(tmp_path: Path, workspace: Path) -> Path:
+    path = tmp_path / "local.yaml"
+    path.write_text(
+        f"- id: shell\n  name: bash-local\n  config:\n    cwd: {workspace}\n- id: jobs\n  name: jobs\n"
+    )
+    return path
+
+
+def test_spec_both_formats(local_composition: Path) -> None:
+    openai = json.loads(cli("tool", "spec", "--composition", str(local_composition)).stdout)
+    assert [t["function"]["name"] for t in openai] == ["bash", "job_output", "job_kill"]
+    anthropic = cli("tool", "spec", "--format", "anthropic", "--composition", str(local_composition))
+    specs = json.loads(anthropic.stdout)
+    assert [t["name"] for t in specs] == ["bash", "job_output", "job_kill"]
+    assert "sandbox_permissions" not in specs[0]["input_schema"]["properties"]
+
+
+def test_spec_of_the_sandboxed_default(workspace: Path) -> None:
+    done = cli("tool", "spec", "--format", "anthropic", "--mode", "read-only",
+               "--workspace", str(workspace))
+    assert done.returncode == 0, done.stderr
+    bash = json.loads(done.stdout)[0]
+    assert {"sandbox_permissions", "justification"} <= set(bash["input_schema"]["properties"])
+    assert "read-only mode" in bash["description"]
+
+
+def test_call_prints_what_the_model_sees(local_composition: Path, workspace: Path) -> None:
+    done = cli("tool", "call", "bash", '{"command": "echo hi; exit 3", "description": "x"}',
+               "--composition", str(local_composition))
+    assert done.returncode == 0 and done.stdout == "hi\n[exit code: 3]\n"
+    as_json = cli("tool", "call", "bash", '{"command": "echo hi", "description": "x"}',
+                  "--composition", str(local_composition), "--json")
+    assert json.loads(as_json.stdout) == {"content": "hi", "is_error": False, "job_id": None}
+
+
+def test_call_bad_input(local_composition: Path, workspace: Path) -> None:
+    bad_json = cli("tool", "call", "bash", "{command", "--composition", str(local_composition))
+    assert bad_json.returncode == 2 and "not valid JSON" in bad_json.stderr
+    assert "Traceback" not in bad_json.stderr
+    bad_args = cli("tool", "call", "bash", '{"command": "touch ran", "timeout_ms": -1}',
+                   "--composition", str(local_composition))
+    assert bad_args.returncode == 1 and "timeout_ms: must be between" in bad_args.stdout
+    assert not (workspace / "ran").exists()
+    clash = cli("tool", "call", "bash", "{}", "--composition", str(local_composition),
+                "--mode", "read-only")
+    assert clash.returncode == 2 and "conflicts" in clash.stderr
+    approval = cli("tool", "call", "bash", "{}", "--approval", "maybe")
+    assert approval.returncode == 2 and "--approval 'maybe'" in approval.stderr
+
+
+def test_call_through_bwrap_with_approval_flag(workspace: Path, tmp_path: Path) -> None:
+    need_runner("bwrap")
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nmode = "workspace-write"\ncommand = "echo a > a.txt"\n')
+    common = ["--runner", "bwrap", "--mode", "read-only", "--workspace", str(workspace)]
+    plain = cli("tool", "call", "bash", '{"command": "echo a > a.txt", "description": "x"}',
+                *common, home=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.endswith("[sandbox: file access denied under read-only mode]\n")
+    args = json.dumps({"command": "echo a > a.txt", "description": "x",
+                       "sandbox_permissions": "workspace-write", "justification": "write a.txt"})
+    denied = cli("tool", "call", "bash", args, *common, home=tmp_path)
+    assert denied.returncode == 1 and "denied by approval-deny" in denied.stdout
+    assert not (workspace / "a.txt").exists()
+    approved = cli("tool", "call", "bash", args, *common, "--approval", f"rules:{rules}",
+                   home=tmp_path)
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    assert "[sandbox: ran under workspace-write mode after approval (once)]" in approved.stdout
+    assert (workspace / "a.txt").read_text() == "a\n"
+    log = [json.loads(x) for x in (tmp_path / "escalations.jsonl").read_text().splitlines()]
+    assert [r["decision"] for r in log] == ["deny", "approve_once"]
+
+
+def test_landlock_partial_enforcement_fails_closed_as_a_result(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Landlock cannot keep protected paths read-only in workspace-write: without
+    the profile accepting that, the escalated run is refused, not run."""
+    need_runner("landlock")
+    rules = tmp_path / "rules.toml"
+    rules.write_text('[[rule]]\nmode = "workspace-write"\ncommand = "echo a > a.txt"\n')
+    args = json.dumps({"command": "echo a > a.txt", "description": "x",
+                       "sandbox_permissions": "workspace-write", "justification": "write a.txt"})
+    done = cli("tool", "call", "bash", args, "--runner", "landlock", "--mode", "read-only",
+               "--workspace", str(workspace), "--approval", f"rules:{rules}", home=tmp_path)
+    assert done.returncode == 1 and "SANDBOX_UNAVAILABLE" in done.stdout
+    assert "The command was not run." in done.stdout
+    assert not (workspace / "a.txt").exists()
+    # With a composition whose policy accepts the degradation, it runs.
+    composition = tmp_path / "c.yaml"
+    entries = [
+        {"name": "sandbox-policy", "config": {"mode": "read-only", "workspace": str(workspace),
+                                              "accept_degraded": ["landlock-protected-paths"]}},
+        {"name": "sandbox", "config": {"runner": "landlock"}},
+        {"name": "bash-sandbox", "config": {"cwd": str(workspace)}},
+        {"name": "jobs"},
+        {"name": "approval-rules", "config": {"path": str(rules)}},
+    ]
+    composition.write_text(json.dumps(entries))  # JSON is YAML
+    done = cli("tool", "call", "bash", args, "--composition", str(composition), home=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (workspace / "a.txt").read_text() == "a\n"
