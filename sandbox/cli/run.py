@@ -57,6 +57,7 @@ class RunOptions:
     composition: str | None = None
     command: str | None = None
     argv: tuple[str, ...] = ()
+    approval: str | None = None  # deny | prompt | rules:FILE (escalation of a denied run)
 
 
 # -- validation (before anything is built or run) ---------------------------------------
@@ -96,6 +97,10 @@ def check_options(opts: RunOptions) -> None:
             )
     if opts.mode is not None:
         SandboxMode.parse(opts.mode, field="--mode")
+    if opts.approval is not None:
+        from dsh.sandbox.approval import approval_option
+
+        approval_option(opts.approval)
     if opts.runner != "auto":
         from dsh.sandbox.host import check_runner_name
 
@@ -217,26 +222,41 @@ def run_command(opts: RunOptions) -> int:
                 f"--timeout capped at {spec.timeout_ms // 1000}s "
                 f"(asked {opts.timeout_s:g}s); the command is killed then"
             )
-        execution = executor.execute(spec)
-        live = None if opts.as_json else LiveStreams(execution)
-        stopped = follow(execution, live)
-        if stopped is not None:
-            return stopped
-        result = execution.result()
-        if live is not None:
-            live.pump()
-            for stream, lost in live.lost.items():
-                if lost:
-                    note(
-                        f"{lost} bytes of {stream} were not shown: the command wrote them "
-                        "faster than they could be copied and past the spill cap"
-                    )
-        else:
+        code, result = _execute(executor, spec, opts)
+        # --approval (issue 4): a denied run may be re-run once under an approved mode.
+        if result is not None and (opts.approval is not None or ctx.has("approval")):
+            from dsh.sandbox.cli.escalate import escalated_spec
+
+            retry = escalated_spec(
+                ctx, opts.approval, make_request(opts, ctx), spec, result, note=note
+            )
+            if retry is not None:
+                code, result = _execute(executor, retry, opts)
+        if opts.as_json and result is not None:
             click.echo(result_json(result))
-        report(result, spec)
-        return exit_status(result)
+        return code
     finally:
         ctx.close()
+
+
+def _execute(executor: Any, spec: Any, opts: RunOptions) -> tuple[int, Any]:
+    """Run ``spec``, stream and report it: (exit status, result or None if stopped)."""
+    execution = executor.execute(spec)
+    live = None if opts.as_json else LiveStreams(execution)
+    stopped = follow(execution, live)
+    if stopped is not None:
+        return stopped, None
+    result = execution.result()
+    if live is not None:
+        live.pump()
+        for stream, lost in live.lost.items():
+            if lost:
+                note(
+                    f"{lost} bytes of {stream} were not shown: the command wrote them "
+                    "faster than they could be copied and past the spill cap"
+                )
+    report(result, spec)
+    return exit_status(result), result
 
 
 @click.command(
@@ -266,6 +286,11 @@ def run_command(opts: RunOptions) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, do not stream.")
 @click.option("--composition", metavar="FILE", help="Build the context from a composition file.")
 @click.option("-c", "command", metavar="STRING", help="Run STRING through bash (as the bash tool).")
+@click.option(
+    "--approval",
+    metavar="deny|prompt|rules:FILE",
+    help="If the run is denied, who may approve re-running it once under a wider mode.",
+)
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def run(**params: Any) -> None:
     """Run a command under a sandbox policy.
