@@ -45,12 +45,11 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from e2b.envd.process import process_pb
-from protobuf import Oneof
 
-from tests.runners.e2b.envd_state import CONNECT_HTTP_STATUS, ConnectError, EnvdDouble
+from tests.runners.e2b.envd_state import CONNECT_HTTP_STATUS, ConnectError, EnvdDouble, oneof
 
 _END_STREAM = 0x02
 
@@ -185,15 +184,15 @@ class _Handler(BaseHTTPRequestHandler):
         if ctype.startswith("multipart/form-data"):
             msg = BytesParser(policy=HTTP).parsebytes(
                 f"Content-Type: {ctype}\r\n\r\n".encode() + body)
-            files = [(query.get("path", [part.get_filename()])[0], part.get_payload(decode=True))
-                     for part in msg.iter_parts()]
+            files = [(query.get("path", [str(part.get_filename())])[0],
+                      part.get_payload(decode=True)) for part in msg.iter_parts()]
         else:
             files = [(query["path"][0], body)]
-        written = []
+        written: list[dict[str, str]] = []
         for path, data in files:
             target = self.server.double.host_path(path, user)
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data or b"")
+            target.write_bytes(data if isinstance(data, bytes) else b"")
             written.append({"name": target.name, "type": "file", "path": path})
         self._reply(200, json.dumps(written).encode())
 
@@ -201,24 +200,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _unary(self, path: str, msg: dict[str, Any]) -> dict[str, Any]:
         double = self.server.double
         if path == "/process.Process/SendSignal":
-            req = process_pb.SendSignalRequest.from_json(json.dumps(msg))
-            sig = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM}.get(req.signal.name)
+            signal_req = process_pb.SendSignalRequest.from_json(json.dumps(msg))
+            sig = {"SIGKILL": signal.SIGKILL, "SIGTERM": signal.SIGTERM}.get(signal_req.signal.name)
             if sig is None:
-                raise ConnectError("unimplemented", f"invalid signal: {req.signal}")
-            double.get(req.process).signal(sig)  # the process only, like envd
+                raise ConnectError("unimplemented", f"invalid signal: {signal_req.signal}")
+            double.get(signal_req.process).signal(sig)  # the process only, like envd
             return {}
         if path == "/process.Process/SendInput":
-            req = process_pb.SendInputRequest.from_json(json.dumps(msg))
-            proc = double.get(req.process)
+            input_req = process_pb.SendInputRequest.from_json(json.dumps(msg))
+            proc = double.get(input_req.process)
             with proc.stdin_lock:
                 if proc.popen.stdin is None or proc.popen.stdin.closed:
                     raise ConnectError("failed_precondition", "stdin not enabled or closed")
-                proc.popen.stdin.write(req.input.input.value)
+                data = input_req.input.input if input_req.input is not None else None
+                proc.popen.stdin.write(data.value if data is not None else b"")
                 proc.popen.stdin.flush()
             return {}
         if path == "/process.Process/CloseStdin":
-            req = process_pb.CloseStdinRequest.from_json(json.dumps(msg))
-            proc = double.get(req.process)
+            close_req = process_pb.CloseStdinRequest.from_json(json.dumps(msg))
+            proc = double.get(close_req.process)
             with proc.stdin_lock:
                 if proc.popen.stdin is not None:
                     proc.popen.stdin.close()
@@ -226,9 +226,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/process.Process/List":
             with double.lock:
                 live = [p for p in double.procs.values() if not p.ended.is_set()]
-            return {"processes": [{"pid": p.popen.pid, "config": {
-                "cmd": str(p.popen.args[0]), "args": [str(a) for a in p.popen.args[1:]]}}
-                for p in live]}
+            argvs = [[str(a) for a in cast(list[Any], p.popen.args)] for p in live]
+            return {"processes": [{"pid": p.popen.pid, "config": {"cmd": a[0], "args": a[1:]}}
+                                  for p, a in zip(live, argvs, strict=True)]}
         raise ConnectError("unimplemented", f"{path} is not implemented by the envd double")
 
     def _start(self, body: bytes) -> None:
@@ -249,13 +249,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._finish_chunks()
         start = process_pb.ProcessEvent.StartEvent(pid=proc.popen.pid)
         try:
-            self._event(process_pb.ProcessEvent(event=Oneof("start", start)))
+            self._event(process_pb.ProcessEvent(event=oneof("start", start)))
             while True:
                 try:
                     event = proc.events.get(timeout=self.server.double.keepalive_s)
                 except queue.Empty:
                     keepalive = process_pb.ProcessEvent.KeepAlive()
-                    self._event(process_pb.ProcessEvent(event=Oneof("keepalive", keepalive)))
+                    self._event(process_pb.ProcessEvent(event=oneof("keepalive", keepalive)))
                     continue
                 self._event(event)
                 if event.event.field == "end":

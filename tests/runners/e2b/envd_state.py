@@ -19,8 +19,14 @@ from e2b.envd.process import process_pb
 from protobuf import Oneof
 
 _CHUNK = 32 << 10
-_GO_SIGNAL_NAMES = {signal.SIGKILL: "killed", signal.SIGTERM: "terminated",
-                    signal.SIGINT: "interrupt", signal.SIGHUP: "hangup"}
+_GO_SIGNAL_NAMES: dict[int, str] = {
+    signal.SIGKILL: "killed", signal.SIGTERM: "terminated",
+    signal.SIGINT: "interrupt", signal.SIGHUP: "hangup"}
+
+
+def oneof(field: str, value: Any) -> Any:
+    """``Oneof`` with a runtime field name (its stubs want a literal)."""
+    return Oneof(field, value)
 
 
 class EnvdDouble:
@@ -158,12 +164,13 @@ def _read_nonblocking(fd: int) -> bytes:
 
 
 def _data(stream: str, chunk: bytes) -> Any:
-    data = process_pb.ProcessEvent.DataEvent(output=Oneof(stream, chunk))
-    return process_pb.ProcessEvent(event=Oneof("data", data))
+    data = process_pb.ProcessEvent.DataEvent(output=oneof(stream, chunk))
+    return process_pb.ProcessEvent(event=oneof("data", data))
 
 
 def _end(returncode: int) -> Any:
     """The end event envd sends: Go's ProcessState fields and cmd.Wait error."""
+    error: str | None
     if returncode < 0:
         name = _GO_SIGNAL_NAMES.get(-returncode, f"signal {-returncode}")
         status, code, error = f"signal: {name}", -1, f"signal: {name}"
@@ -172,7 +179,7 @@ def _end(returncode: int) -> Any:
         error = status if returncode else None
     end = process_pb.ProcessEvent.EndEvent(
         exit_code=code, exited=returncode >= 0, status=status, error=error)
-    return process_pb.ProcessEvent(event=Oneof("end", end))
+    return process_pb.ProcessEvent(event=oneof("end", end))
 
 
 CONNECT_HTTP_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "not_found": 404,

@@ -127,7 +127,7 @@ def test_failure_while_renaming_puts_everything_back(workspace: Path) -> None:
         (workspace / f".{name}.tmp").write_text(f"new {name}")
     os.unlink(workspace / ".b.tmp")  # the second rename fails after the first succeeded
     dirs = _DirCache(workspace)
-    staged = [((), ".a.tmp", "a"), ((), ".b.tmp", "b")]
+    staged: list[tuple[tuple[str, ...], str, str]] = [((), ".a.tmp", "a"), ((), ".b.tmp", "b")]
     try:
         with pytest.raises(FileNotFoundError):
             _commit(dirs, staged)

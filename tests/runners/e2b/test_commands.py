@@ -30,7 +30,7 @@ TRICKY = ["a b", "it's", '"q"', "$HOME", "`id`", "x\ny", "*", "", "-n", "tab\the
 
 
 def test_exact_argv_arrives_unchanged(runner: E2BRunner, workspace: Path) -> None:
-    argv = ["printf", "%s\\0", *TRICKY, b"\xff\xfe-not-utf8", "caf\u00e9"]
+    argv: list[str | bytes] = ["printf", "%s\\0", *TRICKY, b"\xff\xfe-not-utf8", "caf\u00e9"]
     ran = run(runner, argv, policy("workspace-write", workspace))
     assert ran.status == ExitStatus(0)
     expected = b"".join(

@@ -29,7 +29,7 @@ def live_runner() -> Iterator[E2BRunner]:
 
 
 def test_live_run_exit_and_exact_argv(live_runner: E2BRunner, workspace: Path) -> None:
-    argv = ["printf", "%s|", "a b", "$HOME", b"\xff"]
+    argv: list[str | bytes] = ["printf", "%s|", "a b", "$HOME", b"\xff"]
     ran = run(live_runner, argv, policy("read-only", workspace))
     assert ran.status == ExitStatus(0) and ran.stdout == b"a b|$HOME|\xff|"
     ran = run(live_runner, ["sh", "-c", "echo e >&2; exit 7"], policy("read-only", workspace))
