@@ -28,6 +28,7 @@ ProtectedStrategy = Literal["parent", "siblings"]
 
 DEGRADE_PROTECTED = "landlock-protected-paths"
 DEGRADE_HIDDEN = "landlock-hidden-metadata"
+DEGRADE_HIDDEN_IN_ROOT = "landlock-hidden-paths"
 DEGRADE_SCOPES = "landlock-no-scopes"
 DEGRADE_TRUNCATE = "landlock-no-truncate"
 
@@ -128,10 +129,27 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
     gaps: list[Gap] = []
     notes: list[str] = []
 
-    hidden = sorted(set(policy.hidden_paths))
+    # The workspace and the writable roots must stay readable as a whole: files the
+    # command (or the host, between commands) creates there later have to be
+    # readable, and a per-entry grant only covers the entries that exist now.
+    # So a hidden path inside one of them cannot be excluded: report it instead.
+    open_roots = sorted({r for r in (policy.workspace, *policy.writable_roots) if r.is_dir()})
+    hidden_all = sorted(set(policy.hidden_paths))
+    hidden_open = [h for h in hidden_all if any(_beneath(h, r) for r in open_roots)]
+    hidden = [h for h in hidden_all if h not in hidden_open]
     read_grants, read_ancestors = split_tree(Path("/"), hidden)
     rules.grant(read_grants, abi.FS_READ | abi.FS_EXECUTE)
     rules.grant(read_ancestors, abi.FS_READ_DIR)
+    rules.grant([r for r in open_roots if not any(_beneath(h, r) for h in hidden)], abi.FS_READ | abi.FS_EXECUTE)
+    for path in hidden_open:
+        root = next(r for r in open_roots if _beneath(path, r))
+        gaps.append(
+            Gap(
+                f"cannot hide {path}: it lies inside {root}, which stays readable as a whole so that "
+                "entries created there later are readable, and Landlock only grants access",
+                DEGRADE_HIDDEN_IN_ROOT,
+            )
+        )
     if hidden:
         gaps.append(
             Gap(
