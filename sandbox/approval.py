@@ -214,14 +214,25 @@ class TerminalPrompter:
         with self._serial:
             if self.input is not None and self.output is not None:
                 return self._ask(request, provider, self.input, self.output)
+            # Two handles: a terminal is not seekable, so no "r+" buffered file.
             try:
-                tty = open(self.tty, "r+", encoding="utf-8", errors="replace")
+                tty_in = open(self.tty, encoding="utf-8", errors="replace")
             except OSError as exc:
                 return EscalationDecision.deny(
-                    f"no terminal to ask a person ({self.tty}: {exc.strerror})", provider
+                    f"no terminal to ask a person ({self.tty}: {exc.strerror or exc})", provider
                 )
-            with tty:
-                return self._ask(request, provider, self.input or tty, self.output or tty)
+            with tty_in:
+                try:
+                    tty_out = open(self.tty, "w", encoding="utf-8", errors="replace")
+                except OSError as exc:
+                    return EscalationDecision.deny(
+                        f"cannot write to the terminal ({self.tty}: {exc.strerror or exc})",
+                        provider,
+                    )
+                with tty_out:
+                    return self._ask(
+                        request, provider, self.input or tty_in, self.output or tty_out
+                    )
 
     def _ask(
         self, request: EscalationRequest, provider: str, inp: IO[str], out: IO[str]

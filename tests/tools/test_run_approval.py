@@ -1,0 +1,109 @@
+"""``dsh-sandbox run --approval``: a denied run escalated at the terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.sandboxed.support import need_runner
+
+
+@pytest.fixture(autouse=True)
+def runner() -> str:
+    need_runner("bwrap")
+    return "bwrap"
+
+
+def run(workspace: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DSH_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "dsh.sandbox", "run", "--runner", "bwrap", "--mode", "read-only",
+         "--workspace", str(workspace), *args],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )
+
+
+def rules(tmp_path: Path, command: str) -> str:
+    path = tmp_path / "rules.toml"
+    path.write_text(f'[[rule]]\nmode = "workspace-write"\ncommand = "{command}"\n')
+    return f"rules:{path}"
+
+
+def test_rules_approve_the_rerun(workspace: Path, tmp_path: Path) -> None:
+    done = run(workspace, tmp_path, "--approval", rules(tmp_path, "echo a >> a.txt"),
+               "-c", "echo a >> a.txt")
+    assert done.returncode == 0, done.stderr
+    assert "re-running once under workspace-write" in done.stderr
+    assert (workspace / "a.txt").read_text() == "a\n"  # denied once, then ran once
+    [record] = [json.loads(x) for x in (tmp_path / "escalations.jsonl").read_text().splitlines()]
+    assert record["decision"] == "approve_once" and record["requested_mode"] == "workspace-write"
+    assert record["tool"] == "dsh-sandbox run" and record["command"] == "echo a >> a.txt"
+
+
+def test_rules_deny_a_neighbour_and_deny_never_asks(workspace: Path, tmp_path: Path) -> None:
+    done = run(workspace, tmp_path, "--approval", rules(tmp_path, "echo a >> a.txt"),
+               "-c", "echo b >> a.txt")
+    assert done.returncode == 1 and "escalation to workspace-write denied" in done.stderr
+    assert not (workspace / "a.txt").exists()
+    plain = run(workspace, tmp_path, "--approval", "deny", "-c", "echo a >> a.txt")
+    assert plain.returncode == 1 and "escalation" not in plain.stderr
+    assert not (workspace / "a.txt").exists()
+    bad = run(workspace, tmp_path, "--approval", "yes-please", "-c", "echo a >> a.txt")
+    assert bad.returncode == 2 and "--approval 'yes-please'" in bad.stderr
+
+
+def test_argv_runs_are_escalated_with_their_exact_argv(workspace: Path, tmp_path: Path) -> None:
+    target = workspace / "a b.txt"
+    done = run(workspace, tmp_path, "--approval", rules(tmp_path, f"touch '{target}'"),
+               "--", "touch", str(target))
+    assert done.returncode == 0, done.stderr
+    assert target.exists()
+
+
+def _talk(fd: int, answer: bytes | None, deadline: float) -> bytes:
+    """Read the child's terminal; answer the prompt once; return all it printed."""
+    seen = b""
+    answered = answer is None
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed its terminal
+            return seen
+        if not chunk:
+            return seen
+        seen += chunk
+        if not answered and b"[N]o (default" in seen:
+            os.write(fd, answer)  # type: ignore[arg-type]
+            answered = True
+    raise AssertionError(f"the run did not finish; it printed: {seen!r}")
+
+
+@pytest.mark.parametrize(("answer", "ran"), [(b"y\n", True), (b"n\n", False), (b"\n", False)])
+def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, answer: bytes, ran: bool) -> None:
+    env = {**os.environ, "DSH_HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "dsh.sandbox", "run", "--runner", "bwrap", "--mode",
+            "read-only", "--workspace", str(workspace), "--approval", "prompt",
+            "-c", "echo a >> a.txt"]
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a session whose controlling terminal is the pty
+        os.execvpe(argv[0], argv, env)
+    try:
+        shown = _talk(fd, answer, time.monotonic() + 120)
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    text = shown.decode(errors="replace")
+    assert "echo a >> a.txt" in text and "read-only -> workspace-write" in text
+    assert (os.waitstatus_to_exitcode(status) == 0) == ran, text
+    assert (workspace / "a.txt").exists() == ran
