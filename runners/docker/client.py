@@ -140,7 +140,8 @@ def owner_alive(labels: dict[str, str]) -> bool:
     except ValueError:
         return False
     start = process_start_time(pid)
-    return start is not None and start == labels.get(LABEL_OWNER_START, start)
+    recorded = labels.get(LABEL_OWNER_START) or start  # unrecorded: the pid alone decides
+    return start is not None and start == recorded
 
 
 def remove_container(client: Any, container_id: str) -> bool:

@@ -113,6 +113,7 @@ class DockerRunner(Runner):
             raise ConfigError(f"docker runner user: {user!r}; use uid:gid, e.g. 1000:1000")
         self.user: str = user
         self._lock = threading.Lock()
+        self._create_lock = threading.Lock()
         self._client: Any = None
         self._probe: RunnerProbe | None = None
         self._info: dict[str, Any] = {}
@@ -248,19 +249,22 @@ class DockerRunner(Runner):
 
     def _ensure(self, key: tuple[object, ...], spec: ContainerSpec) -> _Warm:
         client = self._docker()
-        with self._lock:
-            warm = self._warm.get(key)
-        if warm is not None:
-            try:
-                if client.api.inspect_container(warm.id)["State"]["Running"]:
-                    return warm
-            except Exception:
-                pass
-            self._discard(warm)
-        warm = self._create(client, spec)
-        with self._lock:
-            self._warm[key] = warm
-        return warm
+        # One creator at a time: two racing prepares must not both create (the
+        # loser's container would be orphaned until a prune).
+        with self._create_lock:
+            with self._lock:
+                warm = self._warm.get(key)
+            if warm is not None:
+                try:
+                    if client.api.inspect_container(warm.id)["State"]["Running"]:
+                        return warm
+                except Exception:  # gone or unreadable: replace it
+                    pass
+                self._discard(warm)
+            warm = self._create(client, spec)
+            with self._lock:
+                self._warm[key] = warm
+            return warm
 
     def _create(self, client: Any, spec: ContainerSpec) -> _Warm:
         from docker.errors import DockerException

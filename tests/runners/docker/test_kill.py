@@ -6,10 +6,21 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from dsh.runners.docker import DockerRunner
-from dsh.sandbox.policy import SandboxPolicy
+from dsh.runners.docker import process as docker_process
+from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 
-from tests.runners.docker.helpers import WAIT_S, docker_runner, finish, policy, run, sh, start
+from tests.runners.docker.helpers import (
+    WAIT_S,
+    container_of,
+    docker_runner,
+    finish,
+    policy,
+    run,
+    sh,
+    start,
+)
 
 # A tree that ignores SIGTERM, double-forks a daemon into its own session, and
 # has a child that cleared its environment (so no marker variable).
@@ -107,3 +118,36 @@ def test_kill_finds_a_command_that_cleared_its_environment(workspace: Path) -> N
         proc.kill(signal.SIGKILL)
         assert finish(proc, reader).status.signal == signal.SIGKILL
         assert _processes(runner, pol, ["sleep 4270", "sleep 4271"]) == []
+
+
+def test_kill_works_when_every_pid_is_taken(workspace: Path) -> None:
+    # The killer forks nothing (bash builtins only), so it runs even then.
+    pol = policy(workspace, limits=ResourceLimits(max_processes=40))
+    hog = ("f=/sys/fs/cgroup/pids; [ -e $f/pids.max ] || f=/sys/fs/cgroup; "
+           "read max < $f/pids.max; read cur < $f/pids.current; "
+           "for ((i = cur; i < max; i++)); do sleep 4290 & done; echo ready; wait")
+    with docker_runner() as runner:
+        proc, reader = start(runner, ["/bin/bash", "-c", hog], pol)
+        assert reader.first_line.wait(WAIT_S)
+        no_fork = run(runner, ["/bin/sh", "-c", "/bin/true & wait"], pol)
+        assert no_fork.status.exit_code != 0, no_fork  # really no pid left
+        proc.kill(signal.SIGKILL)
+        assert finish(proc, reader).status.signal == signal.SIGKILL
+        assert _processes(runner, pol, ["sleep 4290"]) == []
+
+
+def test_unkillable_exec_takes_its_container_down(workspace: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # When the in-container killer cannot finish, SIGKILL falls back to killing
+    # the container; the next command gets a fresh one.
+    pol = policy(workspace)
+    with docker_runner() as runner:
+        proc, reader = start(runner, ["/bin/sh", "-c", "exec sleep 4295"], pol)
+        _await_processes(runner, pol, ["sleep 4295"])
+        first = container_of(runner)
+        monkeypatch.setattr(docker_process, "KILLER", "exit 3")  # a killer that always fails
+        proc.kill(signal.SIGKILL)
+        monkeypatch.undo()
+        assert finish(proc, reader).status.signal == signal.SIGKILL
+        assert run(runner, ["echo", "alive"], pol).stdout == b"alive\n"
+        assert container_of(runner) != first
