@@ -170,3 +170,20 @@ def test_workspace_is_at_the_same_path(workspace: Path) -> None:
     with docker_runner() as runner:
         result = run(runner, ["pwd"], policy(workspace))
     assert result.stdout == f"{workspace}\n".encode()
+
+
+def test_workspace_with_a_fifo_and_a_socket(workspace: Path) -> None:
+    fifo = workspace / "fifo"
+    os.mkfifo(fifo)
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(workspace / "sock"))
+    try:
+        pol = policy(workspace, protected_paths=(fifo,), hidden_paths=(workspace / "sock",))
+        with docker_runner() as runner:
+            result = sh(runner, "ls -l fifo sock | cut -c1; rm fifo; rm sock; "
+                        "echo x > /dev/null > fifo.new && echo made", pol)
+        # The fifo stays a fifo (read-only); the hidden socket reads as /dev/null.
+        assert result.stdout.decode().split() == ["p", "c", "made"]
+        assert fifo.exists() and (workspace / "sock").exists()  # both were read-only mounts
+    finally:
+        server.close()
