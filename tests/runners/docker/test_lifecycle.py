@@ -157,3 +157,28 @@ def test_good_options_are_accepted() -> None:
     runner = DockerRunner({"image": "localhost:5000/team/img:v1.2", "memory": "512m",
                            "pids": None, "user": "1000:1000"})
     assert runner.memory == 512 * 1024 * 1024 and runner.pids is None
+
+
+def _python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_importing_the_runner_does_not_load_the_sdk() -> None:
+    result = _python("""
+        import sys
+        from dsh.runners.docker import DockerRunner, prune_containers
+        DockerRunner({"image": "dsh-sandbox/runtime:latest"})
+        print("docker" in sys.modules)
+    """)
+    assert result.stdout == "False\n", result.stderr
+
+
+def test_missing_sdk_is_unavailable_with_the_install_hint() -> None:
+    result = _python("""
+        import sys
+        sys.modules["docker"] = None  # as if the docker extra were not installed
+        from dsh.runners.docker import DockerRunner
+        print(DockerRunner().probe().reason)
+    """)
+    assert "pip install 'dsh-sandbox[docker]'" in result.stdout, result.stderr
