@@ -40,4 +40,9 @@ else
 fi
 docker version --format 'docker-setup: daemon {{.Server.Version}} (API {{.Server.APIVersion}})'
 
-dsh-sandbox image build --if-missing --tag "$image"
+# The project may be installed without its console script on PATH (e.g. --user).
+if command -v dsh-sandbox >/dev/null 2>&1; then
+  dsh-sandbox image build --if-missing --tag "$image"
+else
+  python3 -m dsh.sandbox image build --if-missing --tag "$image"
+fi

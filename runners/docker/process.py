@@ -55,7 +55,7 @@ def _recv_exactly(sock: Any, n: int) -> bytes | None:
 
 
 class DockerExec(RemoteProcess):
-    """A running exec; create it with ``DockerExec.start``."""
+    """A running exec; create it with ``start_exec``."""
 
     def __init__(self, api: Any, container_id: str, exec_id: str, *, marker: str, slot: int,
                  user: str, sock: Any, stdin: bytes | None,
