@@ -70,7 +70,7 @@ def _context(runner: str | None, workspace: Path) -> Any:
     return build_context([
         {"id": "policy", "name": "sandbox-policy",
          "config": {"mode": "workspace-write", "workspace": str(workspace),
-                    "accept_degraded": ["landlock-protected-paths"]}},
+                    "accept_degraded": ["landlock-protected-paths", "landlock-metadata"]}},
         {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
         {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(workspace)}},
     ])

@@ -29,6 +29,7 @@ ProtectedStrategy = Literal["parent", "siblings"]
 DEGRADE_PROTECTED = "landlock-protected-paths"
 DEGRADE_HIDDEN = "landlock-hidden-metadata"
 DEGRADE_HIDDEN_IN_ROOT = "landlock-hidden-paths"
+DEGRADE_METADATA = "landlock-metadata"
 DEGRADE_SCOPES = "landlock-no-scopes"
 DEGRADE_TRUNCATE = "landlock-no-truncate"
 
@@ -170,6 +171,13 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
 
     if policy.mode is SandboxMode.WORKSPACE_WRITE:
         _plan_writes(policy, strategy, rules, gaps, notes)
+        gaps.append(
+            Gap(
+                "cannot stop chmod, chown, utime or xattr changes to files outside the writable roots: "
+                "Landlock has no rights for file metadata (seccomp refuses them in read-only mode only)",
+                DEGRADE_METADATA,
+            )
+        )
 
     if abi_version < 6:
         gaps.append(

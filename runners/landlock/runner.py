@@ -20,20 +20,26 @@ from dsh.runners.landlock.limits import (
 from dsh.runners.landlock.rules import Gap, ProtectedStrategy, RulePlan, build_ruleset, plan_rules
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
+from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import Argv, Enforcement, LocalLaunch, Runner, RunnerPlan, RunnerProbe
 
 NAME = "landlock"
 
 
-def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, block_network: bool, block_connect: bool) -> None:
+def _restrict_current_thread(
+    ruleset_fd: int, arch: seccomp.Arch, block_network: bool, block_connect: bool, block_metadata: bool = False
+) -> None:
     """Capabilities, no_new_privs, Landlock, then seccomp: on the calling thread only."""
     if os.geteuid() == 0:
         abi.drop_bounding_capabilities()
     abi.set_no_new_privs()
     abi.restrict_self(ruleset_fd)
     tid = threading.get_native_id()
-    program = seccomp.build_filter(arch, block_network=block_network, guard_tid=tid, block_unix_connect=block_connect)
+    program = seccomp.build_filter(
+        arch, block_network=block_network, guard_tid=tid, block_unix_connect=block_connect,
+        block_metadata=block_metadata,
+    )
     seccomp.install(program)
 
 
@@ -235,7 +241,8 @@ class LandlockRunner(Runner):
             abi.set_process_undumpable()
             fd = build_ruleset(plan)
             connect = block and not self._unix_connect
-            setup = lambda: _restrict_current_thread(fd, arch, block, connect)  # noqa: E731
+            metadata = policy.mode is SandboxMode.READ_ONLY
+            setup = lambda: _restrict_current_thread(fd, arch, block, connect, metadata)  # noqa: E731
         try:
             spawner = SpawnerThread(f"dsh-landlock-{policy.mode.value}", setup)
         except SpawnerError as exc:

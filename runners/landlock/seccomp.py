@@ -69,6 +69,9 @@ class Arch:
     # Syscalls whose pid/tid argument (index) is compared with the spawner tid.
     pid_args: tuple[tuple[int, int], ...] = ()
     fcntl: int = 0
+    # chmod, chown, utime and xattr changes: Landlock has no right for file
+    # metadata, so read-only mode refuses them here (nothing is writable anyway).
+    metadata: tuple[int, ...] = ()
 
 
 ARCHES = {
@@ -78,11 +81,18 @@ ARCHES = {
         # rt_tgsigqueueinfo, ptrace (arg 1); process_vm_readv/writev (arg 0)
         pid_args=((62, 0), (129, 0), (200, 0), (_PIDFD_OPEN, 0), (234, 1), (297, 1),
                   (101, 1), (310, 0), (311, 0)),
+        # chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat utime utimes
+        # futimesat utimensat setxattr lsetxattr fsetxattr removexattr lremovexattr
+        # fremovexattr setxattrat removexattrat
+        metadata=(90, 91, 268, 452, 92, 93, 94, 260, 132, 235, 261, 280, 188, 189, 190, 197, 198, 199, 463, 466),
     ),
     "aarch64": Arch(
         "aarch64", 0xC00000B7, socket=198, socketpair=199, ioctl=29, has_x32=False, fcntl=25, connect=203,
         pid_args=((129, 0), (138, 0), (130, 0), (_PIDFD_OPEN, 0), (131, 1), (240, 1),
                   (117, 1), (270, 0), (271, 0)),
+        # fchmod fchmodat fchmodat2 fchownat fchown utimensat setxattr lsetxattr
+        # fsetxattr removexattr lremovexattr fremovexattr setxattrat removexattrat
+        metadata=(52, 53, 452, 54, 55, 88, 5, 6, 7, 14, 15, 16, 463, 466),
     ),
 }  # fmt: skip
 
@@ -137,7 +147,12 @@ class _Program:
 
 
 def build_filter(
-    arch: Arch, *, block_network: bool, guard_tid: int | None = None, block_unix_connect: bool = False
+    arch: Arch,
+    *,
+    block_network: bool,
+    guard_tid: int | None = None,
+    block_unix_connect: bool = False,
+    block_metadata: bool = False,
 ) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) tuples.
 
@@ -150,6 +165,9 @@ def build_filter(
     EACCES.  Only AF_UNIX sockets can exist then, and Landlock ABI <= 7 does
     not mediate connecting to a pathname socket such as a root daemon's
     (``/var/run/docker.sock`` would be a way out of any mode).
+
+    ``block_metadata`` (read-only mode): chmod/chown/utime/xattr syscalls fail
+    with EPERM; Landlock cannot restrict file metadata.
     """
     p = _Program()
     p.load(_OFF_ARCH)
@@ -160,6 +178,9 @@ def build_filter(
     for nr in (*_IO_URING, _PIDFD_SEND_SIGNAL, _PIDFD_GETFD):
         p.jump(_JEQ_K, nr, "enosys")
     p.jump(_JEQ_K, arch.ioctl, "ioctl")
+    if block_metadata:
+        for nr in arch.metadata:
+            p.jump(_JEQ_K, nr, "eperm")
     if block_network:
         p.jump(_JEQ_K, arch.socket, "family")
         p.jump(_JEQ_K, arch.socketpair, "family")

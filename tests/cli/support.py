@@ -31,7 +31,7 @@ def landlock_profile(directory: Path) -> Path:
     """A workspace-write profile that accepts Landlock's protected-path gap."""
     path = directory / "landlock-ok.toml"
     path.write_text(
-        'extends = "workspace-write"\naccept_degraded = ["landlock-protected-paths"]\n'
+        'extends = "workspace-write"\naccept_degraded = ["landlock-protected-paths", "landlock-metadata"]\n'
     )
     return path
 

@@ -17,7 +17,7 @@ from tests.conftest import require_runner, required_runners
 LINUX_RUNNERS = ("landlock", "bwrap")
 #: Landlock cannot keep protected paths read-only inside a writable root; the
 #: workspace-write tests accept that degradation by name (as a profile would).
-LANDLOCK_DEGRADED = ("landlock-protected-paths",)
+LANDLOCK_DEGRADED = ("landlock-protected-paths", "landlock-metadata")
 
 
 def need_runner(name: str) -> None:

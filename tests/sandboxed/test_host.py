@@ -71,7 +71,7 @@ def test_auto_prefers_full_enforcement(ctx: Context, workspace: Path) -> None:
     choice = h.choose(policy(ctx, workspace))
     assert choice.runner.name == "bwrap" and choice.enforcement.level == "full"
     # even when Landlock's degradation is accepted, full enforcement is preferred
-    accepted = policy(ctx, workspace, accept_degraded=("landlock-protected-paths",))
+    accepted = policy(ctx, workspace, accept_degraded=("landlock-protected-paths", "landlock-metadata"))
     assert h.select(accepted).name == "bwrap"
 
 
@@ -79,7 +79,7 @@ def test_auto_falls_back_to_accepted_partial(ctx: Context, workspace: Path) -> N
     need_runner("landlock")
     h = host(ctx)
     only = policy(ctx, workspace, allowed_runners=("landlock",),
-                  accept_degraded=("landlock-protected-paths",))
+                  accept_degraded=("landlock-protected-paths", "landlock-metadata"))
     choice = h.choose(only)
     assert choice.runner.name == "landlock" and choice.enforcement.level == "partial"
     refused = policy(ctx, workspace, allowed_runners=("landlock",))

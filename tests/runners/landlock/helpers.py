@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from dsh.runners.landlock import LandlockRunner
+from dsh.runners.landlock.rules import DEGRADE_METADATA
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 
@@ -51,6 +52,11 @@ def make_policy(
     **fields: object,
 ) -> SandboxPolicy:
     roots = (workspace, *extra_roots) if mode is WW else ()
+    if mode is WW:
+        # Every workspace-write test accepts the metadata gap (chmod/chown outside
+        # the roots); the tests of that gap itself build their policy directly.
+        accepted = tuple(fields.pop("accept_degraded", ()))  # type: ignore[arg-type]
+        fields["accept_degraded"] = (*accepted, DEGRADE_METADATA)
     return SandboxPolicy(
         mode=mode,
         workspace=workspace,

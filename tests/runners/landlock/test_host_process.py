@@ -94,7 +94,8 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 ws = Path(sys.argv[1])
 runner = LandlockRunner()
-policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws,))
+policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws,),
+                       accept_degraded=("landlock-metadata",))
 launch = runner.prepare([sys.executable, sys.argv[2]], policy, cwd=str(ws), env={})
 env = {"PATH": "/usr/bin:/bin"}  # the child's own env is clean; it hunts the parent's
 proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv), env=env, stdout=subprocess.PIPE))

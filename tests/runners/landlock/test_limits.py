@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.landlock import LandlockRunner
 from dsh.runners.landlock.limits import DEGRADE_LIMITS, CgroupSession
+from dsh.runners.landlock.rules import DEGRADE_METADATA
 from dsh.sandbox.policy import ResourceLimits
 
 from tests.runners.landlock.helpers import PY, WW, make_policy, run
@@ -40,7 +41,7 @@ def test_fork_bomb_is_contained(runner: LandlockRunner, layout: Layout) -> None:
     _cgroups_usable("pids")
     limits = ResourceLimits(max_processes=64, wall_time_s=5)
     policy = make_policy(WW, layout[0], limits=limits)
-    assert runner.enforcement(policy).level == "full"
+    assert runner.enforcement(policy).degradations == (DEGRADE_METADATA,)  # limits held: no limits gap
     launch = runner.prepare([PY, "-c", FORK_BOMB], policy, cwd=str(layout[0]), env={})
     assert launch.kill_tree is not None and launch.cleanup is not None
     proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv)))  # type: ignore[misc]
@@ -99,8 +100,8 @@ def test_missing_limit_is_reported(monkeypatch: pytest.MonkeyPatch, layout: Layo
         enforcement = instance.enforcement(policy)
         if os.geteuid() == 0:
             assert enforcement.level == "partial"
-            assert enforcement.degradations == (DEGRADE_LIMITS,)
-            assert "RLIMIT_NPROC is ignored for root" in enforcement.missing[0]
+            assert set(enforcement.degradations) == {DEGRADE_LIMITS, DEGRADE_METADATA}
+            assert any("RLIMIT_NPROC is ignored for root" in m for m in enforcement.missing)
             assert any("max_processes" in c for c in instance.explain(policy).cannot)
         else:
             assert "--nproc=10" in instance.prepare(["true"], policy, cwd="/", env={}).argv

@@ -151,7 +151,8 @@ def test_host_daemon_unix_socket_is_out_of_reach(
         # Why the default denies: Landlock itself does not mediate this connect.
         allowed = py(unix_runner, make_policy(mode, ws), code, str(path))
         assert allowed.out.strip() == "ok", allowed.err
-        assert unix_runner.explain(make_policy(mode, ws)).cannot[0].startswith("connect() to pathname unix")
+        cannot = unix_runner.explain(make_policy(mode, ws)).cannot
+        assert any(c.startswith("connect() to pathname unix") for c in cannot)
 
 
 def test_abstract_unix_socket_outside_is_scoped(unix_runner: LandlockRunner, layout: Layout) -> None:

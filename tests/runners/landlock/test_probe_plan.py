@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.landlock import LandlockRunner, abi, seccomp
 from dsh.runners.landlock.abi import interpret_abi_errno
-from dsh.runners.landlock.rules import DEGRADE_SCOPES, DEGRADE_TRUNCATE, plan_rules
+from dsh.runners.landlock.rules import DEGRADE_METADATA, DEGRADE_SCOPES, DEGRADE_TRUNCATE, plan_rules
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
 from dsh.sandbox.policy import ResourceLimits
 
@@ -75,9 +75,9 @@ def test_older_abis_drop_rights_and_report_gaps(layout: Layout) -> None:
     assert old.handled_net == 0 and old.scoped == 0
     assert not old.handled_fs & abi.FS_RIGHTS["REFER"][0]
     assert any(d.startswith("TRUNCATE") for d in old.dropped)
-    assert {g.degradation for g in old.gaps} == {DEGRADE_SCOPES, DEGRADE_TRUNCATE}
+    assert {g.degradation for g in old.gaps} == {DEGRADE_SCOPES, DEGRADE_TRUNCATE, DEGRADE_METADATA}
     current = plan_rules(policy, 7)
-    assert current.gaps == () and current.dropped == ()
+    assert [g.degradation for g in current.gaps] == [DEGRADE_METADATA] and current.dropped == ()
     assert current.handled_fs == sum(bit for bit, _ in abi.FS_RIGHTS.values())
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from dsh.runners.landlock import LandlockRunner
-from dsh.runners.landlock.rules import DEGRADE_HIDDEN, DEGRADE_HIDDEN_IN_ROOT, DEGRADE_PROTECTED
+from dsh.runners.landlock.rules import DEGRADE_HIDDEN, DEGRADE_HIDDEN_IN_ROOT, DEGRADE_METADATA, DEGRADE_PROTECTED
 from dsh.sandbox.errors import SandboxUnavailable
 
 from tests.runners.landlock.helpers import RO, WW, make_policy, sh
@@ -27,7 +27,7 @@ def test_protected_path_in_writable_root_is_partial_and_refused(runner: Landlock
     policy = make_policy(WW, ws, protected_paths=(git, ws / ".dsh"))
     enforcement = runner.enforcement(policy)
     assert enforcement.level == "partial"
-    assert enforcement.degradations == (DEGRADE_PROTECTED,)
+    assert set(enforcement.degradations) == {DEGRADE_PROTECTED, DEGRADE_METADATA}
     assert any(f"cannot keep {git} read-only inside writable root {ws}" in m for m in enforcement.missing)
     with pytest.raises(SandboxUnavailable) as info:
         sh(runner, policy, "echo pwned > .git/HEAD")
@@ -63,7 +63,7 @@ def test_siblings_strategy_keeps_protected_paths_read_only(layout: Layout) -> No
     runner = LandlockRunner({"protected_paths": "siblings"})
     try:
         policy = make_policy(WW, ws, protected_paths=(git, ws / ".dsh"))
-        assert runner.enforcement(policy).level == "full"
+        assert runner.enforcement(policy).degradations == (DEGRADE_METADATA,)  # protected paths held
         attacks = [
             "echo x > .git/HEAD",  # directly
             "echo x > .git/hooks/pre-commit",  # create inside
