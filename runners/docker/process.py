@@ -54,6 +54,14 @@ def _recv_exactly(sock: Any, n: int) -> bytes | None:
     return b"".join(parts)
 
 
+def _api_errors() -> tuple[type[BaseException], ...]:
+    """What a failing API call raises: the SDK's errors and, unwrapped, requests'."""
+    from docker.errors import DockerException  # type: ignore[import-untyped]
+    from requests.exceptions import RequestException
+
+    return (DockerException, RequestException)
+
+
 class DockerExec(RemoteProcess):
     """A running exec; create it with ``start_exec``."""
 
@@ -124,11 +132,9 @@ class DockerExec(RemoteProcess):
 
     # -- status --------------------------------------------------------------------
     def _inspect(self) -> ExitStatus | None:
-        from docker.errors import DockerException  # type: ignore[import-untyped]
-
         try:
             info = self._api.exec_inspect(self.exec_id)
-        except DockerException as exc:
+        except _api_errors() as exc:
             # The container (or the daemon) went away: everything in it was killed.
             self.lost = f"the container went away while the command ran: {exc}"
             log.warning("docker: %s", self.lost)
@@ -181,7 +187,7 @@ class DockerExec(RemoteProcess):
     # -- kill ----------------------------------------------------------------------
     def kill(self, sig: int) -> None:
         """Signal every process of this command inside the container."""
-        from docker.errors import DockerException, NotFound
+        from docker.errors import NotFound
 
         self._sent.add(int(sig))
         cmd = ["/bin/bash", "-c", KILLER, "dsh-kill", self.marker, str(self._slot), str(int(sig))]
@@ -192,7 +198,7 @@ class DockerExec(RemoteProcess):
                 code = self._api.exec_inspect(ex["Id"]).get("ExitCode")
             except NotFound:
                 return  # no container, nothing left to kill
-            except DockerException as exc:
+            except _api_errors() as exc:
                 log.warning("docker: kill exec failed (attempt %d): %s", attempt + 1, exc)
                 code = None
             if code == 0:  # 1: SIGKILL left survivors; other codes: the exec did not start
