@@ -116,7 +116,7 @@ def test_landlock_partial_enforcement_fails_closed_as_a_result(
     composition = tmp_path / "c.yaml"
     entries = [
         {"name": "sandbox-policy", "config": {"mode": "read-only", "workspace": str(workspace),
-                                              "accept_degraded": ["landlock-protected-paths"]}},
+                                              "accept_degraded": ["landlock-protected-paths", "landlock-metadata"]}},
         {"name": "sandbox", "config": {"runner": "landlock"}},
         {"name": "bash-sandbox", "config": {"cwd": str(workspace)}},
         {"name": "jobs"},
