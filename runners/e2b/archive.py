@@ -1,4 +1,4 @@
-"""Workspace sync as single tar archives: in to the sandbox, and (checked) back.
+"""Sync-back: the sandbox's workspace archive, checked, onto the host workspace.
 
 Sync-back trusts nothing in the archive: the sandbox may have run anything as
 root.  ``plan_sync_back`` validates *every* member and every host destination
@@ -11,7 +11,9 @@ runner); changed ones are reported.  Symlinks the host already has with the same
 target (synced in, untouched) are left alone.  Each file is written atomically (temp
 file in the same directory, then ``rename``), through directory descriptors
 opened with ``O_NOFOLLOW`` so a host symlink in a parent is never followed.
-Deletions made in the sandbox are not propagated.
+A regular file the last sync had, that is unchanged on the host and missing
+from the archive, was deleted in the sandbox: it is deleted on the host too
+(moved aside with the rest of the commit, so a failure restores it).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import errno
 import os
 import stat
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from dsh.runners.e2b.manifest import Entry, entry_of
 from dsh.sandbox.errors import DshError
 
 # Names protected in every directory (the policy adds its own canonical paths).
@@ -48,56 +51,17 @@ class FileUpdate:
 class SyncPlan:
     updates: tuple[FileUpdate, ...]
     skipped_protected: tuple[str, ...]
-
-
-def pack_workspace(workspace: Path, out: IO[bytes], *, exclude: Iterable[Path] = ()) -> int:
-    """Write ``workspace`` as one tar to ``out``; return the number of members.
-
-    Regular files, directories and symlinks go in (sockets, fifos and devices do
-    not); owners are dropped so the sandbox user owns what it extracts;
-    ``exclude`` (hidden paths) is left out.
-    """
-    excluded = {Path(p) for p in exclude}
-    count = 0
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        if (workspace / info.name).absolute() in excluded:
-            return None
-        if not (info.isreg() or info.isdir() or info.issym() or info.islnk()):
-            return None
-        info.uid = info.gid = 0
-        info.uname = info.gname = ""
-        return info
-
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for dirpath, dirnames, filenames in os.walk(workspace):
-            base = Path(dirpath)
-            dirnames[:] = [d for d in dirnames if (base / d) not in excluded]
-            for name in sorted(dirnames) + sorted(filenames):
-                path = base / name
-                arcname = path.relative_to(workspace).as_posix()
-                try:
-                    info = tar.gettarinfo(str(path), arcname)
-                except OSError:
-                    continue  # vanished or unreadable: the sandbox simply lacks it
-                if info is None or keep(info) is None:
-                    continue  # sockets: tarfile cannot represent them
-                if info.isreg():
-                    try:
-                        with open(path, "rb") as fh:
-                            tar.addfile(info, fh)
-                    except OSError:
-                        continue
-                else:
-                    tar.addfile(info)
-                count += 1
-    return count
+    deletions: tuple[tuple[str, ...], ...] = ()
 
 
 def plan_sync_back(
-    archive: IO[bytes], workspace: Path, protected: Iterable[Path]
+    archive: IO[bytes], workspace: Path, protected: Iterable[Path],
+    previous: Mapping[str, Entry] | None = None,
 ) -> SyncPlan:
-    """Validate every member and destination; return what to write.  Writes nothing."""
+    """Validate every member and destination; return what to write.  Writes nothing.
+
+    ``previous``: the manifest of the last sync; without it nothing is deleted.
+    """
     protected_paths = tuple(Path(p) for p in protected)
     updates: list[FileUpdate] = []
     skipped: list[str] = []
@@ -130,14 +94,40 @@ def plan_sync_back(
         if _differs(workspace, parts, member, tar):
             updates.append(FileUpdate(parts, member))
     tar.close()
-    return SyncPlan(tuple(updates), tuple(skipped))
+    deletions = _deletions(workspace, previous or {}, kinds, protected_paths, skipped)
+    return SyncPlan(tuple(updates), tuple(skipped), deletions)
+
+
+def _deletions(workspace: Path, previous: Mapping[str, Entry],
+               kinds: Mapping[tuple[str, ...], str], protected: tuple[Path, ...],
+               skipped: list[str]) -> tuple[tuple[str, ...], ...]:
+    """Files of the last sync that the sandbox no longer has and the host did not touch."""
+    gone: list[tuple[str, ...]] = []
+    for rel, entry in sorted(previous.items()):
+        parts = tuple(rel.split("/"))
+        if entry.kind != "file" or parts in kinds:
+            continue
+        host = workspace.joinpath(*parts)
+        try:
+            _check_destination(workspace, parts)
+            now = entry_of(os.lstat(host), host)
+        except (OSError, SyncBackRefused):
+            continue  # already gone, or no longer the file we synced
+        if now != entry:
+            continue  # changed on the host since: the host's version wins
+        if _is_protected(parts, host, protected):
+            skipped.append(rel)
+            continue
+        gone.append(parts)
+    return tuple(gone)
 
 
 def apply_sync_back(archive: IO[bytes], workspace: Path, plan: SyncPlan) -> None:
     """Stage every update as a temp file, then rename them all into place."""
     archive.seek(0)
     dirs = _DirCache(workspace)
-    staged: list[tuple[tuple[str, ...], str, str]] = []  # (dir, temp name, final name)
+    # (dir, temp name or None for a deletion, final name)
+    staged: list[tuple[tuple[str, ...], str | None, str]] = []
     try:
         with tarfile.open(fileobj=archive, mode="r:") as tar:
             for update in plan.updates:
@@ -145,15 +135,18 @@ def apply_sync_back(archive: IO[bytes], workspace: Path, plan: SyncPlan) -> None
                 temp = f".{update.parts[-1]}.dsh-sync-{os.getpid()}-{len(staged)}"
                 _write_member(tar, update.member, dirs.open(parent), temp)
                 staged.append((parent, temp, update.parts[-1]))
+        staged += [(parts[:-1], None, parts[-1]) for parts in plan.deletions]
         for parent, _, final in staged:  # the host may have changed since planning
             _check_still_file_or_missing(dirs.open(parent), (*parent, final))
         _commit(dirs, staged)
     except BaseException:
         # A failure (disk full, a destination that changed...): remove every temp
         # file and directory this made, so the host is as it was.
-        for parent, temp, _ in staged:
+        for parent, leftover, _ in staged:
+            if leftover is None:
+                continue
             try:
-                os.unlink(temp, dir_fd=dirs.open(parent))
+                os.unlink(leftover, dir_fd=dirs.open(parent))
             except OSError:
                 pass
         dirs.remove_created()
@@ -171,34 +164,41 @@ def _check_still_file_or_missing(dir_fd: int, parts: tuple[str, ...]) -> None:
         raise SyncBackRefused(f"{'/'.join(parts)}: is no longer a regular file on the host")
 
 
-def _commit(dirs: _DirCache, staged: list[tuple[tuple[str, ...], str, str]]) -> None:
-    """Rename every temp file into place; on a failure put back what was replaced."""
-    done: list[tuple[int, str, str, str | None]] = []  # (dir fd, temp, final, backup)
+def _commit(dirs: _DirCache, staged: list[tuple[tuple[str, ...], str | None, str]]) -> None:
+    """Move every replaced or deleted file aside, rename the temp files into
+    place, then drop what was moved aside; on a failure put everything back.
+
+    Directories are named by their parts and reopened through ``dirs`` each
+    time (its descriptors may be recycled)."""
+    done: list[tuple[tuple[str, ...], str | None, str, str | None]] = []
     try:
-        for parent, temp, final in staged:
+        for index, (parent, temp, final) in enumerate(staged):
             fd = dirs.open(parent)
-            backup: str | None = f"{temp}.old"
+            backup: str | None = f".{final}.dsh-old-{os.getpid()}-{index}"
             try:
                 os.rename(final, str(backup), src_dir_fd=fd, dst_dir_fd=fd)
             except FileNotFoundError:
                 backup = None
-            try:
-                os.rename(temp, final, src_dir_fd=fd, dst_dir_fd=fd)
-            except BaseException:
-                if backup is not None:
-                    os.rename(backup, final, src_dir_fd=fd, dst_dir_fd=fd)
-                raise
-            done.append((fd, temp, final, backup))
+            if temp is not None:
+                try:
+                    os.rename(temp, final, src_dir_fd=fd, dst_dir_fd=fd)
+                except BaseException:
+                    if backup is not None:
+                        os.rename(backup, final, src_dir_fd=fd, dst_dir_fd=fd)
+                    raise
+            done.append((parent, temp, final, backup))
     except BaseException:
-        for fd, temp, final, backup in reversed(done):
-            os.rename(final, temp, src_dir_fd=fd, dst_dir_fd=fd)  # unlinked by the caller
+        for parent, temp, final, backup in reversed(done):
+            fd = dirs.open(parent)
+            if temp is not None:
+                os.rename(final, temp, src_dir_fd=fd, dst_dir_fd=fd)  # unlinked by the caller
             if backup is not None:
                 os.rename(backup, final, src_dir_fd=fd, dst_dir_fd=fd)
         raise
     staged.clear()
-    for fd, _, _, backup in done:
+    for parent, _, _, backup in done:
         if backup is not None:
-            os.unlink(backup, dir_fd=fd)
+            os.unlink(backup, dir_fd=dirs.open(parent))
 
 
 class _DirCache:

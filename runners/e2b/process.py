@@ -126,7 +126,7 @@ class E2BProcess(RemoteProcess):
 
     def _sync(self) -> list[str]:
         try:
-            return self.session.sync_back(self.policy)
+            return self.session.sync.pull(self.policy)
         except SyncBackRefused as exc:
             return [f"dsh: e2b: sync-back refused, nothing was written to the host: {exc}"]
         except SandboxUnavailable as exc:

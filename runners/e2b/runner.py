@@ -101,7 +101,8 @@ class E2BRunner(Runner):
         user = user_for(policy.mode, self.config)
         rules = [f"sandbox: template {self.config.template or 'base'}, lifetime "
                  f"{self.config.timeout}s, one per session, killed at teardown",
-                 f"workspace {ws} synced in once (one tar) at the same path",
+                 f"workspace {ws} at the same path; host changes pushed (one tar) before "
+                 "each command, hidden paths never sent",
                  f"command runs as {user} via setsid /bin/sh -c <shlex.join(argv)> (no login shell)"]
         if policy.mode is SandboxMode.READ_ONLY:
             rules.append(f"{user} cannot write the workspace copy; nothing syncs back")
@@ -115,8 +116,8 @@ class E2BRunner(Runner):
                             ("file size bytes", policy.limits.max_file_size_bytes)):
             if value is not None:
                 limits.append(f"prlimit {flag} {value}")
-        cannot = ["deletions in the sandbox are not synced back",
-                  "writes outside the workspace stay in the sandbox"]
+        cannot = ["writes outside the workspace stay in the sandbox (not synced back)",
+                  "empty directories and new symlinks are not synced back"]
         cannot += list(self.enforcement(policy).missing)
         network = ("on" if policy.network else "off (allow_internet_access=False)")
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),

@@ -7,38 +7,24 @@ deadline):
    policy wants network).  In debug mode the SDK makes no API call, so the
    envd's ``/health`` is checked instead.
 2. As root: create two unprivileged users, ``<user>`` (workspace-write) and
-   ``<user>-ro`` (read-only), and the workspace directory at the host's own
-   path, owned by ``<user>``.  Each user is checked to have no ``sudo`` (the
+   ``<user>-ro`` (read-only).  Each is checked to have no ``sudo`` (the
    template's default user has passwordless sudo, so it is no boundary).
-3. Sync in: the host workspace as one tar (hidden paths left out), uploaded
-   through the files API and extracted by ``<user>``; ``a+rX`` so
-   ``<user>-ro`` can read it but not write it.
+3. The first ``sync.push``: the workspace, as one tar, at the host's own path.
 
-The runner's own commands run with cwd ``/`` and paths written relative to it
-(``home/dsh/...``): inside a sandbox that is the same as the absolute path, and
-it lets the same scripts run against the offline envd test double, which maps
-the sandbox filesystem into a directory.
-
-Sync back happens after each workspace-write or danger-full-access command
-ends (however it ends, as long as the sandbox is alive): root tars the
-workspace (``--hard-dereference``: hardlinked files come back as copies),
-the host downloads the one archive and applies it through
-``archive.plan_sync_back`` / ``apply_sync_back``.  Sync-backs are serialised.
+Before every command the workspace is pushed again if the host changed it;
+after workspace-write and danger-full-access commands it is pulled back (see
+``sync``).
 """
 
 from __future__ import annotations
 
-import secrets
-import shlex
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from dsh.runners.e2b import archive
 from dsh.runners.e2b.options import E2BOptions
+from dsh.runners.e2b.sync import WorkspaceSync
 from dsh.sandbox.errors import SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -91,11 +77,6 @@ def user_for(mode: SandboxMode, options: E2BOptions) -> str:
             SandboxMode.DANGER_FULL_ACCESS: "root"}[mode]
 
 
-def _rel(path: Path | str) -> str:
-    """A sandbox path written relative to ``/`` (the runner's commands run in ``/``)."""
-    return shlex.quote(str(path).lstrip("/") or ".")
-
-
 class E2BSession:
     def __init__(self, options: E2BOptions, sandbox: Any, policy: SandboxPolicy) -> None:
         self.options = options
@@ -105,7 +86,7 @@ class E2BSession:
         self.dead = False
         self.live: set[E2BProcess] = set()
         self._lock = threading.Lock()
-        self._sync_lock = threading.Lock()
+        self.sync = WorkspaceSync(self, policy)
 
     # -- lifecycle ---------------------------------------------------------------
     @classmethod
@@ -135,32 +116,19 @@ class E2BSession:
         return session
 
     def _setup(self, policy: SandboxPolicy, deadline: float | None) -> None:
-        rw, ro, ws = self.options.user, self.options.readonly_user, _rel(self.workspace)
+        rw, ro = self.options.user, self.options.readonly_user
         timeout = self._budget(deadline, self.options.setup_timeout, "sandbox setup")
         self.run_internal(
             "set -eu\n"
             f"useradd --create-home --user-group --shell /bin/sh {rw}\n"
-            f"useradd --create-home --user-group --shell /bin/sh {ro}\n"
-            f"mkdir -p {ws}\nchown {rw}:{rw} {ws}\nchmod 755 {ws}\n",
+            f"useradd --create-home --user-group --shell /bin/sh {ro}\n",
             what="creating the sandbox users", timeout=timeout)
         for user in (rw, ro):
             self.run_internal(
                 'if sudo -n true >/dev/null 2>&1; then echo "$USER has sudo" >&2; exit 1; fi',
                 user=user, timeout=timeout,
                 what=f"checking that {user} has no sudo (the template grants it: no boundary)")
-        with tempfile.TemporaryFile() as tar:
-            archive.pack_workspace(self.workspace, tar, exclude=policy.hidden_paths)
-            tar.seek(0)
-            upload = f"/home/{rw}/.dsh-sync-in-{secrets.token_hex(8)}.tar"
-            try:
-                self.sandbox.files.write(upload, tar, user=rw, request_timeout=timeout)
-            except Exception as exc:
-                raise unavailable(exc, "uploading the workspace archive") from exc
-        self.run_internal(
-            f"set -eu\ntar -xf {_rel(upload)} -C {ws} --no-same-owner\n"
-            f"rm -f {_rel(upload)}\nchmod -R a+rX {ws}\n",
-            user=rw, what="extracting the workspace", timeout=self._budget(
-                deadline, self.options.setup_timeout, "sandbox setup"))
+        self.sync.push(self._budget(deadline, self.options.setup_timeout, "sandbox setup"))
 
     def close(self) -> None:
         """Kill what still runs (debug mode's ``kill`` is a no-op), then the sandbox."""
@@ -210,6 +178,7 @@ class E2BSession:
         backstop past the executor's (which kills on time through ``kill``)."""
         from dsh.runners.e2b.process import E2BProcess
 
+        self.sync.push(self._budget(deadline, self.options.sync_timeout, "syncing the workspace in"))
         margin = BACKSTOP_MARGIN_S
         backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + margin
         e2b = import_sdk()
@@ -233,7 +202,7 @@ class E2BSession:
         return proc
 
     def run_internal(self, script: str, *, what: str, user: str = "root",
-                     timeout: float = _KILL_TIMEOUT) -> str:
+                     timeout: float = _KILL_TIMEOUT, check: bool = True) -> str:
         """Run one of the runner's own scripts; its failure is ``SandboxUnavailable``.
 
         Uses the SDK's ``CommandHandle.wait``: a non-zero exit raises
@@ -248,6 +217,8 @@ class E2BSession:
                                        events=events, check_health=commands._check_health)
             result = handle.wait()
         except Exception as exc:
+            if not check:
+                return ""
             raise unavailable(exc, what) from exc
         return str(result.stdout)
 
@@ -272,42 +243,22 @@ class E2BSession:
         except Exception:
             pass  # the command exited without reading all of it, as with a local pipe
 
-    # -- sync back -------------------------------------------------------------------
-    def sync_back(self, policy: SandboxPolicy) -> list[str]:
-        """Bring the workspace's regular files back; return notes for stderr.
-
-        Raises ``archive.SyncBackRefused`` (nothing written) or ``SandboxUnavailable``.
-        """
-        remote = f"/root/.dsh-e2b/out-{secrets.token_hex(8)}.tar"
-        with self._sync_lock, tempfile.TemporaryFile() as local:
-            self.run_internal(
-                f"umask 077; mkdir -p root/.dsh-e2b || exit 2\n"
-                f"tar -cf {_rel(remote)} --hard-dereference -C {_rel(self.workspace)} .; rc=$?\n"
-                "[ $rc -le 1 ]  # 1: a file changed while being read\n",
-                what="archiving the workspace for sync-back", timeout=self.options.sync_timeout)
-            try:
-                self._download(remote, local)
-            finally:
-                try:
-                    self.run_internal(f"rm -f {_rel(remote)}", what="removing the archive")
-                except SandboxUnavailable:
-                    pass
-            local.seek(0)
-            protected = (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)
-            plan = archive.plan_sync_back(local, self.workspace, protected)
-            archive.apply_sync_back(local, self.workspace, plan)
-        return [f"dsh: e2b: not synced back (protected path stays read-only): {p}"
-                for p in plan.skipped_protected]
-
-    def _download(self, remote: str, out: IO[bytes]) -> None:
+    # -- files ------------------------------------------------------------------------
+    def upload(self, path: str, data: IO[bytes] | bytes, timeout: float) -> None:
         try:
-            reader = self.sandbox.files.read(remote, format="stream", user="root",
-                                             request_timeout=self.options.sync_timeout)
+            self.sandbox.files.write(path, data, user="root", request_timeout=timeout)
+        except Exception as exc:
+            raise unavailable(exc, f"uploading {path}") from exc
+
+    def download(self, path: str, out: IO[bytes], timeout: float) -> None:
+        try:
+            reader = self.sandbox.files.read(path, format="stream", user="root",
+                                             request_timeout=timeout)
             with reader:
                 for chunk in reader:
                     out.write(chunk)
         except Exception as exc:
-            raise unavailable(exc, "downloading the workspace archive") from exc
+            raise unavailable(exc, f"downloading {path}") from exc
 
     def _budget(self, deadline: float | None, cap: float, what: str) -> float:
         if deadline is None:

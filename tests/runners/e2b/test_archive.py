@@ -11,9 +11,9 @@ import pytest
 from dsh.runners.e2b.archive import (
     SyncBackRefused,
     apply_sync_back,
-    pack_workspace,
     plan_sync_back,
 )
+from dsh.runners.e2b.manifest import changes, pack, take_manifest
 
 
 def tar_of(*members: tuple[str, bytes, bytes | str]) -> io.BytesIO:
@@ -127,7 +127,7 @@ def test_failure_while_renaming_puts_everything_back(workspace: Path) -> None:
         (workspace / f".{name}.tmp").write_text(f"new {name}")
     os.unlink(workspace / ".b.tmp")  # the second rename fails after the first succeeded
     dirs = _DirCache(workspace)
-    staged: list[tuple[tuple[str, ...], str, str]] = [((), ".a.tmp", "a"), ((), ".b.tmp", "b")]
+    staged: list[tuple[tuple[str, ...], str | None, str]] = [((), ".a.tmp", "a"), ((), ".b.tmp", "b")]
     try:
         with pytest.raises(FileNotFoundError):
             _commit(dirs, staged)
@@ -144,23 +144,57 @@ def test_not_a_tar_is_refused(workspace: Path) -> None:
         sync(io.BytesIO(b"\x00" * 100 + b"garbage"), workspace)
 
 
-def test_pack_skips_sockets_fifos_and_hidden(workspace: Path) -> None:
+def test_manifest_and_pack_skip_sockets_fifos_and_hidden(workspace: Path) -> None:
     import socket
 
     (workspace / "f").write_text("f")
+    os.link(workspace / "f", workspace / "f2")
     os.mkfifo(workspace / "fifo")
     sock = socket.socket(socket.AF_UNIX)
     sock.bind(str(workspace / "sock"))
     (workspace / "hide").mkdir()
     (workspace / "hide/x").write_text("x")
     os.symlink("f", workspace / "l")
-    buf = io.BytesIO()
     try:
-        pack_workspace(workspace, buf, exclude=(workspace / "hide",))
+        manifest = take_manifest(workspace, exclude=(workspace / "hide",))
     finally:
         sock.close()
+    assert sorted(manifest) == ["f", "f2", "l"]
+    buf = io.BytesIO()
+    pack(workspace, manifest, buf)
     buf.seek(0)
     with tarfile.open(fileobj=buf) as tar:
-        names = {m.name: m for m in tar.getmembers()}
-    assert sorted(names) == ["f", "l"]
-    assert names["f"].uid == 0 and names["f"].uname == ""
+        members = {m.name: m for m in tar.getmembers()}
+        assert tar.extractfile("f2").read() == b"f"  # type: ignore[union-attr]
+    assert sorted(members) == ["f", "f2", "l"]
+    assert members["f2"].isreg()  # a hardlink goes as a copy
+    assert members["f"].uid == 0 and members["f"].uname == ""
+
+
+def test_changes_between_manifests(workspace: Path) -> None:
+    (workspace / "keep").write_text("k")
+    (workspace / "edit").write_text("1")
+    (workspace / "gone").write_text("g")
+    (workspace / "becomes-dir").write_text("f")
+    old = take_manifest(workspace)
+    (workspace / "edit").write_text("22")
+    (workspace / "gone").unlink()
+    (workspace / "becomes-dir").unlink()
+    (workspace / "becomes-dir").mkdir()
+    (workspace / "new").write_text("n")
+    send, remove = changes(old, take_manifest(workspace))
+    assert send == ["becomes-dir", "edit", "new"]
+    assert remove == ["becomes-dir", "gone"]
+
+
+def test_deletions_only_for_files_the_host_did_not_touch(workspace: Path) -> None:
+    for name in ("deleted", "host-edited", ".git", "kept"):
+        (workspace / name).write_text(name)
+    previous = take_manifest(workspace)
+    (workspace / "host-edited").write_text("newer on the host")
+    archive = tar_of(("kept", REG, b"kept"))  # the sandbox deleted the other three
+    plan = plan_sync_back(archive, workspace, (), previous)
+    assert plan.deletions == (("deleted",),)
+    assert plan.skipped_protected == (".git",)
+    apply_sync_back(archive, workspace, plan)
+    assert sorted(os.listdir(workspace)) == [".git", "host-edited", "kept"]

@@ -90,8 +90,31 @@ def test_workspace_write_syncs_regular_files_back(runner: E2BRunner, workspace: 
     assert (workspace / "n/m/bin.dat").read_bytes() == b"\xff"
     assert os.access(workspace / "tool", os.X_OK)
     assert (workspace / "keep.txt").read_text() == "keep"
-    assert (workspace / "gone.txt").read_text() == "still here"  # deletions stay remote
+    assert not (workspace / "gone.txt").exists()  # deleted in the sandbox, untouched here
     assert b"dsh: e2b" not in ran.stderr
+
+
+def test_host_changes_reach_the_sandbox_before_each_command(
+        runner: E2BRunner, envd: Envd, workspace: Path) -> None:
+    (workspace / "a.txt").write_text("one")
+    (workspace / "old.txt").write_text("old")
+    pol = policy("read-only", workspace)
+    assert run(runner, ["cat", "a.txt"], pol).stdout == b"one"
+    (workspace / "a.txt").write_text("two, longer")
+    (workspace / "old.txt").unlink()
+    (workspace / "dir").mkdir()
+    (workspace / "dir/new.txt").write_text("new")
+    ran = run(runner, ["sh", "-c", "cat a.txt dir/new.txt; test -e old.txt || echo gone"], pol)
+    assert ran.stdout == b"two, longernewgone\n"
+    assert not (sandbox_path(envd.root, workspace) / "old.txt").exists()
+
+
+def test_protected_changes_are_undone_in_the_sandbox(runner: E2BRunner, workspace: Path) -> None:
+    (workspace / ".git").mkdir()
+    (workspace / ".git/config").write_text("[core]\n")
+    pol = policy("workspace-write", workspace)
+    run(runner, ["sh", "-c", "echo '[evil]' > .git/config"], pol)
+    assert run(runner, ["cat", ".git/config"], pol).stdout == b"[core]\n"
 
 
 def test_danger_full_access_syncs_back(envd: Envd, workspace: Path) -> None:

@@ -1,0 +1,113 @@
+"""Keeping the sandbox's copy of the workspace and the host's in step.
+
+- ``push`` (before every command, and once at setup): if the host workspace
+  changed since the last sync (its manifest differs), the changed entries go to
+  the sandbox as ONE tar through the files API, entries gone from the host are
+  removed there, and root extracts it, then gives the tree to ``<user>`` with
+  ``go-w`` so ``<user>-ro`` can read but never write it.  Hidden paths are
+  never sent.
+- ``pull`` (after each workspace-write or danger-full-access command, however
+  it ended, while the sandbox lives): root tars the workspace
+  (``--hard-dereference``: hardlinked files come back as copies), the host
+  downloads the one archive and applies it through ``archive`` (validated as a
+  whole; protected paths never written; deletions of files the host did not
+  touch since the last sync propagate).
+
+Pushes and pulls are serialised.  The runner's scripts run with cwd ``/`` and
+paths written relative to it: inside a sandbox that is the absolute path, and it
+lets them run unchanged against the offline envd double, which maps the
+sandbox filesystem into a directory.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shlex
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dsh.runners.e2b import archive
+from dsh.runners.e2b.manifest import Entry, changes, pack, take_manifest
+from dsh.sandbox.policy import SandboxPolicy
+
+if TYPE_CHECKING:
+    from dsh.runners.e2b.session import E2BSession
+
+_SCRATCH = "/root/.dsh-e2b"  # root-only (0700) scratch for archives in the sandbox
+
+
+def rel(path: Path | str) -> str:
+    """A sandbox path written relative to ``/``, shell-quoted."""
+    return shlex.quote(str(path).lstrip("/") or ".")
+
+
+class WorkspaceSync:
+    def __init__(self, session: E2BSession, policy: SandboxPolicy) -> None:
+        self.session = session
+        self.workspace = policy.workspace
+        self.hidden = policy.hidden_paths
+        self.manifest: dict[str, Entry] = {}
+        self.lock = threading.Lock()
+
+    def push(self, timeout: float) -> None:
+        """Make the sandbox's workspace match the host; a no-op when nothing changed."""
+        with self.lock:
+            current = take_manifest(self.workspace, exclude=self.hidden)
+            send, remove = changes(self.manifest, current)
+            if self.manifest and not send and not remove:
+                return
+            token = secrets.token_hex(8)
+            upload, rm_list = f"{_SCRATCH}/in-{token}.tar", f"{_SCRATCH}/rm-{token}"
+            ws = str(self.workspace).lstrip("/")
+            self.session.run_internal(f"umask 077; mkdir -p {rel(_SCRATCH)}",
+                                      what="making the sync scratch directory", timeout=timeout)
+            with tempfile.TemporaryFile() as tar:
+                pack(self.workspace, send, tar)
+                tar.seek(0)
+                self.session.upload(upload, tar, timeout)
+            if remove:
+                names = b"".join(f"{ws}/{name}".encode("utf-8", "surrogateescape") + b"\0"
+                                 for name in remove)
+                self.session.upload(rm_list, names, timeout)
+            owner = f"{self.session.options.user}:{self.session.options.user}"
+            self.session.run_internal(
+                "set -eu\n"
+                f"mkdir -p {rel(ws)}\n"
+                + (f"xargs -0 rm -rf -- < {rel(rm_list)}\n" if remove else "")
+                + f"tar -xf {rel(upload)} -C {rel(ws)} --no-same-owner\n"
+                f"rm -f {rel(upload)} {rel(rm_list)}\n"
+                f"chown -R -h {owner} {rel(ws)}\n"
+                f"chmod -R u+rwX,go+rX,go-w {rel(ws)}\n",
+                what="syncing the workspace into the sandbox", timeout=timeout)
+            self.manifest = current
+
+    def pull(self, policy: SandboxPolicy) -> list[str]:
+        """Bring the workspace back; return notes for stderr.
+
+        Raises ``archive.SyncBackRefused`` (nothing written) or ``SandboxUnavailable``.
+        """
+        timeout = self.session.options.sync_timeout
+        remote = f"{_SCRATCH}/out-{secrets.token_hex(8)}.tar"
+        with self.lock, tempfile.TemporaryFile() as local:
+            self.session.run_internal(
+                f"umask 077; mkdir -p {rel(_SCRATCH)} || exit 2\n"
+                f"tar -cf {rel(remote)} --hard-dereference -C {rel(self.workspace)} .; rc=$?\n"
+                "[ $rc -le 1 ]  # 1: a file changed while being read\n",
+                what="archiving the workspace for sync-back", timeout=timeout)
+            try:
+                self.session.download(remote, local, timeout)
+            finally:
+                self.session.run_internal(f"rm -f {rel(remote)}", what="removing the archive",
+                                          check=False)
+            local.seek(0)
+            protected = (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)
+            plan = archive.plan_sync_back(local, self.workspace, protected, self.manifest)
+            archive.apply_sync_back(local, self.workspace, plan)
+            self.manifest = take_manifest(self.workspace, exclude=self.hidden)
+            for skipped in plan.skipped_protected:
+                # The sandbox now differs there: the next push restores the host's copy.
+                self.manifest.pop(skipped, None)
+        return [f"dsh: e2b: not synced back (protected path stays read-only): {p}"
+                for p in plan.skipped_protected]
