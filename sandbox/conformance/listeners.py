@@ -37,7 +37,7 @@ class Listeners:
         with self._lock:
             self._counts[name] = self._counts.get(name, 0) + 1
 
-    def _stream(self, name: str, family: int, addr: object) -> None:
+    def _stream(self, name: str, family: int, addr: tuple[str, int] | str) -> None:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.bind(addr)
         sock.listen(16)
