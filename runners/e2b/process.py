@@ -66,7 +66,9 @@ class E2BProcess(RemoteProcess):
             self.session.kill_tree(self.pid, sig)
 
     def close(self) -> None:
-        self._done.wait()
+        """Wait for the pump (it ends once the stream does, bounded by the SDK's
+        timeouts); a pump still stuck after that is left to its daemon thread."""
+        self._done.wait(self.session.options.sync_timeout + self.session.options.request_timeout)
 
     # -- pump ------------------------------------------------------------------------
     def _run(self) -> None:
@@ -80,7 +82,7 @@ class E2BProcess(RemoteProcess):
         except Exception as exc:
             status = _KILLED
             notes.append(self._stream_failure(exc))
-        if self._sync_back and not self.session.dead:
+        if self._sync_back and not self.session.dead and not self.session.closing:
             notes += self._sync()
         for note in notes:
             self._write(self._stderr_w, f"\n{note}\n".encode())

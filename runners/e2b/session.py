@@ -84,6 +84,7 @@ class E2BSession:
         self.workspace = policy.workspace
         self.network = policy.network
         self.dead = False
+        self.closing = False  # teardown: commands it kills are not synced back
         self.live: set[E2BProcess] = set()
         self._lock = threading.Lock()
         self.sync = WorkspaceSync(self, policy)
@@ -132,6 +133,7 @@ class E2BSession:
 
     def close(self) -> None:
         """Kill what still runs (debug mode's ``kill`` is a no-op), then the sandbox."""
+        self.closing = True
         with self._lock:
             live, self.live = list(self.live), set()
         if not self.dead:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-import e2b
 import pytest
 from dsh.runners.e2b import E2BRunner
 from dsh.runners.e2b.session import unavailable
@@ -13,8 +12,7 @@ from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.runner import ExitStatus
 
 from tests.conftest import load_runner_class, require_runner
-from tests.runners.e2b.conftest import Envd
-from tests.runners.e2b.envd_server import start_envd_server
+from tests.runners.e2b.conftest import Envd, need_sdk
 from tests.runners.e2b.helpers import WAIT_S, policy, run, start, wait_for
 
 
@@ -24,6 +22,7 @@ def test_entry_point_loads_the_runner() -> None:
 
 def test_no_key_and_no_url_is_unavailable(monkeypatch: pytest.MonkeyPatch,
                                           workspace: Path) -> None:
+    need_sdk()
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     runner = E2BRunner()
     probe = runner.probe()
@@ -34,12 +33,26 @@ def test_no_key_and_no_url_is_unavailable(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_key_from_environment_makes_it_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    need_sdk()
     monkeypatch.setenv("E2B_API_KEY", "e2b_test_not_a_real_key")
     probe = E2BRunner().probe()
     assert probe.available and probe.version and probe.version.startswith("e2b ")
 
 
+def test_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch, workspace: Path) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "e2b", None)  # `import e2b` now raises ImportError
+    runner = E2BRunner({"sandbox_url": "http://127.0.0.1:9"})
+    assert not runner.probe().available
+    with pytest.raises(SandboxUnavailable, match=r"pip install 'dsh-sandbox\[e2b\]'"):
+        runner.prepare(["true"], policy("read-only", workspace), cwd=str(workspace), env={})
+
+
 def test_unreachable_debug_url_is_unavailable(tmp_path: Path) -> None:
+    need_sdk()
+    from tests.runners.e2b.envd_server import start_envd_server
+
     url, stop = start_envd_server(tmp_path)
     stop()  # nothing listens there any more
     probe = E2BRunner({"sandbox_url": url}).probe()
@@ -69,12 +82,18 @@ def test_bad_options_name_the_field(options: dict[str, object], field: str) -> N
 
 def test_bad_api_key_is_a_clear_unavailable() -> None:
     """The SDK raises AuthenticationException for a rejected key (HTTP 401)."""
+    need_sdk()
+    import e2b
+
     mapped = unavailable(e2b.AuthenticationException("Invalid API key"), "creating the sandbox")
     assert isinstance(mapped, SandboxUnavailable)
     assert "E2B rejected the API key" in mapped.reason and "E2B_API_KEY" in mapped.reason
 
 
 def test_setup_refuses_a_user_with_sudo(tmp_path: Path, workspace: Path) -> None:
+    need_sdk()
+    from tests.runners.e2b.envd_server import start_envd_server
+
     root = tmp_path / "root"
     root.mkdir()
     url, stop = start_envd_server(root, sudoers=("user", "dsh"))  # a template granting sudo
@@ -114,10 +133,12 @@ def test_network_on_sandbox_refuses_network_off_commands(runner: E2BRunner,
 
 def test_close_kills_running_commands(envd: Envd, workspace: Path) -> None:
     runner = E2BRunner({"sandbox_url": envd.url})
-    proc, out = start(runner, ["sh", "-c", "echo up; sleep 300"], policy("read-only", workspace))
+    proc, out = start(runner, ["sh", "-c", "echo x > late.txt; echo up; sleep 300"],
+                      policy("workspace-write", workspace))
     wait_for(lambda: out.stdout_so_far() == b"up\n", "the command to start")
     runner.close()
     assert proc.wait(WAIT_S) == ExitStatus(None, signal.SIGKILL)
+    assert not (workspace / "late.txt").exists()  # killed by teardown: not synced back
     with pytest.raises(SandboxUnavailable, match="closed"):
         run(runner, ["true"], policy("read-only", workspace))
 
