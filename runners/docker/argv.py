@@ -1,41 +1,59 @@
 """Argv and environment as the Docker API carries them: JSON text.
 
 JSON strings cannot hold arbitrary bytes: a surrogate-escaped byte reaches
-the daemon as U+FFFD (tested), so the argv would silently change.  Items that
-are not valid UTF-8 are refused instead (use landlock or bwrap for raw bytes).
+the daemon as U+FFFD (tested), so passing such an argv as-is would silently
+change it.  UTF-8 argv goes through unchanged; an argv with any other bytes is
+sent as ASCII ``printf`` formats (octal escapes) that the exec wrapper turns
+back into the exact bytes inside the container.  The environment has no such
+wrapper, so its non-UTF-8 values are refused.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 from dsh.sandbox.errors import UsageError
 
-_HINT = ("the Docker API carries argv and env as JSON text, so it cannot be passed exactly; "
-         "use the landlock or bwrap runner for non-UTF-8 arguments")
+_ENV_HINT = ("the Docker API carries the environment as JSON text, so it cannot be passed "
+             "exactly; use the landlock or bwrap runner for non-UTF-8 values")
+_PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("%")}
+
+
+def _as_bytes(item: str | bytes, what: str) -> bytes:
+    if isinstance(item, bytes):
+        raw = item
+    elif isinstance(item, str):
+        raw = os.fsencode(item)  # surrogate-escaped str -> its original bytes
+    else:
+        raise UsageError(f"{what} {item!r} is not text or bytes")
+    if b"\0" in raw:
+        raise UsageError(f"{what} {item!r} contains a NUL byte, which no argv can carry")
+    return raw
+
+
+def printf_format(raw: bytes) -> str:
+    """An ASCII printf format that prints exactly ``raw``."""
+    return "".join(chr(b) if b in _PLAIN else f"\\{b:03o}" for b in raw)
+
+
+def encode_argv(argv: Sequence[str | bytes]) -> tuple[list[str], bool]:
+    """(items for the API, whether the wrapper must decode them as printf formats)."""
+    if isinstance(argv, str | bytes) or not argv:
+        raise UsageError("argv must be a non-empty list of arguments")
+    raw = [_as_bytes(item, f"argv[{i}]") for i, item in enumerate(argv)]
+    try:
+        return [item.decode("utf-8") for item in raw], False
+    except UnicodeDecodeError:
+        return [printf_format(item) for item in raw], True
 
 
 def _text(item: str | bytes, what: str) -> str:
-    if isinstance(item, bytes):
-        try:
-            item = item.decode("utf-8")
-        except UnicodeDecodeError:
-            raise UsageError(f"{what} {item!r} is not valid UTF-8; {_HINT}") from None
-    elif not isinstance(item, str):
-        raise UsageError(f"{what} {item!r} is not text")
+    raw = _as_bytes(item, what)
     try:
-        item.encode("utf-8")  # lone surrogates (surrogateescape'd bytes) fail here
-    except UnicodeEncodeError:
-        raise UsageError(f"{what} {item!r} holds undecodable bytes; {_HINT}") from None
-    if "\0" in item:
-        raise UsageError(f"{what} {item!r} contains a NUL byte, which no argv can carry")
-    return item
-
-
-def text_argv(argv: Sequence[str | bytes]) -> list[str]:
-    if isinstance(argv, str | bytes) or not argv:
-        raise UsageError("argv must be a non-empty list of arguments")
-    return [_text(item, f"argv[{i}]") for i, item in enumerate(argv)]
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{what} {item!r} is not valid UTF-8; {_ENV_HINT}") from None
 
 
 def text_env(env: Mapping[str, str]) -> dict[str, str]:

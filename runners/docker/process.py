@@ -10,7 +10,9 @@
 - Exit: ``exec_inspect`` gives the exact code.  A process killed by signal N
   shows as 128+N; it is reported as ``signal=N`` only when this handle sent N
   (an ordinary ``exit 137`` stays an exit code).
-- Kill: the tree killer of ``scripts.py`` in a second exec.
+- Kill: the tree killer of ``scripts.py`` in a second exec.  The same killer
+  sweeps up once the command has exited, so nothing it started (a ``setsid``
+  daemon, a ``nohup`` job) outlives it, as under a local runner's pid namespace.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class DockerExec(RemoteProcess):
         self._sent: set[int] = set()
         self._status: ExitStatus | None = None
         self._released = False
+        self._sweep_lock = threading.Lock()
+        self._swept = False
         self._lock = threading.Lock()
         self._eof = threading.Event()
         self.lost: str | None = None  # why the container went away mid-command
@@ -143,10 +147,18 @@ class DockerExec(RemoteProcess):
             return None
         code = info.get("ExitCode")
         if not isinstance(code, int) or code < 0:
-            return self._finish(ExitStatus(exit_code=None, signal=signal.SIGKILL))
+            return self._ended(ExitStatus(exit_code=None, signal=signal.SIGKILL))
         if code > 128 and code - 128 in self._sent:
-            return self._finish(ExitStatus(exit_code=None, signal=code - 128))
-        return self._finish(ExitStatus(exit_code=code))
+            return self._ended(ExitStatus(exit_code=None, signal=code - 128))
+        return self._ended(ExitStatus(exit_code=code))
+
+    def _ended(self, status: ExitStatus) -> ExitStatus:
+        """The command exited: what it left running dies with it (like a pid namespace)."""
+        with self._sweep_lock:
+            if not self._swept:
+                self._swept = True
+                self._signal_tree(signal.SIGKILL, attempts=2, escalate=False)
+        return self._finish(status)
 
     def _finish(self, status: ExitStatus) -> ExitStatus:
         with self._lock:
@@ -187,11 +199,14 @@ class DockerExec(RemoteProcess):
     # -- kill ----------------------------------------------------------------------
     def kill(self, sig: int) -> None:
         """Signal every process of this command inside the container."""
+        self._sent.add(int(sig))
+        self._signal_tree(sig, attempts=5, escalate=sig == signal.SIGKILL)
+
+    def _signal_tree(self, sig: int, *, attempts: int, escalate: bool) -> None:
         from docker.errors import NotFound
 
-        self._sent.add(int(sig))
         cmd = ["/bin/bash", "-c", KILLER, "dsh-kill", self.marker, str(self._slot), str(int(sig))]
-        for attempt in range(5):
+        for attempt in range(attempts):
             try:
                 ex = self._api.exec_create(self._container_id, cmd, user=self._user)
                 self._api.exec_start(ex["Id"])
@@ -204,7 +219,7 @@ class DockerExec(RemoteProcess):
             if code == 0:  # 1: SIGKILL left survivors; other codes: the exec did not start
                 return
             time.sleep(0.2 * (attempt + 1))  # e.g. the pids limit is exhausted
-        if sig == signal.SIGKILL:
+        if escalate:
             # The killer cannot run or cannot finish: stop the whole container,
             # the only kill left.  The runner makes a fresh one for the next command.
             log.warning("docker: cannot kill exec %s in place; killing its container",
@@ -223,14 +238,15 @@ class DockerExec(RemoteProcess):
             self._release()
 
 
-def start_exec(api: Any, container_id: str, argv: list[str], *, cwd: str, env: dict[str, str],
+def start_exec(api: Any, container_id: str, argv: list[str], *, decode: bool, cwd: str,
+               env: dict[str, str],
                user: str, stdin: bytes | None, slot: int, marker: str,
                on_release: Callable[[int], None],
                on_unkillable: Callable[[], None]) -> DockerExec:
     """Create and start the exec of ``argv`` (exact, as separate arguments)."""
-    from dsh.runners.docker.scripts import MARKER_VAR, WRAPPER
+    from dsh.runners.docker.scripts import MARKER_VAR, WRAPPER, WRAPPER_DECODING
 
-    cmd = ["/bin/sh", "-c", WRAPPER, "sh", str(slot), *argv]
+    cmd = ["/bin/sh", "-c", WRAPPER_DECODING if decode else WRAPPER, "sh", str(slot), *argv]
     ex = api.exec_create(container_id, cmd, stdin=stdin is not None, stdout=True, stderr=True,
                          workdir=cwd, environment={**env, MARKER_VAR: marker}, user=user)
     sock = api.exec_start(ex["Id"], socket=True)

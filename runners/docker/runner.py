@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dsh.runners.docker import client as dc
-from dsh.runners.docker.argv import text_argv, text_env
+from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
@@ -68,6 +68,18 @@ def _policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
             policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits)
 
 
+def _pins(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
+    pins: dict[str, tuple[int, int] | None] = {}
+    for mount in spec.mounts:
+        if mount.kind == "bind" and DockerRunner.daemon_is_local():
+            try:
+                st = os.stat(mount.target, follow_symlinks=False)
+                pins[mount.target] = (st.st_dev, st.st_ino)
+            except OSError:
+                pins[mount.target] = None
+    return pins
+
+
 @dataclass
 class _Warm:
     """A running container of one shape, and the pid-file slots of its execs."""
@@ -76,6 +88,10 @@ class _Warm:
     name: str
     spec: ContainerSpec
     created_placeholders: list[str]
+    # (st_dev, st_ino) of every bind target at creation.  A bind holds the inode,
+    # not the name: if the host replaces a protected path (rm -rf .git; git init)
+    # the old bind protects nothing, so the container is made anew.
+    pinned: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     free_slots: list[int] = field(default_factory=list)
     next_slot: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -216,7 +232,7 @@ class DockerRunner(Runner):
     # -- commands --------------------------------------------------------------------
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
                 env: Mapping[str, str]) -> RemoteLaunch:
-        exact = text_argv(argv)
+        exact, decode = encode_argv(argv)
         environment = text_env(env)
         spec = self._spec(policy)
         cwd_path = Path(cwd)
@@ -228,17 +244,17 @@ class DockerRunner(Runner):
         if self.daemon_is_local() and not cwd_path.is_dir():
             raise WorkdirError(f"cwd {cwd!r} is not a directory")
         warm = self._ensure(_policy_key(policy), spec)
-        start = functools.partial(self._start, warm, exact, cwd, environment)
+        start = functools.partial(self._start, warm, exact, decode, cwd, environment)
         return RemoteLaunch(start=start)
 
-    def _start(self, warm: _Warm, argv: list[str], cwd: str, env: dict[str, str],
-               stdin: bytes | None, deadline: float | None) -> RemoteProcess:
+    def _start(self, warm: _Warm, argv: list[str], decode: bool, cwd: str,
+               env: dict[str, str], stdin: bytes | None, deadline: float | None) -> RemoteProcess:
         from docker.errors import DockerException  # type: ignore[import-untyped]
         from dsh.runners.docker.process import start_exec
 
         slot = warm.take_slot()
         try:
-            return start_exec(self._docker().api, warm.id, argv, cwd=cwd, env=env,
+            return start_exec(self._docker().api, warm.id, argv, decode=decode, cwd=cwd, env=env,
                               user=self.user, stdin=stdin, slot=slot,
                               marker=uuid.uuid4().hex, on_release=warm.give_slot,
                               on_unkillable=functools.partial(self._discard, warm))
@@ -256,7 +272,8 @@ class DockerRunner(Runner):
                 warm = self._warm.get(key)
             if warm is not None:
                 try:
-                    if client.api.inspect_container(warm.id)["State"]["Running"]:
+                    running = client.api.inspect_container(warm.id)["State"]["Running"]
+                    if running and _pins(warm.spec) == warm.pinned:
                         return warm
                 except Exception:  # gone or unreadable: replace it
                     pass
@@ -295,7 +312,7 @@ class DockerRunner(Runner):
             dc.remove_placeholders(client, created)
             raise SandboxUnavailable(f"cannot create the container: {exc}",
                                      runner=self.name) from None
-        warm = _Warm(container.id, name, spec, created)
+        warm = _Warm(container.id, name, spec, created, _pins(spec))
         try:
             container.start()
         except DockerException as exc:

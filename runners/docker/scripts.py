@@ -30,6 +30,12 @@ WRAPPER = (
     'exec "$@"'
 )
 
+# For an argv that is not UTF-8: every item arrives as an ASCII printf format
+# (see ``argv.py``) and is decoded in place before the exec.  The ``_`` keeps
+# trailing newlines, which command substitution would strip.
+DECODE = 'for _a do shift; _a=$(printf -- "${_a}_"); set -- "$@" "${_a%_}"; done; '
+WRAPPER_DECODING = WRAPPER.replace('exec "$@"', DECODE + 'exec "$@"')
+
 KILLER = r"""
 marker="DSH_SANDBOX_EXEC=$1" slot=$2 sig=$3 root=
 start_of() {  # field 22 of /proc/PID/stat, after the (comm) that may hold spaces

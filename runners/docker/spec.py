@@ -110,7 +110,9 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     writable = mode is not SandboxMode.READ_ONLY
     mounts: dict[str, MountSpec] = {
         CONTROL_DIR: MountSpec(CONTROL_DIR, "tmpfs", False, why="exec pid files for kill"),
-        str(PRIVATE_TMP): MountSpec("/tmp", "tmpfs", False, why="private, not the host's /tmp"),
+        # Read-only means no writes anywhere, the container's own /tmp included.
+        str(PRIVATE_TMP): MountSpec("/tmp", "tmpfs", not writable,
+                                    why="private, not the host's /tmp"),
     }
     roots: list[Path] = [policy.workspace]
     if writable:

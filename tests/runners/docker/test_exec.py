@@ -58,11 +58,28 @@ def test_utf8_bytes_argv_is_decoded(workspace: Path) -> None:
     assert result.stdout == "ü✓".encode()
 
 
-@pytest.mark.parametrize("bad", [b"\xff\xfe", "x\udcff", "nul\0byte"])
-def test_argv_docker_cannot_carry_is_refused(workspace: Path, bad: str | bytes) -> None:
-    # Docker's JSON API would turn such bytes into U+FFFD: refuse, never alter.
-    with docker_runner() as runner, pytest.raises(UsageError, match="argv"):
-        runner.prepare(["echo", bad], policy(workspace), cwd=str(workspace), env={})
+def test_non_utf8_argv_arrives_byte_for_byte(workspace: Path) -> None:
+    # Docker's JSON API would turn these bytes into U+FFFD; the wrapper rebuilds them.
+    odd = [b"\xff\xfe-\x80", "x\udcff".encode("utf-8", "surrogateescape"), b"%s\\n%%",
+           b"-n", b"", b"trailing\n\n", "ü".encode(), b"\x01\x7f\x80 sp"]
+    with docker_runner() as runner:
+        result = run(runner, [b"printf", b"[%s]\\0", *odd], policy(workspace))
+        surrogate = run(runner, ["printf", "%s", "x\udcff"], policy(workspace))
+    assert result.status.exit_code == 0, result.stderr
+    assert result.stdout.split(b"\0")[:-1] == [b"[" + a + b"]" for a in odd]
+    assert surrogate.stdout == b"x\xff"  # a surrogate-escaped str means its original byte
+
+
+@pytest.mark.parametrize("argv, env", [
+    (["echo", "nul\0byte"], {}),
+    ([], {}),
+    (["true"], {"BAD": "\udcff"}),
+    (["true"], {"A=B": "x"}),
+])
+def test_what_no_exec_can_carry_is_refused(workspace: Path, argv: list[str],
+                                           env: dict[str, str]) -> None:
+    with docker_runner() as runner, pytest.raises(UsageError):
+        runner.prepare(argv, policy(workspace), cwd=str(workspace), env=env)
 
 
 def test_env_is_exact_and_marker_is_the_only_addition(workspace: Path) -> None:

@@ -28,10 +28,10 @@ def test_workspace_write_writes_only_the_workspace(workspace: Path) -> None:
 def test_read_only_mode_can_read_but_not_write_the_workspace(workspace: Path) -> None:
     (workspace / "data").write_text("secret-ish\n")
     with docker_runner() as runner:
-        result = sh(runner, "cat data; echo x > data; touch new; rm data",
+        result = sh(runner, "cat data; echo x > data; touch new; rm data; touch /tmp/x",
                     policy(workspace, SandboxMode.READ_ONLY))
     assert result.stdout == b"secret-ish\n"
-    assert result.stderr.count(b"Read-only file system") == 3, result.stderr
+    assert result.stderr.count(b"Read-only file system") == 4, result.stderr
     assert (workspace / "data").read_text() == "secret-ish\n"
     assert sorted(os.listdir(workspace)) == ["data"]
 
@@ -187,3 +187,22 @@ def test_workspace_with_a_fifo_and_a_socket(workspace: Path) -> None:
         assert fifo.exists() and (workspace / "sock").exists()  # both were read-only mounts
     finally:
         server.close()
+
+
+def test_protected_path_replaced_on_the_host_stays_protected(workspace: Path) -> None:
+    # A bind holds an inode: after the host swaps .git for a new directory the
+    # warm container would protect the old one, so the runner makes a new one.
+    import shutil
+
+    git = workspace / ".git"
+    pol = policy(workspace, protected_paths=(git,))
+    with docker_runner() as runner:
+        assert sh(runner, "touch .git/x", pol).status.exit_code != 0  # a placeholder now
+        shutil.rmtree(git)
+        git.mkdir()
+        (git / "config").write_text("[core]\n")
+        result = sh(runner, "rm -rf .git; echo evil > .git/config", pol)
+        assert result.status.exit_code != 0
+        assert (git / "config").read_text() == "[core]\n"
+        shutil.rmtree(git)  # and a missing one again gets a fresh placeholder
+        assert sh(runner, "mkdir .git", pol).status.exit_code != 0

@@ -151,3 +151,13 @@ def test_unkillable_exec_takes_its_container_down(workspace: Path,
         assert finish(proc, reader).status.signal == signal.SIGKILL
         assert run(runner, ["echo", "alive"], pol).stdout == b"alive\n"
         assert container_of(runner) != first
+
+
+def test_what_a_command_leaves_running_dies_when_it_exits(workspace: Path) -> None:
+    pol = policy(workspace)
+    with docker_runner() as runner:
+        result = sh(runner, "setsid -f sh -c 'touch up1; exec sleep 4300'; "
+                    "nohup sh -c 'touch up2; exec sleep 4301' >/dev/null 2>&1 & "
+                    "while [ ! -e up1 ] || [ ! -e up2 ]; do sleep 0.05; done; echo left", pol)
+        assert result.stdout == b"left\n"
+        assert _processes(runner, pol, ["sleep 4300", "sleep 4301"]) == []
