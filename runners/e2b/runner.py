@@ -134,8 +134,16 @@ class E2BRunner(Runner):
 
         def start(stdin: bytes | None, deadline: float | None) -> RemoteProcess:
             session = self._session_for(policy, deadline)
-            return session.start(command, policy, cwd=cwd, env=variables, stdin=stdin,
-                                 deadline=deadline)
+            try:
+                return session.start(command, policy, cwd=cwd, env=variables, stdin=stdin,
+                                     deadline=deadline)
+            except SandboxUnavailable:
+                if not session.dead:
+                    raise
+            # The sandbox was gone before the command started (past its lifetime,
+            # killed): nothing ran, so one retry in a new sandbox is safe.
+            return self._session_for(policy, deadline).start(
+                command, policy, cwd=cwd, env=variables, stdin=stdin, deadline=deadline)
 
         return RemoteLaunch(start=start)
 

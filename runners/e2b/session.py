@@ -195,6 +195,7 @@ class E2BSession:
                                    ) from exc
             raise unavailable(exc, "starting the command") from exc
         except Exception as exc:
+            self.note_failure(exc)
             raise unavailable(exc, "starting the command") from exc
         proc = E2BProcess(self, pid, events, policy, stdin=stdin,
                           sync_back=policy.mode is not SandboxMode.READ_ONLY)
@@ -219,10 +220,19 @@ class E2BSession:
                                        events=events, check_health=commands._check_health)
             result = handle.wait()
         except Exception as exc:
+            self.note_failure(exc)
             if not check:
                 return ""
             raise unavailable(exc, what) from exc
         return str(result.stdout)
+
+    def note_failure(self, exc: BaseException) -> None:
+        """Mark the session dead when ``exc`` says the sandbox is gone or unreachable."""
+        e2b = import_sdk()
+        gone = (e2b.SandboxNotRunningException, e2b.SandboxNotFoundException,
+                e2b.SandboxUnreachableException)
+        if isinstance(exc, gone) or isinstance(exc.__cause__, gone):
+            self.dead = True
 
     def kill_tree(self, pid: int, sig: int) -> None:
         """Signal the command's process group; fall back to envd's SendSignal (SIGKILL)."""

@@ -52,6 +52,12 @@ from e2b.envd.process import process_pb
 from tests.runners.e2b.envd_state import CONNECT_HTTP_STATUS, ConnectError, EnvdDouble, oneof
 
 _END_STREAM = 0x02
+_DOUBLES: dict[str, EnvdDouble] = {}
+
+
+def envd_double(url: str) -> EnvdDouble:
+    """The sandbox state behind a running server (tests use it to expire the sandbox)."""
+    return _DOUBLES[url]
 
 
 def start_envd_server(
@@ -68,6 +74,7 @@ def start_envd_server(
     thread = threading.Thread(target=server.serve_forever, name="envd-double", daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
+    _DOUBLES[url] = double
 
     stopped = threading.Event()
 
@@ -75,6 +82,7 @@ def start_envd_server(
         if stopped.is_set():
             return
         stopped.set()
+        _DOUBLES.pop(url, None)
         server.shutdown()
         server.server_close()
         double.kill_all()
@@ -146,8 +154,22 @@ class _Handler(BaseHTTPRequestHandler):
         return query.get("username", ["user"])[0]
 
     # -- HTTP API -------------------------------------------------------------
+    def _expired(self, path: str) -> bool:
+        """After ``expire``: 502 from "the proxy", until a new sandbox's health check."""
+        double = self.server.double
+        if not double.expired:
+            return False
+        if path == "/health":
+            double.revive()
+            return False
+        self._reply(502, json.dumps({"code": 502, "message": "The sandbox debug_sandbox_id "
+                                     "was not found"}).encode())
+        return True
+
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
+        if self._expired(url.path):
+            return None
         if url.path == "/health":
             return self._reply(204, b"")
         if url.path != "/files":
@@ -164,6 +186,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         body = self._body()
+        if self._expired(url.path):
+            return None
         if url.path == "/files":
             return self._upload(url, body)
         if self.headers.get("Connect-Protocol-Version") != "1":

@@ -9,6 +9,7 @@ import os
 import queue
 import selectors
 import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -37,15 +38,37 @@ class EnvdDouble:
         self.keepalive_s = keepalive_s
         self.procs: dict[int, _Proc] = {}
         self.lock = threading.Lock()
+        self.sudoers = sudoers
+        self.expired = False
+        self.shims = self.root / ".envd-double/bin"
+        self._init_root()
+
+    def _init_root(self) -> None:
         for d in ("etc", "root", "home/user", "tmp"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         passwd = self.root / "etc/passwd"
         if not passwd.exists():
             passwd.write_text("root:x:0:0::/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n")
-        (self.root / "etc/sudoers-double").write_text("".join(f"{u}\n" for u in sudoers))
-        self.shims = self.root / ".envd-double/bin"
+        (self.root / "etc/sudoers-double").write_text("".join(f"{u}\n" for u in self.sudoers))
         self.shims.mkdir(parents=True, exist_ok=True)
         write_shims(self.shims, self.root)
+
+    def expire(self) -> None:
+        """The sandbox is killed (past its lifetime): its processes die and E2B's
+        proxy answers 502 "... was not found" until a new sandbox is created,
+        which in debug mode shows as the next ``/health`` (see ``revive``)."""
+        self.kill_all()
+        self.expired = True
+
+    def revive(self) -> None:
+        """A newly created sandbox: a fresh machine in the same root."""
+        for child in self.root.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+        self._init_root()
+        self.expired = False
 
     def host_path(self, path: str, user: str) -> Path:
         """Map a sandbox path (absolute, or relative to the user's home) into root."""

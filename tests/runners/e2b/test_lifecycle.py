@@ -156,6 +156,22 @@ def test_sandbox_dying_mid_command(envd: Envd, runner: E2BRunner, workspace: Pat
         run(runner, ["true"], policy("workspace-write", workspace))
 
 
+def test_expired_sandbox_is_replaced_before_the_next_command(
+        envd: Envd, runner: E2BRunner, workspace: Path) -> None:
+    from tests.runners.e2b.envd_server import envd_double
+
+    (workspace / "a.txt").write_text("host")
+    pol = policy("workspace-write", workspace)
+    assert run(runner, ["sh", "-c", "echo remote-only > ../scratch.txt"], pol).status \
+        == ExitStatus(0)
+    first = runner._session
+    envd_double(envd.url).expire()  # E2B killed it (its lifetime ran out)
+    ran = run(runner, ["sh", "-c", "cat a.txt; test -e ../scratch.txt || echo fresh"], pol)
+    assert ran.status == ExitStatus(0)
+    assert ran.stdout == b"hostfresh\n"  # a new sandbox, with the workspace synced in
+    assert runner._session is not first and first is not None and first.dead
+
+
 def test_workspace_must_not_change_within_a_session(runner: E2BRunner, workspace: Path,
                                                     tmp_path: Path) -> None:
     assert run(runner, ["true"], policy("read-only", workspace)).status == ExitStatus(0)
