@@ -94,8 +94,18 @@ def process_argv(script: str, limits: ResourceLimits) -> list[str]:
 
 
 def remote_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The executor's environment minus what only makes sense on this host."""
-    return {k: v for k, v in env.items() if k not in HOST_ONLY_ENV and "=" not in k and k}
+    """The executor's environment minus what only makes sense on this host, and
+    minus variables that are not valid UTF-8 (envd's JSON cannot carry them)."""
+    return {k: v for k, v in env.items()
+            if k and k not in HOST_ONLY_ENV and "=" not in k and _utf8(k) and _utf8(v)}
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def tree_kill_script(pid: int, sig: int) -> str:

@@ -161,6 +161,9 @@ class E2BRunner(Runner):
             raise SandboxUnavailable(
                 f"this session's sandbox holds workspace {session.workspace}, not "
                 f"{policy.workspace}; use one runner per workspace", runner=self.name)
+        # Internet access is fixed when the sandbox is created: a later command that
+        # wants network runs without it (stricter, never looser); one that wants it
+        # off cannot run in a sandbox created with it on.
         if session.network and not policy.network:
             raise SandboxUnavailable(
                 "this session's sandbox was created with internet access; a command with "

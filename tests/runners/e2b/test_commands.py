@@ -63,11 +63,12 @@ def test_not_a_login_shell(runner: E2BRunner, envd: Envd, workspace: Path) -> No
 
 
 def test_environment_drops_host_facts(runner: E2BRunner, envd: Envd, workspace: Path) -> None:
-    env = {"FOO": "bar baz", "PATH": "/host/only", "HOME": "/root", "BASH_ENV": "/x", "DSH_X": "1"}
+    env = {"FOO": "bar baz", "PATH": "/host/only", "HOME": "/root", "BASH_ENV": "/x", "DSH_X": "1",
+           "BAD": "\udcff"}  # not UTF-8: dropped, not a crash
     ran = run(runner, ["sh", "-c", 'printf "%s|" "$FOO" "$PATH" "$HOME" "$USER" "${BASH_ENV-unset}" '
-                       '"$DSH_X"'], policy("workspace-write", workspace), env=env)
+                       '"$DSH_X" "${BAD-unset}"'], policy("workspace-write", workspace), env=env)
     fields = ran.stdout.decode().split("|")
-    assert fields[0] == "bar baz" and fields[5] == "1"
+    assert fields[0] == "bar baz" and fields[5] == "1" and fields[6] == "unset"
     assert "/host/only" not in fields[1]
     assert fields[2] == str(envd.root / "home/dsh")  # the sandbox user's home
     assert fields[3] == "dsh" and fields[4] == "unset"
