@@ -68,16 +68,38 @@ def _policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
             policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits)
 
 
-def _pins(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
-    pins: dict[str, tuple[int, int] | None] = {}
+def _identities(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
+    """(st_dev, st_ino) of each bind target now (``None`` if missing)."""
+    ids: dict[str, tuple[int, int] | None] = {}
     for mount in spec.mounts:
         if mount.kind == "bind" and DockerRunner.daemon_is_local():
             try:
                 st = os.stat(mount.target, follow_symlinks=False)
-                pins[mount.target] = (st.st_dev, st.st_ino)
+                ids[mount.target] = (st.st_dev, st.st_ino)
             except OSError:
-                pins[mount.target] = None
-    return pins
+                ids[mount.target] = None
+    return ids
+
+
+def _pin(spec: ContainerSpec) -> tuple[dict[str, tuple[int, int] | None], list[int]]:
+    """Identities of the bind targets, and O_PATH fds holding them, taken before
+    the container is made and held while it lives.
+
+    Holding the inode keeps its number from being reused, so a path the host
+    deleted and re-created always shows up as a different inode.
+    """
+    ids: dict[str, tuple[int, int] | None] = {}
+    fds: list[int] = []
+    for target in _identities(spec):
+        try:
+            fd = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            ids[target] = None
+            continue
+        fds.append(fd)
+        st = os.fstat(fd)
+        ids[target] = (st.st_dev, st.st_ino)
+    return ids, fds
 
 
 @dataclass
@@ -87,11 +109,11 @@ class _Warm:
     id: str
     name: str
     spec: ContainerSpec
-    created_placeholders: list[str]
     # (st_dev, st_ino) of every bind target at creation.  A bind holds the inode,
     # not the name: if the host replaces a protected path (rm -rf .git; git init)
     # the old bind protects nothing, so the container is made anew.
     pinned: dict[str, tuple[int, int] | None] = field(default_factory=dict)
+    pin_fds: list[int] = field(default_factory=list)
     free_slots: list[int] = field(default_factory=list)
     next_slot: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -134,6 +156,7 @@ class DockerRunner(Runner):
         self._probe: RunnerProbe | None = None
         self._info: dict[str, Any] = {}
         self._warm: dict[tuple[object, ...], _Warm] = {}
+        self._placeholders: set[str] = set()  # empty dirs this runner made; removed at close
 
     # -- daemon ----------------------------------------------------------------------
     def _docker(self) -> Any:
@@ -273,7 +296,7 @@ class DockerRunner(Runner):
             if warm is not None:
                 try:
                     running = client.api.inspect_container(warm.id)["State"]["Running"]
-                    if running and _pins(warm.spec) == warm.pinned:
+                    if running and _identities(warm.spec) == warm.pinned:
                         return warm
                 except Exception:  # gone or unreadable: replace it
                     pass
@@ -290,11 +313,11 @@ class DockerRunner(Runner):
         if image_id is None:
             raise SandboxUnavailable(f"image {spec.image} not found locally (the runner never "
                                      f"pulls); {dc.BUILD_HINT}", runner=self.name)
-        created: list[str] = []
         for path in spec.placeholders:
             try:
                 os.mkdir(path, 0o755)
-                created.append(path)
+                with self._lock:
+                    self._placeholders.add(path)
             except FileExistsError:
                 pass  # made meanwhile (another session): it is bound read-only all the same
             except OSError as exc:
@@ -302,17 +325,23 @@ class DockerRunner(Runner):
                                          f"for a missing protected path: {exc}",
                                          runner=self.name) from None
         protected = [m.target for m in spec.mounts if m.why.startswith("protected")]
-        labels = {**dc.owner_labels(), dc.LABEL_PLACEHOLDERS: json.dumps(created),
+        # Label every placeholder of this runner the container binds, so a prune
+        # after a crash removes them even if an earlier container made them.
+        with self._lock:
+            ours = sorted(t for t in protected if t in self._placeholders)
+        labels = {**dc.owner_labels(), dc.LABEL_PLACEHOLDERS: json.dumps(ours),
                   dc.LABEL_PROTECTED: json.dumps(protected)}
         name = f"dsh-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        pinned, pin_fds = _pin(spec)
         try:
             container = client.containers.create(image_id, KEEPALIVE, name=name, labels=labels,
                                                  detach=True, **spec.docker_kwargs())
         except DockerException as exc:
-            dc.remove_placeholders(client, created)
+            for fd in pin_fds:
+                os.close(fd)
             raise SandboxUnavailable(f"cannot create the container: {exc}",
                                      runner=self.name) from None
-        warm = _Warm(container.id, name, spec, created, _pins(spec))
+        warm = _Warm(container.id, name, spec, pinned, pin_fds)
         try:
             container.start()
         except DockerException as exc:
@@ -322,16 +351,23 @@ class DockerRunner(Runner):
         return warm
 
     def _discard(self, warm: _Warm) -> None:
-        """Remove one container (and the placeholders only it needed)."""
+        """Remove one container.
+
+        Placeholders stay until ``close()``: a container made next may rely on
+        them, and removing a bind's mountpoint on the host would silently detach
+        it in a container still running.
+        """
         with self._lock:
             for key, value in list(self._warm.items()):
                 if value is warm:
                     del self._warm[key]
+        for fd in warm.pin_fds:
+            os.close(fd)
+        warm.pin_fds = []
         client = self._client
         if client is None:
             return
         dc.remove_container(client, warm.id)
-        dc.remove_placeholders(client, warm.created_placeholders)
 
     def close(self) -> None:
         with self._lock:
@@ -340,5 +376,7 @@ class DockerRunner(Runner):
             self._discard(item)
         with self._lock:
             client, self._client = self._client, None
+            placeholders, self._placeholders = sorted(self._placeholders), set()
         if client is not None:
+            dc.remove_placeholders(client, placeholders)
             client.close()
