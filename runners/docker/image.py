@@ -1,7 +1,7 @@
 """Build the docker runner's image locally, without a registry.
 
 The image is a root filesystem assembled here from the host's own programs
-(bash, dash, GNU coreutils, grep, sed, findutils, util-linux ``setsid``,
+(bash, dash, GNU coreutils, grep, sed, findutils, git, util-linux ``setsid``,
 procps ``ps``/``kill``), each copied with the shared libraries ``ldd`` names,
 topped up with Debian's ``busybox-static`` applets for every command the host
 did not provide.  The tar is written in memory (no staging directory, all
@@ -37,7 +37,7 @@ from dsh.sandbox.errors import SandboxUnavailable
 # supply every one except bash.
 HOST_PROGRAMS: tuple[str, ...] = (
     "bash", "sh", "dash", "env", "kill", "ps", "setsid", "grep", "egrep", "fgrep", "sed",
-    "find", "xargs", "tar", "gzip", "diff", "cmp", "which", "awk", "mawk",
+    "find", "xargs", "tar", "gzip", "diff", "cmp", "which", "awk", "mawk", "git",
     # GNU coreutils
     "arch", "base64", "basename", "cat", "chgrp", "chmod", "chown", "cksum", "comm", "cp",
     "csplit", "cut", "date", "dd", "df", "dir", "dircolors", "dirname", "du", "echo", "expand",
