@@ -148,7 +148,10 @@ def run(
             out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_launch(launch, proc)
-            proc.communicate()
+            try:
+                proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"killing the sandbox left processes holding its output: {argv!r}")
             pytest.fail(f"sandboxed command did not finish within {timeout} s: {argv!r}")
         return Ran(proc.returncode, out, err)
     finally:
