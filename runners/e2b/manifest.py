@@ -92,6 +92,7 @@ def pack(workspace: Path, names: Collection[str], out: IO[bytes]) -> None:
                 continue
             info.uid = info.gid = 0
             info.uname = info.gname = ""
+            info.mtime = int(info.mtime)  # a float mtime costs a pax header per member
             if info.isreg():
                 try:
                     with open(path, "rb") as fh:
