@@ -82,16 +82,18 @@ class E2BProcess(RemoteProcess):
         except Exception as exc:
             status = _KILLED
             notes.append(self._stream_failure(exc))
-        if self._sync_back and not self.session.dead and not self.session.closing:
-            notes += self._sync()
-        for note in notes:
-            self._write(self._stderr_w, f"\n{note}\n".encode())
-        os.close(self._stdout_w)
-        os.close(self._stderr_w)
-        with self.session._lock:
-            self.session.live.discard(self)
-            self._status = status
-            self._done.set()
+        try:
+            if self._sync_back and not self.session.dead and not self.session.closing:
+                notes += self._sync()
+            for note in notes:
+                self._write(self._stderr_w, f"\n{note}\n".encode())
+        finally:  # whatever happened, the executor must see EOF and an exit status
+            os.close(self._stdout_w)
+            os.close(self._stderr_w)
+            with self.session._lock:
+                self.session.live.discard(self)
+                self._status = status
+                self._done.set()
 
     def _stream(self) -> ExitStatus | None:
         status = None
@@ -136,6 +138,8 @@ class E2BProcess(RemoteProcess):
         except OSError as exc:
             return [f"dsh: e2b: sync-back failed writing the host workspace "
                     f"(rolled back): {exc}"]
+        except Exception as exc:  # a runner bug must not hang the executor
+            return [f"dsh: e2b: sync-back failed: {type(exc).__name__}: {exc}"]
 
     def _write(self, fd: int, data: bytes) -> None:
         """Write all of ``data``; once the reader closed its end, drop output."""
@@ -143,5 +147,5 @@ class E2BProcess(RemoteProcess):
         while view and fd not in self._reader_gone:
             try:
                 view = view[os.write(fd, view):]
-            except BrokenPipeError:
+            except OSError:  # EPIPE: the executor closed its end and wants no more
                 self._reader_gone.add(fd)
