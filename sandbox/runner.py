@@ -173,5 +173,13 @@ class Runner(abc.ABC):
         Raises ``SandboxUnavailable`` when it cannot enforce the policy.
         """
 
+    def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        """What this runner cannot *report* exactly (not enforce): capability -> reason.
+
+        These never gate a run (enforcement does); the conformance suite reports
+        the scenarios that cover them as not-enforced with the reason.
+        """
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Tear down session resources (containers, remote sandboxes)."""

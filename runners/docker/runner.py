@@ -102,6 +102,12 @@ def _pin(spec: ContainerSpec) -> tuple[dict[str, tuple[int, int] | None], list[i
     return ids, fds
 
 
+# Docker reports an exec's end as one number: death by signal N and exit(128+N)
+# look the same, so only the signals the runner sent itself are reported as such.
+_SIGNAL_STATUS_GAP = ("death by a signal the runner did not send shows as exit code 128+N "
+                      "(docker reports no signal)")
+
+
 @dataclass
 class _Warm:
     """A running container of one shape, and the pid-file slots of its execs."""
@@ -244,13 +250,15 @@ class DockerRunner(Runner):
         cannot += [
             "a command that clears its environment AND leaves its process tree (env -i + "
             "double fork) survives its kill; it dies when the container is removed",
-            "death by a signal the runner did not send shows as exit code 128+N "
-            "(docker reports no signal)",
+            _SIGNAL_STATUS_GAP,
         ]
         if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
             cannot.append("danger-full-access still sees only the mounts above, not the host")
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
                           tuple(cannot))
+
+    def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        return {"signal-status": _SIGNAL_STATUS_GAP}
 
     # -- commands --------------------------------------------------------------------
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,

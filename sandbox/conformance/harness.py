@@ -73,6 +73,7 @@ class Harness:
         # /var/tmp: outside /tmp and $TMPDIR, which workspace-write makes writable.
         self.base_dir = base_dir or ("/var/tmp" if os.path.isdir("/var/tmp") else None)
         self.secrets = self._plant_secrets()
+        self._reporting_gaps: dict[str, str] = {}
 
     @staticmethod
     def _plant_secrets() -> dict[str, str]:
@@ -108,6 +109,7 @@ class Harness:
             ctx, enforcement = self._context(runner, mode, root, profile)
             caps = _capabilities(enforcement.degradations, runner)
             missing = " ; ".join(enforcement.missing)
+            reporting = self._reporting_gaps
             tools: dict[str, bool] = {}
             for scenario in scenarios:
                 nonce = secrets.token_hex(6)
@@ -115,7 +117,11 @@ class Harness:
                               ports=listeners.ports, abstract=listeners.abstract, unix_path=listeners.unix_path,
                               victim_pid=victim.pid, secrets=self.secrets, hits=listeners.hits,
                               suid_helper=os.environ.get("DSH_CONFORMANCE_SUID"), is_root=os.geteuid() == 0)
-                result = self._scenario(ctx, runner, mode, scenario, env, caps, missing, tools, listeners)
+                gap = next((why for cap, why in reporting.items() if cap in scenario.covers), None)
+                if gap is not None:
+                    result = ScenarioResult(scenario.id, runner, mode, "not-enforced", f"runner cannot report: {gap}")
+                else:
+                    result = self._scenario(ctx, runner, mode, scenario, env, caps, missing, tools, listeners)
                 cell.results.append(result)
                 self.progress(result)
         except SandboxUnavailable as exc:
@@ -156,6 +162,7 @@ class Harness:
             if instance is None or not probe.available:
                 raise SandboxUnavailable(probe.reason or "runner not available", runner=runner)
             enforcement = instance.enforcement(policy)
+            self._reporting_gaps = dict(instance.reporting_gaps(policy))
         finally:
             probe_ctx.close()
         # Accept what the runner declares partial so the rest of the catalog runs;
