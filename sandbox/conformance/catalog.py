@@ -148,10 +148,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              check_blocked=c.file_is("{root}/.git/config", b"[core]\n\trepositoryformatversion = 0\n")),
     Scenario("prot-git-create", "protected", "create .git when it does not exist",
              sh("mkdir {root}/.git && echo pwn > {root}/.git/HEAD"), BLOCKED, setup=c.no_git_dir,
-             covers=("protected-paths",), check_blocked=c.absent("{root}/.git")),
+             covers=("protected-paths",), check_blocked=c.absent_or_empty("{root}/.git")),
     Scenario("prot-dsh-create", "protected", "create .dsh/ in the workspace",
              sh("mkdir -p {root}/.dsh && echo pwn > {root}/.dsh/config"), BLOCKED,
-             covers=("protected-paths",), check_blocked=c.absent("{root}/.dsh")),
+             covers=("protected-paths",), check_blocked=c.absent_or_empty("{root}/.dsh")),
     Scenario("prot-git-delete", "protected", "delete .git", sh("rm -rf {root}/.git"), BLOCKED, setup=c.git_dir,
              covers=("protected-paths",),
              check_blocked=c.file_is("{root}/.git/config", b"[core]\n\trepositoryformatversion = 0\n")),
@@ -257,7 +257,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              check_ok=lambda e, o: None if "\ufffd" not in o.stdout_text and o.stdout_omitted > 0
              else "retained text has a broken code point or nothing was cut"),
     Scenario("out-signal", "output", "death by signal is reported as the signal",
-             sh("kill -KILL $$"), OK,
+             sh("kill -KILL $$"), OK, covers=("signal-status",),
              check_ok=lambda e, o: None if o.signal == "SIGKILL" and o.exit_code is None
              else f"exit={o.exit_code} signal={o.signal}"),
 )

@@ -41,6 +41,28 @@ def absent(template: str) -> Check:
     return check
 
 
+def absent_or_empty(template: str) -> Check:
+    """Nothing was put at the path: it is absent, or an empty directory or file.
+
+    A runner with a long-lived sandbox (Docker's warm container) keeps a missing
+    protected path from being created by mounting an empty read-only
+    placeholder there; that placeholder must never gain content.
+    """
+
+    def check(env: HostEnv, out: RunOutput) -> str | None:
+        path = Path(env.fmt(template))
+        if not os.path.lexists(path):
+            return None
+        if path.is_symlink():
+            return f"{path} is a symlink on the host"
+        if path.is_dir():
+            entries = os.listdir(path)
+            return f"{path} was created with {sorted(entries)[:5]}" if entries else None
+        return f"{path} was created with {path.stat().st_size} bytes" if path.stat().st_size else None
+
+    return check
+
+
 def file_is(template: str, content: bytes) -> Check:
     def check(env: HostEnv, out: RunOutput) -> str | None:
         path = Path(env.fmt(template))
