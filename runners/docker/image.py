@@ -37,7 +37,7 @@ from dsh.sandbox.errors import SandboxUnavailable
 # supply every one except bash.
 HOST_PROGRAMS: tuple[str, ...] = (
     "bash", "sh", "dash", "env", "kill", "ps", "setsid", "grep", "egrep", "fgrep", "sed",
-    "find", "xargs", "tar", "gzip", "diff", "cmp", "which", "awk", "mawk", "git",
+    "find", "xargs", "tar", "gzip", "diff", "cmp", "which", "awk", "mawk", "git", "ip", "make",
     # GNU coreutils
     "arch", "base64", "basename", "cat", "chgrp", "chmod", "chown", "cksum", "comm", "cp",
     "csplit", "cut", "date", "dd", "df", "dir", "dircolors", "dirname", "du", "echo", "expand",
@@ -101,6 +101,7 @@ def plan_rootfs(programs: Iterable[str] = HOST_PROGRAMS) -> RootfsPlan:
         plan.programs.append(name)
         for lib in shared_libraries(Path(found)):
             plan.files.setdefault(_dest_for(lib), lib)
+    _plan_python(plan)
     busybox = shutil.which("busybox")
     if busybox is not None and not shared_libraries(Path(busybox)):  # static only
         plan.files[f"{BIN_DIR}/busybox"] = Path(busybox)
@@ -120,6 +121,35 @@ def plan_rootfs(programs: Iterable[str] = HOST_PROGRAMS) -> RootfsPlan:
             runner="docker",
         )
     return plan
+
+
+# Debian's own python3 (not a virtualenv's): the interpreter, its standard
+# library (no tests, no caches, no third-party packages) and the libraries its
+# extension modules load.  Builds and test suites commonly need python3.
+_SYSTEM_PYTHON = Path("/usr/bin/python3.11")
+_SYSTEM_STDLIB = Path("/usr/lib/python3.11")
+_STDLIB_SKIP = {"test", "__pycache__", "idlelib", "tkinter", "turtledemo", "ensurepip", "dist-packages",
+                "site-packages", "lib2to3"}
+
+
+def _plan_python(plan: RootfsPlan) -> None:
+    if not (_SYSTEM_PYTHON.is_file() and _SYSTEM_STDLIB.is_dir()):
+        return
+    plan.files[f"{BIN_DIR}/{_SYSTEM_PYTHON.name}"] = _SYSTEM_PYTHON
+    plan.symlinks[f"{BIN_DIR}/python3"] = _SYSTEM_PYTHON.name
+    plan.programs.append("python3")
+    for lib in shared_libraries(_SYSTEM_PYTHON):
+        plan.files.setdefault(_dest_for(lib), lib)
+    for dirpath, dirnames, filenames in os.walk(_SYSTEM_STDLIB):
+        dirnames[:] = [d for d in dirnames if d not in _STDLIB_SKIP]
+        for name in filenames:
+            host = Path(dirpath) / name
+            if host.is_symlink() or not host.is_file():
+                continue
+            plan.files[str(host).lstrip("/")] = host
+            if name.endswith(".so"):
+                for lib in shared_libraries(host):
+                    plan.files.setdefault(_dest_for(lib), lib)
 
 
 def _etc_files() -> dict[str, bytes]:
