@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import tomllib
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from importlib import metadata
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.sandbox.errors import CompositionError, DuplicateServiceError, MissingServiceError
+
+if TYPE_CHECKING:
+    from importlib import metadata
 
 PLUGIN_GROUP = "dsh_sandbox.plugins"
 
@@ -138,6 +139,10 @@ class Context:
 
 # -- plugin lookup --------------------------------------------------------------
 def _entry_points(group: str) -> dict[str, metadata.EntryPoint]:
+    # Imported here: scanning installed distributions is slow, and the CLI's
+    # `run` builds its context from direct imports without it.
+    from importlib import metadata
+
     return {ep.name: ep for ep in metadata.entry_points(group=group)}
 
 
@@ -306,6 +311,8 @@ def load_composition_file(path: str | Path) -> list[CompositionEntry]:
         raise CompositionError(f"composition {str(p)!r}: cannot read: {exc.strerror}") from None
     try:
         if p.suffix == ".toml":
+            import tomllib
+
             data: Any = tomllib.loads(text)
         else:
             import yaml  # lazily: only compositions need it
