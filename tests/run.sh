@@ -28,6 +28,9 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]"
+# An editable install compiles nothing; with PYTHONDONTWRITEBYTECODE set (as on
+# these machines) every CLI start would recompile the package from source.
+python3 -m compileall -q sandbox runners executors tools profiles >/dev/null
 
 # Docker daemon + the locally built runner image (never pulled).
 bash "$root/.ci/docker-setup.sh"
