@@ -21,10 +21,11 @@ import os
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.runners.bwrap.lifecycle import SandboxLifecycle
 from dsh.runners.bwrap.limits import (
     BWRAP_OVERHEAD_PIDS,
     CgroupSupport,
@@ -277,32 +278,32 @@ class BwrapRunner(Runner):
                 runner=self.name,
             )
         group = self._cgroup(policy.limits, facts)
-        opened = OpenedMounts()
         try:
-            if policy.constrained:
-                opened = open_mounts(plan_mounts(policy))
-                inner = [
-                    facts.bwrap,
-                    *namespace_args(network=policy.network, is_root=facts.is_root),
-                    *BASE_MOUNTS,
-                    *opened.args,
-                    "--chdir",
-                    os.path.abspath(cwd),
-                    "--",
-                ]
-            else:
-                inner = []
-            full = [*self._limit_wrappers(policy.limits, facts, group), *inner]
+            opened = open_mounts(plan_mounts(policy)) if policy.constrained else OpenedMounts()
         except BaseException:
-            opened.close()
             if group is not None:
                 group.remove()
             raise
+        life = SandboxLifecycle(opened, group, bwrap=policy.constrained)
+        inner: list[str] = []
+        if policy.constrained:
+            inner = [
+                facts.bwrap,
+                *namespace_args(network=policy.network, is_root=facts.is_root),
+                "--info-fd",
+                str(life.info_write),
+                *BASE_MOUNTS,
+                *opened.args,
+                "--chdir",
+                os.path.abspath(cwd),
+                "--",
+            ]
+        wrappers = self._limit_wrappers(policy.limits, facts, group)
         return LocalLaunch(
-            argv=(*full, *command),
-            pass_fds=tuple(opened.fds),
-            kill_tree=_kill_tree(group) if group is not None else None,
-            cleanup=_once(opened, group),
+            argv=(*wrappers, *inner, *command),
+            pass_fds=life.pass_fds,
+            kill_tree=life.kill_tree,
+            cleanup=life.cleanup,
         )
 
     def _cgroup(self, limits: ResourceLimits, facts: HostFacts) -> SandboxCgroup | None:
@@ -334,31 +335,3 @@ class BwrapRunner(Runner):
         if facts.timeout is not None:
             out += timeout_args(facts.timeout, limits.wall_time_s)
         return out
-
-
-def _kill_tree(group: SandboxCgroup) -> Callable[[int, int], None]:
-    def kill(pid: int, sig: int) -> None:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-        group.kill(sig)
-
-    return kill
-
-
-def _once(opened: OpenedMounts, group: SandboxCgroup | None) -> Callable[[], None]:
-    lock = threading.Lock()
-    done = False
-
-    def cleanup() -> None:
-        nonlocal done
-        with lock:
-            if done:
-                return
-            done = True
-        opened.close()
-        if group is not None:
-            group.remove()
-
-    return cleanup

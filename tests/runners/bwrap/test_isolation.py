@@ -33,9 +33,26 @@ def wait_until(predicate: object, what: str, limit: float = POLL_S) -> None:
 
 
 def host_pids_with(marker: str) -> list[int]:
+    """Host pids of processes running ``sleep <marker>`` (not of shells naming it)."""
+    wanted = b"sleep\0" + marker.encode() + b"\0"
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    cmdline = fh.read()
+            except OSError:
+                continue
+            if cmdline == wanted or cmdline.endswith(b"/" + wanted):
+                found.append(int(entry))
+    return found
+
+
+def host_pids_mentioning(marker: str) -> list[int]:
+    """Host pids whose command line mentions ``marker`` anywhere (bwrap included)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as fh:
                     if marker.encode() in fh.read():
@@ -240,6 +257,7 @@ def test_double_forked_daemon_dies_with_the_sandbox(runner: BwrapRunner, layout:
 
 
 def test_killing_bwrap_kills_everything_inside(runner: BwrapRunner, layout: Layout) -> None:
+    """Once the sandbox runs, killing bwrap alone (not its group) ends everything."""
     marker = f"4{uuid.uuid4().int % 10**6:06d}.5"
     script = f"setsid sh -c '(sleep {marker} &)' </dev/null >/dev/null 2>&1; exec sleep 600"
     launch = runner.prepare(["/bin/sh", "-c", script], policy(layout.ws), cwd=str(layout.ws), env={})
@@ -247,7 +265,7 @@ def test_killing_bwrap_kills_everything_inside(runner: BwrapRunner, layout: Layo
     proc = spawn(launch, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
     try:
         wait_until(lambda: host_pids_with(marker), "the daemon to start")
-        os.kill(proc.pid, signal.SIGKILL)  # only bwrap itself, not its group
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=120)
         wait_until(lambda: not host_pids_with(marker), f"daemon 'sleep {marker}' to be gone")
     finally:
@@ -256,6 +274,24 @@ def test_killing_bwrap_kills_everything_inside(runner: BwrapRunner, layout: Layo
             proc.wait()
         assert launch.cleanup is not None
         launch.cleanup()
+
+
+def test_kill_tree_right_after_spawn_leaves_nothing(runner: BwrapRunner, layout: Layout) -> None:
+    """An abort in bwrap's first milliseconds must not orphan a running sandbox."""
+    markers = [f"6{uuid.uuid4().int % 10**6:06d}.{i}" for i in range(12)]
+    for marker in markers:
+        script = f"setsid sh -c '(sleep {marker} &)' </dev/null >/dev/null 2>&1; exec sleep 600"
+        launch = runner.prepare(["/bin/sh", "-c", script], policy(layout.ws), cwd=str(layout.ws), env={})
+        assert isinstance(launch, LocalLaunch) and launch.kill_tree is not None
+        proc = spawn(launch, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        try:
+            launch.kill_tree(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=120)
+        finally:
+            assert launch.cleanup is not None
+            launch.cleanup()
+    for marker in markers:
+        wait_until(lambda m=marker: not host_pids_mentioning(m), f"everything of {marker} gone")
 
 
 def test_exact_argv_round_trips(runner: BwrapRunner, layout: Layout) -> None:

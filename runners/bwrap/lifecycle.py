@@ -1,0 +1,134 @@
+"""Killing and cleaning up one bwrap sandbox.
+
+``--die-with-parent`` ties the sandbox to the bwrap monitor process, but only
+once bwrap's pid 1 has installed its parent-death signal: a monitor killed in
+the first milliseconds (an abort right after spawn) can leave the sandbox
+running.  So ``kill_tree`` also kills the sandbox's pid 1 directly: bwrap
+reports its host pid on ``--info-fd`` during setup (``kill_tree`` waits for
+it, bounded), and killing a pid namespace's init kills everything in it.  The pid is taken as a
+pidfd and checked to be an init of a pid namespace, so a recycled pid is never
+signalled.  Where a limits cgroup exists, every process in it is killed too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import threading
+import time
+
+from dsh.runners.bwrap.limits import SandboxCgroup
+from dsh.runners.bwrap.materialize import OpenedMounts
+
+#: How long ``kill_tree`` waits for bwrap to report its pid 1 (it does so
+#: during setup, before the command starts; only a broken bwrap makes it wait).
+INFO_WAIT_S = 5.0
+
+
+def _child_pid(info: bytes) -> int | None:
+    try:
+        pid = json.loads(info.decode())["child-pid"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 1 else None
+
+
+class SandboxLifecycle:
+    """Owns what one launch holds open: mounts' fds, the info pipe, the cgroup."""
+
+    def __init__(self, opened: OpenedMounts, group: SandboxCgroup | None, *, bwrap: bool = True) -> None:
+        self.opened = opened
+        self.group = group
+        self._info_read = self.info_write = -1
+        if bwrap:  # a pipe for bwrap's --info-fd
+            self._info_read, self.info_write = os.pipe2(os.O_CLOEXEC)
+            os.set_blocking(self._info_read, False)
+        self._info = b""
+        self._lock = threading.Lock()
+        self._closed = False
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        return (*self.opened.fds, *([self.info_write] if self.info_write != -1 else []))
+
+    def _sandbox_init_pid(self) -> int | None:
+        """Host pid of the sandbox's pid 1, waiting (bounded) for bwrap to report it.
+
+        Our copy of the pipe's write end is closed first, so the wait ends at EOF
+        when bwrap (and any wrapper) is gone without having reported a pid.
+        """
+        if self._info_read == -1:
+            return None
+        if self.info_write != -1:
+            os.close(self.info_write)
+            self.info_write = -1
+        deadline = time.monotonic() + INFO_WAIT_S
+        poller = select.poll()
+        poller.register(self._info_read, select.POLLIN)
+        while (pid := _child_pid(self._info)) is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not poller.poll(int(remaining * 1000) + 1):
+                return None
+            try:
+                chunk = os.read(self._info_read, 4096)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return None
+            self._info += chunk
+        return pid
+
+    def _init_pidfd(self) -> int | None:
+        pid = self._sandbox_init_pid()
+        if pid is None:
+            return None
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return None  # already gone
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                nspid = next((ln.split()[1:] for ln in fh if ln.startswith("NSpid:")), [])
+        except OSError:
+            nspid = []
+        if len(nspid) < 2 or nspid[-1] != "1":
+            os.close(fd)  # not (or no longer) the init of a pid namespace
+            return None
+        return fd
+
+    def kill_tree(self, pid: int, sig: int) -> None:
+        with self._lock:
+            if self._closed:
+                init_fd = None
+            else:
+                init_fd = self._init_pidfd()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+        if init_fd is not None:
+            try:
+                # Its parent-death signal is SIGKILL anyway; an init ignores
+                # catchable signals from outside, so nothing gentler would work.
+                signal.pidfd_send_signal(init_fd, signal.SIGKILL)
+            except OSError:
+                pass
+            finally:
+                os.close(init_fd)
+        if self.group is not None:
+            self.group.kill(sig)
+
+    def cleanup(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.opened.close()
+        for fd in (self._info_read, self.info_write):
+            if fd != -1:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.info_write = -1
+        if self.group is not None:
+            self.group.remove()
