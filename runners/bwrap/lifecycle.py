@@ -28,12 +28,17 @@ from dsh.runners.bwrap.materialize import OpenedMounts
 INFO_WAIT_S = 5.0
 
 
-def _child_pid(info: bytes) -> int | None:
+def _sandbox_init(info: bytes) -> tuple[int, int | None] | None:
+    """``(child-pid, pid-namespace inode)`` from bwrap's complete info JSON."""
     try:
-        pid = json.loads(info.decode())["child-pid"]
+        data = json.loads(info.decode())
+        pid = data["child-pid"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None
-    return pid if isinstance(pid, int) and pid > 1 else None
+    ns = data.get("pid-namespace")
+    if not isinstance(pid, int) or pid <= 1:
+        return None
+    return pid, ns if isinstance(ns, int) else None
 
 
 class SandboxLifecycle:
@@ -54,7 +59,7 @@ class SandboxLifecycle:
     def pass_fds(self) -> tuple[int, ...]:
         return (*self.opened.fds, *([self.info_write] if self.info_write != -1 else []))
 
-    def _sandbox_init_pid(self) -> int | None:
+    def _sandbox_init(self) -> tuple[int, int | None] | None:
         """Host pid of the sandbox's pid 1, waiting (bounded) for bwrap to report it.
 
         Our copy of the pipe's write end is closed first, so the wait ends at EOF
@@ -68,7 +73,7 @@ class SandboxLifecycle:
         deadline = time.monotonic() + INFO_WAIT_S
         poller = select.poll()
         poller.register(self._info_read, select.POLLIN)
-        while (pid := _child_pid(self._info)) is None:
+        while (found := _sandbox_init(self._info)) is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not poller.poll(int(remaining * 1000) + 1):
                 return None
@@ -79,23 +84,28 @@ class SandboxLifecycle:
             if not chunk:
                 return None
             self._info += chunk
-        return pid
+        return found
 
     def _init_pidfd(self) -> int | None:
-        pid = self._sandbox_init_pid()
-        if pid is None:
+        """A pidfd of the sandbox's pid 1, only if that pid still is that process."""
+        found = self._sandbox_init()
+        if found is None:
             return None
+        pid, pid_ns = found
         try:
             fd = os.pidfd_open(pid)
         except OSError:
             return None  # already gone
         try:
+            # Checked after the pidfd exists, so the pid cannot change under us:
+            # it must be pid 1 of the very namespace bwrap reported.
+            same_ns = pid_ns is None or os.stat(f"/proc/{pid}/ns/pid").st_ino == pid_ns
             with open(f"/proc/{pid}/status") as fh:
                 nspid = next((ln.split()[1:] for ln in fh if ln.startswith("NSpid:")), [])
         except OSError:
-            nspid = []
-        if len(nspid) < 2 or nspid[-1] != "1":
-            os.close(fd)  # not (or no longer) the init of a pid namespace
+            same_ns, nspid = False, []
+        if not same_ns or len(nspid) < 2 or nspid[-1] != "1":
+            os.close(fd)
             return None
         return fd
 
