@@ -332,3 +332,54 @@ def test_workspace_files_keep_the_callers_ownership(runner: BwrapRunner, layout:
     assert result.returncode == 0, result.err
     st = (layout.ws / "owned.txt").stat()
     assert (st.st_uid, st.st_gid) == (os.getuid(), os.getgid())
+
+
+UNIX_PROBE = """
+import socket, sys
+for path in sys.argv[1:]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        print("CONNECTED", path)
+    except OSError as exc:
+        print("refused", path, exc)
+"""
+
+
+@pytest.mark.parametrize("network", [False, True], ids=["net-off", "net-on"])
+@BOTH_MODES
+def test_host_unix_sockets_are_unreachable(
+    runner: BwrapRunner, layout: Layout, mode: SandboxMode, network: bool
+) -> None:
+    """A read-only view does not stop connect(): host sockets are covered up."""
+    listeners = []
+    paths = [str(layout.outside / "host.sock"), str(layout.ws / "in-workspace.sock")]
+    try:
+        for path in paths:
+            srv = socket.socket(socket.AF_UNIX)
+            srv.bind(path)
+            srv.listen(4)
+            srv.setblocking(False)
+            listeners.append(srv)
+        targets = [*paths, *(p for p in ("/run/docker.sock",) if os.path.exists(p))]
+        result = run(runner, [PY, "-c", UNIX_PROBE, *targets], policy(layout.ws, mode, network=network))
+        assert result.returncode == 0, result.err
+        assert "CONNECTED" not in result.out, result.out
+        for srv in listeners:
+            with pytest.raises(BlockingIOError):
+                srv.accept()
+    finally:
+        for srv in listeners:
+            srv.close()
+
+
+def test_sockets_made_inside_the_sandbox_work(runner: BwrapRunner, layout: Layout) -> None:
+    code = """
+import socket, os
+srv = socket.socket(socket.AF_UNIX); srv.bind("own.sock"); srv.listen(1)
+cli = socket.socket(socket.AF_UNIX); cli.connect("own.sock")
+conn, _ = srv.accept(); cli.sendall(b"ping"); print(conn.recv(4).decode())
+a, b = socket.socketpair(); a.sendall(b"pair"); print(b.recv(4).decode())
+"""
+    result = run(runner, [PY, "-c", code], policy(layout.ws))
+    assert result.out.split() == ["ping", "pair"], result.err
