@@ -261,6 +261,14 @@ class BwrapRunner(Runner):
             self.name, policy.mode, tuple(rules), network, tuple(limit_lines(policy.limits, facts)), tuple(cannot)
         )
 
+    def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        if not policy.constrained:
+            return {}
+        return {
+            "signal-status": "bwrap reports a command killed by signal N as exit status 128+N "
+            "(its monitor exits; it cannot die by the same signal)"
+        }
+
     # -- launch --------------------------------------------------------------------------
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
         command = tuple(argv)

@@ -130,3 +130,10 @@ def test_bwrap_setup_failure_is_a_nonzero_exit(runner: BwrapRunner, layout: Layo
     assert result.returncode != 0
     assert "bwrap" in result.err
     assert not marker.exists()
+
+
+def test_death_by_signal_is_a_declared_reporting_gap(runner: BwrapRunner, layout: Layout) -> None:
+    result = sh(runner, "kill -KILL $$", policy(layout.ws))
+    assert result.returncode == 128 + 9
+    assert "signal-status" in runner.reporting_gaps(policy(layout.ws))
+    assert runner.reporting_gaps(policy(layout.ws, SandboxMode.DANGER_FULL_ACCESS)) == {}
