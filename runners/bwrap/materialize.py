@@ -9,6 +9,7 @@ Missing protected paths get a shared *placeholder* directory (see ``mounts``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 from dataclasses import dataclass, field
@@ -120,7 +121,14 @@ def _open_one(opened: OpenedMounts, m: Mount) -> None:
         opened.fds.append(fd)
         opened.args += ["--ro-bind-fd", str(fd), m.path]
     elif m.kind == "placeholder":
-        ph = Placeholder.acquire(m.path)
+        try:
+            ph = Placeholder.acquire(m.path)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                # We cannot create it here, and the sandbox runs with our uid and
+                # groups (and, as root, without capabilities): nor can it.
+                return
+            raise _changed(m.path, exc.strerror or str(exc)) from None
         if ph is None:
             if os.path.islink(m.path):
                 raise _changed(m.path, "a symlink appeared at a protected path")
