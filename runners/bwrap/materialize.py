@@ -96,6 +96,7 @@ class OpenedMounts:
     """bwrap mount arguments plus the fds and placeholders they rely on."""
 
     args: list[str] = field(default_factory=list)
+    late_args: list[str] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)
     placeholders: list[Placeholder] = field(default_factory=list)
 
@@ -138,7 +139,10 @@ def _open_one(opened: OpenedMounts, m: Mount) -> None:
         opened.fds.append(ph.fd)
         opened.args += ["--ro-bind-fd", str(ph.fd), m.path]
     elif m.kind == "mask-dir":
-        opened.args += ["--tmpfs", m.path, "--remount-ro", m.path]
+        # Read-only only at the end (``open_mounts``): deeper mounts may still
+        # need their mount points created in this tmpfs.
+        opened.args += ["--tmpfs", m.path]
+        opened.late_args += ["--remount-ro", m.path]
     else:  # mask-file
         opened.args += ["--ro-bind", "/dev/null", m.path]
 
@@ -152,4 +156,6 @@ def open_mounts(plan: MountPlan) -> OpenedMounts:
     except BaseException:
         opened.close()
         raise
+    opened.args += opened.late_args
+    opened.late_args = []
     return opened

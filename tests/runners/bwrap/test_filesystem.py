@@ -241,3 +241,21 @@ def test_symlinked_protected_path_is_a_named_degradation(runner: BwrapRunner, la
     result = sh(runner, script, accepted)
     assert result.returncode == 0, result.err
     assert (real / "config").read_text() == ORIGINAL
+
+
+def test_writable_root_inside_a_hidden_directory(runner: BwrapRunner, layout: Layout) -> None:
+    """The hidden tree stays empty and read-only; the root inside it stays writable."""
+    (layout.outside / "secret.txt").write_text("TOPSECRET\n")
+    inner = layout.outside / "inner"
+    inner.mkdir()
+    script = f"""
+        cat {layout.outside}/secret.txt && exit 10
+        echo x > {layout.outside}/new && exit 11
+        echo ok > {inner}/made || exit 12
+        exit 0
+    """
+    pol = policy(layout.ws, roots=(layout.ws, inner), hidden=(layout.outside,))
+    result = sh(runner, script, pol)
+    assert result.returncode == 0, result.err
+    assert (inner / "made").read_text() == "ok\n"
+    assert sorted(os.listdir(layout.outside)) == ["inner", "keep.txt", "secret.txt"]
