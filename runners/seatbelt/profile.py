@@ -11,7 +11,8 @@ Rules, in order:
 2. processes (exec, fork, signals and process info within the sandbox) and the
    few services ordinary programs need to start (user lookup, preferences,
    sysctl reads, POSIX semaphores, ptys).
-3. reads everywhere, then hidden paths denied (read and write).
+3. reads everywhere except the hidden paths (``require-not``), then the hidden
+   paths denied again (read and write), for the same reason as in 4.
 4. writes: ``/dev/null``; in workspace-write each writable root, each allow
    excluding the protected and read-only paths with ``require-not``; then
    explicit ``deny`` rules for the same paths.  Both are emitted so the result
@@ -130,7 +131,13 @@ def build_profile(policy: SandboxPolicy) -> SeatbeltProfile:
     parts = [BASE_RULES]
 
     hidden = params.add("HIDDEN", (macos_canonical(p) for p in policy.hidden_paths))
-    parts.append("\n; reads: everywhere but the hidden paths\n(allow file-read*)\n")
+    parts.append("\n; reads: everywhere but the hidden paths\n")
+    if hidden:
+        unread = [f"(require-not {m})" for m in _matchers(hidden)]
+        parts.append("(allow file-read*\n  (require-all\n")
+        parts.append("\n".join("    " + c for c in unread) + "))\n")
+    else:
+        parts.append("(allow file-read*)\n")
     parts.append(_block("deny file-read* file-write*", _matchers(hidden)))
 
     parts.append(
