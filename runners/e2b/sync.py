@@ -35,7 +35,9 @@ from dsh.sandbox.policy import SandboxPolicy
 if TYPE_CHECKING:
     from dsh.runners.e2b.session import E2BSession
 
-_SCRATCH = "/root/.dsh-e2b"  # root-only (0700) scratch for archives in the sandbox
+# Scratch for archives in the sandbox, inside root's home (0700): the files API
+# creates it on the first upload.
+_SCRATCH = "/root/.dsh-e2b"
 
 
 def rel(path: Path | str) -> str:
@@ -49,6 +51,7 @@ class WorkspaceSync:
         self.workspace = policy.workspace
         self.hidden = policy.hidden_paths
         self.manifest: dict[str, Entry] = {}
+        self.pushed = False
         self.lock = threading.Lock()
 
     def push(self, timeout: float) -> None:
@@ -56,13 +59,11 @@ class WorkspaceSync:
         with self.lock:
             current = take_manifest(self.workspace, exclude=self.hidden)
             send, remove = changes(self.manifest, current)
-            if self.manifest and not send and not remove:
+            if self.pushed and not send and not remove:
                 return
             token = secrets.token_hex(8)
             upload, rm_list = f"{_SCRATCH}/in-{token}.tar", f"{_SCRATCH}/rm-{token}"
             ws = str(self.workspace).lstrip("/")
-            self.session.run_internal(f"umask 077; mkdir -p {rel(_SCRATCH)}",
-                                      what="making the sync scratch directory", timeout=timeout)
             with tempfile.TemporaryFile() as tar:
                 pack(self.workspace, send, tar)
                 tar.seek(0)
@@ -82,6 +83,7 @@ class WorkspaceSync:
                 f"chmod -R u+rwX,go+rX,go-w {rel(ws)}\n",
                 what="syncing the workspace into the sandbox", timeout=timeout)
             self.manifest = current
+            self.pushed = True
 
     def pull(self, policy: SandboxPolicy) -> list[str]:
         """Bring the workspace back; return notes for stderr.

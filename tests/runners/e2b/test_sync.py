@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import sys
 import tarfile
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from tests.runners.e2b.conftest import Envd
 from tests.runners.e2b.helpers import WAIT_S, policy, run, sandbox_path
 
 REFUSED = b"sync-back refused, nothing was written to the host"
+# The envd double runs commands on this machine: use this interpreter, not
+# whatever `python3` a version manager resolves from the command's directory.
+PYTHON = sys.executable
 
 
 def snapshot(tree: Path) -> dict[str, tuple[str, bytes]]:
@@ -170,7 +174,7 @@ def test_bad_members_refuse_the_whole_sync_back(runner: E2BRunner, workspace: Pa
 
 
 def test_socket_is_not_synced_but_the_rest_is(runner: E2BRunner, workspace: Path) -> None:
-    script = ("python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"; "
+    script = (f"{shlex.quote(PYTHON)} -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"; "
               "echo ok > ok.txt")
     ran = run(runner, ["sh", "-c", script], policy("workspace-write", workspace))
     assert ran.status == ExitStatus(0)
@@ -191,7 +195,7 @@ def _install_evil_tar(envd: Envd, members: list[tuple[str, bytes, bytes]]) -> No
     """A compromised sandbox (root can replace ``tar``): the sync-back archive
     is whatever the sandbox says.  The double's PATH starts with its shim dir.
     ``members``: (name, tar type byte, data or link name)."""
-    script = f"""#!/usr/bin/env python3
+    script = f"""#!{PYTHON}
 import io, sys, tarfile
 out = sys.argv[sys.argv.index("-cf") + 1]
 with tarfile.open(out, "w") as tar:
@@ -287,7 +291,7 @@ def test_ten_thousand_files_sync_back(runner: E2BRunner, workspace: Path) -> Non
     script = ("import pathlib\n"
               "for p in pathlib.Path('.').glob('d*/f*.txt'): p.write_text(p.read_text() + 'x')\n"
               "for i in range(100): pathlib.Path(f'new{i}.txt').write_text(str(i))\n")
-    ran = run(runner, ["python3", "-c", script], policy("workspace-write", workspace),
+    ran = run(runner, [PYTHON, "-c", script], policy("workspace-write", workspace),
               deadline_s=WAIT_S)
     assert ran.status == ExitStatus(0), ran.stderr
     assert b"dsh: e2b" not in ran.stderr
