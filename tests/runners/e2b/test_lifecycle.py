@@ -172,6 +172,18 @@ def test_expired_sandbox_is_replaced_before_the_next_command(
     assert runner._session is not first and first is not None and first.dead
 
 
+def test_runner_scripts_that_time_out_are_unavailable(runner: E2BRunner, workspace: Path) -> None:
+    """Both SDK timeout shapes (envd's exit -1 "signal: killed" through
+    CommandExitException, or TimeoutException) become SandboxUnavailable."""
+    assert run(runner, ["true"], policy("read-only", workspace)).status == ExitStatus(0)
+    session = runner._session
+    assert session is not None
+    with pytest.raises(SandboxUnavailable, match="slow step: timed out"):
+        session.run_internal("sleep 30", what="slow step", timeout=1)
+    with pytest.raises(SandboxUnavailable, match=r"failing step: exited 3: why"):
+        session.run_internal("echo why >&2; exit 3", what="failing step")
+
+
 def test_workspace_must_not_change_within_a_session(runner: E2BRunner, workspace: Path,
                                                     tmp_path: Path) -> None:
     assert run(runner, ["true"], policy("read-only", workspace)).status == ExitStatus(0)
