@@ -53,10 +53,26 @@ class Enforcement:
     level: Literal["full", "partial"]
     missing: tuple[str, ...] = ()
     degradations: tuple[str, ...] = ()
+    #: (degradation or None, reason) per missing part, so each degradation's own
+    #: reasons can be shown (``missing`` and ``degradations`` are deduplicated lists).
+    gaps: tuple[tuple[str | None, str], ...] = ()
 
     @classmethod
     def full(cls) -> Enforcement:
         return cls("full")
+
+    @classmethod
+    def partial(cls, gaps: Sequence[tuple[str | None, str]]) -> Enforcement:
+        """Build a partial enforcement from (degradation, reason) pairs."""
+        return cls(
+            "partial",
+            missing=tuple(reason for _, reason in gaps),
+            degradations=tuple(dict.fromkeys(d for d, _ in gaps if d)),
+            gaps=tuple(gaps),
+        )
+
+    def reasons_for(self, degradation: str) -> tuple[str, ...]:
+        return tuple(reason for d, reason in self.gaps if d == degradation)
 
     def accepted_by(self, policy: SandboxPolicy) -> bool:
         return self.level == "full" or set(self.degradations) <= set(policy.accept_degraded)

@@ -15,7 +15,6 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-
 from dsh.sandbox.runner import Runner, RunnerProbe
 
 RUNNER_GROUP = "dsh_sandbox.runners"

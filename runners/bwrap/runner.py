@@ -226,11 +226,7 @@ class BwrapRunner(Runner):
         gaps += [(g.degradation, g.message) for g in limit_gaps(policy.limits, self.facts())]
         if not gaps:
             return Enforcement.full()
-        return Enforcement(
-            "partial",
-            missing=tuple(msg for _, msg in gaps),
-            degradations=tuple(dict.fromkeys(name for name, _ in gaps)),
-        )
+        return Enforcement.partial(gaps)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         facts = self.facts()

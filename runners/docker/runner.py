@@ -227,7 +227,7 @@ class DockerRunner(Runner):
         gaps = self._gaps(policy, self._spec(policy))
         if not gaps:
             return Enforcement.full()
-        return Enforcement("partial", tuple(why for _, why in gaps), tuple(d for d, _ in gaps))
+        return Enforcement.partial(gaps)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         spec = self._spec(policy)

@@ -173,8 +173,7 @@ class LandlockRunner(Runner):
         gaps = self._gaps(policy)
         if not gaps:
             return Enforcement.full()
-        names = tuple(dict.fromkeys(g.degradation for g in gaps if g.degradation))
-        return Enforcement("partial", missing=tuple(g.text for g in gaps), degradations=names)
+        return Enforcement.partial([(g.degradation, g.text) for g in gaps])
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         limits = self._limit_plan(policy)

@@ -12,7 +12,6 @@ import sys
 from typing import Any
 
 import click
-
 from dsh.sandbox.errors import DshError, SandboxUnavailable, UsageError
 
 __version__ = "0.1.0"

@@ -108,7 +108,8 @@ class Harness:
         try:
             ctx, enforcement = self._context(runner, mode, root, profile)
             caps = _capabilities(enforcement.degradations, runner)
-            missing = " ; ".join(enforcement.missing)
+            reasons = {cap: "; ".join(enforcement.reasons_for(d)) or d
+                       for d in enforcement.degradations for cap in _capabilities([d], runner)}
             reporting = self._reporting_gaps
             tools: dict[str, bool] = {}
             for scenario in scenarios:
@@ -121,7 +122,7 @@ class Harness:
                 if gap is not None:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced", f"runner cannot report: {gap}")
                 else:
-                    result = self._scenario(ctx, runner, mode, scenario, env, caps, missing, tools, listeners)
+                    result = self._scenario(ctx, runner, mode, scenario, env, caps, reasons, tools, listeners)
                 cell.results.append(result)
                 self.progress(result)
         except SandboxUnavailable as exc:
@@ -170,13 +171,14 @@ class Harness:
         return build_context(entries(enforcement.degradations)), enforcement
 
     def _scenario(self, ctx: Any, runner: str, mode: str, scenario: Scenario, env: HostEnv, caps: set[str],
-                  missing: str, tools: dict[str, bool], listeners: Listeners) -> ScenarioResult:
+                  reasons: Mapping[str, str], tools: dict[str, bool], listeners: Listeners) -> ScenarioResult:
         def result(outcome: str, detail: str = "", elapsed: float = 0.0) -> ScenarioResult:
             return ScenarioResult(scenario.id, runner, mode, outcome, detail, elapsed)  # type: ignore[arg-type]
 
         covered = caps.intersection(scenario.covers)
         if covered:
-            return result("not-enforced", f"runner declares {', '.join(sorted(covered))} partial: {missing}")
+            why = "; ".join(f"{cap}: {reasons.get(cap, '')}" for cap in sorted(covered))
+            return result("not-enforced", f"runner declares partial {why}")
         if scenario.id == "proc-setuid" and not (env.suid_helper and not env.is_root):
             return result("unavailable", "needs a non-root run and a root-owned setuid helper "
                                          "(DSH_CONFORMANCE_SUID)")

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
-
 from dsh.sandbox.context import (
     Context,
     Service,
