@@ -89,12 +89,12 @@ class E2BRunner(Runner):
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
         if not (self.config.debug and policy.constrained):
             return Enforcement.full()
-        missing = [f"debug mode: commands run wherever the envd at {self.config.sandbox_url} "
-                   "runs; no E2B sandbox boundary is verified"]
+        gaps = [(DEBUG_DEGRADATION, f"debug mode: commands run wherever the envd at "
+                 f"{self.config.sandbox_url} runs; no E2B sandbox boundary is verified")]
         if not policy.network:
-            missing.append("debug mode makes no E2B API call, so allow_internet_access=False "
-                           "(network off) is not applied")
-        return Enforcement("partial", tuple(missing), (DEBUG_DEGRADATION,))
+            gaps.append((DEBUG_DEGRADATION, "debug mode makes no E2B API call, so "
+                         "allow_internet_access=False (network off) is not applied"))
+        return Enforcement.partial(gaps)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         ws = policy.workspace

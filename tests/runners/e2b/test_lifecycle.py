@@ -113,6 +113,7 @@ def test_enforcement_and_explain(envd: Envd, workspace: Path,
     report = debug.enforcement(ro)
     assert report.level == "partial" and report.degradations == ("e2b-debug",)
     assert any("allow_internet_access" in m for m in report.missing)
+    assert len(report.reasons_for("e2b-debug")) == 2
     assert debug.enforcement(policy("danger-full-access", workspace, network=True)).level == "full"
     monkeypatch.setenv("E2B_API_KEY", "e2b_test_not_a_real_key")
     live = E2BRunner()
