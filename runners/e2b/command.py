@@ -7,11 +7,16 @@ latter, changing every later command).  So the runner does not use
 ``commands.run`` for commands; it sends envd's ``Start`` itself (same RPC
 client, same headers) with this process config::
 
-    setsid -w [prlimit --nproc=N --as=M --fsize=F --] /bin/sh -c <shlex.join(argv)>
+    setsid -w [prlimit --nproc=N --as=M --fsize=F --] /bin/sh -c 'exec <shlex.join(argv)>'
+
+with ``DSH_E2B_RUN=<token>`` added to the environment (see ``tree_kill_script``).
 
 - ``/bin/sh -c``: a non-login, non-interactive shell: it reads no startup file
   (``ENV`` and ``BASH_ENV`` are never passed), and the argv arrives as one
-  ``shlex.join``ed string, so every argument is exactly one word.  Arguments
+  ``shlex.join``ed string, so every argument is exactly one word; ``exec``
+  makes the shell become the command (same pid, its own exit status or
+  signal).  An argv[0] that starts with ``-`` is taken as a command name by
+  dash's ``exec`` (bash's would read it as an option).  Arguments
   that are not UTF-8 cannot travel in envd's JSON strings; each such argument is
   rebuilt in the sandbox from octal escapes (``printf``) into a shell variable.
 - ``setsid``: envd starts the process in *its* process group and ``SendSignal``
@@ -43,6 +48,10 @@ HOST_ONLY_ENV = frozenset({
     "HOSTNAME", "ENV", "BASH_ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR",
 })
 
+# Set in every command's environment (a fresh token each): how the runner finds
+# the processes a command started, even those that left its process group.
+RUN_MARKER = "DSH_E2B_RUN"
+
 # Go's syscall.Signal.String() names, as envd reports them ("signal: killed").
 _GO_SIGNAL_NAMES = {
     "hangup": signal.SIGHUP, "interrupt": signal.SIGINT, "quit": signal.SIGQUIT,
@@ -56,7 +65,7 @@ _GO_SIGNAL_NAMES = {
 
 
 def shell_script(argv: Argv) -> str:
-    """``shlex.join(argv)``, with non-UTF-8 arguments rebuilt from octal escapes."""
+    """``exec <shlex.join(argv)>``, with non-UTF-8 arguments rebuilt from octal escapes."""
     if not argv:
         raise UsageError("e2b runner: empty argv; give the command to run")
     prelude: list[str] = []
@@ -73,9 +82,11 @@ def shell_script(argv: Argv) -> str:
             # The trailing x keeps trailing newlines that $(...) would strip.
             prelude.append(f"{var}=$(printf '{octal}x'); {var}=${{{var}%x}}")
             words.append(f'"${var}"')
+    # `exec`: the shell becomes the command, so its pid, signals and exit status
+    # are the command's own (dash would otherwise report a signal as 128+N).
     if not prelude:
-        return " ".join(words)  # == shlex.join(argv)
-    return "; ".join(prelude) + "; " + " ".join(words)
+        return "exec " + " ".join(words)  # " ".join(words) == shlex.join(argv)
+    return "; ".join(prelude) + "; exec " + " ".join(words)
 
 
 def process_argv(script: str, limits: ResourceLimits) -> list[str]:
@@ -108,9 +119,26 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def tree_kill_script(pid: int, sig: int) -> str:
-    """Signal the command's process group (setsid made it leader), else the pid."""
-    return f"kill -s {int(sig)} -- -{int(pid)} 2>/dev/null || kill -s {int(sig)} {int(pid)}"
+def tree_kill_script(pid: int, sig: int, token: str, *, group: bool) -> str:
+    """Signal everything one command started.
+
+    - ``group`` (while the command's leader runs): its process group, which
+      ``setsid`` made it lead, else the pid itself;
+    - always: every process whose environment carries the command's
+      ``RUN_MARKER`` token: what left the group (``setsid`` daemons, double
+      forks, SIGTERM-ignorers orphaned by their parent) still has it.  After
+      the leader ended only the token is used, so a reused pid is never hit.
+    """
+    if not token.isalnum():
+        raise ValueError(f"bad run token {token!r}")
+    lines = []
+    if group:
+        lines.append(f"kill -s {int(sig)} -- -{int(pid)} 2>/dev/null || "
+                     f"kill -s {int(sig)} {int(pid)} 2>/dev/null")
+    lines.append(
+        f"for f in $(grep -lzx '{RUN_MARKER}={token}' /proc/[0-9]*/environ 2>/dev/null); do "
+        f"p=${{f#/proc/}}; kill -s {int(sig)} \"${{p%/environ}}\" 2>/dev/null; done")
+    return "\n".join([*lines, "true"])
 
 
 def exit_status(exit_code: int, status: str | None, error: str | None) -> ExitStatus:

@@ -38,10 +38,11 @@ _KILLED = ExitStatus(None, int(signal.SIGKILL))
 
 
 class E2BProcess(RemoteProcess):
-    def __init__(self, session: E2BSession, pid: int, events: Iterator[Any],
+    def __init__(self, session: E2BSession, pid: int, token: str, events: Iterator[Any],
                  policy: SandboxPolicy, *, sync_back: bool, stdin: bytes | None) -> None:
         self.session = session
         self.pid = pid
+        self.token = token  # the command's RUN_MARKER value
         self.policy = policy
         self._events = events
         self._sync_back = sync_back
@@ -50,6 +51,7 @@ class E2BProcess(RemoteProcess):
         self._status: ExitStatus | None = None
         self._done = threading.Event()
         self._reader_gone: set[int] = set()
+        self._stream_over = False
         self._pump = threading.Thread(target=self._run, name=f"e2b-pump-{pid}", daemon=True)
         self._pump.start()
         if stdin is not None:
@@ -62,8 +64,9 @@ class E2BProcess(RemoteProcess):
         return self._status if self._done.is_set() else None
 
     def kill(self, sig: int) -> None:
-        if not self._done.is_set() and not self.session.dead:
-            self.session.kill_tree(self.pid, sig)
+        """Signal the command's tree; after it ended, what it left behind (by token)."""
+        if not self.session.dead:
+            self.session.kill_tree(self.pid, sig, self.token, group=not self._stream_over)
 
     def close(self) -> None:
         """Wait for the pump (it ends once the stream does, bounded by the SDK's
@@ -82,7 +85,12 @@ class E2BProcess(RemoteProcess):
         except Exception as exc:
             status = _KILLED
             notes.append(self._stream_failure(exc))
+        self._stream_over = True
         try:
+            if not self.session.dead:
+                # Like a local command: nothing it started outlives it (background
+                # jobs, setsid daemons), and the sync-back sees the final state.
+                self.session.kill_tree(self.pid, int(signal.SIGKILL), self.token, group=False)
             if self._sync_back and not self.session.dead and not self.session.closing:
                 notes += self._sync()
             for note in notes:
@@ -122,7 +130,7 @@ class E2BProcess(RemoteProcess):
             self.session.dead = True
             return f"dsh: e2b: the sandbox died mid-command: {mapped}"
         if isinstance(mapped, e2b.TimeoutException):
-            self.session.kill_tree(self.pid, int(signal.SIGKILL))
+            self.session.kill_tree(self.pid, int(signal.SIGKILL), self.token, group=True)
             return "dsh: e2b: the command's stream deadline passed; the command was killed"
         # Connection-level failures the SDK could not classify: treat as lost.
         self.session.dead = True

@@ -18,11 +18,13 @@ after workspace-write and danger-full-access commands it is pulled back (see
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import IO, TYPE_CHECKING, Any
 
+from dsh.runners.e2b.command import RUN_MARKER, tree_kill_script
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.sync import WorkspaceSync
 from dsh.sandbox.errors import SandboxUnavailable, WorkdirError
@@ -121,8 +123,9 @@ class E2BSession:
         timeout = self._budget(deadline, self.options.setup_timeout, "sandbox setup")
         self.run_internal(
             "set -eu\n"
-            f"useradd --create-home --user-group --shell /bin/sh {rw}\n"
-            f"useradd --create-home --user-group --shell /bin/sh {ro}\n",
+            # 9: the user exists (a debug envd reused across sessions)
+            f"useradd --create-home --user-group --shell /bin/sh {rw} || [ $? -eq 9 ]\n"
+            f"useradd --create-home --user-group --shell /bin/sh {ro} || [ $? -eq 9 ]\n",
             what="creating the sandbox users", timeout=timeout)
         for user in (rw, ro):
             self.run_internal(
@@ -184,10 +187,11 @@ class E2BSession:
         margin = BACKSTOP_MARGIN_S
         backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + margin
         e2b = import_sdk()
+        token = secrets.token_hex(8)
         try:
             pid, events = self.start_stream(
-                argv, user=user_for(policy.mode, self.options), cwd=cwd, envs=env,
-                stdin=stdin is not None, timeout=backstop)
+                argv, user=user_for(policy.mode, self.options), cwd=cwd,
+                envs={**env, RUN_MARKER: token}, stdin=stdin is not None, timeout=backstop)
         except e2b.InvalidArgumentException as exc:
             if "cwd" in str(exc):
                 raise WorkdirError(f"e2b: working directory {cwd} does not exist in the "
@@ -197,7 +201,7 @@ class E2BSession:
         except Exception as exc:
             self.note_failure(exc)
             raise unavailable(exc, "starting the command") from exc
-        proc = E2BProcess(self, pid, events, policy, stdin=stdin,
+        proc = E2BProcess(self, pid, token, events, policy, stdin=stdin,
                           sync_back=policy.mode is not SandboxMode.READ_ONLY)
         with self._lock:
             if proc.wait(0) is None:
@@ -234,17 +238,18 @@ class E2BSession:
         if isinstance(exc, gone) or isinstance(exc.__cause__, gone):
             self.dead = True
 
-    def kill_tree(self, pid: int, sig: int) -> None:
-        """Signal the command's process group; fall back to envd's SendSignal (SIGKILL)."""
-        from dsh.runners.e2b.command import tree_kill_script
-
+    def kill_tree(self, pid: int, sig: int, token: str, *, group: bool) -> None:
+        """Signal the command's tree (see ``tree_kill_script``); if that cannot run
+        and the leader still does, envd's SendSignal (SIGKILL) on the leader."""
         try:
-            self.run_internal(tree_kill_script(pid, sig), what="killing the command")
+            self.run_internal(tree_kill_script(pid, sig, token, group=group),
+                              what="killing the command")
         except SandboxUnavailable:
-            try:
-                self.sandbox.commands.kill(pid)
-            except Exception:
-                pass  # the process (or the sandbox) is already gone
+            if group:
+                try:
+                    self.sandbox.commands.kill(pid)
+                except Exception:
+                    pass  # the process (or the sandbox) is already gone
 
     def send_stdin(self, pid: int, data: bytes) -> None:
         commands = self.sandbox.commands

@@ -75,7 +75,9 @@ class WorkspaceSync:
             owner = f"{self.session.options.user}:{self.session.options.user}"
             self.session.run_internal(
                 "set -eu\n"
-                f"mkdir -p {rel(ws)}\n"
+                # The first push starts from an empty copy (a debug envd may be reused).
+                + ("" if self.pushed else f"rm -rf {rel(ws)}\n")
+                + f"mkdir -p {rel(ws)}\n"
                 + (f"xargs -0 rm -rf -- < {rel(rm_list)}\n" if remove else "")
                 + f"tar -xf {rel(upload)} -C {rel(ws)} --no-same-owner\n"
                 f"rm -f {rel(upload)} {rel(rm_list)}\n"

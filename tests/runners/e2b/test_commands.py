@@ -120,6 +120,22 @@ def test_kill_kills_the_whole_tree(runner: E2BRunner, workspace: Path, tmp_path:
     wait_for(lambda: process_gone(grandchild), "the grandchild to die")
 
 
+def test_death_by_signal_is_reported_as_the_signal(runner: E2BRunner, workspace: Path) -> None:
+    ran = run(runner, ["sh", "-c", "kill -KILL $$"], policy("read-only", workspace))
+    assert ran.status == ExitStatus(None, signal.SIGKILL)  # not 137 from a wrapping shell
+
+
+def test_nothing_outlives_the_command(runner: E2BRunner, workspace: Path, tmp_path: Path) -> None:
+    """A setsid daemon leaves the process group; the run token still finds it."""
+    pidfile = tmp_path / "daemon.pid"
+    quoted = shlex.quote(str(pidfile))
+    script = (f"setsid sh -c 'echo $$ > {quoted}.tmp; mv {quoted}.tmp {quoted}; "
+              f"exec sleep 300' & while [ ! -s {quoted} ]; do sleep 0.05; done")
+    ran = run(runner, ["sh", "-c", script], policy("workspace-write", workspace))
+    assert ran.status == ExitStatus(0)
+    wait_for(lambda: process_gone(int(pidfile.read_text())), "the setsid daemon to die")
+
+
 def test_background_start_read_then_terminate(runner: E2BRunner, workspace: Path) -> None:
     proc, out = start(runner, ["sh", "-c", "echo ready; sleep 300; echo never"],
                       policy("read-only", workspace))
@@ -165,9 +181,9 @@ def test_limits_go_through_prlimit(runner: E2BRunner, envd: Envd, workspace: Pat
 
 
 # -- pure mapping -------------------------------------------------------------------
-def test_shell_script_is_shlex_join_for_text() -> None:
+def test_shell_script_is_exec_shlex_join_for_text() -> None:
     argv = ["echo", *TRICKY]
-    assert shell_script(argv) == shlex.join(argv)
+    assert shell_script(argv) == "exec " + shlex.join(argv)
     with pytest.raises(UsageError):
         shell_script([])
     with pytest.raises(UsageError, match="NUL"):

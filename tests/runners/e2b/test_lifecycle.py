@@ -185,6 +185,24 @@ def test_runner_scripts_that_time_out_are_unavailable(runner: E2BRunner, workspa
         session.run_internal("echo why >&2; exit 3", what="failing step")
 
 
+def test_a_reused_debug_envd_gets_a_clean_workspace(envd: Envd, workspace: Path) -> None:
+    """Each runner is a new session; against the same envd (as conformance does)
+    the users exist already and the old copy of the workspace is replaced."""
+    pol = policy("workspace-write", workspace)
+    first = E2BRunner({"sandbox_url": envd.url})
+    try:
+        run(first, ["sh", "-c", "echo x > made.txt"], pol)
+    finally:
+        first.close()
+    (workspace / "made.txt").unlink()
+    second = E2BRunner({"sandbox_url": envd.url})
+    try:
+        ran = run(second, ["sh", "-c", "ls"], pol)
+        assert ran.status == ExitStatus(0) and ran.stdout == b""
+    finally:
+        second.close()
+
+
 def test_workspace_must_not_change_within_a_session(runner: E2BRunner, workspace: Path,
                                                     tmp_path: Path) -> None:
     assert run(runner, ["true"], policy("read-only", workspace)).status == ExitStatus(0)
