@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dsh.executors.capture import StreamCapture
 from dsh.sandbox.runner import ExitStatus
 
-_READ_SIZE = 1 << 20
+_READ_SIZE = 1 << 16  # a pipe holds 64 KiB: a bigger read only allocates (and fragments) more
 _STDIN_CHUNK = 1 << 16
 #: After the leader exits and its group is SIGKILLed, the pipes hit EOF almost
 #: at once; only a process that escaped the group (setsid) can hold them open.
