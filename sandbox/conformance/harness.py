@@ -185,8 +185,12 @@ class Harness:
         env.ws.mkdir(parents=True, exist_ok=True)
         for tool in scenario.requires:
             if tool not in tools:
-                probe = self._execute(ctx, ("sh", "-c", f"command -v {tool}"), env, 20_000, {})
-                tools[tool] = probe.exit_code == 0
+                # The marker tells "not installed" from a probe that itself failed.
+                probe = self._execute(ctx, ("sh", "-c", f"command -v {tool} || echo dsh-missing"), env, 20_000, {})
+                if probe.exit_code != 0:
+                    return result("fail", f"probing for {tool} failed: exit={probe.exit_code} "
+                                          f"stderr={probe.stderr[-300:].decode('utf-8', 'replace')!r}")
+                tools[tool] = b"dsh-missing" not in probe.stdout
             if not tools[tool]:
                 return result("unavailable", f"{tool} is not available inside the sandbox")
         if scenario.setup:
@@ -202,6 +206,8 @@ class Harness:
         expect = scenario.expect[mode]
         check = scenario.check_ok if expect == "ok" else scenario.check_blocked
         problem = check(env, out) if check else None
+        if problem and out.stderr:
+            problem += f" [stderr: {out.stderr[-300:].decode('utf-8', 'replace')!r}]"
         return result("fail" if problem else "pass", problem or "", out.elapsed_s)
 
     @staticmethod
