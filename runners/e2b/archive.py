@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from dsh.runners.e2b.manifest import Entry, entry_of
+from dsh.runners.e2b.manifest import Entry, content_digest, entry_of
 from dsh.sandbox.errors import DshError
 
 # Names protected in every directory (the policy adds its own canonical paths).
@@ -52,19 +52,27 @@ class SyncPlan:
     updates: tuple[FileUpdate, ...]
     skipped_protected: tuple[str, ...]
     deletions: tuple[tuple[str, ...], ...] = ()
+    #: (path, content digest) of every unprotected regular file in the sandbox
+    digests: tuple[tuple[str, str], ...] = ()
+
 
 
 def plan_sync_back(
     archive: IO[bytes], workspace: Path, protected: Iterable[Path],
-    previous: Mapping[str, Entry] | None = None,
+    previous: Mapping[str, Entry] | None = None, synced: Mapping[str, str] | None = None,
 ) -> SyncPlan:
     """Validate every member and destination; return what to write.  Writes nothing.
 
     ``previous``: the manifest of the last sync; without it nothing is deleted.
+    ``synced``: content digests of the sandbox's files as of the last sync; a file
+    whose digest is unchanged was not touched by the command, so the host's copy
+    stands even if the host changed it meanwhile (without it, every file that
+    differs from the host is written).
     """
     protected_paths = tuple(Path(p) for p in protected)
     updates: list[FileUpdate] = []
     skipped: list[str] = []
+    digests: list[tuple[str, str]] = []
     kinds: dict[tuple[str, ...], str] = {}
     try:
         tar = tarfile.open(fileobj=archive, mode="r:")
@@ -85,17 +93,22 @@ def plan_sync_back(
             raise SyncBackRefused(f"member {member.name!r} appears as both file and directory")
         if kind in ("dir", "link"):
             continue  # directories are made as needed; an unchanged symlink needs nothing
-        host = workspace.joinpath(*parts)
+        host, rel = workspace.joinpath(*parts), "/".join(parts)
+        source = tar.extractfile(member)
+        digest = content_digest(source, bool(member.mode & 0o100)) if source else ""
+        if synced is not None and synced.get(rel) == digest:
+            continue  # untouched by the command
         if _is_protected(parts, host, protected_paths):
             if _differs(workspace, parts, member, tar):
-                skipped.append("/".join(parts))
+                skipped.append(rel)
             continue
+        digests.append((rel, digest))
         _check_destination(workspace, parts)
         if _differs(workspace, parts, member, tar):
             updates.append(FileUpdate(parts, member))
     tar.close()
     deletions = _deletions(workspace, previous or {}, kinds, protected_paths, skipped)
-    return SyncPlan(tuple(updates), tuple(skipped), deletions)
+    return SyncPlan(tuple(updates), tuple(skipped), deletions, tuple(digests))
 
 
 def _deletions(workspace: Path, previous: Mapping[str, Entry],

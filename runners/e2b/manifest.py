@@ -11,6 +11,7 @@ sandbox was deleted by the command, so it is deleted on the host.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import tarfile
@@ -45,6 +46,14 @@ def entry_of(st: os.stat_result, path: Path) -> Entry | None:
                  stat.S_IMODE(st.st_mode))
 
 
+def content_digest(source: IO[bytes], executable: bool) -> str:
+    """What "the same file" means for sync: its bytes and its executable bit."""
+    digest = hashlib.sha256()
+    while chunk := source.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest() + (":x" if executable else "")
+
+
 def take_manifest(workspace: Path, *, exclude: Iterable[Path] = ()) -> dict[str, Entry]:
     """Every syncable entry under ``workspace`` except ``exclude`` (hidden paths)."""
     excluded = {Path(p) for p in exclude}
@@ -74,11 +83,13 @@ def changes(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
     return send, remove
 
 
-def pack(workspace: Path, names: Collection[str], out: IO[bytes]) -> None:
-    """Archive the workspace entries ``names`` (parents first) into ``out``.
+def pack(workspace: Path, names: Collection[str], out: IO[bytes]) -> dict[str, str]:
+    """Archive the workspace entries ``names`` (parents first) into ``out``;
+    return the content digest of each regular file sent.
 
     Owners are dropped so the sandbox user owns what it extracts.
     """
+    digests: dict[str, str] = {}
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel in sorted(names):
             path = workspace / rel
@@ -96,8 +107,12 @@ def pack(workspace: Path, names: Collection[str], out: IO[bytes]) -> None:
             if info.isreg():
                 try:
                     with open(path, "rb") as fh:
+                        digest = content_digest(fh, bool(info.mode & 0o100))
+                        fh.seek(0)
                         tar.addfile(info, fh)
                 except OSError:
                     continue
+                digests[rel] = digest
             else:
                 tar.addfile(info)
+    return digests

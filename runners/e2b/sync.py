@@ -21,6 +21,7 @@ sandbox filesystem into a directory.
 
 from __future__ import annotations
 
+import os
 import secrets
 import shlex
 import tempfile
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsh.runners.e2b import archive
-from dsh.runners.e2b.manifest import Entry, changes, pack, take_manifest
+from dsh.runners.e2b.manifest import Entry, changes, entry_of, pack, take_manifest
 from dsh.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ class WorkspaceSync:
         self.session = session
         self.workspace = policy.workspace
         self.hidden = policy.hidden_paths
-        self.manifest: dict[str, Entry] = {}
+        self.manifest: dict[str, Entry] = {}  # the host state the sandbox's copy matches
+        self.digests: dict[str, str] = {}  # content digests of the sandbox's files
         self.pushed = False
         self.lock = threading.Lock()
 
@@ -65,7 +67,7 @@ class WorkspaceSync:
             upload, rm_list = f"{_SCRATCH}/in-{token}.tar", f"{_SCRATCH}/rm-{token}"
             ws = str(self.workspace).lstrip("/")
             with tempfile.TemporaryFile() as tar:
-                pack(self.workspace, send, tar)
+                sent = pack(self.workspace, send, tar)
                 tar.seek(0)
                 self.session.upload(upload, tar, timeout)
             if remove:
@@ -84,6 +86,11 @@ class WorkspaceSync:
                 f"chown -R -h {owner} {rel(ws)}\n"
                 f"chmod -R u+rwX,go+rX,go-w {rel(ws)}\n",
                 what="syncing the workspace into the sandbox", timeout=timeout)
+            if not self.pushed:
+                self.digests.clear()
+            for name in remove:
+                self.digests.pop(name, None)
+            self.digests.update(sent)
             self.manifest = current
             self.pushed = True
 
@@ -107,11 +114,26 @@ class WorkspaceSync:
                                           check=False)
             local.seek(0)
             protected = (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)
-            plan = archive.plan_sync_back(local, self.workspace, protected, self.manifest)
+            plan = archive.plan_sync_back(local, self.workspace, protected, self.manifest,
+                                          self.digests)
             archive.apply_sync_back(local, self.workspace, plan)
-            self.manifest = take_manifest(self.workspace, exclude=self.hidden)
-            for skipped in plan.skipped_protected:
-                # The sandbox now differs there: the next push restores the host's copy.
-                self.manifest.pop(skipped, None)
+            self._record(plan)
         return [f"dsh: e2b: not synced back (protected path stays read-only): {p}"
                 for p in plan.skipped_protected]
+
+    def _record(self, plan: archive.SyncPlan) -> None:
+        """After a pull: the manifest says which host state the sandbox's copy
+        matches, so the next push sends exactly what differs."""
+        for parts in plan.deletions:
+            self.manifest.pop("/".join(parts), None)
+            self.digests.pop("/".join(parts), None)
+        for update in plan.updates:
+            rel_path = "/".join(update.parts)
+            host = self.workspace.joinpath(*update.parts)
+            entry = entry_of(os.lstat(host), host)
+            if entry is not None:
+                self.manifest[rel_path] = entry
+        self.digests.update(plan.digests)
+        for skipped in plan.skipped_protected:
+            # The sandbox differs there now: the next push restores the host's copy.
+            self.manifest.pop(skipped, None)

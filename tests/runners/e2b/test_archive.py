@@ -13,7 +13,7 @@ from dsh.runners.e2b.archive import (
     apply_sync_back,
     plan_sync_back,
 )
-from dsh.runners.e2b.manifest import changes, pack, take_manifest
+from dsh.runners.e2b.manifest import changes, content_digest, pack, take_manifest
 
 
 def tar_of(*members: tuple[str, bytes, bytes | str]) -> io.BytesIO:
@@ -185,6 +185,17 @@ def test_changes_between_manifests(workspace: Path) -> None:
     send, remove = changes(old, take_manifest(workspace))
     assert send == ["becomes-dir", "edit", "new"]
     assert remove == ["becomes-dir", "gone"]
+
+
+def test_files_the_command_did_not_touch_leave_the_host_alone(workspace: Path) -> None:
+    (workspace / "a").write_text("newer on the host")
+    archive = tar_of(("a", REG, b"as synced"), ("b", REG, b"changed in the sandbox"))
+    synced = {"a": content_digest(io.BytesIO(b"as synced"), False),
+              "b": content_digest(io.BytesIO(b"old b"), False)}
+    plan = plan_sync_back(archive, workspace, (), None, synced)
+    assert [u.parts for u in plan.updates] == [("b",)]
+    apply_sync_back(archive, workspace, plan)
+    assert (workspace / "a").read_text() == "newer on the host"
 
 
 def test_deletions_only_for_files_the_host_did_not_touch(workspace: Path) -> None:

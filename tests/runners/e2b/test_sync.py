@@ -17,7 +17,7 @@ from dsh.runners.e2b import E2BRunner
 from dsh.sandbox.runner import ExitStatus
 
 from tests.runners.e2b.conftest import Envd
-from tests.runners.e2b.helpers import WAIT_S, policy, run, sandbox_path
+from tests.runners.e2b.helpers import WAIT_S, policy, run, sandbox_path, start
 
 REFUSED = b"sync-back refused, nothing was written to the host"
 # The envd double runs commands on this machine: use this interpreter, not
@@ -111,6 +111,21 @@ def test_host_changes_reach_the_sandbox_before_each_command(
     ran = run(runner, ["sh", "-c", "cat a.txt dir/new.txt; test -e old.txt || echo gone"], pol)
     assert ran.stdout == b"two, longernewgone\n"
     assert not (sandbox_path(envd.root, workspace) / "old.txt").exists()
+
+
+def test_host_edits_during_a_command_are_not_overwritten(
+        runner: E2BRunner, workspace: Path, tmp_path: Path) -> None:
+    (workspace / "a.txt").write_text("before")
+    pol = policy("workspace-write", workspace)
+    go = tmp_path / "go"  # the double runs on this machine: the command can wait for it
+    script = f"while [ ! -e {shlex.quote(str(go))} ]; do sleep 0.05; done; echo out > b.txt"
+    proc, _out = start(runner, ["sh", "-c", script], pol)
+    (workspace / "a.txt").write_text("edited on the host meanwhile")
+    go.touch()
+    assert proc.wait(WAIT_S) == ExitStatus(0)
+    assert (workspace / "a.txt").read_text() == "edited on the host meanwhile"
+    assert (workspace / "b.txt").read_text() == "out\n"
+    assert run(runner, ["cat", "a.txt"], pol).stdout == b"edited on the host meanwhile"
 
 
 def test_protected_changes_are_undone_in_the_sandbox(runner: E2BRunner, workspace: Path) -> None:
