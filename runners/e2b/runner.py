@@ -1,16 +1,20 @@
 """The E2B runner: commands run in a remote E2B sandbox (one per runner instance).
 
-What holds, per mode (see ``session`` and ``archive`` for how):
+What holds, per mode (how: ``session``, ``command``, ``sync``, ``archive``):
+- every mode: the exact argv runs through ``setsid /bin/sh -c 'exec
+  <shlex.join(argv)>'`` (no login shell); the host workspace is pushed to the
+  sandbox (same path) before each command when it changed; nothing a command
+  started outlives it (its process group and its run token are killed).
 - read-only: runs as ``<user>-ro``, who cannot write the sandbox's copy of the
   workspace; nothing ever comes back to the host.
-- workspace-write: runs as ``<user>`` (no sudo); after each command only
-  regular files under the workspace come back, validated as a whole; protected
-  paths are never written back (that is how they stay read-only here).  Writes
-  to other writable roots (``/tmp``...) stay in the sandbox.
+- workspace-write: runs as ``<user>`` (no sudo); after each command the regular
+  files it changed under the workspace come back, validated as a whole;
+  protected paths are never written back (that is how they stay read-only
+  here).  Writes to other writable roots (``/tmp``...) stay in the sandbox.
 - danger-full-access: runs as root in the sandbox; the workspace syncs back
   with the same checks.
 - network off: ``allow_internet_access=False`` when the sandbox is created
-  (the first command's policy decides; see ``_session``).
+  (the first command's policy decides; see ``_session_for``).
 - limits: ``prlimit`` (processes, address space, file size).
 Debug mode (a local envd, no E2B API) cannot apply the network setting and the
 boundary is whatever runs that envd, so it is reported as degraded
