@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import itertools
 import os
 import shutil
@@ -162,6 +163,30 @@ class LimitPlan:
     @property
     def needs_cgroup(self) -> bool:
         return bool(self.cgroup)
+
+
+DEGRADE_ESCAPE = "landlock-process-escape"
+_ESCAPE_GAP = Gap(
+    "a process that leaves the command's session (setsid, a daemon) can outlive the command: "
+    "there is no writable pids cgroup to hold and kill the command's processes",
+    DEGRADE_ESCAPE,
+)
+
+
+def plan_containment(plan: LimitPlan, cgroups: CgroupSession | None) -> LimitPlan:
+    """Hold every process of a constrained command in a pids cgroup when one is usable.
+
+    Landlock has no pid namespace: without a cgroup, a process that calls
+    setsid() escapes the process group the executor kills.  With one, the
+    launch's cleanup and kill_tree kill the whole cgroup.  Otherwise the gap is
+    declared (``landlock-process-escape``).
+    """
+    if cgroups is not None and cgroups.has("pids"):
+        if "pids" in plan.cgroup:
+            return plan
+        cgroup = {**{k: dict(v) for k, v in plan.cgroup.items()}, "pids": {}}
+        return dataclasses.replace(plan, cgroup=cgroup)
+    return dataclasses.replace(plan, gaps=(*plan.gaps, _ESCAPE_GAP))
 
 
 def plan_limits(limits: ResourceLimits, cgroups: CgroupSession | None, *, is_root: bool) -> LimitPlan:

@@ -15,6 +15,7 @@ from dsh.runners.landlock.limits import (
     CommandCgroup,
     LimitPlan,
     Watchdog,
+    plan_containment,
     plan_limits,
 )
 from dsh.runners.landlock.rules import Gap, ProtectedStrategy, RulePlan, build_ruleset, plan_rules
@@ -155,13 +156,14 @@ class LandlockRunner(Runner):
         return plan
 
     def _limit_plan(self, policy: SandboxPolicy) -> LimitPlan:
-        if policy.limits.is_empty():
+        if policy.limits.is_empty() and not policy.constrained:
             return LimitPlan()
         with self._lock:
             if self._cgroups is None:
                 self._cgroups = CgroupSession()
             cgroups = self._cgroups
-        return plan_limits(policy.limits, cgroups, is_root=os.geteuid() == 0)
+        plan = plan_limits(policy.limits, cgroups, is_root=os.geteuid() == 0)
+        return plan_containment(plan, cgroups) if policy.constrained else plan
 
     def _gaps(self, policy: SandboxPolicy) -> tuple[Gap, ...]:
         limit_gaps = self._limit_plan(policy).gaps

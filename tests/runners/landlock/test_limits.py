@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from dsh.runners.landlock import LandlockRunner
-from dsh.runners.landlock.limits import DEGRADE_LIMITS, CgroupSession
+from dsh.runners.landlock.limits import DEGRADE_ESCAPE, DEGRADE_LIMITS, CgroupSession
 from dsh.runners.landlock.rules import DEGRADE_METADATA
 from dsh.sandbox.policy import ResourceLimits
 
-from tests.runners.landlock.helpers import PY, WW, make_policy, run
+from tests.runners.landlock.helpers import PY, RO, WW, make_policy, run
 
 Layout = tuple[Path, Path]
 MiB = 1024 * 1024
@@ -100,10 +100,42 @@ def test_missing_limit_is_reported(monkeypatch: pytest.MonkeyPatch, layout: Layo
         enforcement = instance.enforcement(policy)
         if os.geteuid() == 0:
             assert enforcement.level == "partial"
-            assert set(enforcement.degradations) == {DEGRADE_LIMITS, DEGRADE_METADATA}
+            assert set(enforcement.degradations) == {DEGRADE_LIMITS, DEGRADE_METADATA, DEGRADE_ESCAPE}
             assert any("RLIMIT_NPROC is ignored for root" in m for m in enforcement.missing)
             assert any("max_processes" in c for c in instance.explain(policy).cannot)
         else:
-            assert "--nproc=10" in instance.prepare(["true"], policy, cwd="/", env={}).argv
+            assert DEGRADE_ESCAPE in enforcement.degradations
+            accepted = make_policy(WW, layout[0], limits=ResourceLimits(max_processes=10),
+                                   accept_degraded=(DEGRADE_ESCAPE,))
+            assert "--nproc=10" in instance.prepare(["true"], accepted, cwd="/", env={}).argv
     finally:
         instance.close()
+
+
+def test_without_a_pids_cgroup_escape_is_declared(monkeypatch: pytest.MonkeyPatch, layout: Layout) -> None:
+    import dsh.runners.landlock.runner as runner_module
+
+    monkeypatch.setattr(runner_module, "CgroupSession", lambda: CgroupSession(controllers=()))
+    instance = LandlockRunner()
+    try:
+        for mode in (RO, WW):
+            enforcement = instance.enforcement(make_policy(mode, layout[0]))
+            assert DEGRADE_ESCAPE in enforcement.degradations
+            assert any("setsid" in r for r in enforcement.reasons_for(DEGRADE_ESCAPE))
+    finally:
+        instance.close()
+
+
+def test_setsid_daemon_dies_with_the_command_even_without_limits(runner: LandlockRunner, layout: Layout) -> None:
+    _cgroups_usable("pids")
+    policy = make_policy(RO, layout[0])  # no limits in the policy
+    assert DEGRADE_ESCAPE not in runner.enforcement(policy).degradations
+    marker = f"dsh-escape-{os.getpid()}"
+    launch = runner.prepare(["bash", "-c", f"setsid -f bash -c 'exec -a {marker} sleep 300'; sleep 0.2"],
+                            policy, cwd=str(layout[0]), env={})
+    assert launch.spawn_in is not None and launch.cleanup is not None
+    proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv)))
+    assert proc.wait(timeout=120) == 0
+    launch.cleanup()
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
