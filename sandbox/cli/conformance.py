@@ -86,9 +86,12 @@ def conformance(runners: tuple[str, ...], modes: tuple[str, ...], scenario_ids: 
     if text:
         click.echo("")
         click.echo(text)
-    if json_path:
-        write_json(cells, Path(json_path))
-    if junit_path:
-        write_junit(cells, Path(junit_path))
+    try:
+        if json_path:
+            write_json(cells, Path(json_path))
+        if junit_path:
+            write_junit(cells, Path(junit_path))
+    except OSError as exc:
+        raise ConfigError(f"cannot write the report {exc.filename}: {exc.strerror}") from None
     if failed(cells):
         sys.exit(1)

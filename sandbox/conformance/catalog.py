@@ -209,9 +209,9 @@ SCENARIOS: tuple[Scenario, ...] = (
              check_blocked=lambda e, o: None if o.stdout.strip() != b"0" else "setuid helper ran as root"),
     # -- resource limits (the conformance profile sets them) --------------------
     Scenario("lim-processes", "limits", "a fork storm is stopped by the process limit",
-             py("import os,time\nn=0\nfor i in range(400):\n  try: pid=os.fork()\n  except OSError: break\n"
+             py("import os,time\nn=0\nfor i in range(1500):\n  try: pid=os.fork()\n  except OSError: break\n"
                 "  if pid==0:\n    time.sleep(20); os._exit(0)\n  n+=1\nprint(n)"), BLOCKED, timeout_ms=30_000,
-             check_blocked=lambda e, o: None if o.stdout.strip() and int(o.stdout.strip() or 0) < 400
+             check_blocked=lambda e, o: None if o.stdout.strip() and int(o.stdout.strip() or 0) < 1500
              else f"{o.stdout.strip().decode() or 'all'} forks succeeded", covers=("limits-processes",),
              requires=("python3",)),
     Scenario("lim-memory", "limits", "a memory hog is stopped by the memory limit",

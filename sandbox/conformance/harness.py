@@ -33,7 +33,9 @@ mode = "{mode}"
 network = false
 hidden_paths = ["{root}/hidden"]
 [limits]
-max_processes = 128
+# Without a cgroup, the process limit is RLIMIT_NPROC, which counts every
+# process and thread of the user (the harness's own included): leave room.
+max_processes = 512
 max_memory = "512MiB"
 max_file_size = "16MiB"
 """
