@@ -21,23 +21,9 @@ from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.conftest import require_runner
+from tests.runners.support import Completed as Ran
 
 RUN_TIMEOUT_S = 120
-
-
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def out(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    @property
-    def err(self) -> str:
-        return self.stderr.decode("utf-8", "replace")
 
 
 _RUNNER: BwrapRunner | None = None

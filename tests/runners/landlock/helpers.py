@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,26 +19,12 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 
 from tests.conftest import require_runner
+from tests.runners.support import Completed as Result
 
 PY = sys.executable
 RO = SandboxMode.READ_ONLY
 WW = SandboxMode.WORKSPACE_WRITE
 TIMEOUT = 120.0  # generous: up to 8 helpers share 2 cores
-
-
-@dataclass(frozen=True)
-class Result:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-    @property
-    def out(self) -> str:
-        return self.stdout.decode("utf-8", "replace")
-
-    @property
-    def err(self) -> str:
-        return self.stderr.decode("utf-8", "replace")
 
 
 def make_policy(
