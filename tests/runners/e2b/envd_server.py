@@ -45,7 +45,7 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from e2b.envd.process import process_pb
 
@@ -176,8 +176,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(404, b'{"code":404,"message":"not found"}')
         query = urllib.parse.parse_qs(url.query)
         try:
-            target = self.server.double.host_path(query["path"][0], self._user())
-            data = target.read_bytes()
+            data = self.server.double.read_file(query["path"][0], self._user())
         except (KeyError, OSError, ConnectError) as exc:
             msg = json.dumps({"code": 404, "message": f"file not found: {exc}"})
             return self._reply(404, msg.encode())
@@ -213,11 +212,12 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             files = [(query["path"][0], body)]
         written: list[dict[str, str]] = []
-        for path, data in files:
-            target = self.server.double.host_path(path, user)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data if isinstance(data, bytes) else b"")
-            written.append({"name": target.name, "type": "file", "path": path})
+        try:
+            for path, data in files:
+                self.server.double.write_file(path, data if isinstance(data, bytes) else b"", user)
+                written.append({"name": path.rsplit("/", 1)[-1], "type": "file", "path": path})
+        except ConnectError as exc:
+            return self._reply(CONNECT_HTTP_STATUS.get(exc.code, 500), json.dumps(exc.to_json()).encode())
         self._reply(200, json.dumps(written).encode())
 
     # -- Connect RPC ------------------------------------------------------------
@@ -250,9 +250,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/process.Process/List":
             with double.lock:
                 live = [p for p in double.procs.values() if not p.ended.is_set()]
-            argvs = [[str(a) for a in cast(list[Any], p.popen.args)] for p in live]
-            return {"processes": [{"pid": p.popen.pid, "config": {"cmd": a[0], "args": a[1:]}}
-                                  for p, a in zip(live, argvs, strict=True)]}
+            return {"processes": [{"pid": p.pid, "config": {"cmd": p.argv[0], "args": p.argv[1:]}}
+                                  for p in live]}
         raise ConnectError("unimplemented", f"{path} is not implemented by the envd double")
 
     def _start(self, body: bytes) -> None:
@@ -271,7 +270,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ConnectError as exc:
             self._envelope(_END_STREAM, {"error": exc.to_json()})
             return self._finish_chunks()
-        start = process_pb.ProcessEvent.StartEvent(pid=proc.popen.pid)
+        start = process_pb.ProcessEvent.StartEvent(pid=proc.pid)
         try:
             self._event(process_pb.ProcessEvent(event=oneof("start", start)))
             while True:

@@ -1,4 +1,4 @@
-"""The sandbox side of the envd test double: root directory, users, processes.
+"""The sandbox side of the envd test double: the emulated machine, users, processes.
 
 See ``envd_server`` for what the double is (and is not).
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import queue
 import selectors
-import shlex
 import shutil
 import signal
 import subprocess
@@ -18,6 +17,8 @@ from typing import Any
 
 from e2b.envd.process import process_pb
 from protobuf import Oneof
+
+from tests.runners.e2b.machine import PATH, STATE_DIR, Machine, MachineError, signal_pidfd
 
 _CHUNK = 32 << 10
 _GO_SIGNAL_NAMES: dict[int, str] = {
@@ -31,7 +32,7 @@ def oneof(field: str, value: Any) -> Any:
 
 
 class EnvdDouble:
-    """The sandbox state: the root directory, its users and running processes."""
+    """The sandbox state: an emulated machine over ``root``, its users and processes."""
 
     def __init__(self, root: Path, *, sudoers: tuple[str, ...], keepalive_s: float) -> None:
         self.root = root.resolve()
@@ -40,18 +41,15 @@ class EnvdDouble:
         self.lock = threading.Lock()
         self.sudoers = sudoers
         self.expired = False
-        self.shims = self.root / ".envd-double/bin"
+        self.machine = Machine(self.root)
         self._init_root()
 
     def _init_root(self) -> None:
-        for d in ("etc", "root", "home/user", "tmp"):
-            (self.root / d).mkdir(parents=True, exist_ok=True)
-        passwd = self.root / "etc/passwd"
-        if not passwd.exists():
-            passwd.write_text("root:x:0:0::/root:/bin/bash\nuser:x:1000:1000::/home/user:/bin/bash\n")
-        (self.root / "etc/sudoers-double").write_text("".join(f"{u}\n" for u in self.sudoers))
-        self.shims.mkdir(parents=True, exist_ok=True)
-        write_shims(self.shims, self.root)
+        self.machine.prepare_root()
+        state = self.root / STATE_DIR
+        (state / "sudoers").write_text("".join(f"{u}\n" for u in self.sudoers))
+        write_shims(state / "bin", multi_user=self.machine.multi_user)
+        self.machine.start()
 
     def expire(self) -> None:
         """The sandbox is killed (past its lifetime): its processes die and E2B's
@@ -62,6 +60,7 @@ class EnvdDouble:
 
     def revive(self) -> None:
         """A newly created sandbox: a fresh machine in the same root."""
+        self.machine.stop()
         for child in self.root.iterdir():
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child)
@@ -70,39 +69,74 @@ class EnvdDouble:
         self._init_root()
         self.expired = False
 
-    def host_path(self, path: str, user: str) -> Path:
-        """Map a sandbox path (absolute, or relative to the user's home) into root."""
-        if not path.startswith("/"):
-            path = f"{self.home(user)}/{path}"
-        parts = [p for p in path.split("/") if p not in ("", ".")]
-        if ".." in parts:
-            raise ConnectError("invalid_argument", f"path {path!r} has '..'")
-        return self.root.joinpath(*parts) if parts else self.root
-
-    def home(self, user: str) -> str:
-        for line in (self.root / "etc/passwd").read_text().splitlines():
-            fields = line.split(":")
-            if len(fields) >= 6 and fields[0] == user:
-                return fields[5]
+    def account(self, user: str) -> tuple[int, int, str]:
+        """(uid, gid, home) of a user of the machine's own ``/etc/passwd``."""
+        fd = os.open(self.root / "etc/passwd", os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd) as passwd:
+            for line in passwd.read().splitlines():
+                fields = line.split(":")
+                if len(fields) >= 6 and fields[0] == user:
+                    return int(fields[2]), int(fields[3]), fields[5]
         raise ConnectError("invalid_argument", f"user {user!r} does not exist in the sandbox")
 
+    def home(self, user: str) -> str:
+        return self.account(user)[2]
+
+    def absolute(self, path: str, user: str) -> str:
+        """A sandbox path: absolute, or relative to the user's home (as envd does)."""
+        return path if path.startswith("/") else f"{self.home(user).rstrip('/')}/{path}"
+
+    def host_path(self, path: str, user: str) -> Path:
+        """Where the host sees a sandbox path (for tests; the double itself reads and
+        writes files inside the machine, as the user, like envd)."""
+        parts = [p for p in self.absolute(path, user).split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise ConnectError("invalid_argument", f"path {path!r} has '..'")
+        return self.root.joinpath(*parts)
+
+    def read_file(self, path: str, user: str) -> bytes:
+        uid, gid, _ = self.account(user)
+        done = self.machine.run(["cat", "--", self.absolute(path, user)], uid=uid, gid=gid)
+        if done.returncode:
+            raise ConnectError("not_found", done.stderr.decode("utf-8", "replace").strip())
+        return done.stdout
+
+    def write_file(self, path: str, data: bytes, user: str) -> None:
+        uid, gid, _ = self.account(user)
+        done = self.machine.run(
+            ["sh", "-c", 'mkdir -p -- "$(dirname -- "$1")" && cat > "$1"', "sh",
+             self.absolute(path, user)], uid=uid, gid=gid, stdin=data)
+        if done.returncode:
+            raise ConnectError("invalid_argument", done.stderr.decode("utf-8", "replace").strip())
+
     def spawn(self, config: Any, user: str, stdin: bool, timeout_ms: int | None) -> _Proc:
-        cwd = self.host_path(config.cwd or self.home(user), user)
-        if not cwd.is_dir():
-            raise ConnectError("invalid_argument", f"cwd '{config.cwd}' does not exist")
-        env = {"PATH": f"{self.shims}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-               "HOME": str(self.host_path(self.home(user), user)), "USER": user,
-               "LOGNAME": user, **dict(config.envs or {})}
+        uid, gid, home = self.account(user)
+        cwd = self.absolute(config.cwd or home, user)
+        env = {"PATH": PATH, "HOME": home, "USER": user, "LOGNAME": user,
+               **dict(config.envs or {})}
+        argv = [config.cmd, *config.args]
         try:
             popen = subprocess.Popen(  # envd does not start a new process group either
-                [config.cmd, *config.args], cwd=cwd, env=env,
+                self.machine.argv(argv, uid=uid, gid=gid, cwd=cwd), env=env,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        except OSError as exc:
+        except (OSError, MachineError) as exc:
             raise ConnectError("invalid_argument", f"error starting process: {exc}") from exc
-        proc = _Proc(popen, timeout_ms)
+        assert popen.stdout is not None and popen.stderr is not None
+        first = _first_line(popen.stdout.fileno())
+        if not first.isdigit():
+            popen.wait()
+            why = popen.stderr.read().decode("utf-8", "replace").strip()
+            popen.stdout.close()
+            popen.stderr.close()
+            if popen.stdin is not None:
+                popen.stdin.close()
+            if first == b"nocwd":
+                raise ConnectError("invalid_argument", f"cwd '{config.cwd}' does not exist")
+            raise ConnectError("invalid_argument", f"error starting process: {why}")
+        proc = _Proc(popen, int(first), _child_pidfd(popen.pid), argv, timeout_ms)
         with self.lock:
-            self.procs[popen.pid] = proc
+            self.procs[proc.pid] = proc
         return proc
 
     def get(self, selector: Any) -> _Proc:
@@ -118,13 +152,35 @@ class EnvdDouble:
             procs = list(self.procs.values())
         for proc in procs:
             proc.signal(signal.SIGKILL)
+        self.machine.stop()
+
+
+def _first_line(fd: int) -> bytes:
+    """The launcher's report, read byte by byte so no command output is consumed."""
+    line = bytearray()
+    while len(line) < 32 and (byte := os.read(fd, 1)) and byte != b"\n":
+        line += byte
+    return bytes(line)
+
+
+def _child_pidfd(nsenter_pid: int) -> int | None:
+    """A pidfd of the command: nsenter's child (None once it has already ended)."""
+    try:
+        children = Path(f"/proc/{nsenter_pid}/task/{nsenter_pid}/children").read_text().split()
+        return os.pidfd_open(int(children[0])) if children else None
+    except (OSError, ValueError):
+        return None
 
 
 class _Proc:
     """One started process: a pump thread turns its pipes and exit into events."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], timeout_ms: int | None) -> None:
-        self.popen = popen
+    def __init__(self, popen: subprocess.Popen[bytes], pid: int, pidfd: int | None,
+                 argv: list[str], timeout_ms: int | None) -> None:
+        self.popen = popen  # nsenter, on the host: it ends with the command's status
+        self.pid = pid  # inside the machine
+        self.pidfd = pidfd  # the command itself, to signal it from the host
+        self.argv = argv
         self.events: queue.Queue[Any] = queue.Queue()
         self.ended = threading.Event()
         self.stdin_lock = threading.Lock()
@@ -136,11 +192,8 @@ class _Proc:
         threading.Thread(target=self._pump, daemon=True).start()
 
     def signal(self, sig: int) -> None:
-        if not self.ended.is_set():
-            try:
-                os.kill(self.popen.pid, sig)
-            except ProcessLookupError:
-                pass
+        if not self.ended.is_set() and self.pidfd is not None:
+            signal_pidfd(self.pidfd, sig)
 
     def _pump(self) -> None:
         assert self.popen.stdout is not None and self.popen.stderr is not None
@@ -172,6 +225,9 @@ class _Proc:
         returncode = self.popen.wait()
         if self.timer is not None:
             self.timer.cancel()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
         for pipe in (self.popen.stdout, self.popen.stderr, self.popen.stdin):
             if pipe is not None:
                 pipe.close()
@@ -218,30 +274,30 @@ class ConnectError(Exception):
         return {"code": self.code, "message": self.message}
 
 
-def write_shims(bindir: Path, root: Path) -> None:
-    """User-management commands acting on the double's own passwd list."""
-    passwd = shlex.quote(str(root / "etc/passwd"))
-    home = shlex.quote(str(root / "home"))
-    sudoers = shlex.quote(str(root / "etc/sudoers-double"))
+def write_shims(bindir: Path, *, multi_user: bool) -> None:
+    """``sudo`` for the users in the double's sudoers list (there is no setuid
+    ``sudo`` to install: it runs the command as the same user); with one uid
+    only, ``useradd``/``chown`` act on the machine's passwd list."""
     shims = {
-        "useradd": f"""#!/bin/sh
-for last; do :; done
-if grep -q "^$last:" {passwd}; then echo "useradd: user '$last' already exists" >&2; exit 9; fi
-n=$(wc -l < {passwd})
-echo "$last:x:$((n + 1000)):$((n + 1000))::/home/$last:/bin/sh" >> {passwd}
-mkdir -p {home}/"$last"
-""",
-        "chown": f"""#!/bin/sh
-for a; do case "$a" in -*) ;; *) owner=${{a%%[:.]*}}; break;; esac; done
-grep -q "^$owner:" {passwd} && exit 0
-echo "chown: invalid user: '$owner'" >&2; exit 1
-""",
         "sudo": f"""#!/bin/sh
-if ! grep -qx "$USER" {sudoers}; then echo "sudo: a password is required" >&2; exit 1; fi
+if ! grep -qx "$USER" /{STATE_DIR}/sudoers; then echo "sudo: a password is required" >&2; exit 1; fi
 while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done
 exec "$@"
 """,
     }
+    if not multi_user:
+        shims["useradd"] = """#!/bin/sh
+for last; do :; done
+if grep -q "^$last:" /etc/passwd; then echo "useradd: user '$last' already exists" >&2; exit 9; fi
+n=$(wc -l < /etc/passwd)
+echo "$last:x:$((n + 1000)):$((n + 1000))::/home/$last:/bin/sh" >> /etc/passwd
+mkdir -p /home/"$last"
+"""
+        shims["chown"] = """#!/bin/sh
+for a; do case "$a" in -*) ;; *) owner=${a%%[:.]*}; break;; esac; done
+grep -q "^$owner:" /etc/passwd && exit 0
+echo "chown: invalid user: '$owner'" >&2; exit 1
+"""
     for name, text in shims.items():
         path = bindir / name
         path.write_text(text)
