@@ -129,12 +129,14 @@ class Machine:
             binds += ["--ro-bind", str(prefix), str(prefix)]
         bwrap = ["bwrap", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                  "--hostname", "e2b-double", "--die-with-parent", *binds,
-                 "--info-fd", str(info_w), "--chdir", "/", "sleep", "infinity"]
+                 "--info-fd", str(info_w), "--chdir", "/",
+                 # Ready once bwrap has built the filesystem and runs the command.
+                 "/bin/sh", "-c", "echo ready; exec sleep infinity"]
         # unshare creates the user namespace; it waits for its uid map (written
         # from here) before bwrap, root in that namespace, builds the rest.
         popen = subprocess.Popen(
             ["unshare", "--user", "--", "/bin/sh", "-c", 'read go; exec "$@" </dev/null', "sh",
-             *bwrap], pass_fds=(info_w,), stdin=go_r)
+             *bwrap], pass_fds=(info_w,), stdin=go_r, stdout=subprocess.PIPE)
         os.close(go_r)
         os.close(info_w)
         self._popen = popen
@@ -143,7 +145,12 @@ class Machine:
             os.write(go_w, b"go\n")
             with os.fdopen(info_r, "rb") as info:
                 data = info.read()  # bwrap closes it once written (or on failure)
-            self.init_pid = int(json.loads(data)["child-pid"])
+            init_pid = int(json.loads(data)["child-pid"])
+            assert popen.stdout is not None
+            if popen.stdout.readline() != b"ready\n":
+                raise MachineError("bwrap did not start the machine")
+            popen.stdout.close()
+            self.init_pid = init_pid
         except BaseException:
             popen.kill()
             raise
