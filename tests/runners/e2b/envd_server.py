@@ -20,16 +20,20 @@ Like envd, it runs the command *for real*, signals only the started process on
 ``SendSignal`` (envd does not kill the process group: the runner must), and
 ends the stream when the started process exits.
 
-It is NOT an isolation boundary.  Commands run as the current OS user on this
-machine, with their working directory inside ``root``, a temporary directory
-that stands for the sandbox's filesystem: sandbox paths are mapped into it
-(``/home/user`` -> ``<root>/home/user``) for ``cwd``, ``HOME`` and the files
-API.  Absolute paths *inside command lines* are not remapped (a command that
-writes ``/etc/x`` writes the host's), so tests use relative paths.  The double
-knows the users of ``<root>/etc/passwd`` (``root`` and ``user`` to start with);
-``useradd``, ``chown`` and ``sudo`` are shimmed on ``PATH`` to act on that list
-(``sudo`` works only for the users in ``sudoers``, like the template's ``user``)
-because the double cannot switch OS users.
+Where the commands run: an emulated remote machine (``machine``), private
+namespaces over ``root``.  Its filesystem is ``root`` (what the sandbox writes
+lands there, where tests can look: ``/home/user`` is ``<root>/home/user``) plus
+the host's read-only ``/usr``; it has its own pid namespace (pids in the
+protocol are the machine's), its own loopback and its own users.  Started as
+root, the double makes the users ``useradd`` creates real, unprivileged uids of
+the machine; started unprivileged it has one uid, so ``useradd`` and ``chown``
+are shimmed and non-root users only lose their capabilities.  ``sudo`` is a
+shim either way (there is no setuid ``sudo`` to install): it works for the
+users in ``sudoers``, like the template's ``user``, and runs the command as the
+same user.  The files API reads and writes inside the machine, as the user.
+
+This is a test double that emulates a separate machine with namespaces; it is
+not E2B, and the project claims no security boundary from it.
 """
 
 from __future__ import annotations
