@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
+import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from dsh.executors.denial import find_denial
@@ -76,6 +78,14 @@ def _text(output: Output | None) -> str:
     return output
 
 
+
+@functools.lru_cache(maxsize=64)
+def _env_filter(passthrough: tuple[str, ...]) -> Callable[[str], object]:
+    """One compiled matcher for the baseline names plus a profile's passthrough
+    globs (this runs for every variable of every command)."""
+    patterns = (*ESSENTIAL_ENV, *passthrough)
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
+
 class SandboxedExecutor(_MixinBase):
     """The overrides shared by both sandboxed executors (a mixin placed before
     the local executor class, so ``super()`` reaches the local behaviour)."""
@@ -116,8 +126,8 @@ class SandboxedExecutor(_MixinBase):
         policy = self.policy_of(spec)
         if not policy.constrained:
             return env
-        keep = (*ESSENTIAL_ENV, *policy.env_passthrough)
-        return {k: v for k, v in env.items() if any(fnmatch.fnmatchcase(k, p) for p in keep)}
+        keep = _env_filter(policy.env_passthrough)
+        return {k: v for k, v in env.items() if keep(k)}
 
     def prepare_launch(
         self, argv: tuple[str | bytes, ...], spec: ShellExecSpec, env: Mapping[str, str]

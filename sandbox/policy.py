@@ -25,7 +25,9 @@ class ResourceLimits:
     max_file_size_bytes: int | None = None
 
     def is_empty(self) -> bool:
-        return all(v is None for v in dataclasses.astuple(self))
+        # Explicit fields, not dataclasses.astuple: this runs for every command.
+        return (self.wall_time_s is None and self.max_processes is None
+                and self.max_memory_bytes is None and self.max_file_size_bytes is None)
 
 
 @dataclass(frozen=True)
