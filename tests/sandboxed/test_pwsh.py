@@ -67,8 +67,9 @@ def test_wrapped_argv_ends_with_the_exact_pwsh_argv(workspace: Path, runner: str
 def pwsh_shim(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A stand-in ``pwsh`` on PATH that prints the argv it received, NUL-separated.
 
-    It lives in the workspace so every runner can see it (Docker binds the
-    workspace at the same path; the E2B double runs on this machine)."""
+    It lives in the workspace so the local runners and Docker (which binds the
+    workspace at the same path) see it; the E2B double's emulated machine gets a
+    copy on its own PATH (see ``_runner_setup``)."""
     bin_dir = workspace / ".shim-bin"
     bin_dir.mkdir()
     shim = bin_dir / "pwsh"
@@ -78,16 +79,22 @@ def pwsh_shim(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return shim
 
 
-def _runner_setup(runner: str, tmp_path: Path) -> tuple[dict[str, Any], tuple[str, ...], Any]:
+def _runner_setup(runner: str, tmp_path: Path, shim: Path) -> tuple[dict[str, Any], tuple[str, ...], Any]:
     """Runner options, accepted degradations and a stop callable for ``runner``."""
     if runner != "e2b":
         need_runner(runner)
         return {}, (), None
     from tests.runners.e2b.envd_server import start_envd_server
+    from tests.runners.e2b.machine import SHIMS
 
     root = tmp_path / "e2b-root"
     root.mkdir()
     url, stop = start_envd_server(root)
+    # The remote machine has its own PATH: install the stand-in there, as a
+    # template with pwsh would have it.
+    remote = root / SHIMS.lstrip("/") / "pwsh"
+    remote.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(shim, remote)
     # Debug mode against the local envd double is partial by design.
     return {"sandbox_url": url}, ("e2b-debug",), stop
 
@@ -96,7 +103,7 @@ def _runner_setup(runner: str, tmp_path: Path) -> tuple[dict[str, Any], tuple[st
 def test_pwsh_argv_reaches_the_program(
     workspace: Path, tmp_path: Path, pwsh_shim: Path, runner: str
 ) -> None:
-    options, accept, stop = _runner_setup(runner, tmp_path)
+    options, accept, stop = _runner_setup(runner, tmp_path, pwsh_shim)
     try:
         with sandbox_ctx(
             workspace, runner=runner, mode="read-only", executor="pwsh-sandbox",

@@ -19,12 +19,19 @@ from tests.runners.e2b.conftest import Envd
 from tests.runners.e2b.helpers import (
     WAIT_S,
     policy,
-    process_gone,
     run,
     sandbox_path,
     start,
     wait_for,
 )
+
+
+def machine_running(envd: Envd, pid: int) -> bool:
+    """Whether a process of the double's machine (pid as the sandbox sees it) runs."""
+    from tests.runners.e2b.envd_server import envd_double
+
+    return envd_double(envd.url).machine.running(pid)
+
 
 TRICKY = ["a b", "it's", '"q"', "$HOME", "`id`", "x\ny", "*", "", "-n", "tab\there"]
 
@@ -70,7 +77,7 @@ def test_environment_drops_host_facts(runner: E2BRunner, envd: Envd, workspace: 
     fields = ran.stdout.decode().split("|")
     assert fields[0] == "bar baz" and fields[5] == "1" and fields[6] == "unset"
     assert "/host/only" not in fields[1]
-    assert fields[2] == str(envd.root / "home/dsh")  # the sandbox user's home
+    assert fields[2] == "/home/dsh"  # the sandbox user's home, in the sandbox
     assert fields[3] == "dsh" and fields[4] == "unset"
 
 
@@ -103,21 +110,22 @@ def test_no_stdin_reads_eof(runner: E2BRunner, workspace: Path) -> None:
     assert ran.stdout == b"done\n"
 
 
-def test_kill_kills_the_whole_tree(runner: E2BRunner, workspace: Path, tmp_path: Path) -> None:
+def test_kill_kills_the_whole_tree(runner: E2BRunner, envd: Envd, workspace: Path) -> None:
     pol = policy("workspace-write", workspace)
-    # The grandchild writes its pid where the test can read it (the double runs
-    # commands on this machine), then both sleep.
-    pidfile = tmp_path / "grandchild.pid"
-    script = f"sh -c 'echo $$ > {shlex.quote(str(pidfile))}; exec sleep 300' & echo started; wait"
+    # The grandchild writes its pid (in the sandbox) where the test can read it.
+    pidfile = "/tmp/grandchild.pid"
+    script = f"sh -c 'echo $$ > {pidfile}; exec sleep 300' & echo started; wait"
     proc, out = start(runner, ["sh", "-c", script], pol)
-    wait_for(lambda: out.stdout_so_far() == b"started\n" and pidfile.exists()
-             and pidfile.read_text().strip(), "the command to start")
-    grandchild = int(pidfile.read_text())
+    seen = envd.root / pidfile.lstrip("/")
+    wait_for(lambda: out.stdout_so_far() == b"started\n" and seen.exists()
+             and seen.read_text().strip(), "the command to start")
+    grandchild = int(seen.read_text())
+    assert machine_running(envd, grandchild)
     assert proc.wait(0) is None
     proc.kill(signal.SIGKILL)
     status = proc.wait(WAIT_S)
     assert status == ExitStatus(None, signal.SIGKILL)
-    wait_for(lambda: process_gone(grandchild), "the grandchild to die")
+    wait_for(lambda: not machine_running(envd, grandchild), "the grandchild to die")
 
 
 def test_death_by_signal_is_reported_as_the_signal(runner: E2BRunner, workspace: Path) -> None:
@@ -125,15 +133,15 @@ def test_death_by_signal_is_reported_as_the_signal(runner: E2BRunner, workspace:
     assert ran.status == ExitStatus(None, signal.SIGKILL)  # not 137 from a wrapping shell
 
 
-def test_nothing_outlives_the_command(runner: E2BRunner, workspace: Path, tmp_path: Path) -> None:
+def test_nothing_outlives_the_command(runner: E2BRunner, envd: Envd, workspace: Path) -> None:
     """A setsid daemon leaves the process group; the run token still finds it."""
-    pidfile = tmp_path / "daemon.pid"
-    quoted = shlex.quote(str(pidfile))
-    script = (f"setsid sh -c 'echo $$ > {quoted}.tmp; mv {quoted}.tmp {quoted}; "
-              f"exec sleep 300' & while [ ! -s {quoted} ]; do sleep 0.05; done")
+    pidfile = "/tmp/daemon.pid"
+    script = (f"setsid sh -c 'echo $$ > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; "
+              f"exec sleep 300' & while [ ! -s {pidfile} ]; do sleep 0.05; done")
     ran = run(runner, ["sh", "-c", script], policy("workspace-write", workspace))
     assert ran.status == ExitStatus(0)
-    wait_for(lambda: process_gone(int(pidfile.read_text())), "the setsid daemon to die")
+    daemon = int((envd.root / pidfile.lstrip("/")).read_text())
+    wait_for(lambda: not machine_running(envd, daemon), "the setsid daemon to die")
 
 
 def test_background_start_read_then_terminate(runner: E2BRunner, workspace: Path) -> None:
@@ -148,21 +156,21 @@ def test_background_start_read_then_terminate(runner: E2BRunner, workspace: Path
     proc.kill(signal.SIGKILL)  # after the end: a no-op, not an error
 
 
-def test_stream_deadline_kills_the_command(runner: E2BRunner, workspace: Path,
-                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_stream_deadline_kills_the_command(runner: E2BRunner, envd: Envd, workspace: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The backstop deadline of envd's stream: whichever shape it takes (envd kills
     -> exit -1 "signal: killed", or the SDK's TimeoutException), the command ends
     killed and its tree is gone."""
     pol = policy("workspace-write", workspace)
     assert run(runner, ["true"], pol).status == ExitStatus(0)
     monkeypatch.setattr(session_module, "BACKSTOP_MARGIN_S", 1.0)
-    pidfile = tmp_path / "child.pid"
-    script = f"sh -c 'echo $$ > {shlex.quote(str(pidfile))}; exec sleep 300' & wait"
+    pidfile = envd.root / "tmp/child.pid"
+    script = "sh -c 'echo $$ > /tmp/child.pid; exec sleep 300' & wait"
     proc, _out = start(runner, ["sh", "-c", script], pol, deadline_s=0.5)
     status = proc.wait(WAIT_S)
     assert status == ExitStatus(None, signal.SIGKILL)
     wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), "the child pid")
-    wait_for(lambda: process_gone(int(pidfile.read_text())), "the child to die")
+    wait_for(lambda: not machine_running(envd, int(pidfile.read_text())), "the child to die")
 
 
 def test_missing_cwd_is_reported(runner: E2BRunner, workspace: Path, tmp_path: Path) -> None:

@@ -163,11 +163,11 @@ def test_expired_sandbox_is_replaced_before_the_next_command(
 
     (workspace / "a.txt").write_text("host")
     pol = policy("workspace-write", workspace)
-    assert run(runner, ["sh", "-c", "echo remote-only > ../scratch.txt"], pol).status \
+    assert run(runner, ["sh", "-c", "echo remote-only > /tmp/scratch.txt"], pol).status \
         == ExitStatus(0)
     first = runner._session
     envd_double(envd.url).expire()  # E2B killed it (its lifetime ran out)
-    ran = run(runner, ["sh", "-c", "cat a.txt; test -e ../scratch.txt || echo fresh"], pol)
+    ran = run(runner, ["sh", "-c", "cat a.txt; test -e /tmp/scratch.txt || echo fresh"], pol)
     assert ran.status == ExitStatus(0)
     assert ran.stdout == b"hostfresh\n"  # a new sandbox, with the workspace synced in
     assert runner._session is not first and first is not None and first.dead
