@@ -97,7 +97,8 @@ class WorkspaceSync:
     def pull(self, policy: SandboxPolicy) -> list[str]:
         """Bring the workspace back; return notes for stderr.
 
-        Raises ``archive.SyncBackRefused`` (nothing written) or ``SandboxUnavailable``.
+        Raises ``archive.SyncBackRefused`` (nothing written; the sandbox's copy is
+        rebuilt from the host at the next push) or ``SandboxUnavailable``.
         """
         timeout = self.session.options.sync_timeout
         remote = f"{_SCRATCH}/out-{secrets.token_hex(8)}.tar"
@@ -114,9 +115,16 @@ class WorkspaceSync:
                                           check=False)
             local.seek(0)
             protected = (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)
-            plan = archive.plan_sync_back(local, self.workspace, protected, self.manifest,
-                                          self.digests)
-            archive.apply_sync_back(local, self.workspace, plan)
+            try:
+                plan = archive.plan_sync_back(local, self.workspace, protected, self.manifest,
+                                              self.digests)
+                archive.apply_sync_back(local, self.workspace, plan)
+            except archive.SyncBackRefused:
+                # Nothing was written.  The sandbox's copy now holds what the host
+                # refused (a symlink, say); rebuild it from the host before the
+                # next command, or every later sync-back would be refused too.
+                self.manifest, self.pushed = {}, False
+                raise
             self._record(plan)
         return [f"dsh: e2b: not synced back (protected path stays read-only): {p}"
                 for p in plan.skipped_protected]

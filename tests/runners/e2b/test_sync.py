@@ -277,6 +277,18 @@ def test_unchanged_host_symlinks_do_not_block_sync_back(runner: E2BRunner,
     assert (workspace / "ok.txt").read_text() == "ok\n"
 
 
+def test_a_refused_sync_back_does_not_block_later_ones(runner: E2BRunner, workspace: Path) -> None:
+    ww = policy("workspace-write", workspace)
+    ran = run(runner, ["sh", "-c", "ln -s /etc escape; echo first > a.txt"], ww)
+    assert REFUSED in ran.stderr
+    assert not (workspace / "a.txt").exists() and not os.path.lexists(workspace / "escape")
+    # The sandbox's copy was rebuilt from the host: the next command syncs back.
+    ran = run(runner, ["sh", "-c", "test ! -e escape && echo second > b.txt"], ww)
+    assert ran.status == ExitStatus(0) and REFUSED not in ran.stderr, ran.stderr
+    assert (workspace / "b.txt").read_text() == "second\n"
+    assert not (workspace / "a.txt").exists() and not os.path.lexists(workspace / "escape")
+
+
 def test_host_symlink_in_a_parent_is_never_followed(
         runner: E2BRunner, workspace: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
