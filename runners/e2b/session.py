@@ -132,6 +132,16 @@ class E2BSession:
                 'if sudo -n true >/dev/null 2>&1; then echo "$USER has sudo" >&2; exit 1; fi',
                 user=user, timeout=timeout,
                 what=f"checking that {user} has no sudo (the template grants it: no boundary)")
+        # The workspace copy belongs to the read-write user; git refuses a repository
+        # owned by someone else ("dubious ownership"), so read-only `git status`
+        # would fail.  The read-only user trusts every repository (git 2.39 has no
+        # "below this path" form); it only ever reads the workspace copy, whose
+        # code it runs anyway.
+        self.run_internal(
+            "command -v git >/dev/null || exit 0\n"
+            "git config --global --get-all safe.directory | grep -qx '[*]' || "
+            "git config --global --add safe.directory '*'",
+            user=ro, timeout=timeout, what="letting the read-only user's git read the workspace copy")
         self.sync.push(self._budget(deadline, self.options.setup_timeout, "sandbox setup"))
 
     def close(self) -> None:
