@@ -56,9 +56,11 @@ SCENARIOS: tuple[Scenario, ...] = (
                 " && sort -r app.o > app && chmod +x app && test -s app && echo built"),
              WRITE_ONLY_IN_WW, check_ok=c.all_of(c.exit_zero, c.stdout_has("built")),
              check_blocked=c.all_of(c.exit_nonzero, c.absent("{ws}/app"))),
-    Scenario("pos-tmp-write", "positive", "/tmp is writable in workspace-write",
-             sh("f=${{TMPDIR:-/tmp}}/dshconf-{nonce}; echo x > $f && cat $f && rm $f"), WRITE_ONLY_IN_WW,
-             check_ok=c.all_of(c.exit_zero, c.stdout_has("x")), check_blocked=c.exit_nonzero),
+    Scenario("pos-tmp-write", "positive", "/tmp is writable in workspace-write, and the host's is not in read-only",
+             sh("echo x > /tmp/dshconf-{nonce} && cat /tmp/dshconf-{nonce}"), WRITE_ONLY_IN_WW,
+             check_ok=c.all_of(c.exit_zero, c.stdout_has("x"), c.remove("/tmp/dshconf-{nonce}")),
+             # Host effect: a remote or container runner's own /tmp is not the host's.
+             check_blocked=c.absent("/tmp/dshconf-{nonce}")),
     Scenario("pos-git-status", "positive", "git status works on a read-only checkout",
              sh("cd {ws}/repo && git status --porcelain && git log --oneline | wc -l"), OK,
              setup=lambda e: _git_repo(e), check_ok=c.all_of(c.exit_zero, c.stdout_has("1")),
@@ -140,8 +142,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("prot-git-rename-parent", "protected", "rename .git away and write the renamed copy",
              sh("mv {root}/.git {root}/g2 && echo pwn >> {root}/g2/config"), BLOCKED, setup=c.git_dir,
              covers=("protected-paths",),
-             check_blocked=c.all_of(c.absent("{root}/g2"),
-                                    c.file_is("{root}/.git/config", b"[core]\n\trepositoryformatversion = 0\n"))),
+             # The protected path must be intact; a plain copy under another name
+             # (a remote runner may sync g2/ back) is no longer a git dir.
+             check_blocked=c.file_is("{root}/.git/config", b"[core]\n\trepositoryformatversion = 0\n")),
     Scenario("prot-git-hardlink", "protected", "hardlink .git/config and write the link",
              sh("ln {root}/.git/config {ws}/cfg && echo pwn >> {ws}/cfg"), BLOCKED, setup=c.git_dir,
              covers=("protected-paths",),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -59,6 +60,17 @@ def absent_or_empty(template: str) -> Check:
             entries = os.listdir(path)
             return f"{path} was created with {sorted(entries)[:5]}" if entries else None
         return f"{path} was created with {path.stat().st_size} bytes" if path.stat().st_size else None
+
+    return check
+
+
+def remove(template: str) -> Check:
+    """Not a check: removes what an allowed write left on the host (always passes)."""
+
+    def check(env: HostEnv, out: RunOutput) -> str | None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(env.fmt(template))
+        return None
 
     return check
 

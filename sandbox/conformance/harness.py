@@ -208,7 +208,7 @@ class Harness:
         expect = scenario.expect[mode]
         check = scenario.check_ok if expect == "ok" else scenario.check_blocked
         problem = check(env, out) if check else None
-        if problem and out.stderr:
+        if problem and out.stderr and "stderr" not in problem:
             problem += f" [stderr: {out.stderr[-300:].decode('utf-8', 'replace')!r}]"
         return result("fail" if problem else "pass", problem or "", out.elapsed_s)
 
