@@ -1,5 +1,9 @@
 """The conformance catalog: every scenario a runner must hold, as data.
 
+Every "blocked" expectation is judged by its effect on the host, checked after
+the command: a remote runner (E2B) may let a read-only command write its own
+copy of the workspace, as long as nothing of it reaches the host.
+
 Families: positive capabilities, filesystem attacks, protected paths, network,
 process escapes, resource limits, environment leaks, exact argv, output contract.
 Expectations are per mode (read-only, workspace-write); ``covers`` names the
@@ -45,17 +49,17 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("pos-workspace-write", "positive", "the workspace is writable in workspace-write only",
              sh("echo hi > {ws}/out.txt"), WRITE_ONLY_IN_WW,
              check_ok=c.all_of(c.exit_zero, c.file_is("{ws}/out.txt", b"hi\n")),
-             check_blocked=c.all_of(c.exit_nonzero, c.absent("{ws}/out.txt"))),
+             check_blocked=c.absent("{ws}/out.txt")),
     Scenario("pos-workspace-mkdir-rm", "positive", "create, rename and delete inside the workspace",
              sh("mkdir {ws}/d && echo x > {ws}/d/f && mv {ws}/d/f {ws}/d/g && rm {ws}/d/g && rmdir {ws}/d"
                 " && touch {ws}/kept"), WRITE_ONLY_IN_WW,
              check_ok=c.all_of(c.exit_zero, c.absent("{ws}/d"), c.file_is("{ws}/kept", b"")),
-             check_blocked=c.all_of(c.exit_nonzero, c.absent("{ws}/d"), c.absent("{ws}/kept"))),
+             check_blocked=c.all_of(c.absent("{ws}/d"), c.absent("{ws}/kept"))),
     Scenario("pos-workspace-build", "positive", "a build-like job (generate, compile, link) works",
              sh("cd {ws} && for i in 1 2 3; do echo \"part $i\" > p$i.src; done && cat p*.src > app.o"
                 " && sort -r app.o > app && chmod +x app && test -s app && echo built"),
              WRITE_ONLY_IN_WW, check_ok=c.all_of(c.exit_zero, c.stdout_has("built")),
-             check_blocked=c.all_of(c.exit_nonzero, c.absent("{ws}/app"))),
+             check_blocked=c.absent("{ws}/app")),
     Scenario("pos-tmp-write", "positive", "/tmp is writable in workspace-write, and the host's is not in read-only",
              sh("echo x > /tmp/dshconf-{nonce} && cat /tmp/dshconf-{nonce}"), WRITE_ONLY_IN_WW,
              check_ok=c.all_of(c.exit_zero, c.stdout_has("x"), c.remove("/tmp/dshconf-{nonce}")),
