@@ -134,9 +134,12 @@ def bench_docker_run(report: Report, ctx: Any, n: int) -> None:
 
 
 def bench_cli(report: Report, n: int, workspace: Path) -> None:
-    exe = shutil.which("dsh-sandbox")
+    # The console script next to this interpreter, not whatever PATH finds first:
+    # a version-manager shim (pyenv's is a chain of bash scripts) would be timed too.
+    beside = Path(sys.executable).parent / "dsh-sandbox"
+    exe = str(beside) if beside.is_file() else shutil.which("dsh-sandbox")
     if exe is None:
-        report.skipped["cli"] = "dsh-sandbox is not on PATH"
+        report.skipped["cli"] = "dsh-sandbox is not installed next to this interpreter nor on PATH"
         return
     env = {**os.environ}
     report.timings.append(_measure("python -c pass", lambda: subprocess.run([sys.executable, "-c", "pass"],
