@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable, Collection, Mapping
-from importlib import metadata
 from typing import Any
 
 from dsh.sandbox.errors import ConfigError
@@ -87,6 +86,10 @@ class ProfileError(ConfigError):
 
 def known_runners() -> list[str]:
     """Runner names registered in the ``dsh_sandbox.runners`` entry-point group."""
+    # Imported here: scanning installed distributions costs the CLI's start-up,
+    # and only a profile that names allowed_runners needs it.
+    from importlib import metadata
+
     return sorted({ep.name for ep in metadata.entry_points(group=RUNNER_GROUP)})
 
 

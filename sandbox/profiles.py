@@ -22,7 +22,6 @@ import dataclasses
 import os
 import tomllib
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +92,8 @@ class Profile:
 # -- finding files -------------------------------------------------------------------
 def _builtin_dir() -> Path:
     # The profiles ship as plain files in the package (editable or wheel install).
+    from importlib import resources  # only when a built-in profile is looked up
+
     return Path(str(resources.files(PROFILE_PACKAGE)))
 
 
