@@ -54,12 +54,10 @@ class Cell:
         return sum(1 for r in self.results if r.outcome == outcome)
 
 
-def _capabilities(degradations: Iterable[str], runner: str) -> set[str]:
+def _capability(degradation: str, runner: str) -> str:
     """``landlock-protected-paths`` -> ``protected-paths`` (runner prefix dropped)."""
-    caps = set()
-    for d in degradations:
-        caps.add(d[len(runner) + 1:] if d.startswith(runner + "-") else d)
-    return caps
+    prefix = runner + "-"
+    return degradation[len(prefix):] if degradation.startswith(prefix) else degradation
 
 
 class Harness:
@@ -75,7 +73,6 @@ class Harness:
         # /var/tmp: outside /tmp and $TMPDIR, which workspace-write makes writable.
         self.base_dir = base_dir or ("/var/tmp" if os.path.isdir("/var/tmp") else None)
         self.secrets = self._plant_secrets()
-        self._reporting_gaps: dict[str, str] = {}
 
     @staticmethod
     def _plant_secrets() -> dict[str, str]:
@@ -108,11 +105,10 @@ class Harness:
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         ctx = None
         try:
-            ctx, enforcement = self._context(runner, mode, root, profile)
-            caps = _capabilities(enforcement.degradations, runner)
-            reasons = {cap: "; ".join(enforcement.reasons_for(d)) or d
-                       for d in enforcement.degradations for cap in _capabilities([d], runner)}
-            reporting = self._reporting_gaps
+            ctx, enforcement, reporting = self._context(runner, mode, root, profile)
+            # Capability a runner declares partial -> its own reasons.
+            reasons = {_capability(d, runner): "; ".join(enforcement.reasons_for(d)) or d
+                       for d in enforcement.degradations}
             tools: dict[str, bool] = {}
             for scenario in scenarios:
                 nonce = secrets.token_hex(6)
@@ -124,7 +120,7 @@ class Harness:
                 if gap is not None:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced", f"runner cannot report: {gap}")
                 else:
-                    result = self._scenario(ctx, runner, mode, scenario, env, caps, reasons, tools, listeners)
+                    result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners)
                 cell.results.append(result)
                 self.progress(result)
         except SandboxUnavailable as exc:
@@ -144,7 +140,7 @@ class Harness:
             shutil.rmtree(base, ignore_errors=True)
         return cell
 
-    def _context(self, runner: str, mode: str, root: Path, profile: Path) -> tuple[Any, Any]:
+    def _context(self, runner: str, mode: str, root: Path, profile: Path) -> tuple[Any, Any, dict[str, str]]:
         from dsh.sandbox.context import build_context
 
         def entries(accept: Iterable[str]) -> list[dict[str, Any]]:
@@ -165,21 +161,21 @@ class Harness:
             if instance is None or not probe.available:
                 raise SandboxUnavailable(probe.reason or "runner not available", runner=runner)
             enforcement = instance.enforcement(policy)
-            self._reporting_gaps = dict(instance.reporting_gaps(policy))
+            reporting = dict(instance.reporting_gaps(policy))
         finally:
             probe_ctx.close()
         # Accept what the runner declares partial so the rest of the catalog runs;
         # the scenarios that cover it are reported not-enforced.
-        return build_context(entries(enforcement.degradations)), enforcement
+        return build_context(entries(enforcement.degradations)), enforcement, reporting
 
-    def _scenario(self, ctx: Any, runner: str, mode: str, scenario: Scenario, env: HostEnv, caps: set[str],
+    def _scenario(self, ctx: Any, runner: str, mode: str, scenario: Scenario, env: HostEnv,
                   reasons: Mapping[str, str], tools: dict[str, bool], listeners: Listeners) -> ScenarioResult:
         def result(outcome: str, detail: str = "", elapsed: float = 0.0) -> ScenarioResult:
             return ScenarioResult(scenario.id, runner, mode, outcome, detail, elapsed)  # type: ignore[arg-type]
 
-        covered = caps.intersection(scenario.covers)
+        covered = set(reasons).intersection(scenario.covers)
         if covered:
-            why = "; ".join(f"{cap}: {reasons.get(cap, '')}" for cap in sorted(covered))
+            why = "; ".join(f"{cap}: {reasons[cap]}" for cap in sorted(covered))
             return result("not-enforced", f"runner declares partial {why}")
         if scenario.id == "proc-setuid" and not (env.suid_helper and not env.is_root):
             return result("unavailable", "needs a non-root run and a root-owned setuid helper "
