@@ -180,16 +180,6 @@ def restrict_self(ruleset_fd: int) -> None:
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 
-# Capabilities a root command keeps in the sandbox (Docker's default set minus
-# NET_RAW and MKNOD).  Everything else (SYS_ADMIN, SYS_MODULE, SYS_PTRACE,
-# SYS_BOOT, SYS_TIME, BPF, DAC_READ_SEARCH...) leaves the bounding set.
-KEPT_CAPABILITIES = {
-    0: "CHOWN", 1: "DAC_OVERRIDE", 3: "FOWNER", 4: "FSETID", 5: "KILL", 6: "SETGID",
-    7: "SETUID", 8: "SETPCAP", 10: "NET_BIND_SERVICE", 18: "SYS_CHROOT", 29: "AUDIT_WRITE",
-    31: "SETFCAP",
-}  # fmt: skip
-
-
 def _prctl_checked(option: int, arg: int, what: str) -> None:
     result = _prctl(
         ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0),
@@ -205,26 +195,55 @@ def set_process_undumpable() -> None:
     the thread shares this process's memory: without this, the child could
     read ``/proc/<pid>/environ`` or ``/proc/<pid>/task/<tid>/mem`` of its
     parent.  Non-dumpable processes are only inspectable with CAP_SYS_PTRACE,
-    which sandboxed commands do not have (see ``drop_bounding_capabilities``).
+    which sandboxed commands do not have (see ``drop_all_capabilities``).
     """
     _prctl_checked(PR_SET_DUMPABLE, 0, "prctl(PR_SET_DUMPABLE, 0)")
 
 
-def drop_bounding_capabilities() -> tuple[str, ...]:
-    """Drop every capability but ``KEPT_CAPABILITIES`` from the calling thread's
-    bounding set (root commands exec'd from it get no more).  Needs
-    CAP_SETPCAP, so only root does it; returns the numbers dropped."""
-    try:
-        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
-            last = int(f.read())
-    except (OSError, ValueError):
-        last = 40
-    dropped = []
-    for cap in range(last + 1):
-        if cap not in KEPT_CAPABILITIES:
+PR_SET_SECUREBITS = 28
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+# NOROOT: uid 0 gains no capability at exec; NO_SETUID_FIXUP: a setuid()
+# between 0 and another uid changes none; both locked so no child undoes them.
+SECUREBITS_LOCKED_NOROOT = 0b1111
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def drop_all_capabilities(*, as_root: bool) -> None:
+    """Leave the calling thread (and what it spawns) with no capability at all.
+
+    Root's commands would otherwise keep capabilities that override file
+    permissions and ownership outside the Landlock rules' reach (chown,
+    CAP_LINUX_IMMUTABLE, module loading...).  Capabilities are per thread, so
+    this only touches the spawner thread.  Order matters: securebits and the
+    bounding set need CAP_SETPCAP, which ``capset`` drops last.  Without
+    ``as_root`` (an unprivileged caller has no CAP_SETPCAP) only the ambient,
+    effective, permitted and inheritable sets are cleared: no_new_privs already
+    keeps exec from granting file capabilities or a setuid root.
+    """
+    if as_root:
+        try:
+            with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
+                last = int(f.read())
+        except (OSError, ValueError):
+            last = 63
+        _prctl_checked(PR_SET_SECUREBITS, SECUREBITS_LOCKED_NOROOT, "prctl(PR_SET_SECUREBITS)")
+        for cap in range(last + 1):
             _prctl_checked(PR_CAPBSET_DROP, cap, f"prctl(PR_CAPBSET_DROP, {cap})")
-            dropped.append(str(cap))
-    return tuple(dropped)
+    _prctl_checked(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, "prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+    header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()  # all zero: effective, permitted, inheritable
+    _check(_libc.capset(ctypes.byref(header), data), "capset(0)")
 
 
 def set_thread_name(name: str) -> None:

@@ -36,8 +36,7 @@ def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, syscalls: secc
     The filter is compiled here, once per spawner thread: it names the
     thread's own tid, which only exists now.
     """
-    if os.geteuid() == 0:
-        abi.drop_bounding_capabilities()
+    abi.drop_all_capabilities(as_root=os.geteuid() == 0)
     seccomp.set_no_new_privs()
     abi.restrict_self(ruleset_fd)
     guarded = dataclasses.replace(syscalls, guard_tid=threading.get_native_id())
@@ -46,12 +45,29 @@ def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, syscalls: secc
 
 _HARDENING = (
     "no_new_privs: setuid/setgid bits and file capabilities grant nothing",
-    "seccomp: foreign syscall ABIs (i386, x32) kill the process; io_uring, pidfd_send_signal, "
-    "pidfd_getfd and TIOCSTI/TIOCLINUX are refused; signals, ptrace and process_vm_* naming "
-    "the spawner thread are refused",
+    "seccomp: foreign syscall ABIs (i386, x32) kill the process; refused: io_uring, kernel keyrings "
+    "(keyctl, add_key, request_key), TIOCSTI/TIOCLINUX, inode flag changes (FS_IOC_SETFLAGS, "
+    "FS_IOC_FSSETXATTR, file_setattr), SysV IPC and POSIX message queues (host-global: no IPC "
+    "namespace), pidfd_send_signal, pidfd_getfd, and prlimit64, setpriority, ioprio_set and "
+    "sched_set* on any process but the command's own (pid 0); signals, ptrace, process_vm_* and "
+    "SIGIO owners naming the spawner thread are refused",
     "host process made non-dumpable: children cannot read its /proc/<pid>/{environ,mem,fd}",
 )
-_ROOT_HARDENING = ("capability bounding set limited to " + ", ".join(abi.KEPT_CAPABILITIES.values()),)
+_USER_HARDENING = ("capabilities: none (effective, permitted, inheritable and ambient sets empty)",)
+_ROOT_HARDENING = (
+    "capabilities: none (effective, permitted, inheritable, ambient and bounding sets empty; securebits "
+    "NOROOT and NO_SETUID_FIXUP locked): the command is uid 0 for file permissions only, so workspace "
+    "files owned by another uid are writable only as their mode bits allow",
+)
+# Without network, pid and IPC namespaces, the host's objects of these kinds
+# cannot be told apart from the command's own, so both are refused.
+LOCAL_IPC = (
+    "local IPC under landlock: pipes, FIFOs in writable roots, socketpair() (stream/seqpacket, e.g. "
+    "multiprocessing.Pipe) and signals between the command's own processes work; unix socket servers "
+    "(pathname or abstract), SysV IPC, POSIX message queues and anything needing a writable /dev/shm "
+    "(POSIX semaphores: multiprocessing Pool, Lock, Manager) fail, and with the network off so does a "
+    "loopback TCP/UDP test server: without namespaces these are the host's, not the command's own"
+)
 
 
 class LandlockRunner(Runner):
@@ -134,6 +150,7 @@ class LandlockRunner(Runner):
                 "dropped": abi.unsupported(abi.FS_RIGHTS, status.abi)
                 + abi.unsupported(abi.NET_RIGHTS, status.abi)
                 + abi.unsupported(abi.SCOPES, status.abi),
+                "local_ipc": LOCAL_IPC,
             },
         )
 
@@ -205,14 +222,18 @@ class LandlockRunner(Runner):
         if policy.network:
             network = "on: no network restriction"
         else:
-            network = "off: seccomp makes socket()/socketpair() fail with EACCES for every family but AF_UNIX" + (
-                "; Landlock handles TCP bind/connect with no port allowed" if plan.handled_net else ""
+            network = (
+                "off: seccomp makes socket() fail with EACCES for every family"
+                + (" but AF_UNIX stream/seqpacket" if self._unix_connect else "")
+                + "; socketpair() only gives AF_UNIX stream/seqpacket pairs (no datagram socket can "
+                "sendto() a host socket)"
+                + ("; Landlock handles TCP bind/connect with no port allowed" if plan.handled_net else "")
             )
         if not policy.network and not self._unix_connect:
             network += "; connect() fails on every socket (unix sockets of host daemons are out of reach)"
         if plan.scoped:
             network += "; abstract unix sockets and signals are scoped to the sandbox"
-        rules += _HARDENING + (_ROOT_HARDENING if os.geteuid() == 0 else ())
+        rules += _HARDENING + (_ROOT_HARDENING if os.geteuid() == 0 else _USER_HARDENING)
         cannot = tuple(g.text for g in plan.gaps + limits.gaps)
         cannot += tuple(f"right not known to ABI {plan.abi}, dropped: {d}" for d in plan.dropped)
         if not policy.network and self._unix_connect:
@@ -220,7 +241,10 @@ class LandlockRunner(Runner):
                 "connect() to pathname unix sockets outside the sandbox (e.g. /var/run/docker.sock) "
                 "is not mediated by Landlock ABI <= 7 (runner option unix_connect='allow')",
             )
-        cannot += ("names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",)
+        cannot += (
+            "names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",
+            LOCAL_IPC,
+        )
         return RunnerPlan(NAME, policy.mode, rules, network, limit_lines, cannot)
 
     # -- launching -------------------------------------------------------------

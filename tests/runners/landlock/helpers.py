@@ -17,6 +17,7 @@ from dsh.runners.landlock import LandlockRunner
 from dsh.runners.landlock.rules import DEGRADE_METADATA
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
+from dsh.sandbox.runner import LocalLaunch
 
 from tests.conftest import require_runner
 from tests.runners.support import Completed as Result
@@ -52,7 +53,7 @@ def make_policy(
     )
 
 
-def run(
+def start(
     runner: LandlockRunner,
     policy: SandboxPolicy,
     argv: Sequence[str | bytes],
@@ -60,8 +61,8 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     stdin: int | None = subprocess.DEVNULL,
-    timeout: float = TIMEOUT,
-) -> Result:
+) -> tuple[subprocess.Popen[bytes], LocalLaunch]:
+    """Spawn ``argv`` in the sandbox and return at once (the caller reaps it and runs ``cleanup``)."""
     workdir = str(cwd or policy.workspace)
     launch = runner.prepare(argv, policy, cwd=workdir, env=dict(env or {}))
     full_env = {**os.environ, **launch.env, **(env or {})}
@@ -77,7 +78,10 @@ def run(
             stderr=subprocess.PIPE,
         )
 
-    proc = launch.spawn_in(spawn) if launch.spawn_in else spawn()
+    return (launch.spawn_in(spawn) if launch.spawn_in else spawn()), launch
+
+
+def finish(proc: subprocess.Popen[bytes], launch: LocalLaunch, timeout: float = TIMEOUT) -> Result:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -90,6 +94,20 @@ def run(
         if launch.cleanup is not None:
             launch.cleanup()
     return Result(proc.returncode, out, err)
+
+
+def run(
+    runner: LandlockRunner,
+    policy: SandboxPolicy,
+    argv: Sequence[str | bytes],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: int | None = subprocess.DEVNULL,
+    timeout: float = TIMEOUT,
+) -> Result:
+    proc, launch = start(runner, policy, argv, cwd=cwd, env=env, stdin=stdin)
+    return finish(proc, launch, timeout)
 
 
 def py(runner: LandlockRunner, policy: SandboxPolicy, code: str, *args: str, **kw: object) -> Result:

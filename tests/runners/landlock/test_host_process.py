@@ -115,31 +115,3 @@ def test_secret_in_the_host_environment_does_not_leak(layout: Layout, tmp_path: 
     assert done.returncode == 0, done.stderr
     assert "denied" in done.stdout
     assert "hunter2-credential" not in done.stdout
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="capability dropping applies to root")
-def test_root_commands_lose_dangerous_capabilities(runner: LandlockRunner, layout: Layout) -> None:
-    policy = make_policy(WW, layout[0])
-    result = sh(
-        runner,
-        policy,
-        "grep CapBnd /proc/self/status; unshare -m true; echo unshare=$?; mount -t tmpfs none /mnt; echo mount=$?",
-    )
-    cap_bnd = int(result.out.split()[1], 16)
-    for dangerous in (
-        2,
-        16,
-        17,
-        19,
-        21,
-        22,
-        25,
-        39,
-    ):  # DAC_READ_SEARCH SYS_MODULE SYS_RAWIO SYS_PTRACE SYS_ADMIN SYS_BOOT SYS_TIME BPF
-        assert not cap_bnd & (1 << dangerous), hex(cap_bnd)
-    assert cap_bnd & 1  # CHOWN is kept: root in the workspace still works as root
-    assert "unshare=0" not in result.out and "mount=0" not in result.out
-    # The host keeps its own capabilities.
-    with open("/proc/self/status", encoding="utf-8") as status:
-        host_bnd = next(int(line.split()[1], 16) for line in status if line.startswith("CapBnd"))
-    assert host_bnd & (1 << 21)
