@@ -33,10 +33,15 @@ DEGRADE_METADATA = "landlock-metadata"
 DEGRADE_SCOPES = "landlock-no-scopes"
 DEGRADE_TRUNCATE = "landlock-no-truncate"
 
-# Devices a command may always use: /dev/null is the only path writable in
-# read-only mode; terminals keep their ioctls (TIOCSTI is refused by seccomp).
-_DEV_NULL = Path("/dev/null")
-_TTY_DEVICES = (Path("/dev/tty"), Path("/dev/pts"), Path("/dev/ptmx"))
+# /dev is an allowlist: the rest of it (the caller's terminal and every other
+# tty, /dev/console, disks that a uid-0 command could read raw around hidden
+# paths, input devices, sound and video, the host's /dev/shm and mqueues) is
+# not granted, whatever its permission bits.  /dev/null is the only path
+# writable in read-only mode.  An interactive run would grant a terminal; no
+# policy asks for one yet.
+_DEV = Path("/dev")
+_DEV_NULL = _DEV / "null"
+_DEV_READABLE = tuple(_DEV / name for name in ("zero", "full", "random", "urandom"))
 
 
 @dataclass(frozen=True)
@@ -138,9 +143,9 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
     hidden_all = sorted(set(policy.hidden_paths))
     hidden_open = [h for h in hidden_all if any(_beneath(h, r) for r in open_roots)]
     hidden = [h for h in hidden_all if h not in hidden_open]
-    read_grants, read_ancestors = split_tree(Path("/"), hidden)
+    read_grants, read_ancestors = split_tree(Path("/"), [*hidden, _DEV])
     rules.grant(read_grants, abi.FS_READ | abi.FS_EXECUTE)
-    rules.grant(read_ancestors, abi.FS_READ_DIR)
+    rules.grant([*read_ancestors, _DEV], abi.FS_READ_DIR)
     rules.grant([r for r in open_roots if not any(_beneath(h, r) for h in hidden)], abi.FS_READ | abi.FS_EXECUTE)
     for path in hidden_open:
         root = next(r for r in open_roots if _beneath(path, r))
@@ -160,14 +165,20 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
                 DEGRADE_HIDDEN,
             )
         )
-        notes.append(
-            "read rights were granted per entry of "
-            + ", ".join(map(str, read_ancestors))
-            + " (to exclude the hidden paths); entries created there later are not readable"
-        )
-
+    notes.append(
+        "read rights were granted per entry of "
+        + ", ".join(map(str, read_ancestors))
+        + " (to exclude /dev" + (" and the hidden paths" if hidden else "") + "); entries created there later "
+        "are not readable"
+    )
+    notes.append(
+        "/dev: only " + ", ".join(map(str, (_DEV_NULL, *_DEV_READABLE))) + " are granted: no terminal "
+        "(/dev/tty, /dev/pts, /dev/console, /dev/ptmx), disk, input, sound or video device, and not the "
+        "host's /dev/shm (so POSIX semaphores and multiprocessing locks fail); an inherited terminal fd "
+        "keeps working"
+    )
+    rules.grant([p for p in _DEV_READABLE if p.exists()], abi.FS_READ)
     rules.grant([_DEV_NULL], abi.FS_READ | abi.FS_WRITE_FILE | abi.FS_TRUNCATE | abi.FS_IOCTL_DEV)
-    rules.grant([p for p in _TTY_DEVICES if os.path.exists(p)], abi.FS_IOCTL_DEV)
 
     if policy.mode is SandboxMode.WORKSPACE_WRITE:
         _plan_writes(policy, strategy, rules, gaps, notes)
