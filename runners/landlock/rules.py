@@ -184,8 +184,10 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
         _plan_writes(policy, strategy, rules, gaps, notes)
         gaps.append(
             Gap(
-                "cannot stop chmod, chown, utime or xattr changes to files outside the writable roots: "
-                "Landlock has no rights for file metadata (seccomp refuses them in read-only mode only)",
+                "cannot stop chmod, chgrp, utime or xattr changes to files outside the writable roots that the "
+                "command's uid owns (every root-owned file when the caller is root): Landlock has no rights for "
+                "file metadata (seccomp refuses them in read-only mode only); chown to another uid fails, as no "
+                "capability is left",
                 DEGRADE_METADATA,
             )
         )
