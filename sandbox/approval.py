@@ -30,6 +30,7 @@ from typing import IO, Any, ClassVar, Literal
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.numeric import seconds
 
 log = logging.getLogger("dsh.approval")
 
@@ -306,8 +307,7 @@ class PromptApproval(Approval):
         output: IO[str] | None = None,
     ) -> None:
         super().__init__(ctx, config)
-        if self.config.timeout_s <= 0:
-            raise ConfigError(f"approval-prompt: timeout_s must be > 0, got {self.config.timeout_s}")
+        seconds("approval-prompt: timeout_s", self.config.timeout_s)
         self.prompter = TerminalPrompter(self.config.timeout_s, self.config.tty, input, output)
 
     def decide(self, request: EscalationRequest) -> EscalationDecision:

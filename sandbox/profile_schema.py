@@ -16,6 +16,7 @@ from typing import Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.numeric import MAX_BYTES, NumberError, byte_count, count, seconds
 
 RUNNER_GROUP = "dsh_sandbox.runners"
 
@@ -27,6 +28,7 @@ LIST_KEYS = (
     "env_passthrough",
     "allowed_runners",
     "accept_degraded",
+    "force_writable_roots",
 )
 TOP_KEYS = (
     "description",
@@ -93,27 +95,47 @@ def known_runners() -> list[str]:
     return sorted({ep.name for ep in metadata.entry_points(group=RUNNER_GROUP)})
 
 
+def known_degradations() -> dict[str, str]:
+    """Every degradation name a registered runner can report -> that runner's name.
+
+    Read from each runner class's ``DEGRADATION_NAMES``; runner modules load
+    their SDKs lazily, so this imports no Docker or E2B client.  A runner that
+    cannot be imported here contributes ``<name>-*``, so profiles naming its
+    degradations still validate where it is not installed.
+    """
+    from importlib import metadata
+
+    names: dict[str, str] = {}
+    for ep in metadata.entry_points(group=RUNNER_GROUP):
+        try:
+            declared: tuple[str, ...] = ep.load().DEGRADATION_NAMES
+        except (ImportError, AttributeError):
+            names[f"{ep.name}-*"] = ep.name
+            continue
+        names.update(dict.fromkeys(declared, ep.name))
+    return names
+
+
 def suggest(word: str, choices: Collection[str]) -> str | None:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return close[0] if close else None
 
 
-def parse_size(value: object) -> int:
-    """Bytes from an int or a string like ``"512MiB"``, ``"1G"``, ``"10 MB"``."""
-    if isinstance(value, bool):
-        raise ValueError("must be a size, not true/false")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError(f"must be a positive number of bytes, got {value}")
-        return value
+def parse_size(value: object, field: str = "size") -> int:
+    """Bytes from an int or a string like ``"512MiB"``, ``"1G"``, ``"10 MB"``.
+
+    Raises ``NumberError`` (a ``ConfigError``) naming ``field`` and the range.
+    """
     if isinstance(value, str):
         m = _SIZE.match(value)
-        if m and m.group(2).lower() in _SIZE_UNITS:
-            size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-            if size > 0:
-                return size
-        raise ValueError(f"{value!r} is not a size")
-    raise ValueError(f"must be a size, got {type(value).__name__}")
+        if not (m and m.group(2).lower() in _SIZE_UNITS):
+            raise NumberError(field, f"{value!r} is not a size; write bytes or e.g. \"512MiB\", \"1G\"")
+        number = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+        # Checked as a float first: int() of an absurd float is exact but meaningless.
+        return byte_count(field, int(number) if number <= MAX_BYTES else MAX_BYTES + 1)
+    if isinstance(value, float):
+        raise NumberError(field, f"must be a size (bytes or a string like \"512MiB\"), got {value!r}")
+    return byte_count(field, value)
 
 
 # -- line lookup -------------------------------------------------------------------
@@ -235,9 +257,9 @@ class _Checker:
             if key not in LIMIT_KEYS:
                 raise self.unknown(key, LIMIT_KEYS, table="limits")
             try:
-                out[key] = _LIMIT_PARSERS[key](item)
-            except ValueError as exc:
-                raise self.fail(key, str(exc), _LIMIT_FIXES[key], table="limits") from None
+                out[key] = _LIMIT_PARSERS[key](f"limits.{key}", item)
+            except NumberError as exc:
+                raise self.fail(key, exc.problem, _LIMIT_FIXES[key], table="limits") from None
         return out
 
 
@@ -279,13 +301,19 @@ def _runner_item(item: str) -> tuple[str, str] | None:
     return f"unknown runner {item!r}", f"{hint}known runners: {', '.join(known)}"
 
 
-def _degraded_item(item: str) -> tuple[str, str] | None:
-    if not _DEGRADED_NAME.match(item):
-        return (
-            f"{item!r} is not a degraded-enforcement name",
-            "use the name a runner reports, e.g. 'landlock-protected-paths'",
-        )
-    return None
+def degradation_problem(item: str) -> tuple[str, str] | None:
+    """(problem, fix) when no registered runner can report ``item``."""
+    known = known_degradations()
+    if _DEGRADED_NAME.match(item) and (
+        item in known or any(k.endswith("*") and item.startswith(k[:-1]) for k in known)
+    ):
+        return None
+    close = suggest(item, [k for k in known if not k.endswith("*")])
+    hint = f"did you mean '{close}'? " if close else ""
+    return (
+        f"{item!r} is not a degradation any registered runner reports",
+        f"{hint}known names: {', '.join(sorted(known))} (see dsh-sandbox runners)",
+    )
 
 
 _ITEM_CHECKS: Mapping[str, Callable[[str], tuple[str, str] | None]] = {
@@ -295,27 +323,16 @@ _ITEM_CHECKS: Mapping[str, Callable[[str], tuple[str, str] | None]] = {
     "protected_names": _name_item,
     "env_passthrough": _env_item,
     "allowed_runners": _runner_item,
-    "accept_degraded": _degraded_item,
+    "accept_degraded": degradation_problem,
+    "force_writable_roots": _path_item,
 }
 
 
-def _positive_number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _positive_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"must be a positive integer, got {value!r}")
-    return value
-
-
-_LIMIT_PARSERS: Mapping[str, Callable[[object], Any]] = {
-    "wall_time_s": _positive_number,
-    "max_processes": _positive_int,
-    "max_memory": parse_size,
-    "max_file_size": parse_size,
+_LIMIT_PARSERS: Mapping[str, Callable[[str, object], Any]] = {
+    "wall_time_s": seconds,
+    "max_processes": count,
+    "max_memory": lambda field, value: parse_size(value, field),
+    "max_file_size": lambda field, value: parse_size(value, field),
 }
 _LIMIT_FIXES: Mapping[str, str] = {
     "wall_time_s": "write wall_time_s = 300 (seconds)",

@@ -73,10 +73,10 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError("-c: the command string is empty; pass the command to run")
     if opts.argv and not opts.argv[0]:
         raise UsageError("ARGV: the program name is an empty string; pass the program to run")
-    if opts.timeout_s is not None and not opts.timeout_s > 0:
-        raise UsageError(
-            f"--timeout {opts.timeout_s:g}: must be a positive number of seconds, e.g. --timeout 60"
-        )
+    if opts.timeout_s is not None:
+        from dsh.sandbox.numeric import seconds
+
+        seconds("--timeout", opts.timeout_s)
     if opts.composition is not None:
         clashing = [
             flag
