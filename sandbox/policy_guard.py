@@ -17,6 +17,7 @@ import os
 import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.policy_paths import home_dir, is_within
@@ -133,3 +134,22 @@ def refuse_writable_config_file(what: str, shown: str, roots: Sequence[Path]) ->
         "could rewrite it to widen a later run; move it outside every writable root, "
         "e.g. to ~/.config/dsh-sandbox/"
     )
+
+
+def refuse_untrusted_config(ctx: Any, composition: str | None, approval: Any = None) -> None:
+    """Refuse ``run``/``tool call`` when the composition, the profile (and each
+    file it extends) or the approval rules file lies inside a writable root of
+    the session's policy (its workspace-write roots, whatever the mode: an
+    earlier workspace-write run could have written there)."""
+    service = ctx.get("sandbox_policy")
+    if service is None:
+        return
+    roots = service.trusted_roots()
+    if composition is not None:
+        refuse_writable_config_file("--composition", composition, roots)
+    for source in service.profile.sources:
+        refuse_writable_config_file("profile", source, roots)
+    approver = approval if approval is not None else ctx.get("approval")
+    rules = getattr(getattr(approver, "config", None), "path", None)
+    if isinstance(rules, str):
+        refuse_writable_config_file("approval rules file", rules, roots)

@@ -144,6 +144,11 @@ class PolicyService(Service):
     def default_policy(self) -> SandboxPolicy:
         return self._default_policy
 
+    def trusted_roots(self) -> list[Path]:
+        """Every root workspace-write would make writable (in any mode): no
+        file that configures a later run may live under one."""
+        return self._writable_roots(refuse=False)[2]
+
     # -- resolution ----------------------------------------------------------------------
     def resolve(self, mode: SandboxMode | str | None = None) -> SandboxPolicy:
         """The explicit canonical policy for ``mode`` (default: the session's mode)."""

@@ -384,7 +384,12 @@ def test_equal_policies_hash_equal(workspace: Path, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    one = service(workspace, profile="python", writable=(str(a), str(b)), accept_degraded=("landlock-limits", "bwrap-limit-memory")).resolve()
+    one = service(
+        workspace,
+        profile="python",
+        writable=(str(a), str(b)),
+        accept_degraded=("landlock-limits", "bwrap-limit-memory"),
+    ).resolve()
     two = service(
         workspace,
         profile="python",
