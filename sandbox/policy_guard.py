@@ -34,7 +34,7 @@ HOME_SENSITIVE = (
 SYSTEM_SENSITIVE = tuple(
     Path(p)
     for p in (
-        "/var/spool", "/var/lib/systemd", "/var/lib/dpkg", "/var/lib/rpm", "/var/lib/apt",
+        "/var/spool", "/var/mail", "/var/lib/systemd", "/var/lib/dpkg", "/var/lib/rpm", "/var/lib/apt",
         "/var/lib/docker", "/run/systemd", "/var/db", "/etc",
     )
 )
