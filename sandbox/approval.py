@@ -380,7 +380,7 @@ def approval_option(value: str, *, flag: str = "--approval") -> tuple[str, dict[
         return "approval-rules", {"path": value[len("rules:") :]}
     raise ConfigError(
         f"{flag} {value!r}: use deny, prompt or rules:FILE (a TOML rules file), "
-        "e.g. --approval rules:approvals.toml"
+        "e.g. --approval rules:~/.config/dsh-sandbox/approvals.toml (outside every writable root)"
     )
 
 

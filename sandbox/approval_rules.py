@@ -119,7 +119,7 @@ def _line_of(lines: list[str], pattern: str, start: int = 0) -> int:
 
 def load_rules(path: str | Path) -> tuple[Rule, ...]:
     """Parse and check a rules file; every mistake is a ConfigError with a line."""
-    p = Path(path)
+    p = Path(path).expanduser()
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

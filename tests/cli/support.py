@@ -6,8 +6,8 @@ import atexit
 import os
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
