@@ -13,6 +13,7 @@ user's credentials and start-up files), which only an explicit force accepts.
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 from collections.abc import Iterable, Sequence
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.policy_paths import home_dir, is_within
+from dsh.sandbox.policy_paths import home_dir, is_within, system_dir_reason
 
 # Below $HOME: what the user's shell, ssh, gpg, cloud CLIs, editors and
 # agents read or run later as the user.  ~/.config holds systemd user units,
@@ -41,10 +42,29 @@ SYSTEM_SENSITIVE = tuple(
 _MAX_LINKS = 40  # as the kernel's ELOOP limit
 
 
-def dangerous_root_reason(path: Path) -> str | None:
+def root_refusal(path: Path) -> tuple[str | None, bool]:
+    """Why ``path`` (canonical) may not be a writable root, and whether naming
+    it in ``force_writable_roots``/``--force-writable`` lifts that.
+
+    ``(None, True)``: fine.  System directories cannot be forced; the home
+    directory, credentials and start-up files can.
+    """
+    return _root_refusal(path, home_dir())
+
+
+@functools.lru_cache(maxsize=512)
+def _root_refusal(path: Path, home: Path | None) -> tuple[str | None, bool]:
+    # Cached: the roots are the same paths at every resolve (once per command),
+    # and these prefix checks over a few dozen directories are not free.
+    reason = system_dir_reason(path)
+    if reason is not None:
+        return reason, path == home
+    return dangerous_root_reason(path, home), True
+
+
+def dangerous_root_reason(path: Path, home: Path | None) -> str | None:
     """Why making ``path`` (canonical) writable hands the command something
     that runs or authenticates outside the sandbox later, or ``None``."""
-    home = home_dir()
     if home is not None and home != Path("/"):
         if path == home:
             return "it is your home directory (shell start-up files, ~/.ssh, ~/.config)"

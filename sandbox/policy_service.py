@@ -24,12 +24,11 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_guard import dangerous_root_reason, refuse_planted_link
+from dsh.sandbox.policy_guard import refuse_planted_link, root_refusal
 from dsh.sandbox.policy_paths import (
     ALWAYS_PROTECTED,
     canonical,
     expand,
-    home_dir,
     is_within,
     protected_under,
     sorted_paths,
@@ -240,7 +239,7 @@ class PolicyService(Service):
             self._refuse_dangerous(roots)
         # A system directory never becomes a root (refused above in
         # workspace-write), so links under it are not the command's doing.
-        link_roots = [path for _label, path in roots if system_dir_reason(path) is None]
+        link_roots = [path for _label, path in roots if root_refusal(path)[1]]
         for label, raw, as_written, _path in written:
             refuse_planted_link(label, raw, as_written, link_roots)
         return roots, missing, link_roots
@@ -248,12 +247,8 @@ class PolicyService(Service):
     def _refuse_dangerous(self, roots: Iterable[tuple[str, Path]]) -> None:
         """System directories are refused; credentials, start-up files and the
         home directory only unless forced by name."""
-        home = home_dir()
         for label, path in roots:
-            reason = system_dir_reason(path)
-            forceable = reason is None or path == home
-            if reason is None:
-                reason = dangerous_root_reason(path)
+            reason, forceable = root_refusal(path)
             if reason is None or (forceable and path in self._forced):
                 continue
             force = (
