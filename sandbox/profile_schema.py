@@ -96,23 +96,16 @@ def known_runners() -> list[str]:
 
 
 def known_degradations() -> dict[str, str]:
-    """Every degradation name a registered runner can report -> that runner's name.
-
-    Read from each runner class's ``DEGRADATION_NAMES``; runner modules load
-    their SDKs lazily, so this imports no Docker or E2B client.  A runner that
-    cannot be imported here contributes ``<name>-*``, so profiles naming its
-    degradations still validate where it is not installed.
-    """
-    from importlib import metadata
+    """Every degradation name a registered runner declares -> that runner's name
+    (for listings; checking one name imports only its runner)."""
+    from dsh.sandbox.host import RunnerLoadError, known_runner_names, load_runner_class
 
     names: dict[str, str] = {}
-    for ep in metadata.entry_points(group=RUNNER_GROUP):
+    for runner in known_runner_names():
         try:
-            declared: tuple[str, ...] = ep.load().DEGRADATION_NAMES
-        except (ImportError, AttributeError):
-            names[f"{ep.name}-*"] = ep.name
+            names.update(dict.fromkeys(load_runner_class(runner).DEGRADATION_NAMES, runner))
+        except RunnerLoadError:
             continue
-        names.update(dict.fromkeys(declared, ep.name))
     return names
 
 
@@ -302,17 +295,35 @@ def _runner_item(item: str) -> tuple[str, str] | None:
 
 
 def degradation_problem(item: str) -> tuple[str, str] | None:
-    """(problem, fix) when no registered runner can report ``item``."""
-    known = known_degradations()
-    if _DEGRADED_NAME.match(item) and (
-        item in known or any(k.endswith("*") and item.startswith(k[:-1]) for k in known)
-    ):
-        return None
-    close = suggest(item, [k for k in known if not k.endswith("*")])
-    hint = f"did you mean '{close}'? " if close else ""
+    """(problem, fix) when the runner ``item`` is named after does not declare it.
+
+    A degradation name starts with its runner's name, so only that runner is
+    imported (``run`` loads it anyway); a runner whose code is not installed
+    here is trusted by name, so a profile stays valid on machines without it.
+    """
+    from dsh.sandbox.host import BUILTIN_RUNNERS, RunnerLoadError, known_runner_names, load_runner_class
+
+    def owned(names: Collection[str]) -> list[str]:
+        return [name for name in names if item.startswith(f"{name}-")]
+
+    if _DEGRADED_NAME.match(item):
+        for owner in owned(BUILTIN_RUNNERS) or owned(known_runner_names()):
+            try:
+                declared = load_runner_class(owner).DEGRADATION_NAMES
+            except RunnerLoadError:
+                return None
+            if item in declared:
+                return None
+            close = suggest(item, declared)
+            hint = f"did you mean '{close}'? " if close else ""
+            return (
+                f"{item!r} is not a degradation the {owner} runner reports",
+                f"{hint}its names: {', '.join(declared) or 'none'} (see dsh-sandbox runners)",
+            )
+    prefixes = ", ".join(f"{name}-..." for name in known_runner_names())
     return (
         f"{item!r} is not a degradation any registered runner reports",
-        f"{hint}known names: {', '.join(sorted(known))} (see dsh-sandbox runners)",
+        f"a degradation name starts with its runner's name ({prefixes}); see dsh-sandbox runners",
     )
 
 

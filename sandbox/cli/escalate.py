@@ -40,18 +40,6 @@ def escalation_target(ctx: Any, spec: ShellExecSpec, result: ShellRunResult) -> 
     return wider[-1]
 
 
-def approver_for(ctx: Any, approval: str | None) -> Approval | None:
-    """The provider ``--approval`` names (``deny``: none), else the context's own."""
-    if approval == "deny":
-        return None
-    if approval is not None:
-        from dsh.sandbox.approval import build_approval
-
-        return build_approval(ctx, approval)
-    found: Approval | None = ctx.get("approval")
-    return found
-
-
 def escalated_spec(
     ctx: Any,
     approver: Approval | None,
@@ -63,7 +51,7 @@ def escalated_spec(
 ) -> ShellExecSpec | None:
     """The spec to re-run once under an approved mode, or None (nothing to re-run).
 
-    ``approver`` is built before the first run (``approver_for``), so a broken
+    ``approver`` is built before the first run (``run.approver_for``), so a broken
     or untrusted rules file stops the command before it runs, not after."""
     facts = result.sandbox
     shell = ctx.shell

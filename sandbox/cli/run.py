@@ -218,7 +218,6 @@ def run_command(opts: RunOptions) -> int:
     check_options(opts)
     ctx = build_context(opts)
     try:
-        from dsh.sandbox.cli.escalate import approver_for
         from dsh.sandbox.policy_guard import refuse_untrusted_config
 
         approver = approver_for(ctx, opts.approval)
@@ -245,6 +244,20 @@ def run_command(opts: RunOptions) -> int:
         return code
     finally:
         ctx.close()
+
+
+def approver_for(ctx: Any, approval: str | None) -> Any:
+    """The provider ``--approval`` names (``deny``: none), else the context's own.
+
+    Built before the command runs, so a missing or untrusted rules file stops
+    it first; the approval code is imported only when one is asked for."""
+    if approval == "deny":
+        return None
+    if approval is not None:
+        from dsh.sandbox.approval import build_approval
+
+        return build_approval(ctx, approval)
+    return ctx.get("approval")
 
 
 def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = False) -> tuple[int, Any]:
