@@ -273,3 +273,21 @@ def test_every_declared_degradation_is_accepted(trusted_dir: Path) -> None:
     assert "landlock-protected-paths" in names and "e2b-debug" in names
     prof = profile(trusted_dir, f"accept_degraded = {names!r}\n".replace("'", '"'))
     assert load_profile(prof).accept_degraded == tuple(names)
+
+
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "e2b", "seatbelt"])
+def test_every_degradation_a_runner_reports_is_declared(runner: str) -> None:
+    """A profile can only accept names the runner declares: a name reported
+    in the runner's code but missing from DEGRADATION_NAMES could never be
+    accepted.  Names start with the runner's name (that is how one is found)."""
+    from dsh.sandbox.host import load_runner_class
+
+    declared = load_runner_class(runner).DEGRADATION_NAMES
+    assert declared and all(name.startswith(f"{runner}-") for name in declared)
+    source = Path(__file__).resolve().parents[2] / "runners" / runner
+    used = {
+        m.group(1)
+        for path in source.glob("*.py")
+        for m in re.finditer(rf'(?<![A-Za-z])"({runner}-[a-z0-9-]+)"', path.read_text())
+    }
+    assert used and used <= set(declared), sorted(used - set(declared))
