@@ -30,6 +30,7 @@ from typing import IO, Any, ClassVar, Literal
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.numeric import seconds
 
 log = logging.getLogger("dsh.approval")
 
@@ -104,7 +105,9 @@ class Approval(Service):
         """The provider's own decision for a well-formed, not yet approved request."""
 
     def approve_escalation(self, request: EscalationRequest) -> EscalationDecision:
-        key = (request.owner, request.command, request.workdir, request.requested_mode)
+        # The same command in another directory is another command (its
+        # .git/config, Makefile, ...), so the workdir is part of the key.
+        key = (request.owner, request.command, os.path.realpath(request.workdir), request.requested_mode)
         source = "provider"
         if not request.requested_mode.is_more_permissive_than(request.current_mode):
             decision = EscalationDecision.deny(
@@ -186,11 +189,39 @@ class DenyAllApproval(Approval):
 
 
 # -- asking a person ---------------------------------------------------------------
-def printable(text: str) -> str:
-    """Escape control characters so a command cannot repaint the prompt."""
-    return "".join(
-        c if not unicodedata.category(c).startswith("C") else f"\\x{ord(c):02x}" for c in text
-    )
+def printable(text: str, keep: str = "") -> str:
+    """Escape what a terminal would act on instead of show, so a command cannot
+    repaint the prompt: control characters (ESC, CR, BS...), format characters
+    (bidi overrides such as U+202E), and line/paragraph separators.  ``keep``:
+    characters left as they are (``"\\n\\t"`` for a command's output)."""
+    return "".join(c if c in keep or _shown_as_is(c) else _escape(c) for c in text)
+
+
+def _shown_as_is(c: str) -> bool:
+    category = unicodedata.category(c)
+    return not (category.startswith("C") or category in ("Zl", "Zp"))
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+#: Written before the prompt on a terminal: CAN aborts an escape sequence in
+#: progress and ST ends an open OSC/DCS string (which would otherwise swallow
+#: the prompt), then attributes off (no invisible text), the main screen (a
+#: fake prompt drawn on the alternate screen disappears), no scroll region,
+#: the ASCII character set and a visible cursor.
+TERMINAL_RESET = "\x18\x1b\\\x1b[0m\x1b[?1049l\x1b[r\x1b(B\x0f\x1b[?25h"
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 class TerminalPrompter:
@@ -237,12 +268,15 @@ class TerminalPrompter:
     def _ask(
         self, request: EscalationRequest, provider: str, inp: IO[str], out: IO[str]
     ) -> EscalationDecision:
+        if _is_terminal(out):
+            out.write(TERMINAL_RESET)
         out.write(
             f"\ndsh-sandbox: escalation requested by {printable(request.owner)} "
             f"(tool {printable(request.tool)})\n"
             f"  command:       {printable(request.command)}\n"
             f"  workdir:       {printable(request.workdir)}\n"
-            f"  mode:          {request.current_mode.value} -> {request.requested_mode.value}\n"
+            f"  mode:          {printable(request.current_mode.value)} -> "
+            f"{printable(request.requested_mode.value)}\n"
             f"  justification: {printable(request.justification)}\n"
             f"Run it under {request.requested_mode.value}? [y] once, [s] this exact command for "
             f"the session, [N]o (default; no answer in {self.timeout_s:g}s denies): "
@@ -306,8 +340,7 @@ class PromptApproval(Approval):
         output: IO[str] | None = None,
     ) -> None:
         super().__init__(ctx, config)
-        if self.config.timeout_s <= 0:
-            raise ConfigError(f"approval-prompt: timeout_s must be > 0, got {self.config.timeout_s}")
+        seconds("approval-prompt: timeout_s", self.config.timeout_s)
         self.prompter = TerminalPrompter(self.config.timeout_s, self.config.tty, input, output)
 
     def decide(self, request: EscalationRequest) -> EscalationDecision:
@@ -347,7 +380,7 @@ def approval_option(value: str, *, flag: str = "--approval") -> tuple[str, dict[
         return "approval-rules", {"path": value[len("rules:") :]}
     raise ConfigError(
         f"{flag} {value!r}: use deny, prompt or rules:FILE (a TOML rules file), "
-        "e.g. --approval rules:approvals.toml"
+        "e.g. --approval rules:~/.config/dsh-sandbox/approvals.toml (outside every writable root)"
     )
 
 

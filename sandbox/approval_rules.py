@@ -2,11 +2,17 @@
 
     [[rule]]
     mode = "danger-full-access"      # the target mode the rule approves
+    workdir = "~/src/app"            # where: a directory, a glob ("~/src/*"),
+                                     # or a tree ("~/src/**": it and below)
     command = "make install"         # this exact command string, or
     # prefix = "git push"            # any simple command whose argv starts so
     decision = "once"                # or "session" (default "once")
 
-Rules match in order.  A ``prefix`` rule (a shlex-split string or a list of
+``workdir`` is required: the same command means something else in another
+directory (``git status`` runs ``core.fsmonitor`` from that repository's
+``.git/config``, which a sandboxed command may have written).  It is matched
+against the request's canonical working directory; ``*`` does not cross a
+``/``.  Rules match in order.  A ``prefix`` rule (a shlex-split string or a list of
 words) matches only a *simple* command: one with no shell operators,
 substitutions, redirections or escapes (``;&|<>(){}$`` backquote, backslash,
 newline), because ``git push && rm -rf ~`` must never ride on ``git push``.
@@ -17,11 +23,13 @@ the line and key: a broken rules file never approves anything.
 
 from __future__ import annotations
 
+import fnmatch
+import os
 import re
 import shlex
 import tomllib
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
 from dsh.sandbox.approval import (
@@ -35,7 +43,7 @@ from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 
-_RULE_KEYS = ("mode", "command", "prefix", "decision")
+_RULE_KEYS = ("mode", "workdir", "command", "prefix", "decision")
 _NOT_SIMPLE = re.compile(r"[;&|<>(){}$`\\\n\r]")
 
 
@@ -46,15 +54,41 @@ class Rule:
     prefix: tuple[str, ...] | None
     decision: Literal["once", "session"]
     line: int
+    workdir: str = ""  # canonical directory, glob, or tree ending in "/**"
 
     def matches(self, request: EscalationRequest) -> bool:
         if request.requested_mode is not self.mode:
+            return False
+        if not workdir_matches(self.workdir, request.workdir):
             return False
         if self.command is not None:
             return request.command == self.command
         assert self.prefix is not None
         argv = simple_argv(request.command)
         return argv is not None and tuple(argv[: len(self.prefix)]) == self.prefix
+
+
+def workdir_matches(pattern: str, workdir: str) -> bool:
+    """Does the canonical ``workdir`` match ``pattern`` (a path, a glob whose
+    ``*`` stays inside one component, or ``DIR/**`` for DIR and below)?"""
+    real = PurePosixPath(os.path.realpath(workdir))
+    if pattern.endswith("/**"):
+        tree = PurePosixPath(pattern[:-3] or "/")
+        return real == tree or tree in real.parents
+    want = PurePosixPath(pattern).parts
+    have = real.parts
+    return len(want) == len(have) and all(fnmatch.fnmatchcase(h, w) for h, w in zip(have, want, strict=True))
+
+
+def _workdir_pattern(value: str) -> str:
+    """``~`` expanded and the fixed part resolved (the glob part kept)."""
+    expanded = os.path.expanduser(value)
+    if not os.path.isabs(expanded):
+        raise ValueError("must be an absolute path (or start with ~)")
+    parts = PurePosixPath(expanded).parts
+    fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
+    head = os.path.realpath(os.path.join(*parts[:fixed])) if fixed else "/"
+    return str(PurePosixPath(head, *parts[fixed:]))
 
 
 def simple_argv(command: str) -> list[str] | None:
@@ -85,7 +119,7 @@ def _line_of(lines: list[str], pattern: str, start: int = 0) -> int:
 
 def load_rules(path: str | Path) -> tuple[Rule, ...]:
     """Parse and check a rules file; every mistake is a ConfigError with a line."""
-    p = Path(path)
+    p = Path(path).expanduser()
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -156,7 +190,19 @@ def _parse_rule(raw: Any, p: Path, index: int, lines: list[str], header: int) ->
     decision = raw.get("decision", "once")
     if decision not in ("once", "session"):
         raise fail("decision", f"must be 'once' or 'session', got {decision!r}")
-    return Rule(mode, command, prefix, decision, header)
+    if "workdir" not in raw:
+        raise fail(
+            None,
+            "'workdir' is required: the directory the rule applies to, e.g. "
+            'workdir = "~/src/app", a glob "~/src/*" or a tree "~/src/**"',
+        )
+    if not isinstance(raw["workdir"], str) or not raw["workdir"].strip():
+        raise fail("workdir", "must be a non-empty string (a directory, glob or DIR/**)")
+    try:
+        workdir = _workdir_pattern(raw["workdir"])
+    except ValueError as exc:
+        raise fail("workdir", f"{exc}, got {raw['workdir']!r}") from None
+    return Rule(mode, command, prefix, decision, header, workdir)
 
 
 class RulesApproval(Approval):
@@ -188,5 +234,6 @@ class RulesApproval(Approval):
         if self.prompter is not None:
             return self.prompter.ask(request, self.provider_name)
         return EscalationDecision.deny(
-            f"no rule approves this exact command for {request.requested_mode.value} mode"
+            f"no rule approves this exact command in {request.workdir} for "
+            f"{request.requested_mode.value} mode"
         )

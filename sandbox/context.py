@@ -201,6 +201,13 @@ def _coerce(value: Any, hint: Any, *, entry: str, field: str) -> Any:
         raise CompositionError(
             f"entry {entry!r}: config field {field!r} must be {_describe(hint)}, got {value!r}"
         )
+    if isinstance(coerced, (int, float)) and not isinstance(coerced, bool):
+        from dsh.sandbox.numeric import NumberError, config_number
+
+        try:
+            config_number(field, coerced)
+        except NumberError as exc:
+            raise CompositionError(f"entry {entry!r}: config field {exc}") from None
     return coerced
 
 

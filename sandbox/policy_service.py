@@ -24,6 +24,7 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_guard import refuse_planted_link, root_refusal
 from dsh.sandbox.policy_paths import (
     ALWAYS_PROTECTED,
     canonical,
@@ -33,6 +34,7 @@ from dsh.sandbox.policy_paths import (
     sorted_paths,
     system_dir_reason,
 )
+from dsh.sandbox.profile_schema import degradation_problem
 from dsh.sandbox.profiles import Profile, load_profile
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
@@ -46,6 +48,9 @@ class PolicyConfig:
     writable: tuple[str, ...] = ()  # extra writable roots (must exist; relative to the cwd)
     network: bool | None = None  # overrides the profile
     accept_degraded: tuple[str, ...] = ()
+    #: Writable roots accepted although they hold credentials or start-up files
+    #: (``--force-writable``); relative to the cwd.  System trees stay refused.
+    force_writable: tuple[str, ...] = ()
 
 
 def _names(values: Iterable[str]) -> tuple[str, ...]:
@@ -71,8 +76,17 @@ class PolicyService(Service):
         else:
             self._profile = load_profile((mode or SandboxMode.WORKSPACE_WRITE).value)
         self._default_mode = mode or self._profile.mode or SandboxMode.WORKSPACE_WRITE
+        for name in cfg.accept_degraded:
+            problem = degradation_problem(name)
+            if problem is not None:
+                raise ConfigError(f"accept_degraded: {problem[0]}; {problem[1]}")
+        # As written, made absolute without resolving anything: what the link
+        # checks walk (the cwd is canonical already).
+        shown = cfg.workspace if cfg.workspace is not None else os.getcwd()
+        self._workspace_written = Path.cwd() / os.path.expanduser(shown)
         self._workspace = self._check_workspace(cfg.workspace)
         self._extra = tuple(self._check_flag_root(raw) for raw in cfg.writable)
+        self._forced = self._forced_roots()
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
 
@@ -99,6 +113,19 @@ class PolicyService(Service):
             raise ConfigError(f"--writable {raw}: {path} {what}; create the directory or drop the flag")
         return path
 
+    def _forced_roots(self) -> frozenset[Path]:
+        forced: set[Path] = set()
+        for raw in self._profile.force_writable_roots:
+            expanded = expand(raw)
+            if expanded is not None:
+                forced.add(canonical(expanded, self._workspace))
+        for raw in self.config.force_writable:
+            expanded = expand(raw)
+            if expanded is None:
+                raise ConfigError(f"--force-writable {raw}: names an unset environment variable")
+            forced.add(canonical(expanded))
+        return frozenset(forced)
+
     # -- accessors ---------------------------------------------------------------------
     @property
     def default_mode(self) -> SandboxMode:
@@ -115,6 +142,11 @@ class PolicyService(Service):
     @property
     def default_policy(self) -> SandboxPolicy:
         return self._default_policy
+
+    def trusted_roots(self) -> list[Path]:
+        """Every root workspace-write would make writable (in any mode): no
+        file that configures a later run may live under one."""
+        return self._writable_roots(refuse=False)[2]
 
     # -- resolution ----------------------------------------------------------------------
     def resolve(self, mode: SandboxMode | str | None = None) -> SandboxPolicy:
@@ -136,16 +168,24 @@ class PolicyService(Service):
         network = self.config.network
         if network is None:
             network = bool(profile.network)
+        # Every root workspace-write would have, whatever the mode: a read-only
+        # run must not follow a link an earlier workspace-write run planted.
+        writing = chosen is SandboxMode.WORKSPACE_WRITE
+        candidates, candidate_missing, candidate_paths = self._writable_roots(refuse=writing)
         roots: list[tuple[str, Path]] = []
         missing: list[Path] = []
-        if chosen is SandboxMode.WORKSPACE_WRITE:
-            roots, missing = self._writable_roots()
+        if writing:
+            roots, missing = candidates, candidate_missing
         protected: set[Path] = set()
         for _label, root in roots:
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
-        read_only = self._paths("read_only_paths", profile.read_only_paths)
+        read_only = self._paths("read_only_paths", profile.read_only_paths, candidate_paths)
         # A missing hidden path holds nothing to hide (runners mask what exists).
-        hidden = [p for p in self._paths("hidden_paths", profile.hidden_paths) if os.path.lexists(p)]
+        hidden = [
+            p
+            for p in self._paths("hidden_paths", profile.hidden_paths, candidate_paths)
+            if os.path.lexists(p)
+        ]
         _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", hidden)])
         return SandboxPolicy(
             writable_roots=sorted_paths(path for _label, path in roots),
@@ -157,13 +197,19 @@ class PolicyService(Service):
             **common,
         )
 
-    def _writable_roots(self) -> tuple[list[tuple[str, Path]], list[Path]]:
+    def _writable_roots(
+        self, *, refuse: bool
+    ) -> tuple[list[tuple[str, Path]], list[Path], list[Path]]:
         """Workspace, profile roots, flag roots, and /tmp + $TMPDIR unless excluded.
 
-        Returns the roots with a label naming where each came from (for errors)
-        and the missing ones.  Refuses system directories.
+        Returns the roots with a label naming where each came from (for errors),
+        the missing ones, and the roots links are checked against.  Refuses dangerous roots (when ``refuse``) and a
+        root named through a symlink that lies inside any of them (a sandboxed
+        command could have planted it).
         """
-        roots: list[tuple[str, Path]] = [("workspace", self._workspace)]
+        written: list[tuple[str, str, Path, Path]] = [
+            ("workspace", str(self._workspace_written), self._workspace_written, self._workspace)
+        ]
         missing: list[Path] = []
         for raw in self._profile.writable_roots:
             expanded = expand(raw)
@@ -171,32 +217,58 @@ class PolicyService(Service):
                 missing.append(Path(raw))  # an unset variable: reported, never guessed
                 continue
             path = canonical(expanded, self._workspace)
+            label = f"profile {self._profile.name}: writable_roots entry {raw!r}"
             if path.is_dir():
-                roots.append((f"profile {self._profile.name}: writable_roots entry {raw!r}", path))
+                written.append((label, raw, self._workspace / expanded, path))
             else:
                 missing.append(path)
-        roots.extend((f"--writable {raw}", path) for raw, path in zip(self.config.writable, self._extra, strict=True))
+        cwd = Path.cwd()
+        for raw, path in zip(self.config.writable, self._extra, strict=True):
+            expanded = expand(raw) or raw
+            written.append((f"--writable {raw}", raw, cwd / expanded, path))
         if not self._profile.exclude_tmp:
             for label, raw_tmp in (("/tmp", "/tmp"), ("$TMPDIR", os.environ.get("TMPDIR"))):
                 if raw_tmp:
                     tmp = canonical(raw_tmp)
                     if tmp.is_dir():
-                        roots.append((f"{label} ({raw_tmp})", tmp))
+                        written.append((f"{label} ({raw_tmp})", raw_tmp, cwd / raw_tmp, tmp))
                     else:
                         missing.append(tmp)
-        for label, path in roots:
-            reason = system_dir_reason(path)
-            if reason is not None:
-                if label.startswith("$TMPDIR"):
-                    fix = "use exclude_tmp = true in the profile or set TMPDIR to a private directory"
-                elif label == "workspace":
-                    fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
-                else:
-                    fix = "name a project directory instead, or use --mode danger-full-access"
-                raise ConfigError(f"{label}: refusing to make {path} writable in workspace-write ({reason}); {fix}")
-        return roots, missing
+        roots = [(label, path) for label, _raw, _written, path in written]
+        if refuse:
+            self._refuse_dangerous(roots)
+        # A system directory never becomes a root (refused above in
+        # workspace-write), so links under it are not the command's doing.
+        link_roots = [path for _label, path in roots if root_refusal(path)[1]]
+        for label, raw, as_written, _path in written:
+            refuse_planted_link(label, raw, as_written, link_roots)
+        return roots, missing, link_roots
 
-    def _paths(self, key: str, raws: Iterable[str]) -> list[Path]:
+    def _refuse_dangerous(self, roots: Iterable[tuple[str, Path]]) -> None:
+        """System directories are refused; credentials, start-up files and the
+        home directory only unless forced by name."""
+        for label, path in roots:
+            reason, forceable = root_refusal(path)
+            if reason is None or (forceable and path in self._forced):
+                continue
+            force = (
+                f"; or, if you mean it, force it with --force-writable {path} "
+                "(or force_writable_roots in the profile)"
+            )
+            if label.startswith("$TMPDIR"):
+                fix = "use exclude_tmp = true in the profile or set TMPDIR to a private directory"
+            elif label == "workspace":
+                fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
+            elif forceable:
+                fix = "name a project directory instead"
+            else:
+                fix = "name a project directory instead, or use --mode danger-full-access"
+            raise ConfigError(
+                f"{label}: refusing to make {path} writable in workspace-write ({reason}); "
+                f"{fix}{force if forceable else ''}"
+            )
+
+    def _paths(self, key: str, raws: Iterable[str], roots: list[Path]) -> list[Path]:
         out: list[Path] = []
         for raw in raws:
             expanded = expand(raw)
@@ -206,6 +278,8 @@ class PolicyService(Service):
                     f"profile {self._profile.name}: {key} entry {raw!r} names an unset "
                     "environment variable; set it or change the profile"
                 )
+            label = f"profile {self._profile.name}: {key} entry {raw!r}"
+            refuse_planted_link(label, raw, self._workspace / expanded, roots)
             out.append(canonical(expanded, self._workspace))
         return out
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.numeric import MAX_BYTES, NumberError, byte_count, count, seconds
 
 RUNNER_GROUP = "dsh_sandbox.runners"
 
@@ -27,6 +28,7 @@ LIST_KEYS = (
     "env_passthrough",
     "allowed_runners",
     "accept_degraded",
+    "force_writable_roots",
 )
 TOP_KEYS = (
     "description",
@@ -93,27 +95,40 @@ def known_runners() -> list[str]:
     return sorted({ep.name for ep in metadata.entry_points(group=RUNNER_GROUP)})
 
 
+def known_degradations() -> dict[str, str]:
+    """Every degradation name a registered runner declares -> that runner's name
+    (for listings; checking one name imports only its runner)."""
+    from dsh.sandbox.host import RunnerLoadError, known_runner_names, load_runner_class
+
+    names: dict[str, str] = {}
+    for runner in known_runner_names():
+        try:
+            names.update(dict.fromkeys(load_runner_class(runner).DEGRADATION_NAMES, runner))
+        except RunnerLoadError:
+            continue
+    return names
+
+
 def suggest(word: str, choices: Collection[str]) -> str | None:
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return close[0] if close else None
 
 
-def parse_size(value: object) -> int:
-    """Bytes from an int or a string like ``"512MiB"``, ``"1G"``, ``"10 MB"``."""
-    if isinstance(value, bool):
-        raise ValueError("must be a size, not true/false")
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError(f"must be a positive number of bytes, got {value}")
-        return value
+def parse_size(value: object, field: str = "size") -> int:
+    """Bytes from an int or a string like ``"512MiB"``, ``"1G"``, ``"10 MB"``.
+
+    Raises ``NumberError`` (a ``ConfigError``) naming ``field`` and the range.
+    """
     if isinstance(value, str):
         m = _SIZE.match(value)
-        if m and m.group(2).lower() in _SIZE_UNITS:
-            size = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-            if size > 0:
-                return size
-        raise ValueError(f"{value!r} is not a size")
-    raise ValueError(f"must be a size, got {type(value).__name__}")
+        if not (m and m.group(2).lower() in _SIZE_UNITS):
+            raise NumberError(field, f"{value!r} is not a size; write bytes or e.g. \"512MiB\", \"1G\"")
+        number = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+        # Checked as a float first: int() of an absurd float is exact but meaningless.
+        return byte_count(field, int(number) if number <= MAX_BYTES else MAX_BYTES + 1)
+    if isinstance(value, float):
+        raise NumberError(field, f"must be a size (bytes or a string like \"512MiB\"), got {value!r}")
+    return byte_count(field, value)
 
 
 # -- line lookup -------------------------------------------------------------------
@@ -235,9 +250,9 @@ class _Checker:
             if key not in LIMIT_KEYS:
                 raise self.unknown(key, LIMIT_KEYS, table="limits")
             try:
-                out[key] = _LIMIT_PARSERS[key](item)
-            except ValueError as exc:
-                raise self.fail(key, str(exc), _LIMIT_FIXES[key], table="limits") from None
+                out[key] = _LIMIT_PARSERS[key](f"limits.{key}", item)
+            except NumberError as exc:
+                raise self.fail(key, exc.problem, _LIMIT_FIXES[key], table="limits") from None
         return out
 
 
@@ -279,13 +294,37 @@ def _runner_item(item: str) -> tuple[str, str] | None:
     return f"unknown runner {item!r}", f"{hint}known runners: {', '.join(known)}"
 
 
-def _degraded_item(item: str) -> tuple[str, str] | None:
-    if not _DEGRADED_NAME.match(item):
-        return (
-            f"{item!r} is not a degraded-enforcement name",
-            "use the name a runner reports, e.g. 'landlock-protected-paths'",
-        )
-    return None
+def degradation_problem(item: str) -> tuple[str, str] | None:
+    """(problem, fix) when the runner ``item`` is named after does not declare it.
+
+    A degradation name starts with its runner's name, so only that runner is
+    imported (``run`` loads it anyway); a runner whose code is not installed
+    here is trusted by name, so a profile stays valid on machines without it.
+    """
+    from dsh.sandbox.host import BUILTIN_RUNNERS, RunnerLoadError, known_runner_names, load_runner_class
+
+    def owned(names: Collection[str]) -> list[str]:
+        return [name for name in names if item.startswith(f"{name}-")]
+
+    if _DEGRADED_NAME.match(item):
+        for owner in owned(BUILTIN_RUNNERS) or owned(known_runner_names()):
+            try:
+                declared = load_runner_class(owner).DEGRADATION_NAMES
+            except RunnerLoadError:
+                return None
+            if item in declared:
+                return None
+            close = suggest(item, declared)
+            hint = f"did you mean '{close}'? " if close else ""
+            return (
+                f"{item!r} is not a degradation the {owner} runner reports",
+                f"{hint}its names: {', '.join(declared) or 'none'} (see dsh-sandbox runners)",
+            )
+    prefixes = ", ".join(f"{name}-..." for name in known_runner_names())
+    return (
+        f"{item!r} is not a degradation any registered runner reports",
+        f"a degradation name starts with its runner's name ({prefixes}); see dsh-sandbox runners",
+    )
 
 
 _ITEM_CHECKS: Mapping[str, Callable[[str], tuple[str, str] | None]] = {
@@ -295,27 +334,16 @@ _ITEM_CHECKS: Mapping[str, Callable[[str], tuple[str, str] | None]] = {
     "protected_names": _name_item,
     "env_passthrough": _env_item,
     "allowed_runners": _runner_item,
-    "accept_degraded": _degraded_item,
+    "accept_degraded": degradation_problem,
+    "force_writable_roots": _path_item,
 }
 
 
-def _positive_number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _positive_int(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"must be a positive integer, got {value!r}")
-    return value
-
-
-_LIMIT_PARSERS: Mapping[str, Callable[[object], Any]] = {
-    "wall_time_s": _positive_number,
-    "max_processes": _positive_int,
-    "max_memory": parse_size,
-    "max_file_size": parse_size,
+_LIMIT_PARSERS: Mapping[str, Callable[[str, object], Any]] = {
+    "wall_time_s": seconds,
+    "max_processes": count,
+    "max_memory": lambda field, value: parse_size(value, field),
+    "max_file_size": lambda field, value: parse_size(value, field),
 }
 _LIMIT_FIXES: Mapping[str, str] = {
     "wall_time_s": "write wall_time_s = 300 (seconds)",

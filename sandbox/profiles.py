@@ -73,6 +73,8 @@ class Profile:
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     allowed_runners: tuple[str, ...] = ()  # empty: any runner
     accept_degraded: tuple[str, ...] = ()
+    force_writable_roots: tuple[str, ...] = ()  # dangerous roots accepted by name
+    sources: tuple[str, ...] = ()  # the files read: this one, then each non-built-in ancestor
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (for ``profile show --json``)."""
@@ -178,7 +180,7 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tuple[str, ...]]:
+def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tuple[Path, ...]]:
     key = os.path.realpath(path)
     if key in seen:
         names = [Path(p).stem for p in (*seen, key)]
@@ -190,7 +192,7 @@ def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tupl
             fix=fix,
         )
     data, text = _read(path)
-    chain: tuple[str, ...] = (path.stem,)
+    chain: tuple[Path, ...] = (path,)
     parent_ref = data.get("extends")
     if parent_ref is None:
         return data, chain
@@ -214,7 +216,12 @@ def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tupl
 
 
 def _build(path: Path, builtin: bool) -> Profile:
-    data, chain = _load_chain(path, ())
+    data, files = _load_chain(path, ())
+    chain = tuple(p.stem for p in files)
+    builtin_dir = os.path.realpath(_builtin_dir())
+    # Built-ins ship with the package: a command that can rewrite them can
+    # rewrite dsh itself, so only the user's own files are worth tracking.
+    sources = tuple(str(p) for p in files if os.path.realpath(p.parent) != builtin_dir)
     limits = data.get("limits", {})
     mode = data.get("mode")
     return Profile(
@@ -225,6 +232,7 @@ def _build(path: Path, builtin: bool) -> Profile:
         mode=SandboxMode(mode) if mode is not None else None,
         extends=data.get("extends"),
         chain=chain,
+        sources=sources,
         exclude_tmp=data.get("exclude_tmp", False),
         network=data.get("network"),
         limits=ResourceLimits(

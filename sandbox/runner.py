@@ -166,6 +166,10 @@ class Runner(abc.ABC):
     name: ClassVar[str]
     #: Name of the pip extra that provides the runner's SDK, if any.
     extra: ClassVar[str | None] = None
+    #: Every degradation name ``enforcement`` can report: a profile's
+    #: ``accept_degraded`` is checked against the union over the runners, so a
+    #: misspelt name is an error instead of a silent no-op.
+    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

@@ -10,6 +10,8 @@ skipping.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
@@ -51,3 +53,15 @@ def workspace(tmp_path: Path) -> Iterator[Path]:
     ws = (tmp_path / "ws").resolve()
     ws.mkdir()
     yield ws
+
+
+@pytest.fixture
+def trusted_dir() -> Iterator[Path]:
+    """A directory outside every default writable root (not under /tmp or
+    $TMPDIR): where a profile, rules file or fake $HOME must live to be trusted."""
+    path = Path(tempfile.mkdtemp(prefix="dsh-test-", dir="/var/tmp")).resolve()
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -63,6 +63,13 @@ def build_tool_context(
         raise UsageError(
             f"--composition {composition}: mounts no executor (ctx.shell); add e.g. {{name: bash-sandbox}}"
         )
+    from dsh.sandbox.policy_guard import refuse_untrusted_config
+
+    try:
+        refuse_untrusted_config(ctx, composition)
+    except BaseException:
+        ctx.close()
+        raise
     return ctx
 
 

@@ -6,7 +6,7 @@ is refused before anything runs when the mode is unknown, equal or stricter,
 or the justification is missing; otherwise ``ctx.approval`` decides (the
 deny-all provider when none is mounted).  Only an approval lets the tool run,
 and only that command, once, under that mode; session approvals are the
-approval seam's, keyed by the exact command.
+approval seam's, keyed by the exact command, its workdir and the mode.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ values become one ``ArgumentError`` listing every problem, and nothing runs.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -89,7 +90,8 @@ def _type_ok(value: Any, kind: str) -> bool:
             return False
         return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
     if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        # json.loads accepts NaN and Infinity, and every range check is false for NaN.
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if kind == "object":
         return isinstance(value, Mapping)
     return True

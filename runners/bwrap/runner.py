@@ -23,7 +23,7 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from dsh.runners.bwrap.lifecycle import SandboxLifecycle
 from dsh.runners.bwrap.limits import (
@@ -192,6 +192,15 @@ def limit_lines(limits: ResourceLimits, facts: HostFacts) -> list[str]:
 
 class BwrapRunner(Runner):
     name = "bwrap"
+    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
+    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
+        "bwrap-limit-file-size",
+        "bwrap-limit-memory",
+        "bwrap-limit-memory-per-process",
+        "bwrap-limit-processes",
+        "bwrap-limit-wall-time",
+        "bwrap-protected-symlink",
+    )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

@@ -31,6 +31,7 @@ from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.numeric import byte_count, count
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
@@ -57,6 +58,7 @@ def parse_size(value: object, *, field: str) -> int | None:
     if match is None:
         raise ConfigError(f"docker runner {field}: {value!r} is not a size; use bytes or e.g. 512m, 2g")
     size: int = int(match.group(1)) * 1024 ** " kmg".index((match.group(2) or " ").lower())
+    byte_count(f"docker runner {field}", size)
     if size < 6 * 1024 * 1024:  # the daemon refuses smaller memory limits
         raise ConfigError(f"docker runner {field}: {value!r} is below Docker's minimum of 6m")
     return size
@@ -138,6 +140,12 @@ class _Warm:
 
 class DockerRunner(Runner):
     name: ClassVar[str] = "docker"
+    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
+    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
+        "docker-memory-limit",
+        "docker-pids-limit",
+        "docker-ro-submounts",
+    )
     extra: ClassVar[str | None] = "docker"
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
@@ -149,9 +157,7 @@ class DockerRunner(Runner):
         self.image = dc.validate_image_name(self.options.get("image", dc.DEFAULT_IMAGE))
         self.memory = parse_size(self.options.get("memory", DEFAULT_MEMORY), field="memory")
         pids = self.options.get("pids", DEFAULT_PIDS)
-        if pids is not None and (isinstance(pids, bool) or not isinstance(pids, int) or pids < 1):
-            raise ConfigError(f"docker runner pids: {pids!r} is not a positive integer")
-        self.pids: int | None = pids
+        self.pids: int | None = None if pids is None else count("docker runner pids", pids)
         user = self.options.get("user", f"{os.getuid()}:{os.getgid()}")
         if not isinstance(user, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", user):
             raise ConfigError(f"docker runner user: {user!r}; use uid:gid, e.g. 1000:1000")

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.numeric import seconds
 
 _USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,27}$")
 # The template's default user has passwordless sudo and root is root: neither
@@ -104,6 +105,4 @@ def _text(name: str, value: Any) -> str:
 
 
 def _positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ConfigError(f"e2b runner: {name} must be a positive number of seconds, not {value!r}")
-    return float(value)
+    return seconds(f"e2b runner: {name}", value)

@@ -50,6 +50,10 @@ DEBUG_DEGRADATION = "e2b-debug"
 
 class E2BRunner(Runner):
     name: ClassVar[str] = "e2b"
+    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
+    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
+        "e2b-debug",
+    )
     extra: ClassVar[str | None] = "e2b"
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

@@ -84,6 +84,17 @@ class LandlockRunner(Runner):
     """
 
     name: ClassVar[str] = NAME
+    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
+    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
+        "landlock-hidden-metadata",
+        "landlock-hidden-paths",
+        "landlock-limits",
+        "landlock-metadata",
+        "landlock-no-scopes",
+        "landlock-no-truncate",
+        "landlock-process-escape",
+        "landlock-protected-paths",
+    )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from dsh.runners.seatbelt.profile import _SAFE_NAME, build_profile, protected_names
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
@@ -46,6 +46,14 @@ def limit_gaps(limits: ResourceLimits) -> list[tuple[str, str]]:
 
 class SeatbeltRunner(Runner):
     name = "seatbelt"
+    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
+    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
+        "seatbelt-limit-file-size",
+        "seatbelt-limit-memory",
+        "seatbelt-limit-processes",
+        "seatbelt-limit-wall-time",
+        "seatbelt-protected-rename",
+    )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

@@ -13,7 +13,7 @@ import getpass
 from typing import Any
 
 from dsh.executors.seam import ShellExecRequest, ShellExecSpec, ShellRunResult
-from dsh.sandbox.approval import Approval, EscalationRequest, build_approval
+from dsh.sandbox.approval import Approval, EscalationRequest
 from dsh.sandbox.modes import SandboxMode
 
 
@@ -42,21 +42,21 @@ def escalation_target(ctx: Any, spec: ShellExecSpec, result: ShellRunResult) -> 
 
 def escalated_spec(
     ctx: Any,
-    approval: str | None,
+    approver: Approval | None,
     request: ShellExecRequest,
     spec: ShellExecSpec,
     result: ShellRunResult,
     *,
     note: Any,
 ) -> ShellExecSpec | None:
-    """The spec to re-run once under an approved mode, or None (nothing to re-run)."""
+    """The spec to re-run once under an approved mode, or None (nothing to re-run).
+
+    ``approver`` is built before the first run (``run.approver_for``), so a broken
+    or untrusted rules file stops the command before it runs, not after."""
     facts = result.sandbox
     shell = ctx.shell
-    if facts is None or not facts.denied or not shell.constraining or approval == "deny":
+    if facts is None or not facts.denied or not shell.constraining or approver is None:
         return None
-    if approval is None and not ctx.has("approval"):
-        return None
-    approver: Approval = build_approval(ctx, approval) if approval else ctx.approval
     current: SandboxMode = shell.sandbox_mode
     target = escalation_target(ctx, spec, result)
     denial = _evidence(spec, result, spec.sandbox_policy) if spec.sandbox_policy else None

@@ -11,7 +11,6 @@ so scripts can check a profile before using it.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import click
@@ -66,15 +65,29 @@ def _show(value: Any) -> str:
 
 @profile.command("validate")
 @click.argument("name", metavar="PROFILE")
-def validate_cmd(name: str) -> None:
-    """Validate a profile file (or a built-in name).  Errors name the line and the fix."""
-    from dsh.sandbox.profiles import load_profile, validate_profile_file
+@click.option("--mode", type=click.Choice([m.value for m in SandboxMode]), help="Override the mode.")
+@click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
+def validate_cmd(name: str, mode: str | None, workspace: str | None) -> None:
+    """Validate a profile as `run --profile PROFILE` would use it here.
 
-    # ProfileError is a UsageError: printed with its line and fix, exit 2.
-    loaded = validate_profile_file(name) if os.path.exists(name) else load_profile(name)
-    mode = loaded.mode.value if loaded.mode else "the default mode"
+    Errors name the line and the fix.  Beyond the file itself this resolves
+    the policy for the workspace (roots, dangerous directories, symlinks,
+    degradation names) and refuses a profile file a sandboxed command could
+    rewrite, so "ok" means `run` accepts it.
+    """
+    from dsh.sandbox.context import Context
+    from dsh.sandbox.policy_guard import refuse_untrusted_config
+    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+
+    # Errors are UsageErrors: printed with their line and fix, exit 2.
+    with Context() as ctx:
+        service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
+        ctx.provide(service)
+        refuse_untrusted_config(ctx, None)
+        loaded = service.profile
+    shown = loaded.mode.value if loaded.mode else "the default mode"
     chain = f" (extends {' -> '.join(loaded.chain[1:])})" if len(loaded.chain) > 1 else ""
-    click.echo(f"ok: {loaded.source}: profile {loaded.name}, {mode}{chain}")
+    click.echo(f"ok: {loaded.source}: profile {loaded.name}, {shown}{chain}")
 
 
 @profile.command("explain")

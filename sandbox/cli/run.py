@@ -51,6 +51,7 @@ class RunOptions:
     workspace: str | None = None
     workdir: str | None = None
     writable: tuple[str, ...] = ()
+    force_writable: tuple[str, ...] = ()
     network: bool | None = None
     timeout_s: float | None = None
     as_json: bool = False
@@ -73,10 +74,10 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError("-c: the command string is empty; pass the command to run")
     if opts.argv and not opts.argv[0]:
         raise UsageError("ARGV: the program name is an empty string; pass the program to run")
-    if opts.timeout_s is not None and not opts.timeout_s > 0:
-        raise UsageError(
-            f"--timeout {opts.timeout_s:g}: must be a positive number of seconds, e.g. --timeout 60"
-        )
+    if opts.timeout_s is not None:
+        from dsh.sandbox.numeric import seconds
+
+        seconds("--timeout", opts.timeout_s)
     if opts.composition is not None:
         clashing = [
             flag
@@ -86,6 +87,7 @@ def check_options(opts: RunOptions) -> None:
                 ("--runner", None if opts.runner == "auto" else opts.runner),
                 ("--workspace", opts.workspace),
                 ("--writable", opts.writable or None),
+                ("--force-writable", opts.force_writable or None),
                 ("--network/--no-network", opts.network),
             )
             if value is not None
@@ -165,6 +167,7 @@ def _providers(opts: RunOptions, executor: str) -> list[Provider]:
             profile=opts.profile,
             workspace=opts.workspace,
             writable=opts.writable,
+            force_writable=opts.force_writable,
             network=opts.network,
         )
         ctx.provide(PolicyService(ctx, config), origin="sandbox-policy")
@@ -215,6 +218,10 @@ def run_command(opts: RunOptions) -> int:
     check_options(opts)
     ctx = build_context(opts)
     try:
+        from dsh.sandbox.policy_guard import refuse_untrusted_config
+
+        approver = approver_for(ctx, opts.approval)
+        refuse_untrusted_config(ctx, opts.composition, approver)
         executor = ctx.shell
         spec = executor.resolve(make_request(opts, ctx))
         if spec.timeout_capped and opts.timeout_s is not None:
@@ -222,16 +229,16 @@ def run_command(opts: RunOptions) -> int:
                 f"--timeout capped at {spec.timeout_ms // 1000}s "
                 f"(asked {opts.timeout_s:g}s); the command is killed then"
             )
-        code, result = _execute(executor, spec, opts)
+        # A prompt will be shown on this terminal if the run is denied.
+        asks = getattr(approver, "prompter", None) is not None
+        code, result = _execute(executor, spec, opts, visible=asks)
         # --approval (issue 4): a denied run may be re-run once under an approved mode.
-        if result is not None and (opts.approval is not None or ctx.has("approval")):
+        if result is not None and approver is not None:
             from dsh.sandbox.cli.escalate import escalated_spec
 
-            retry = escalated_spec(
-                ctx, opts.approval, make_request(opts, ctx), spec, result, note=note
-            )
+            retry = escalated_spec(ctx, approver, make_request(opts, ctx), spec, result, note=note)
             if retry is not None:
-                code, result = _execute(executor, retry, opts)
+                code, result = _execute(executor, retry, opts, visible=asks)
         if opts.as_json and result is not None:
             click.echo(result_json(result))
         return code
@@ -239,10 +246,26 @@ def run_command(opts: RunOptions) -> int:
         ctx.close()
 
 
-def _execute(executor: Any, spec: Any, opts: RunOptions) -> tuple[int, Any]:
-    """Run ``spec``, stream and report it: (exit status, result or None if stopped)."""
+def approver_for(ctx: Any, approval: str | None) -> Any:
+    """The provider ``--approval`` names (``deny``: none), else the context's own.
+
+    Built before the command runs, so a missing or untrusted rules file stops
+    it first; the approval code is imported only when one is asked for."""
+    if approval == "deny":
+        return None
+    if approval is not None:
+        from dsh.sandbox.approval import build_approval
+
+        return build_approval(ctx, approval)
+    return ctx.get("approval")
+
+
+def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = False) -> tuple[int, Any]:
+    """Run ``spec``, stream and report it: (exit status, result or None if stopped).
+
+    ``visible``: escape sequences in the output are made visible on a terminal."""
     execution = executor.execute(spec)
-    live = None if opts.as_json else LiveStreams(execution)
+    live = None if opts.as_json else LiveStreams(execution, visible_on_terminal=visible)
     stopped = follow(execution, live)
     if stopped is not None:
         return stopped, None
@@ -279,6 +302,13 @@ def _execute(executor: Any, spec: Any, opts: RunOptions) -> tuple[int, Any]:
 @click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
 @click.option("--workdir", metavar="DIR", help="Where the command starts (default: the workspace).")
 @click.option("--writable", multiple=True, metavar="PATH", help="Extra writable root (repeatable).")
+@click.option(
+    "--force-writable",
+    multiple=True,
+    metavar="PATH",
+    help="Accept PATH as a writable root although it holds credentials or start-up files "
+    "($HOME, ~/.ssh, ~/.config...). Repeatable.",
+)
 @click.option("--network/--no-network", default=None, help="Allow or block network access.")
 @click.option(
     "--timeout", "timeout_s", type=float, metavar="S", help="Kill the command after S seconds."
@@ -304,8 +334,9 @@ def run(**params: Any) -> None:
     (nothing ran).
     """
     opts = RunOptions(
-        **{k: v for k, v in params.items() if k not in ("argv", "writable")},
+        **{k: v for k, v in params.items() if k not in ("argv", "writable", "force_writable")},
         writable=tuple(params["writable"]),
+        force_writable=tuple(params["force_writable"]),
         argv=tuple(params["argv"]),
     )
     code = run_command(opts)

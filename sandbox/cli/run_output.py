@@ -3,6 +3,7 @@ status it mirrors, ``--json``, and the one-line notes (timeout, denial hint)."""
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import os
@@ -33,7 +34,7 @@ class LiveStreams:
     order; only bytes beyond the spill cap can be lost, and that is reported.
     """
 
-    def __init__(self, execution: Any) -> None:
+    def __init__(self, execution: Any, *, visible_on_terminal: bool = False) -> None:
         self.execution = execution
         self.observed = execution.observed
         self.offsets = {"stdout": 0, "stderr": 0}
@@ -43,18 +44,24 @@ class LiveStreams:
             "stderr": sys.stderr.buffer,
         }
         self._spills: dict[str, str | None] | None = None
+        # Before a person is asked to approve on this terminal, what the
+        # command printed must not be able to act on it (hide text, move the
+        # cursor, draw a fake prompt, leave an OSC string open).
+        self.filters: dict[str, Visible] = {
+            stream: Visible() for stream, sink in self.sinks.items()
+            if visible_on_terminal and _is_terminal(sink)
+        }
 
     def pump(self) -> int:
         """Copy what is new; returns how many bytes were copied."""
         moved = 0
-        for stream, sink in self.sinks.items():
+        for stream in self.sinks:
             data, end = self.observed.read(stream, self.offsets[stream])
             start = end - len(data)
             if start > self.offsets[stream]:  # the retained window moved past us
                 moved += self._catch_up(stream, start)
             if data:
-                sink.write(data)
-                sink.flush()
+                self._write(stream, data)
                 moved += len(data)
             self.offsets[stream] = end
         return moved
@@ -72,10 +79,14 @@ class LiveStreams:
             except OSError:
                 data = b""
         if data:
-            self.sinks[stream].write(data)
-            self.sinks[stream].flush()
+            self._write(stream, data)
         self.lost[stream] += upto - begin - len(data)
         return len(data)
+
+    def _write(self, stream: str, data: bytes) -> None:
+        shown = self.filters[stream](data) if stream in self.filters else data
+        self.sinks[stream].write(shown)
+        self.sinks[stream].flush()
 
     def _spill_path(self, stream: str) -> str | None:
         if self._spills is None:
@@ -84,6 +95,27 @@ class LiveStreams:
             read = self.execution.read_output()
             self._spills = {"stdout": read.stdout_spill, "stderr": read.stderr_spill}
         return self._spills.get(stream)
+
+
+class Visible:
+    """Output bytes -> the same text with escape sequences and control
+    characters made visible (``\\x1b[2J``); newlines and tabs kept.  UTF-8 is
+    decoded incrementally so a character split across reads survives."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def __call__(self, data: bytes) -> bytes:
+        from dsh.sandbox.approval import printable
+
+        return printable(self._decoder.decode(data), keep="\n\t").encode("utf-8")
+
+
+def _is_terminal(sink: IO[bytes]) -> bool:
+    try:
+        return sink.isatty()
+    except (OSError, ValueError):
+        return False
 
 
 def exit_status(result: Any) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import cli
+from tests.cli.support import cli, trusted_config_dir
 from tests.sandboxed.support import need_runner
 
 COMMANDS = [
@@ -54,11 +54,11 @@ def test_profile_show_merges_extends() -> None:
 
 
 def test_profile_validate(tmp_path: Path) -> None:
-    good = tmp_path / "good.toml"
+    good = trusted_config_dir() / "good.toml"
     good.write_text('extends = "read-only"\nhidden_paths = [".env"]\n')
     done = cli("profile", "validate", str(good))
     assert done.returncode == 0 and done.stdout.startswith(b"ok: ")
-    bad = tmp_path / "bad.toml"
+    bad = trusted_config_dir() / "bad.toml"
     bad.write_text('mode = "workspace-write"\nnetwrok = true\n')
     done = cli("profile", "validate", str(bad))
     assert done.returncode == 2

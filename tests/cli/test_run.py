@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import CLI_TIMEOUT_S, cli, runner_flags
+from tests.cli.support import CLI_TIMEOUT_S, cli, runner_flags, trusted_config_dir
 from tests.sandboxed.support import LINUX_RUNNERS, need_runner
 
 DANGER = ("--mode", "danger-full-access")
@@ -42,7 +42,7 @@ def _expected(args: list[bytes]) -> bytes:
 
 @pytest.mark.parametrize("mode", ["danger-full-access", "read-only", "workspace-write"])
 def test_argv_round_trips_bytes(workspace: Path, tmp_path: Path, runner: str, mode: str) -> None:
-    flags = [*runner_flags(runner, tmp_path), "--mode", mode]
+    flags = [*runner_flags(runner), "--mode", mode]
     done = cli("run", *flags, "--", "printf", "<%s>\n", *ODD_ARGS, cwd=workspace)
     assert done.returncode == 0, done.stderr
     assert done.stdout == _expected(ODD_ARGS)
@@ -65,7 +65,7 @@ def test_dash_c_runs_through_bash(workspace: Path) -> None:
 def test_exit_status_is_mirrored(
     workspace: Path, tmp_path: Path, runner: str, argv: list[str], status: int
 ) -> None:
-    done = cli("run", *runner_flags(runner, tmp_path), "--", *argv, cwd=workspace)
+    done = cli("run", *runner_flags(runner), "--", *argv, cwd=workspace)
     assert done.returncode == status, done.stderr
     assert b"Traceback" not in done.stderr
 
@@ -75,7 +75,7 @@ def test_dash_c_exit_status(workspace: Path) -> None:
 
 
 def test_json_shape(workspace: Path, tmp_path: Path, runner: str) -> None:
-    flags = runner_flags(runner, tmp_path)
+    flags = runner_flags(runner)
     done = cli("run", *flags, "--json", "--", "sh", "-c", "echo out; echo err >&2; exit 4",
                cwd=workspace)
     assert done.returncode == 4
@@ -105,7 +105,7 @@ def test_output_streams_before_the_command_ends(workspace: Path, tmp_path: Path,
     go = workspace / "go"
     script = f'echo first; while [ ! -e "{go}" ]; do sleep 0.05; done; echo second'
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh.sandbox", "run", *runner_flags(runner, tmp_path),
+        [sys.executable, "-m", "dsh.sandbox", "run", *runner_flags(runner),
          "--timeout", "120", "--", "sh", "-c", script],
         cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
@@ -136,7 +136,7 @@ def outside() -> Iterator[Path]:
 
 
 def test_denial_hint(workspace: Path, tmp_path: Path, runner: str, outside: Path) -> None:
-    done = cli("run", *runner_flags(runner, tmp_path), "--", "sh", "-c", f"echo x > {outside}",
+    done = cli("run", *runner_flags(runner), "--", "sh", "-c", f"echo x > {outside}",
                cwd=workspace)
     assert done.returncode not in (0,)
     assert not outside.exists()
@@ -145,7 +145,7 @@ def test_denial_hint(workspace: Path, tmp_path: Path, runner: str, outside: Path
 
 
 def test_no_hint_for_an_ordinary_failure(workspace: Path, tmp_path: Path, runner: str) -> None:
-    done = cli("run", *runner_flags(runner, tmp_path), "--", "sh", "-c", "ls /sandbox-missing",
+    done = cli("run", *runner_flags(runner), "--", "sh", "-c", "ls /sandbox-missing",
                cwd=workspace)
     assert done.returncode != 0 and b"denied under" not in done.stderr
 
@@ -157,7 +157,7 @@ def test_timeout_kills_and_reports(workspace: Path) -> None:
 
 
 def test_huge_timeout_is_capped_and_reported(workspace: Path) -> None:
-    done = cli("run", *DANGER, "--timeout", "1e12", "--", "true", cwd=workspace)
+    done = cli("run", *DANGER, "--timeout", "100000", "--", "true", cwd=workspace)
     assert done.returncode == 0
     assert b"--timeout capped at 86400s" in done.stderr
 
@@ -258,7 +258,7 @@ def test_no_network_by_default_and_network_flag(workspace: Path) -> None:
 
 def test_composition_file(workspace: Path, tmp_path: Path) -> None:
     need_runner("bwrap")
-    comp = tmp_path / "comp.yaml"
+    comp = trusted_config_dir() / f"comp-{tmp_path.name}.yaml"
     comp.write_text(
         "- {id: policy, name: sandbox-policy, config: {mode: read-only}}\n"
         "- {id: sandbox, name: sandbox, config: {runner: bwrap}}\n"

@@ -60,13 +60,13 @@ def test_mounts_through_the_entry_point(workspace: Path) -> None:
             "mode": "read-only",
             "workspace": str(workspace),
             "writable": [],
-            "accept_degraded": ["x-y"],
+            "accept_degraded": ["bwrap-limit-memory"],
         },
     )
     svc = ctx.sandbox_policy
     assert isinstance(svc, PolicyService)
     assert svc.resolve().mode is SandboxMode.READ_ONLY
-    assert svc.resolve().accept_degraded == ("x-y",)
+    assert svc.resolve().accept_degraded == ("bwrap-limit-memory",)
 
 
 def test_mode_picks_its_builtin_profile_and_profile_picks_mode(workspace: Path) -> None:
@@ -108,13 +108,23 @@ def test_workspace_that_is_a_file(tmp_path: Path) -> None:
         service(file)
 
 
-def test_workspace_through_symlink_is_canonical(workspace: Path, tmp_path: Path) -> None:
-    link = tmp_path / "link"
+def test_workspace_through_symlink_is_canonical(workspace: Path, trusted_dir: Path) -> None:
+    link = trusted_dir / "link"  # outside every writable root: the user's own link
     link.symlink_to(workspace)
     policy = service(link).resolve()
     assert policy.workspace == workspace
     assert workspace in policy.writable_roots and link not in policy.writable_roots
     assert workspace / ".git" in policy.protected_paths
+
+
+def test_workspace_through_planted_symlink_refused(workspace: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link"  # under /tmp, a writable root: a command could have made it
+    link.symlink_to(workspace)
+    with pytest.raises(ConfigError, match=rf"workspace: .*symlink {re.escape(str(link))} -> "):
+        service(link)
+    # Read-only too: the link was writable in an earlier workspace-write run.
+    with pytest.raises(ConfigError, match="lies inside a writable root"):
+        service(link, mode="read-only")
 
 
 def test_dotdot_in_roots_is_removed(workspace: Path, tmp_path: Path) -> None:
@@ -144,8 +154,10 @@ def test_missing_profile_root_is_reported_not_writable(
     assert any("missing roots" in line for line in describe_policy(policy))
 
 
-def test_profile_roots_expand_home_and_vars(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
+def test_profile_roots_expand_home_and_vars(
+    workspace: Path, tmp_path: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = trusted_dir / "home"
     (home / ".cache" / "pip").mkdir(parents=True)
     (tmp_path / "v").mkdir()
     monkeypatch.setenv("HOME", str(home))
@@ -183,8 +195,8 @@ def test_system_roots_refused_unless_danger(workspace: Path, root: str) -> None:
     assert full.writable_roots == (Path("/"),) and full.network is True
 
 
-def test_system_root_via_symlink_refused(workspace: Path, tmp_path: Path) -> None:
-    link = tmp_path / "sneaky"
+def test_system_root_via_symlink_refused(workspace: Path, trusted_dir: Path) -> None:
+    link = trusted_dir / "sneaky"
     link.symlink_to("/etc")
     with pytest.raises(ConfigError, match=r"refusing to make /etc writable"):
         service(workspace, writable=(str(link),))
@@ -213,15 +225,24 @@ def test_system_dir_reason() -> None:
 
 
 # -- /tmp and $TMPDIR -------------------------------------------------------------------
-def test_tmp_and_tmpdir(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tmp_and_tmpdir(
+    workspace: Path, tmp_path: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     private = tmp_path / "private-tmp"
     private.mkdir()
-    link = tmp_path / "tmplink"
+    link = trusted_dir / "tmplink"
     link.symlink_to(private)
     monkeypatch.setenv("TMPDIR", str(link))
     policy = service(workspace).resolve()
     assert TMP in policy.writable_roots and private in policy.writable_roots
     assert link not in policy.writable_roots
+    # $TMPDIR through a link inside /tmp: a command could have planted it there.
+    planted = tmp_path / "planted"
+    planted.symlink_to(private)
+    monkeypatch.setenv("TMPDIR", str(planted))
+    with pytest.raises(ConfigError, match=r"\$TMPDIR .*resolves through the symlink"):
+        service(workspace)
+    monkeypatch.setenv("TMPDIR", str(link))
     prof = profile_file(tmp_path, 'extends = "workspace-write"\nexclude_tmp = true\n')
     excluded = service(workspace, profile=prof).resolve()
     assert excluded.writable_roots == (workspace,)
@@ -294,12 +315,22 @@ def test_git_file_without_gitdir_line(workspace: Path) -> None:
 def test_protected_symlink_target_is_protected(workspace: Path, tmp_path: Path) -> None:
     target = tmp_path / "secret-env"
     target.write_text("A=1")
-    (workspace / ".env").symlink_to(target)
+    (workspace / ".npmrc").symlink_to(target)
     (workspace / ".dsh").symlink_to(tmp_path / "not-yet")  # dangling
-    policy = service(workspace, profile="python").resolve()
-    assert workspace / ".env" in policy.protected_paths  # the name itself
+    policy = service(workspace, profile="node").resolve()
+    assert workspace / ".npmrc" in policy.protected_paths  # the name itself
     assert target in policy.protected_paths  # and where it leads
     assert tmp_path / "not-yet" in policy.protected_paths
+
+
+def test_hidden_path_through_planted_symlink_refused(workspace: Path, tmp_path: Path) -> None:
+    # The python profile hides .env; a command that replaced it by a link
+    # would steer the mask away from what it should hide.
+    target = tmp_path / "elsewhere"
+    target.write_text("")
+    (workspace / ".env").symlink_to(target)
+    with pytest.raises(ConfigError, match=r"hidden_paths entry '\.env': .*symlink .*\.env -> "):
+        service(workspace, profile="python")
 
 
 def test_protected_paths_recomputed_per_resolve(workspace: Path, tmp_path: Path) -> None:
@@ -313,17 +344,19 @@ def test_protected_paths_recomputed_per_resolve(workspace: Path, tmp_path: Path)
 
 
 # -- read-only and hidden paths ------------------------------------------------------------
-def test_read_only_and_hidden_paths_canonical(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    home = tmp_path / "home"
+def test_read_only_and_hidden_paths_canonical(
+    workspace: Path, tmp_path: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = trusted_dir / "home"
     (home / ".ssh").mkdir(parents=True)
     (workspace / "real-secrets").mkdir()
-    (workspace / "secrets").symlink_to(workspace / "real-secrets")
+    (trusted_dir / "secrets").symlink_to(workspace / "real-secrets")
     monkeypatch.setenv("HOME", str(home))
     prof = profile_file(
         tmp_path,
         'extends = "workspace-write"\n'
         'read_only_paths = ["docs/../config", "~/.ssh"]\n'
-        'hidden_paths = ["secrets", "~/.ssh", "missing-secret"]\n',
+        f'hidden_paths = ["{trusted_dir}/secrets", "~/.ssh", "missing-secret"]\n',
     )
     policy = service(workspace, profile=prof).resolve()
     assert policy.read_only_paths == tuple(sorted([workspace / "config", home / ".ssh"]))
@@ -351,12 +384,17 @@ def test_equal_policies_hash_equal(workspace: Path, tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir()
     b.mkdir()
-    one = service(workspace, profile="python", writable=(str(a), str(b)), accept_degraded=("z-z", "a-a")).resolve()
+    one = service(
+        workspace,
+        profile="python",
+        writable=(str(a), str(b)),
+        accept_degraded=("landlock-limits", "bwrap-limit-memory"),
+    ).resolve()
     two = service(
         workspace,
         profile="python",
         writable=(str(b), str(a), str(a)),
-        accept_degraded=("a-a", "z-z"),
+        accept_degraded=("bwrap-limit-memory", "landlock-limits"),
     ).resolve()
     assert one == two and hash(one) == hash(two)
     for paths in (one.writable_roots, one.protected_paths, one.accept_degraded):
@@ -365,8 +403,8 @@ def test_equal_policies_hash_equal(workspace: Path, tmp_path: Path) -> None:
 
 def test_accept_degraded_merges_profile_and_config(workspace: Path, tmp_path: Path) -> None:
     prof = profile_file(tmp_path, 'accept_degraded = ["landlock-protected-paths"]\n')
-    policy = service(workspace, profile=prof, accept_degraded=("other",)).resolve()
-    assert policy.accept_degraded == ("landlock-protected-paths", "other")
+    policy = service(workspace, profile=prof, accept_degraded=("bwrap-limit-memory",)).resolve()
+    assert policy.accept_degraded == ("bwrap-limit-memory", "landlock-protected-paths")
 
 
 def test_escalation_resolves_another_mode_without_changing_default(workspace: Path) -> None:
@@ -422,9 +460,9 @@ def test_protected_symlink_to_an_ancestor_fails_closed(workspace: Path) -> None:
 
 
 def test_home_directory_is_not_a_writable_root(
-    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    home = tmp_path / "home"
+    home = trusted_dir / "home"
     (home / "src").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     with pytest.raises(ConfigError, match="it is your home directory"):

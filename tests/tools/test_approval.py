@@ -187,15 +187,18 @@ RULES = """\
 # approvals for this repository
 [[rule]]
 mode = "danger-full-access"
+workdir = "/work"
 command = "make install"
 
 [[rule]]
 mode = "danger-full-access"
+workdir = "/work"
 prefix = "git push origin"
 decision = "session"
 
 [[rule]]
 mode = "workspace-write"
+workdir = "/**"
 prefix = ["npm", "ci"]
 """
 
@@ -253,8 +256,11 @@ def test_rules_fallback_prompt(rules_file: Path, tmp_path: Path) -> None:
     ("text", "message"),
     [
         ("[[rule]\nmode = 1", "invalid TOML"),
-        ('[[rule]]\nmode = "danger-full-access"\ncommand = "x"\n\n[[rule]]\nmdoe = "read-only"\n',
-         ":6: rule #2, key 'mdoe': unknown key"),
+        ('[[rule]]\nmode = "danger-full-access"\nworkdir = "/w"\ncommand = "x"\n\n[[rule]]\nmdoe = "read-only"\n',
+         ":7: rule #2, key 'mdoe': unknown key"),
+        ('[[rule]]\nmode = "read-only"\ncommand = "x"\n', ":1: rule #1: 'workdir' is required"),
+        ('[[rule]]\nmode = "read-only"\nworkdir = "src"\ncommand = "x"\n',
+         ":3: rule #1, key 'workdir': must be an absolute path"),
         ('[[rule]]\ncommand = "x"\n', ":1: rule #1: 'mode' is required"),
         ('[[rule]]\nmode = "root"\ncommand = "x"\n', ":2: rule #1, key 'mode': mode: unknown sandbox mode 'root'"),
         ('[[rule]]\nmode = "read-only"\ncommand = "x"\nprefix = "x"\n', "exactly one of"),

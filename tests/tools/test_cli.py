@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.support import trusted_config_dir
 from tests.sandboxed.support import need_runner
 
 
@@ -76,8 +77,10 @@ def test_call_bad_input(local_composition: Path, workspace: Path) -> None:
 
 def test_call_through_bwrap_with_approval_flag(workspace: Path, tmp_path: Path) -> None:
     need_runner("bwrap")
-    rules = tmp_path / "rules.toml"
-    rules.write_text('[[rule]]\nmode = "workspace-write"\ncommand = "echo a > a.txt"\n')
+    rules = trusted_config_dir() / f"rules-{tmp_path.name}.toml"
+    rules.write_text(
+        f'[[rule]]\nmode = "workspace-write"\nworkdir = "{workspace}"\ncommand = "echo a > a.txt"\n'
+    )
     common = ["--runner", "bwrap", "--mode", "read-only", "--workspace", str(workspace)]
     plain = cli("tool", "call", "bash", '{"command": "echo a > a.txt", "description": "x"}',
                 *common, home=tmp_path)
@@ -103,8 +106,10 @@ def test_landlock_partial_enforcement_fails_closed_as_a_result(
     """Landlock cannot keep protected paths read-only in workspace-write: without
     the profile accepting that, the escalated run is refused, not run."""
     need_runner("landlock")
-    rules = tmp_path / "rules.toml"
-    rules.write_text('[[rule]]\nmode = "workspace-write"\ncommand = "echo a > a.txt"\n')
+    rules = trusted_config_dir() / f"rules-{tmp_path.name}.toml"
+    rules.write_text(
+        f'[[rule]]\nmode = "workspace-write"\nworkdir = "{workspace}"\ncommand = "echo a > a.txt"\n'
+    )
     args = json.dumps({"command": "echo a > a.txt", "description": "x",
                        "sandbox_permissions": "workspace-write", "justification": "write a.txt"})
     done = cli("tool", "call", "bash", args, "--runner", "landlock", "--mode", "read-only",
@@ -113,7 +118,7 @@ def test_landlock_partial_enforcement_fails_closed_as_a_result(
     assert "The command was not run." in done.stdout
     assert not (workspace / "a.txt").exists()
     # With a composition whose policy accepts the degradation, it runs.
-    composition = tmp_path / "c.yaml"
+    composition = trusted_config_dir() / f"c-{tmp_path.name}.yaml"
     entries = [
         {"name": "sandbox-policy", "config": {"mode": "read-only", "workspace": str(workspace),
                                               "accept_degraded": ["landlock-protected-paths", "landlock-metadata"]}},

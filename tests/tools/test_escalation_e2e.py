@@ -55,7 +55,8 @@ def outside() -> Iterator[Path]:
 
 def rules_entry(tmp_path: Path, text: str) -> dict[str, object]:
     path = tmp_path / "approvals.toml"
-    path.write_text(text)
+    # Every rule names where it applies: these tests run in tmp_path/ws.
+    path.write_text(text.replace("[[rule]]\n", f'[[rule]]\nworkdir = "{tmp_path}/**"\n'))
     return {"name": "approval-rules", "config": {"path": str(path)}}
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.support import trusted_config_dir
 from tests.sandboxed.support import need_runner
 
 
@@ -32,8 +33,11 @@ def run(workspace: Path, home: Path, *args: str) -> subprocess.CompletedProcess[
 
 
 def rules(tmp_path: Path, command: str) -> str:
-    path = tmp_path / "rules.toml"
-    path.write_text(f'[[rule]]\nmode = "workspace-write"\ncommand = "{command}"\n')
+    # Outside /tmp and the workspace: run refuses a rules file a command could rewrite.
+    path = trusted_config_dir() / f"rules-{tmp_path.name}.toml"
+    path.write_text(
+        f'[[rule]]\nmode = "workspace-write"\nworkdir = "{tmp_path}/**"\ncommand = "{command}"\n'
+    )
     return f"rules:{path}"
 
 

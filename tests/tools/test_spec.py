@@ -4,6 +4,7 @@ executor) and argument validation: bad input is a tool result, never a run."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 from dsh.sandbox.context import Context, build_context
-from dsh.tools.spec import ToolSpec, validate_args
+from dsh.tools.spec import ArgumentError, ToolSpec, validate_args
 from dsh.tools.toolbox import export_specs, tool_specs
 
 from tests.tools.support import bash, call, local_ctx
@@ -153,6 +154,16 @@ def test_every_problem_is_listed_at_once(workspace: Path) -> None:
 def test_integral_floats_are_integers() -> None:
     spec = ToolSpec("t", "d", {"type": "object", "properties": {"n": {"type": "integer"}}})
     assert validate_args(spec, {"n": 5.0}) == {"n": 5}
+
+
+def test_non_finite_numbers_are_refused() -> None:
+    # JSON from a model may carry NaN or Infinity (json.loads accepts both).
+    spec = ToolSpec("t", "d", {"type": "object", "properties": {
+        "x": {"type": "number", "minimum": 0, "maximum": 10}, "n": {"type": "integer", "maximum": 10}}})
+    assert validate_args(spec, {"x": 2.5, "n": 3}) == {"x": 2.5, "n": 3}
+    for bad in ({"x": math.nan}, {"x": math.inf}, {"x": -math.inf}, {"n": math.nan}, {"n": math.inf}):
+        with pytest.raises(ArgumentError, match=r"must be (a number|an integer)"):
+            validate_args(spec, bad)
 
 
 def test_unknown_tool_and_bad_job_args(workspace: Path) -> None:

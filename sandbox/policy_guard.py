@@ -1,0 +1,175 @@
+"""What a sandboxed command must never be able to influence: the paths of a
+later policy, and the files that configure it.
+
+A command in workspace-write can create symlinks and files anywhere under its
+writable roots.  If a later policy followed such a symlink (a writable root,
+a hidden or read-only path named through it) or read its profile, approval
+rules or composition from such a file, the command would have chosen its own
+next sandbox.  Everything here refuses that, with an error naming the field,
+the path and the fix.  It also holds the list of directories that are
+dangerous to make writable even though they are not system directories (the
+user's credentials and start-up files), which only an explicit force accepts.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.policy_paths import home_dir, is_within, system_dir_reason
+
+# Below $HOME: what the user's shell, ssh, gpg, cloud CLIs, editors and
+# agents read or run later as the user.  ~/.config holds systemd user units,
+# autostart entries, git and gh configuration.
+HOME_SENSITIVE = (
+    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config", ".local/bin",
+    ".local/share/systemd", ".password-store", ".cargo/bin",
+)
+# Outside the system trees policy_paths refuses outright: what cron, systemd
+# and package managers run as root later.
+SYSTEM_SENSITIVE = tuple(
+    Path(p)
+    for p in (
+        "/var/spool", "/var/mail", "/var/lib/systemd", "/var/lib/dpkg", "/var/lib/rpm", "/var/lib/apt",
+        "/var/lib/docker", "/run/systemd", "/var/db", "/etc",
+    )
+)
+_MAX_LINKS = 40  # as the kernel's ELOOP limit
+
+
+def root_refusal(path: Path) -> tuple[str | None, bool]:
+    """Why ``path`` (canonical) may not be a writable root, and whether naming
+    it in ``force_writable_roots``/``--force-writable`` lifts that.
+
+    ``(None, True)``: fine.  System directories cannot be forced; the home
+    directory, credentials and start-up files can.
+    """
+    return _root_refusal(path, home_dir())
+
+
+@functools.lru_cache(maxsize=512)
+def _root_refusal(path: Path, home: Path | None) -> tuple[str | None, bool]:
+    # Cached: the roots are the same paths at every resolve (once per command),
+    # and these prefix checks over a few dozen directories are not free.
+    reason = system_dir_reason(path)
+    if reason is not None:
+        return reason, path == home
+    return dangerous_root_reason(path, home), True
+
+
+def dangerous_root_reason(path: Path, home: Path | None) -> str | None:
+    """Why making ``path`` (canonical) writable hands the command something
+    that runs or authenticates outside the sandbox later, or ``None``."""
+    if home is not None and home != Path("/"):
+        if path == home:
+            return "it is your home directory (shell start-up files, ~/.ssh, ~/.config)"
+        for name in HOME_SENSITIVE:
+            sensitive = home / name
+            if is_within(path, sensitive):
+                return f"it is inside {sensitive} (credentials or files run as you later)"
+            if path in sensitive.parents:
+                return f"it contains {sensitive} (credentials or files run as you later)"
+    for tree in SYSTEM_SENSITIVE:
+        if is_within(path, tree):
+            return f"it is inside {tree} (read or run as root later, e.g. by cron or systemd)"
+    return None
+
+
+def planted_link(path: Path, roots: Sequence[Path], _depth: int = 0) -> tuple[Path, str] | None:
+    """The first symlink met while resolving ``path`` that lies inside one of
+    ``roots`` (canonical writable roots), with its target; ``None`` if none.
+
+    Walks the path the way ``realpath`` does, following each link's target in
+    turn, so a link outside the roots that points at a link inside them is
+    found too.  Missing components end the walk (nothing left to follow).
+    """
+    if _depth > _MAX_LINKS:
+        return None  # a loop: realpath keeps it lexically, and so will the runner
+    current = Path("/")
+    for part in path.parts[1:]:
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        candidate = current / part
+        try:
+            mode = os.lstat(candidate).st_mode
+        except OSError:
+            return None
+        if not stat.S_ISLNK(mode):
+            current = candidate
+            continue
+        target = os.readlink(candidate)
+        if any(is_within(candidate, root) for root in roots):
+            return candidate, target
+        found = planted_link(current / target, roots, _depth + 1)
+        if found is not None:
+            return found
+        current = Path(os.path.realpath(candidate))
+    return None
+
+
+def refuse_planted_link(label: str, raw: str, path: Path, roots: Sequence[Path]) -> None:
+    """``ConfigError`` when ``path`` (absolute, as written) resolves through a
+    symlink a sandboxed command could have made."""
+    found = planted_link(path, roots)
+    if found is None:
+        return
+    link, target = found
+    raise ConfigError(
+        f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies inside a "
+        "writable root, so a sandboxed command could have made it; name the real path "
+        f"instead ({os.path.realpath(path)} if you trust it) or remove the link"
+    )
+
+
+def writable_root_holding(path: Path, roots: Iterable[Path]) -> Path | None:
+    """The writable root ``path`` (canonical) lies in, if any."""
+    for root in roots:
+        if is_within(path, root):
+            return root
+    return None
+
+
+def refuse_writable_config_file(what: str, shown: str, roots: Sequence[Path]) -> None:
+    """A profile, rules or composition file a sandboxed command could rewrite is refused.
+
+    ``.dsh`` inside the workspace is protected by default, but on landlock
+    that protection is itself a degradation a profile may accept, so files
+    there are not trusted either: the file must live outside every writable
+    root (e.g. ``~/.config/dsh-sandbox/``).
+    """
+    real = Path(os.path.realpath(os.path.expanduser(shown)))
+    root = writable_root_holding(real, roots)
+    if root is None:
+        return
+    raise ConfigError(
+        f"{what} {shown}: {real} lies inside the writable root {root}, so a sandboxed command "
+        "could rewrite it to widen a later run; move it outside every writable root, "
+        "e.g. to ~/.config/dsh-sandbox/"
+    )
+
+
+def refuse_untrusted_config(ctx: Any, composition: str | None, approval: Any = None) -> None:
+    """Refuse ``run``/``tool call`` when the composition, the profile (and each
+    file it extends) or the approval rules file lies inside a writable root of
+    the session's policy (its workspace-write roots, whatever the mode: an
+    earlier workspace-write run could have written there)."""
+    service = ctx.get("sandbox_policy")
+    if service is None:
+        return
+    roots = service.trusted_roots()
+    if composition is not None:
+        refuse_writable_config_file("--composition", composition, roots)
+    for source in service.profile.sources:
+        refuse_writable_config_file("profile", source, roots)
+    approver = approval if approval is not None else ctx.get("approval")
+    rules = getattr(getattr(approver, "config", None), "path", None)
+    if isinstance(rules, str):
+        refuse_writable_config_file("approval rules file", rules, roots)

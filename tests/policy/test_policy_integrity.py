@@ -1,0 +1,293 @@
+"""Nothing a sandboxed command writes may widen a later policy: planted
+symlinks, dangerous roots, untrusted configuration files, numbers."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dsh.sandbox.context import Context, build_context
+from dsh.sandbox.errors import CompositionError, ConfigError
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy_guard import refuse_untrusted_config
+from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+from dsh.sandbox.profiles import ProfileError, load_profile
+
+
+@pytest.fixture(autouse=True)
+def _no_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.delenv("TMPDIR", raising=False)
+    yield
+
+
+@pytest.fixture
+def home(trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake $HOME outside /tmp (a writable root would contain it)."""
+    path = trusted_dir / "home"
+    for sub in (".ssh", ".gnupg", ".aws", ".config/systemd/user", ".local/bin", "src/app"):
+        (path / sub).mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(path))
+    return path
+
+
+def service(workspace: Path | str, **config: Any) -> PolicyService:
+    return PolicyService(Context(), PolicyConfig(workspace=str(workspace), **config))
+
+
+def profile(directory: Path, text: str, name: str = "p.toml") -> str:
+    path = directory / name
+    path.write_text(text)
+    return str(path)
+
+
+# -- symlinks a command could have planted ---------------------------------------------
+def test_profile_root_through_a_link_in_the_workspace_is_refused(
+    workspace: Path, trusted_dir: Path
+) -> None:
+    target = trusted_dir / "elsewhere"
+    target.mkdir()
+    (workspace / "cache").symlink_to(target)
+    prof = profile(trusted_dir, 'writable_roots = ["cache"]\n')
+    with pytest.raises(ConfigError) as info:
+        service(workspace, profile=prof)
+    message = str(info.value)
+    assert "writable_roots entry 'cache'" in message  # the field
+    assert f"symlink {workspace / 'cache'} -> {target}" in message  # the link
+    assert "name the real path instead" in message  # the fix
+
+
+def test_flag_root_through_a_link_in_tmp_is_refused(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
+    (tmp_path / "proj").symlink_to(trusted_dir)
+    with pytest.raises(ConfigError, match=r"--writable .*/proj: .*symlink .*/proj -> "):
+        service(workspace, writable=(str(tmp_path / "proj"),))
+
+
+def test_link_outside_the_roots_that_leads_through_one_inside_is_found(
+    workspace: Path, trusted_dir: Path
+) -> None:
+    (trusted_dir / "real").mkdir()
+    (workspace / "inner").symlink_to(trusted_dir / "real")  # planted
+    (trusted_dir / "outer").symlink_to(workspace / "inner")  # the user's own link
+    with pytest.raises(ConfigError, match=re.escape(f"symlink {workspace / 'inner'} -> ")):
+        service(workspace, writable=(str(trusted_dir / "outer"),))
+
+
+@pytest.mark.parametrize("mode", ["read-only", "workspace-write"])
+def test_read_only_path_through_a_planted_link_is_refused(
+    workspace: Path, trusted_dir: Path, mode: str
+) -> None:
+    (workspace / "docs").symlink_to(trusted_dir)
+    prof = profile(trusted_dir, 'read_only_paths = ["docs/conf"]\n')
+    with pytest.raises(ConfigError, match=r"read_only_paths entry 'docs/conf': .*lies inside a writable root"):
+        service(workspace, profile=prof, mode=mode)
+
+
+def test_links_are_checked_again_at_every_resolve(workspace: Path, trusted_dir: Path) -> None:
+    (workspace / "real").mkdir()
+    prof = profile(trusted_dir, 'hidden_paths = ["secret"]\n')
+    svc = service(workspace, profile=prof)
+    (workspace / "secret").symlink_to(workspace / "real")  # a command plants it later
+    with pytest.raises(ConfigError, match="hidden_paths entry 'secret'"):
+        svc.resolve()
+
+
+def test_links_outside_every_root_still_resolve(workspace: Path, trusted_dir: Path) -> None:
+    (trusted_dir / "real").mkdir()
+    (trusted_dir / "alias").symlink_to(trusted_dir / "real")
+    policy = service(workspace, writable=(str(trusted_dir / "alias"),)).resolve()
+    assert trusted_dir / "real" in policy.writable_roots
+
+
+# -- dangerous writable roots ------------------------------------------------------------
+@pytest.mark.parametrize(
+    "sub", ["", ".ssh", ".gnupg", ".aws", ".config", ".config/systemd/user", ".local/bin"]
+)
+def test_credentials_and_start_up_dirs_refused_unless_forced(
+    workspace: Path, home: Path, sub: str
+) -> None:
+    root = home / sub if sub else home
+    with pytest.raises(ConfigError) as info:
+        service(workspace, writable=(str(root),))
+    message = str(info.value)
+    assert f"refusing to make {root} writable" in message and "--force-writable" in message
+    forced = service(workspace, writable=(str(root),), force_writable=(str(root),)).resolve()
+    assert root in forced.writable_roots
+    # Read-only sessions are not refused (nothing is writable), escalation is.
+    ro = service(workspace, mode="read-only", writable=(str(root),))
+    with pytest.raises(ConfigError, match="refusing"):
+        ro.resolve(SandboxMode.WORKSPACE_WRITE)
+
+
+def test_a_root_containing_credentials_is_refused(workspace: Path, home: Path, trusted_dir: Path) -> None:
+    with pytest.raises(ConfigError, match=r"it contains .*\.ssh"):
+        service(workspace, writable=(str(trusted_dir),))
+
+
+def test_project_dirs_under_home_stay_allowed(workspace: Path, home: Path) -> None:
+    assert home / "src" / "app" in service(workspace, writable=(str(home / "src/app"),)).resolve().writable_roots
+    assert load_profile("python").writable_roots  # caches under ~/.cache are not dangerous
+    service(workspace, profile="python").resolve()
+
+
+@pytest.mark.parametrize("root", ["/var/spool", "/etc", "/"])
+def test_system_roots_refused_and_only_cron_spools_can_be_forced(workspace: Path, root: str) -> None:
+    if not Path(root).is_dir():
+        pytest.skip(f"{root} does not exist on this host")
+    with pytest.raises(ConfigError, match="refusing") as info:
+        service(workspace, writable=(root,))
+    forceable = root == "/var/spool"  # read by cron as root: refused unless named
+    assert ("--force-writable" in str(info.value)) == forceable
+    if forceable:
+        assert Path(root) in service(workspace, writable=(root,), force_writable=(root,)).resolve().writable_roots
+    else:
+        with pytest.raises(ConfigError, match="refusing"):
+            service(workspace, writable=(root,), force_writable=(root,))
+
+
+def test_workspace_at_home_refused_unless_forced(home: Path, trusted_dir: Path) -> None:
+    with pytest.raises(ConfigError, match=r"workspace: refusing to make .* home directory.*--workspace DIR"):
+        service(home)
+    assert service(home, mode="read-only").resolve().writable_roots == ()
+    assert home in service(home, force_writable=(str(home),)).resolve().writable_roots
+    prof = profile(trusted_dir, f'force_writable_roots = ["{home}"]\n')
+    assert home in service(home, profile=prof).resolve().writable_roots
+    with pytest.raises(ConfigError, match="workspace: refusing to make / writable"):
+        service("/", force_writable=("/",))
+
+
+# -- configuration files a command could rewrite -----------------------------------------
+def _ctx_with(workspace: Path, prof: str | None = None) -> Context:
+    ctx = Context()
+    ctx.provide(PolicyService(ctx, PolicyConfig(workspace=str(workspace), profile=prof, mode="read-only")))
+    return ctx
+
+
+@pytest.mark.parametrize("where", ["workspace", "dotdsh", "tmp"])
+def test_profile_in_a_writable_root_is_refused(
+    workspace: Path, tmp_path: Path, trusted_dir: Path, where: str
+) -> None:
+    directory = {"workspace": workspace, "dotdsh": workspace / ".dsh", "tmp": tmp_path}[where]
+    directory.mkdir(exist_ok=True)
+    prof = profile(directory, 'extends = "read-only"\n')
+    with _ctx_with(workspace, prof) as ctx, pytest.raises(ConfigError) as info:
+        refuse_untrusted_config(ctx, None)
+    assert f"profile {prof}:" in str(info.value) and "move it outside every writable root" in str(info.value)
+    with _ctx_with(workspace, profile(trusted_dir, 'extends = "read-only"\n')) as ctx:
+        refuse_untrusted_config(ctx, None)  # outside: trusted
+
+
+def test_extended_profile_in_a_writable_root_is_refused(workspace: Path, trusted_dir: Path) -> None:
+    parent = profile(workspace, 'extends = "read-only"\n', "base.toml")
+    child = profile(trusted_dir, f'extends = "{parent}"\n')
+    with _ctx_with(workspace, child) as ctx, pytest.raises(ConfigError, match=re.escape(f"profile {parent}")):
+        refuse_untrusted_config(ctx, None)
+
+
+def test_rules_and_composition_through_a_link_into_the_workspace_are_refused(
+    workspace: Path, trusted_dir: Path
+) -> None:
+    (workspace / "rules.toml").write_text("")
+    (trusted_dir / "rules.toml").symlink_to(workspace / "rules.toml")
+    approval = type("A", (), {"config": type("C", (), {"path": str(trusted_dir / "rules.toml")})()})()
+    with _ctx_with(workspace) as ctx:
+        with pytest.raises(ConfigError, match=r"approval rules file .*lies inside the writable root"):
+            refuse_untrusted_config(ctx, None, approval)
+        with pytest.raises(ConfigError, match=r"--composition .*lies inside the writable root"):
+            refuse_untrusted_config(ctx, str(workspace / "rules.toml"))
+
+
+# -- numbers ------------------------------------------------------------------------------
+BAD_LIMITS = [
+    ("wall_time_s", "nan"), ("wall_time_s", "inf"), ("wall_time_s", "-1"), ("wall_time_s", "1e400"),
+    ("wall_time_s", "0"), ("wall_time_s", "1e12"), ("max_processes", "0"), ("max_processes", "-1"),
+    ("max_processes", "1.5"), ("max_processes", str(10**12)), ("max_memory", '"1e400"'),
+    ("max_memory", str(10**30)), ("max_memory", "-5"), ("max_memory", "nan"),
+    ("max_memory", '"99999999 TiB"'), ("max_file_size", "inf"), ("max_file_size", "0"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), BAD_LIMITS)
+def test_limits_out_of_range_name_the_field_and_range(trusted_dir: Path, key: str, value: str) -> None:
+    prof = profile(trusted_dir, f"[limits]\n{key} = {value}\n")
+    with pytest.raises(ProfileError) as info:
+        load_profile(prof)
+    message = str(info.value)
+    assert f"limits.{key}" in message and "line 2" in message
+    assert re.search(r"greater than 0 and at most|from 1 to|is not a size|must be a size", message), message
+
+
+def test_limits_in_range_are_kept(trusted_dir: Path) -> None:
+    prof = profile(
+        trusted_dir,
+        '[limits]\nwall_time_s = 0.5\nmax_processes = 64\nmax_memory = "512MiB"\nmax_file_size = 1024\n',
+    )
+    limits = load_profile(prof).limits
+    assert limits.wall_time_s == 0.5 and limits.max_processes == 64
+    assert limits.max_memory_bytes == 512 * 1024**2 and limits.max_file_size_bytes == 1024
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("reap_after_s", math.nan), ("reap_after_s", math.inf), ("reap_after_s", -1.0),
+     ("close_wait_s", 1e300), ("max_jobs", -1), ("max_jobs", 10**20)],
+)
+def test_composition_numbers_are_checked(field: str, value: float) -> None:
+    with pytest.raises(CompositionError, match=rf"config field {field}: must be a finite number from 0"):
+        build_context([{"name": "bash-local"}, {"name": "jobs", "config": {field: value}}])
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0, -3])
+def test_prompt_timeout_is_checked(value: float) -> None:
+    from dsh.sandbox.approval import PromptApproval, PromptConfig
+
+    with pytest.raises(ConfigError, match="timeout_s: must be a number of seconds greater than 0"):
+        PromptApproval(None, PromptConfig(timeout_s=value))
+
+
+def test_runner_options_are_checked() -> None:
+    from dsh.runners.docker import DockerRunner
+
+    with pytest.raises(ConfigError, match="docker runner pids: must be a whole number from 1"):
+        DockerRunner({"pids": 10**9})
+    with pytest.raises(ConfigError, match="docker runner memory: must be a whole number from 1"):
+        DockerRunner({"memory": "99999999999g"})
+
+
+# -- degradation names --------------------------------------------------------------------
+def test_misspelt_degradation_is_refused_with_a_suggestion(workspace: Path, trusted_dir: Path) -> None:
+    prof = profile(trusted_dir, 'accept_degraded = ["landlock-protected-path"]\n')
+    with pytest.raises(ProfileError, match="did you mean 'landlock-protected-paths'"):
+        load_profile(prof)
+    with pytest.raises(ConfigError, match=r"accept_degraded: 'bwrap-limit-mem' is not a degradation"):
+        service(workspace, accept_degraded=("bwrap-limit-mem",))
+
+
+def test_every_declared_degradation_is_accepted(trusted_dir: Path) -> None:
+    from dsh.sandbox.profile_schema import known_degradations
+
+    names = sorted(known_degradations())
+    assert "landlock-protected-paths" in names and "e2b-debug" in names
+    prof = profile(trusted_dir, f"accept_degraded = {names!r}\n".replace("'", '"'))
+    assert load_profile(prof).accept_degraded == tuple(names)
+
+
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "e2b", "seatbelt"])
+def test_every_degradation_a_runner_reports_is_declared(runner: str) -> None:
+    """A profile can only accept names the runner declares: a name reported
+    in the runner's code but missing from DEGRADATION_NAMES could never be
+    accepted.  Names start with the runner's name (that is how one is found)."""
+    from dsh.sandbox.host import load_runner_class
+
+    declared = load_runner_class(runner).DEGRADATION_NAMES
+    assert declared and all(name.startswith(f"{runner}-") for name in declared)
+    source = Path(__file__).resolve().parents[2] / "runners" / runner
+    used = {
+        m.group(1)
+        for path in source.glob("*.py")
+        for m in re.finditer(rf'(?<![A-Za-z])"({runner}-[a-z0-9-]+)"', path.read_text())
+    }
+    assert used and used <= set(declared), sorted(used - set(declared))
