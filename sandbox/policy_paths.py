@@ -134,16 +134,16 @@ def protected_under(root: Path, names: Iterable[str]) -> set[Path]:
     """Protected paths of one writable root, existing or not.
 
     Each ``<root>/<name>`` is kept as named (so it stays read-only even before it
-    exists) plus its canonical target when it is (or goes through) a symlink,
-    plus the git dir(s) a ``.git`` file points to.
+    exists) plus its canonical target when it is (or goes through) a symlink.
+    Repositories (``.git``) are not handled here: see ``protected_scan``.
     """
     out: set[Path] = set()
     for name in names:
+        if name == ".git":
+            continue
         named = root / name
         out.add(named)
         out.add(canonical(named))
-        if name == ".git":
-            out.update(git_dirs(named))
     return out
 
 

@@ -34,6 +34,14 @@ from dsh.sandbox.policy_paths import (
     system_dir_reason,
 )
 from dsh.sandbox.profiles import Profile, load_profile
+from dsh.sandbox.protected_scan import (
+    DEFAULT_PROTECTED_NAMES,
+    Found,
+    GitAccess,
+    TreeIndex,
+    changed_since,
+    protected_from,
+)
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
 
@@ -73,6 +81,11 @@ class PolicyService(Service):
         self._default_mode = mode or self._profile.mode or SandboxMode.WORKSPACE_WRITE
         self._workspace = self._check_workspace(cfg.workspace)
         self._extra = tuple(self._check_flag_root(raw) for raw in cfg.writable)
+        self._git: GitAccess = "commit" if self._profile.git == "commit" else "read-only"
+        # Names kept read-only wherever they exist; the session's index of the
+        # writable trees makes every later search cost one lstat per directory.
+        self._trusted_names = (*DEFAULT_PROTECTED_NAMES, *ALWAYS_PROTECTED, *self._profile.protected_names)
+        self._index = TreeIndex(self._trusted_names)
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
 
@@ -142,7 +155,12 @@ class PolicyService(Service):
             roots, missing = self._writable_roots()
         protected: set[Path] = set()
         for _label, root in roots:
+            # Missing ones stay uncreatable (an empty read-only placeholder);
+            # .git is not among them: ``git init`` must work, and a repository
+            # made during a run is reported after it (``changed_files``).
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
+        found = self._find([path for _label, path in roots])
+        protected |= protected_from(found, self._git)
         read_only = self._paths("read_only_paths", profile.read_only_paths)
         # A missing hidden path holds nothing to hide (runners mask what exists).
         hidden = [p for p in self._paths("hidden_paths", profile.hidden_paths) if os.path.lexists(p)]
@@ -154,8 +172,35 @@ class PolicyService(Service):
             hidden_paths=sorted_paths(hidden),
             network=network,
             missing_roots=sorted_paths(missing),
+            git=self._git,
+            unscanned_roots=found.incomplete,
             **common,
         )
+
+    def _find(self, roots: list[Path]) -> Found:
+        """The repositories and protected names under ``roots``: at any depth in
+        the workspace and the configured roots; directly inside the temporary
+        roots (shared scratch space, often huge, that no later host action runs
+        from)."""
+        temp = set(self._temp_roots())
+        deep = self._index.refresh([r for r in roots if r not in temp])
+        repos = [r / ".git" for r in temp if r in roots and os.path.lexists(r / ".git")]
+        named = [r / n for r in temp if r in roots for n in self._trusted_names if os.path.lexists(r / n)]
+        return Found(
+            tuple(sorted({*deep.repos, *repos})), tuple(sorted({*deep.named, *named})), deep.incomplete
+        )
+
+    def _temp_roots(self) -> list[Path]:
+        raws = ("/tmp", os.environ.get("TMPDIR"))
+        return [canonical(raw) for raw in raws if raw and not self._profile.exclude_tmp]
+
+    def changed_files(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
+        """Git control files and protected names created or changed under
+        ``policy``'s writable roots at or after ``since_ns`` (``time.time_ns()``
+        taken before the run)."""
+        if policy.mode is not SandboxMode.WORKSPACE_WRITE:
+            return ()
+        return changed_since(self._find(list(policy.writable_roots)), since_ns)
 
     def _writable_roots(self) -> tuple[list[tuple[str, Path]], list[Path]]:
         """Workspace, profile roots, flag roots, and /tmp + $TMPDIR unless excluded.
@@ -258,6 +303,19 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
             if paths:
                 lines.append(f"{title}:")
                 lines.extend(f"  {p}" for p in paths)
+        if policy.mode is SandboxMode.WORKSPACE_WRITE:
+            lines.append(
+                "git: read-only (every repository's git dir)" if policy.git == "read-only" else
+                "git: commit (objects, refs, index, logs writable; hooks, config, info, modules, "
+                "worktrees and the links that move them stay read-only)"
+            )
+            lines.append(
+                "created or changed during a run and reported after it: .git control files and "
+                "protected names at any depth (the temporary roots: directly inside only)"
+            )
+        if policy.unscanned_roots:
+            lines.append("too big to search for nested repositories (protected-scan-incomplete):")
+            lines.extend(f"  {p}" for p in policy.unscanned_roots)
         lines.append(f"network: {'on' if policy.network else 'off'}")
     lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))
     limits = policy.limits

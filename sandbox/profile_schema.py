@@ -34,6 +34,7 @@ TOP_KEYS = (
     "extends",
     "exclude_tmp",
     "network",
+    "git",
     "limits",
     *LIST_KEYS,
 )
@@ -191,6 +192,14 @@ class _Checker:
             return value
         if key == "mode":
             return self._mode(value)
+        if key == "git":
+            if value not in ("read-only", "commit"):
+                raise self.fail(
+                    key,
+                    f"must be \"read-only\" or \"commit\", got {value!r}",
+                    'write git = "read-only" (the default) or git = "commit" to let commands commit',
+                )
+            return value
         if key in ("exclude_tmp", "network"):
             if not isinstance(value, bool):
                 raise self.fail(

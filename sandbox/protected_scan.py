@@ -1,0 +1,251 @@
+"""Files a later host action trusts, found at any depth under the writable roots.
+
+A sandboxed command may write anywhere in a writable root, but some files there
+are run or trusted later by the host: a git repository's hooks and config (run
+by the user's next ``git status``), shell start-up files, editor, agent and
+cloud-tool configuration.  This module finds them so that
+
+- the policy service keeps the ones that exist read-only (``protected_paths``),
+  in every repository at any depth, not just at the root of the workspace; and
+- after a run, the host reports the ones the command created or changed
+  (``changed_since``): a ``git init`` or a planted ``.vscode/tasks.json`` is
+  allowed, but never goes unnoticed.
+
+Walking a big tree for every command would be slow, so ``TreeIndex`` remembers
+each directory's listing with its inode and ctime: a directory whose entries
+changed has a new ctime (which a command cannot set back), and only those are
+listed again.  A refresh of an unchanged tree costs one ``lstat`` per directory.
+The walk is bounded; a root it could not finish is reported, never ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from dsh.sandbox.policy_paths import canonical, git_dirs
+
+GitAccess = Literal["read-only", "commit"]
+GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
+
+#: Names whose content the host or the user's tools run or trust later, kept
+#: read-only wherever they exist under a writable root and reported when a run
+#: creates or changes them.  Shell start-up files and direnv run on the next
+#: shell or ``cd``; editor and agent configs run tasks, hooks and MCP servers;
+#: package-manager configs redirect registries or the shell scripts run in;
+#: credential directories hold keys a command must not replace.
+DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (
+    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
+    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".envrc", ".gitconfig", ".ripgreprc",
+    ".vscode", ".idea", ".claude", ".codex", ".agents", ".cursor", ".mcp.json",
+    ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".netrc",
+    ".aws", ".ssh", ".gnupg", ".docker", ".kube",
+)  # fmt: skip
+
+#: The parts of a git dir that git runs or trusts: hooks and config (which
+#: names ``core.fsmonitor``, ``core.hooksPath``, ``core.sshCommand``, aliases,
+#: filters, ``diff.external``), ``info`` (attributes pick filters), nested
+#: repositories (``modules``, ``worktrees``), the links that move the common
+#: dir or the config elsewhere, legacy remotes, and the scripts of a rebase or
+#: sequencer in progress (``exec`` lines run on ``--continue``).
+GIT_CONTROL_PARTS: tuple[str, ...] = (
+    "hooks", "config", "config.worktree", "info", "modules", "worktrees", "commondir",
+    "gitdir", "remotes", "branches", "rebase-merge", "rebase-apply", "sequencer",
+)  # fmt: skip
+
+#: Entries walked before a root is given up as too big (about 1 s when cold).
+DEFAULT_MAX_ENTRIES = 300_000
+
+
+@dataclass(frozen=True)
+class Found:
+    """The trusted entries under some roots, as they are now."""
+
+    repos: tuple[Path, ...]  # every ``.git`` entry (directory, file or symlink)
+    named: tuple[Path, ...]  # every entry with a protected name
+    incomplete: tuple[Path, ...]  # roots whose walk hit the entry bound
+
+
+@dataclass(frozen=True)
+class _Listing:
+    key: tuple[int, int, int]  # (st_dev, st_ino, st_ctime_ns) when listed
+    subdirs: tuple[str, ...]
+    repos: tuple[str, ...]
+    named: tuple[str, ...]
+    entries: int
+
+
+def _key(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+class TreeIndex:
+    """Listings of the directories under some roots, refreshed where they changed."""
+
+    def __init__(self, names: Iterable[str], max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        self.names = frozenset(names) - {".git"}
+        self.max_entries = max_entries
+        self._listings: dict[str, _Listing] = {}
+        self._lock = threading.Lock()
+
+    def refresh(self, roots: Sequence[Path]) -> Found:
+        repos: list[Path] = []
+        named: list[Path] = []
+        incomplete: list[Path] = []
+        with self._lock:
+            seen: set[str] = set()
+            for root in roots:
+                if not self._walk(str(root), repos, named, seen):
+                    incomplete.append(root)
+            # Forget directories that are gone (bounded memory over a long session).
+            for gone in self._listings.keys() - seen:
+                del self._listings[gone]
+        return Found(tuple(sorted(set(repos))), tuple(sorted(set(named))), tuple(incomplete))
+
+    def _walk(self, root: str, repos: list[Path], named: list[Path], seen: set[str]) -> bool:
+        budget = self.max_entries
+        stack = [root]
+        while stack:
+            path = stack.pop()
+            if path in seen:
+                continue  # a root nested in another root
+            seen.add(path)
+            listing = self._listing(path)
+            if listing is None:
+                continue
+            budget -= listing.entries
+            if budget < 0:
+                return False
+            repos.extend(Path(path, n) for n in listing.repos)
+            named.extend(Path(path, n) for n in listing.named)
+            stack.extend(os.path.join(path, n) for n in listing.subdirs)
+        return True
+
+    def _listing(self, path: str) -> _Listing | None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        cached = self._listings.get(path)
+        if cached is not None and cached.key == _key(st):
+            return cached
+        subdirs: list[str] = []
+        repos: list[str] = []
+        named: list[str] = []
+        entries = 0
+        try:
+            with os.scandir(path) as it:
+                for entry in it:
+                    entries += 1
+                    if entry.name == ".git":
+                        repos.append(entry.name)  # never walked into: protected or reported whole
+                    elif entry.name in self.names:
+                        named.append(entry.name)
+                    elif entry.is_dir(follow_symlinks=False):
+                        subdirs.append(entry.name)
+        except OSError:
+            return None  # unreadable to us: nor can we protect it (reported by the runner)
+        listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries)
+        self._listings[path] = listing
+        return listing
+
+
+# -- what to keep read-only -----------------------------------------------------------
+def git_dirs_of(dot_git: Path) -> list[Path]:
+    """The git dir(s) behind a ``.git`` entry: itself, or where a ``.git`` file points."""
+    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
+        return [dot_git]
+    out = [canonical(dot_git)] if os.path.isdir(dot_git) else []
+    return out + git_dirs(dot_git)
+
+
+def protected_in_repo(dot_git: Path, access: GitAccess) -> set[Path]:
+    """What stays read-only in one repository (``dot_git`` is its ``.git`` entry).
+
+    ``read-only``: the whole git dir(s).  ``commit``: the ``.git`` entry itself
+    when it is a file or a link, and the existing control parts of each git
+    dir; objects, refs, logs, the index and the HEAD files stay writable.  A
+    control part that does not exist yet is not held open (git would read an
+    empty placeholder as a broken repository): creating one is reported after
+    the run instead.
+    """
+    out: set[Path] = {dot_git, canonical(dot_git)}
+    targets = git_dirs_of(dot_git)
+    if access == "read-only":
+        return out | set(targets)
+    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
+        out.discard(dot_git)  # the directory itself stays writable (lock files, renames)
+        out.discard(canonical(dot_git))
+    for git_dir in targets:
+        for part in GIT_CONTROL_PARTS:
+            if os.path.lexists(git_dir / part):
+                out.add(git_dir / part)
+    return out
+
+
+def protected_from(found: Found, access: GitAccess) -> set[Path]:
+    """Every path to keep read-only for what ``refresh`` found."""
+    out: set[Path] = set()
+    for dot_git in found.repos:
+        out |= protected_in_repo(dot_git, access)
+    for path in found.named:
+        out |= {path, canonical(path)}
+    return out
+
+
+# -- what a run changed ---------------------------------------------------------------
+def _newer(path: Path, since_ns: int) -> bool:
+    """A file (not a directory: its files are what runs) written since ``since_ns``.
+
+    Git never runs a ``*.sample`` hook: ``git init`` writes a dozen of them, and
+    listing them would bury the one that matters.
+    """
+    if path.name.endswith(".sample") and path.parent.name == "hooks":
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return st.st_ctime_ns >= since_ns and not stat.S_ISDIR(st.st_mode)
+
+
+def _tree(path: Path, limit: int = 2_000) -> Iterator[Path]:
+    """``path`` and, for a directory, what is inside (bounded, no symlinks followed)."""
+    yield path
+    stack = [path]
+    while stack and limit > 0:
+        here = stack.pop()
+        if os.path.islink(here) or not os.path.isdir(here):
+            continue
+        try:
+            with os.scandir(here) as it:
+                for entry in it:
+                    limit -= 1
+                    yield Path(entry.path)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+        except OSError:
+            continue
+
+
+def changed_since(found: Found, since_ns: int) -> tuple[Path, ...]:
+    """Trusted files created or changed at or after ``since_ns`` (ctime, which a
+    command cannot set back): git control parts of every repository, and every
+    entry with a protected name and what it holds."""
+    hits: list[Path] = []
+    for dot_git in found.repos:
+        if _newer(dot_git, since_ns):
+            hits.append(dot_git)  # a .git file or link: a new pointer to a git dir
+        for git_dir in git_dirs_of(dot_git):
+            hits.extend(p for part in GIT_CONTROL_PARTS for p in _tree(git_dir / part)
+                        if _newer(p, since_ns))
+    for path in found.named:
+        hits.extend(p for p in _tree(path) if _newer(p, since_ns))
+    return tuple(sorted(set(hits)))
