@@ -86,6 +86,7 @@ class PolicyService(Service):
         # writable trees makes every later search cost one lstat per directory.
         self._trusted_names = (*DEFAULT_PROTECTED_NAMES, *ALWAYS_PROTECTED, *self._profile.protected_names)
         self._index = TreeIndex(self._trusted_names)
+        self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
 
@@ -182,17 +183,9 @@ class PolicyService(Service):
         the workspace and the configured roots; directly inside the temporary
         roots (shared scratch space, often huge, that no later host action runs
         from)."""
-        temp = set(self._temp_roots())
-        deep = self._index.refresh([r for r in roots if r not in temp])
-        repos = [r / ".git" for r in temp if r in roots and os.path.lexists(r / ".git")]
-        named = [r / n for r in temp if r in roots for n in self._trusted_names if os.path.lexists(r / n)]
-        return Found(
-            tuple(sorted({*deep.repos, *repos})), tuple(sorted({*deep.named, *named})), deep.incomplete
-        )
+        temp = self._temp
+        return self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
 
-    def _temp_roots(self) -> list[Path]:
-        raws = ("/tmp", os.environ.get("TMPDIR"))
-        return [canonical(raw) for raw in raws if raw and not self._profile.exclude_tmp]
 
     def changed_files(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
         """Git control files and protected names created or changed under

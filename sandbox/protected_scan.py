@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -93,7 +93,8 @@ class TreeIndex:
         self._listings: dict[str, _Listing] = {}
         self._lock = threading.Lock()
 
-    def refresh(self, roots: Sequence[Path]) -> Found:
+    def refresh(self, roots: Sequence[Path], shallow: Sequence[Path] = ()) -> Found:
+        """What is under ``roots`` at any depth, and directly inside ``shallow``."""
         repos: list[Path] = []
         named: list[Path] = []
         incomplete: list[Path] = []
@@ -102,6 +103,12 @@ class TreeIndex:
             for root in roots:
                 if not self._walk(str(root), repos, named, seen):
                     incomplete.append(root)
+            for root in shallow:
+                listing = self._listing(str(root))
+                seen.add(str(root))
+                if listing is not None:
+                    repos.extend(root / n for n in listing.repos)
+                    named.extend(root / n for n in listing.named)
             # Forget directories that are gone (bounded memory over a long session).
             for gone in self._listings.keys() - seen:
                 del self._listings[gone]
@@ -158,9 +165,16 @@ class TreeIndex:
 
 
 # -- what to keep read-only -----------------------------------------------------------
+def _is_real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def git_dirs_of(dot_git: Path) -> list[Path]:
     """The git dir(s) behind a ``.git`` entry: itself, or where a ``.git`` file points."""
-    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
+    if _is_real_dir(dot_git):
         return [dot_git]
     out = [canonical(dot_git)] if os.path.isdir(dot_git) else []
     return out + git_dirs(dot_git)
@@ -176,13 +190,14 @@ def protected_in_repo(dot_git: Path, access: GitAccess) -> set[Path]:
     empty placeholder as a broken repository): creating one is reported after
     the run instead.
     """
-    out: set[Path] = {dot_git, canonical(dot_git)}
+    # Found by a walk that follows no symlink under a canonical root: a real
+    # directory's path is canonical already.
+    real_dir = _is_real_dir(dot_git)
     targets = git_dirs_of(dot_git)
     if access == "read-only":
-        return out | set(targets)
-    if os.path.isdir(dot_git) and not os.path.islink(dot_git):
-        out.discard(dot_git)  # the directory itself stays writable (lock files, renames)
-        out.discard(canonical(dot_git))
+        return {dot_git, *targets} if real_dir else {dot_git, canonical(dot_git), *targets}
+    # The git directory itself stays writable (lock files, renames over HEAD).
+    out: set[Path] = set() if real_dir else {dot_git, canonical(dot_git)}
     for git_dir in targets:
         for part in GIT_CONTROL_PARTS:
             if os.path.lexists(git_dir / part):
@@ -196,56 +211,60 @@ def protected_from(found: Found, access: GitAccess) -> set[Path]:
     for dot_git in found.repos:
         out |= protected_in_repo(dot_git, access)
     for path in found.named:
-        out |= {path, canonical(path)}
+        out.add(path)
+        if os.path.islink(path):
+            out.add(canonical(path))
     return out
 
 
 # -- what a run changed ---------------------------------------------------------------
-def _newer(path: Path, since_ns: int) -> bool:
-    """A file (not a directory: its files are what runs) written since ``since_ns``.
-
-    Git never runs a ``*.sample`` hook: ``git init`` writes a dozen of them, and
-    listing them would bury the one that matters.
-    """
-    if path.name.endswith(".sample") and path.parent.name == "hooks":
-        return False
+def _collect(path: str, since_ns: int, hits: list[Path], limit: int = 2_000) -> None:
+    """Files at or under ``path`` (no symlink followed) whose ctime is at or after
+    ``since_ns``.  Directories are not reported (their files are what runs), nor
+    are ``hooks/*.sample``: git never runs them, and ``git init`` writes a dozen
+    that would bury the one that matters."""
     try:
         st = os.lstat(path)
     except OSError:
-        return False
-    return st.st_ctime_ns >= since_ns and not stat.S_ISDIR(st.st_mode)
-
-
-def _tree(path: Path, limit: int = 2_000) -> Iterator[Path]:
-    """``path`` and, for a directory, what is inside (bounded, no symlinks followed)."""
-    yield path
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        if st.st_ctime_ns >= since_ns:
+            hits.append(Path(path))
+        return
     stack = [path]
     while stack and limit > 0:
         here = stack.pop()
-        if os.path.islink(here) or not os.path.isdir(here):
-            continue
+        samples = os.path.basename(here) == "hooks"
         try:
             with os.scandir(here) as it:
                 for entry in it:
                     limit -= 1
-                    yield Path(entry.path)
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
+                    if samples and entry.name.endswith(".sample"):
+                        continue
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(est.st_mode):
+                        stack.append(entry.path)
+                    elif est.st_ctime_ns >= since_ns:
+                        hits.append(Path(entry.path))
         except OSError:
             continue
 
 
 def changed_since(found: Found, since_ns: int) -> tuple[Path, ...]:
     """Trusted files created or changed at or after ``since_ns`` (ctime, which a
-    command cannot set back): git control parts of every repository, and every
-    entry with a protected name and what it holds."""
+    command cannot set back): git control parts of every repository (and a
+    ``.git`` file or link itself), and every entry with a protected name and
+    what it holds."""
     hits: list[Path] = []
     for dot_git in found.repos:
-        if _newer(dot_git, since_ns):
-            hits.append(dot_git)  # a .git file or link: a new pointer to a git dir
+        if not _is_real_dir(dot_git):
+            _collect(str(dot_git), since_ns, hits)  # a .git file or link: a new pointer to a git dir
         for git_dir in git_dirs_of(dot_git):
-            hits.extend(p for part in GIT_CONTROL_PARTS for p in _tree(git_dir / part)
-                        if _newer(p, since_ns))
+            for part in GIT_CONTROL_PARTS:
+                _collect(os.path.join(git_dir, part), since_ns, hits)
     for path in found.named:
-        hits.extend(p for p in _tree(path) if _newer(p, since_ns))
+        _collect(str(path), since_ns, hits)
     return tuple(sorted(set(hits)))
