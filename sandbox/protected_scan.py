@@ -21,6 +21,7 @@ The walk is bounded; a root it could not finish is reported, never ignored.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterable, Sequence
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dsh.sandbox.policy_paths import canonical, git_dirs
+from dsh.sandbox.policy_paths import canonical, git_dirs, read_small_file
 
 GitAccess = Literal["read-only", "commit"]
 GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
@@ -42,7 +43,8 @@ GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
 DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
     ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".envrc", ".gitconfig", ".ripgreprc",
-    ".vscode", ".idea", ".claude", ".codex", ".agents", ".cursor", ".mcp.json",
+    ".vscode", ".idea", ".claude", ".codex", ".agents", ".cursor", ".mcp.json", ".devcontainer",
+    ".husky",
     ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".netrc",
     ".aws", ".ssh", ".gnupg", ".docker", ".kube",
 )  # fmt: skip
@@ -57,6 +59,11 @@ GIT_CONTROL_PARTS: tuple[str, ...] = (
     "hooks", "config", "config.worktree", "info", "modules", "worktrees", "commondir",
     "gitdir", "remotes", "branches", "rebase-merge", "rebase-apply", "sequencer",
 )  # fmt: skip
+
+#: Config keys whose value may name a program in the working tree that git runs
+#: (husky sets ``core.hooksPath = .husky``): that path is protected as hooks are.
+_PROGRAM_KEYS = re.compile(r"^\s*(hookspath|fsmonitor)\s*=\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+_CONFIG_MAX = 256 * 1024
 
 #: Entries walked before a root is given up as too big (about 1 s when cold).
 DEFAULT_MAX_ENTRIES = 300_000
@@ -195,13 +202,35 @@ def protected_in_repo(dot_git: Path, access: GitAccess) -> set[Path]:
     real_dir = _is_real_dir(dot_git)
     targets = git_dirs_of(dot_git)
     if access == "read-only":
-        return {dot_git, *targets} if real_dir else {dot_git, canonical(dot_git), *targets}
+        whole = {dot_git, *targets} if real_dir else {dot_git, canonical(dot_git), *targets}
+        return whole | programs_named_in_config(dot_git, targets)
     # The git directory itself stays writable (lock files, renames over HEAD).
     out: set[Path] = set() if real_dir else {dot_git, canonical(dot_git)}
     for git_dir in targets:
         for part in GIT_CONTROL_PARTS:
             if os.path.lexists(git_dir / part):
                 out.add(git_dir / part)
+    return out | programs_named_in_config(dot_git, targets)
+
+
+def programs_named_in_config(dot_git: Path, git_dirs: Sequence[Path]) -> set[Path]:
+    """Working-tree paths the repository's config tells git to run (``core.hooksPath``,
+    a ``core.fsmonitor`` path): a command that rewrote them would have its
+    code run by the user's next commit or status.  Values that name no
+    existing path (``true``, a program on ``PATH``) are ignored."""
+    out: set[Path] = set()
+    for git_dir in git_dirs:
+        # Never a plain open: a FIFO planted as config would hang the host.
+        text = read_small_file(git_dir / "config", _CONFIG_MAX)
+        if text is None:
+            continue
+        for _key, raw in _PROGRAM_KEYS.findall(text):
+            value = os.path.expanduser(raw.strip().strip('"'))
+            if not value or value.lower() in ("true", "false"):
+                continue
+            path = Path(value) if os.path.isabs(value) else dot_git.parent / value
+            if os.path.lexists(path):
+                out |= {path, canonical(path)}
     return out
 
 

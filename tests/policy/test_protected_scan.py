@@ -175,3 +175,20 @@ def test_scan_of_50k_files_stays_fast(big_tree: Path, capsys: pytest.CaptureFixt
     # Generous bounds (a shared 2-core machine): the point is one lstat per
     # directory once the tree is known, not a new listing of 50k entries.
     assert warm_s < cold_s and warm_s < 1.0 and cold_s < 10.0
+
+
+@pytest.mark.parametrize("access", ["read-only", "commit"])
+def test_hooks_path_in_the_working_tree_is_protected(workspace: Path, tmp_path: Path, access: str) -> None:
+    git = make_repo(workspace / "app")
+    (git / "config").write_text('[core]\n\thooksPath = .husky\n\tfsmonitor = "tools/monitor.sh"\n')
+    (workspace / "app" / ".husky").mkdir()
+    (workspace / "app" / "tools").mkdir()
+    (workspace / "app" / "tools" / "monitor.sh").write_text("")
+    os.mkfifo(workspace / "app" / "tools" / "fifo")
+    (workspace / "fifo-repo" / ".git").mkdir(parents=True)
+    os.mkfifo(workspace / "fifo-repo" / ".git" / "config")  # must not hang the host
+    extra = {"profile": commit_profile(tmp_path)} if access == "commit" else {}
+    protected = service(workspace, **extra).resolve().protected_paths
+    assert workspace / "app" / ".husky" in protected
+    assert workspace / "app" / "tools" / "monitor.sh" in protected
+    assert workspace / "app" / "tools" not in protected
