@@ -186,7 +186,6 @@ class PolicyService(Service):
         temp = self._temp
         return self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
 
-
     def changed_files(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
         """Git control files and protected names created or changed under
         ``policy``'s writable roots at or after ``since_ns`` (``time.time_ns()``
