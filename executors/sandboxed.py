@@ -28,7 +28,6 @@ import fnmatch
 import functools
 import re
 import threading
-import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
@@ -44,6 +43,7 @@ from dsh.executors.seam import (
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.protected_scan import run_started_ns
 from dsh.sandbox.runner import Enforcement, Launch
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class SandboxedExecutor(_MixinBase):
         # by the (hashable, frozen) policy: a session has only a few policies.
         self._chosen: dict[SandboxPolicy, tuple[str, Enforcement]] = {}
         self._chosen_lock = threading.Lock()
-        # When each running spec started (``time.time_ns``), by ``id``: what
+        # When each running spec started (``run_started_ns``), by ``id``: what
         # the run created or changed is judged by ctime against it.
         self._started: dict[int, int] = {}
 
@@ -123,7 +123,7 @@ class SandboxedExecutor(_MixinBase):
     # -- seam overrides -------------------------------------------------------------
     def execute(self, spec: ShellExecSpec) -> ShellExecution:
         with self._chosen_lock:
-            self._started[id(spec)] = time.time_ns()
+            self._started[id(spec)] = run_started_ns()
         try:
             return super().execute(spec)
         except BaseException:

@@ -188,7 +188,7 @@ class PolicyService(Service):
 
     def changed_files(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
         """Git control files and protected names created or changed under
-        ``policy``'s writable roots at or after ``since_ns`` (``time.time_ns()``
+        ``policy``'s writable roots at or after ``since_ns`` (``run_started_ns()``
         taken before the run)."""
         if policy.mode is not SandboxMode.WORKSPACE_WRITE:
             return ()

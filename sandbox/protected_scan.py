@@ -24,6 +24,7 @@ import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,6 +248,19 @@ def protected_from(found: Found, access: GitAccess) -> set[Path]:
 
 
 # -- what a run changed ---------------------------------------------------------------
+def run_started_ns() -> int:
+    """The time to compare ctimes with, taken before a run.
+
+    The kernel stamps files from its coarse clock (one tick behind the precise
+    one): a file written a millisecond after ``time.time_ns()`` can carry an
+    earlier ctime.  The coarse clock itself never runs ahead of a later stamp.
+    """
+    coarse = getattr(time, "CLOCK_REALTIME_COARSE", None)
+    if coarse is not None:
+        return time.clock_gettime_ns(coarse)
+    return time.time_ns() - 50_000_000  # no coarse clock: a margin of a few ticks
+
+
 def _collect(path: str, since_ns: int, hits: list[Path], limit: int = 2_000) -> None:
     """Files at or under ``path`` (no symlink followed) whose ctime is at or after
     ``since_ns``.  Directories are not reported (their files are what runs), nor

@@ -16,7 +16,7 @@ from dsh.sandbox.context import Context
 from dsh.sandbox.host import SCAN_DEGRADATION, with_scan_gap
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
 from dsh.sandbox.profiles import ProfileError, load_profile
-from dsh.sandbox.protected_scan import TreeIndex, changed_since
+from dsh.sandbox.protected_scan import TreeIndex, changed_since, run_started_ns
 from dsh.sandbox.runner import Enforcement
 
 
@@ -101,8 +101,8 @@ def test_changed_since_reports_created_control_files(workspace: Path) -> None:
     (old / "hooks" / "pre-commit.sample").write_text("")
     svc = service(workspace)
     policy = svc.resolve()
-    since = time.time_ns()
-    time.sleep(0.01)
+    time.sleep(0.05)  # the setup's own writes land in earlier clock ticks
+    since = run_started_ns()
     new = make_repo(workspace / "x" / "new")
     (new / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
     (new / "hooks" / "pre-push.sample").write_text("")  # git never runs samples
@@ -116,8 +116,8 @@ def test_changed_since_reports_created_control_files(workspace: Path) -> None:
 def test_changed_since_sees_rewritten_file_in_existing_repo(tmp_path: Path) -> None:
     git = make_repo(tmp_path / "r")
     index = TreeIndex(())
-    since = time.time_ns()
-    time.sleep(0.01)
+    time.sleep(0.05)
+    since = run_started_ns()
     (git / "config").write_text("[core]\n\tfsmonitor = evil\n")
     os.utime(git / "config", ns=(0, 0))  # mtime can be set back; ctime cannot
     assert changed_since(index.refresh([tmp_path]), since) == (git / "config",)
