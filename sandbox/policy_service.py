@@ -161,7 +161,7 @@ class PolicyService(Service):
             # made during a run is reported after it (``changed_files``).
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
         found = self._find([path for _label, path in roots])
-        protected |= protected_from(found, self._git)
+        protected |= protected_from(found, self._git, [path for _label, path in roots])
         read_only = self._paths("read_only_paths", profile.read_only_paths)
         # A missing hidden path holds nothing to hide (runners mask what exists).
         hidden = [p for p in self._paths("hidden_paths", profile.hidden_paths) if os.path.lexists(p)]

@@ -86,6 +86,12 @@ class _Listing:
     repos: tuple[str, ...]
     named: tuple[str, ...]
     entries: int
+    git_dir: bool  # holds HEAD, objects and refs: git runs it as a (bare) repository
+
+
+#: What makes git take a directory for a git dir when it is run inside it (a
+#: bare repository needs no ``.git``: ``safe.bareRepository`` is ``all`` by default).
+_GIT_DIR_NAMES = frozenset(("HEAD", "objects", "refs"))
 
 
 def _key(st: os.stat_result) -> tuple[int, int, int]:
@@ -115,6 +121,7 @@ class TreeIndex:
                 listing = self._listing(str(root))
                 seen.add(str(root))
                 if listing is not None:
+                    repos.extend([root] if listing.git_dir else [])
                     repos.extend(root / n for n in listing.repos)
                     named.extend(root / n for n in listing.named)
             # Forget directories that are gone (bounded memory over a long session).
@@ -136,6 +143,9 @@ class TreeIndex:
             budget -= listing.entries
             if budget < 0:
                 return False
+            if listing.git_dir:
+                repos.append(Path(path))  # its hooks and config are not walked into
+                continue
             repos.extend(Path(path, n) for n in listing.repos)
             named.extend(Path(path, n) for n in listing.named)
             stack.extend(os.path.join(path, n) for n in listing.subdirs)
@@ -154,11 +164,14 @@ class TreeIndex:
         subdirs: list[str] = []
         repos: list[str] = []
         named: list[str] = []
+        marks: set[str] = set()
         entries = 0
         try:
             with os.scandir(path) as it:
                 for entry in it:
                     entries += 1
+                    if entry.name in _GIT_DIR_NAMES:
+                        marks.add(entry.name)
                     if entry.name == ".git":
                         repos.append(entry.name)  # never walked into: protected or reported whole
                     elif entry.name in self.names:
@@ -167,7 +180,8 @@ class TreeIndex:
                         subdirs.append(entry.name)
         except OSError:
             return None  # unreadable to us: nor can we protect it (reported by the runner)
-        listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries)
+        git_dir = marks == _GIT_DIR_NAMES
+        listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries, git_dir)
         self._listings[path] = listing
         return listing
 
@@ -235,11 +249,19 @@ def programs_named_in_config(dot_git: Path, git_dirs: Sequence[Path]) -> set[Pat
     return out
 
 
-def protected_from(found: Found, access: GitAccess) -> set[Path]:
-    """Every path to keep read-only for what ``refresh`` found."""
+def protected_from(found: Found, access: GitAccess, roots: Sequence[Path] = ()) -> set[Path]:
+    """Every path to keep read-only for what ``refresh`` found.
+
+    A directory laid out as a git dir that is, or holds, a writable root (a
+    workspace made to look like a bare repository) cannot be read-only as a
+    whole without making the root read-only: its control parts are.  (A
+    ``.git`` file or link pointing at an ancestor of a root keeps failing
+    closed: the policy service refuses a root inside a protected path.)
+    """
     out: set[Path] = set()
     for dot_git in found.repos:
-        out |= protected_in_repo(dot_git, access)
+        holds_root = dot_git.name != ".git" and any(r == dot_git or dot_git in r.parents for r in roots)
+        out |= protected_in_repo(dot_git, "commit" if holds_root else access)
     for path in found.named:
         out.add(path)
         if os.path.islink(path):

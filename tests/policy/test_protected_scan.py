@@ -192,3 +192,26 @@ def test_hooks_path_in_the_working_tree_is_protected(workspace: Path, tmp_path: 
     assert workspace / "app" / ".husky" in protected
     assert workspace / "app" / "tools" / "monitor.sh" in protected
     assert workspace / "app" / "tools" not in protected
+
+
+def test_bare_repository_layout_is_a_repository(workspace: Path) -> None:
+    """git runs a directory holding HEAD, objects and refs as a repository (no
+    .git needed): at any depth it is protected; a workspace made to look like
+    one keeps its hooks and config read-only and stays writable itself."""
+    bare = workspace / "vendor" / "lib.git"
+    for part in ("objects", "refs", "hooks"):
+        (bare / part).mkdir(parents=True)
+    (bare / "HEAD").write_text("ref: refs/heads/main\n")
+    (bare / "config").write_text("[core]\n\tbare = true\n")
+    svc = service(workspace)
+    policy = svc.resolve()
+    assert bare in policy.protected_paths
+    since = run_started_ns()
+    for part in ("objects", "refs"):
+        (workspace / part).mkdir()
+    (workspace / "HEAD").write_text("ref: refs/heads/main\n")
+    (workspace / "config").write_text("[core]\n\tfsmonitor = evil\n")
+    assert workspace / "config" in svc.changed_files(policy, since)  # planted: reported
+    policy = svc.resolve()
+    assert workspace / "config" in policy.protected_paths  # and read-only from the next run
+    assert workspace not in policy.protected_paths
