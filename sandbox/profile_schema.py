@@ -16,6 +16,7 @@ from typing import Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.protected_scan import GIT_ACCESS
 
 RUNNER_GROUP = "dsh_sandbox.runners"
 
@@ -193,7 +194,7 @@ class _Checker:
         if key == "mode":
             return self._mode(value)
         if key == "git":
-            if value not in ("read-only", "commit"):
+            if value not in GIT_ACCESS:
                 raise self.fail(
                     key,
                     f"must be \"read-only\" or \"commit\", got {value!r}",

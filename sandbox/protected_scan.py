@@ -74,7 +74,7 @@ DEFAULT_MAX_ENTRIES = 300_000
 class Found:
     """The trusted entries under some roots, as they are now."""
 
-    repos: tuple[Path, ...]  # every ``.git`` entry (directory, file or symlink)
+    repos: tuple[Path, ...]  # every ``.git`` entry (directory, file or link), every bare-looking git dir
     named: tuple[Path, ...]  # every entry with a protected name
     incomplete: tuple[Path, ...]  # roots whose walk hit the entry bound
 
