@@ -38,10 +38,12 @@ from dsh.executors.seam import (
     SandboxFacts,
     ShellExecRequest,
     ShellExecSpec,
+    ShellExecution,
 )
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.protected_scan import run_started_ns
 from dsh.sandbox.runner import Enforcement, Launch
 
 if TYPE_CHECKING:
@@ -96,6 +98,9 @@ class SandboxedExecutor(_MixinBase):
         # by the (hashable, frozen) policy: a session has only a few policies.
         self._chosen: dict[SandboxPolicy, tuple[str, Enforcement]] = {}
         self._chosen_lock = threading.Lock()
+        # When each running spec started (``run_started_ns``), by ``id``: what
+        # the run created or changed is judged by ctime against it.
+        self._started: dict[int, int] = {}
 
     # -- services -------------------------------------------------------------------
     @property
@@ -116,6 +121,16 @@ class SandboxedExecutor(_MixinBase):
         return self.policy_service.resolve(None)
 
     # -- seam overrides -------------------------------------------------------------
+    def execute(self, spec: ShellExecSpec) -> ShellExecution:
+        with self._chosen_lock:
+            self._started[id(spec)] = run_started_ns()
+        try:
+            return super().execute(spec)
+        except BaseException:
+            with self._chosen_lock:
+                self._started.pop(id(spec), None)
+            raise
+
     def resolve(self, request: ShellExecRequest) -> ShellExecSpec:
         spec = super().resolve(request)
         policy = self.policy_service.resolve(request.sandbox_mode)
@@ -156,10 +171,13 @@ class SandboxedExecutor(_MixinBase):
         stderr: Output | None,
     ) -> SandboxFacts:
         policy = self.policy_of(spec)
+        with self._chosen_lock:
+            since = self._started.pop(id(spec), None)
         if not policy.constrained:
             return SandboxFacts(mode=policy.mode, enforcement="full")
         with self._chosen_lock:
             runner, enforcement = self._chosen.get(policy, (None, None))
+        changed = () if since is None else self.policy_service.changed_files(policy, since)
         denial = find_denial(
             policy,
             exit_code=exit_code,
@@ -171,10 +189,13 @@ class SandboxedExecutor(_MixinBase):
             denied=denial is not None,
             enforcement=enforcement.describe() if enforcement else NOT_ENFORCED,
             runner=runner,
+            trusted_changed=tuple(map(str, changed)),
         )
 
     def failed_facts(self, spec: ShellExecSpec, error: BaseException) -> SandboxFacts:
         policy = self.policy_of(spec)
+        with self._chosen_lock:
+            self._started.pop(id(spec), None)
         runner = error.runner if isinstance(error, SandboxUnavailable) else None
         if runner is None and self.host.runner_name != "auto":
             runner = self.host.runner_name

@@ -153,6 +153,9 @@ class SandboxFacts:
     runner: str | None = None
     runner_failed: bool = False
     runner_error: str | None = None
+    #: Files a later host action runs or trusts (git hooks and config, shell,
+    #: editor and agent configs) that the run created or changed.
+    trusted_changed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -250,13 +250,14 @@ class SandboxHost(Service):
     @staticmethod
     def _enforcement(runner: Runner, policy: SandboxPolicy) -> Enforcement:
         try:
-            return runner.enforcement(policy)
+            enforcement = runner.enforcement(policy)
         except SandboxUnavailable:
             raise
         except Exception as exc:  # cannot tell what it enforces: refuse
             raise SandboxUnavailable(
                 f"cannot report its enforcement: {type(exc).__name__}: {exc}", runner=runner.name
             ) from exc
+        return with_scan_gap(enforcement, policy)
 
     # -- wrapping -----------------------------------------------------------------------
     def prepare(
@@ -298,6 +299,25 @@ class SandboxHost(Service):
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+
+SCAN_DEGRADATION = "protected-scan-incomplete"
+#: Degradations the host reports for every runner (profiles accept them by name).
+HOST_DEGRADATIONS: tuple[str, ...] = (SCAN_DEGRADATION,)
+
+
+def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcement:
+    """Every runner's enforcement, plus the roots the policy could not search:
+    a repository or protected name deeper in them is writable."""
+    if not policy.unscanned_roots:
+        return enforcement
+    gap = (
+        SCAN_DEGRADATION,
+        "nested repositories and protected names were not searched for in "
+        + ", ".join(map(str, policy.unscanned_roots))
+        + " (too many entries): any found deeper there stay writable",
+    )
+    return Enforcement.partial((*enforcement.gaps, gap))
 
 
 def _refusal(enforcement: Enforcement, policy: SandboxPolicy) -> str:

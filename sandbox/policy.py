@@ -44,6 +44,11 @@ class SandboxPolicy:
     - ``hidden_paths``: paths the command may not read at all.
     - ``missing_roots``: extra writable roots the profile named that do not exist;
       reported, never silently dropped.
+    - ``git``: ``read-only`` (every repository's git dir) or ``commit`` (only
+      the parts git runs or trusts: hooks, config, info, ...).
+    - ``unscanned_roots``: writable roots too big to search for nested
+      repositories and protected names; a runner that gets any reports
+      ``protected-scan-incomplete``.
     - ``accept_degraded``: names of degraded enforcements the profile accepts
       (e.g. ``"landlock-protected-paths"``); anything else partial is refused.
     """
@@ -61,6 +66,8 @@ class SandboxPolicy:
     accept_degraded: tuple[str, ...] = ()
     missing_roots: tuple[Path, ...] = ()
     profile: str = ""
+    git: str = "read-only"  # "commit": objects, refs, index writable; hooks and config not
+    unscanned_roots: tuple[Path, ...] = ()  # too big to search for nested repositories
 
     @property
     def constrained(self) -> bool:

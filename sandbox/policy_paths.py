@@ -89,7 +89,7 @@ def system_dir_reason(path: Path) -> str | None:
     return None
 
 
-def read_small_file(path: Path) -> str | None:
+def read_small_file(path: Path, limit: int = _SMALL_FILE_MAX) -> str | None:
     """The start of a regular file, or ``None``.
 
     Opened non-blocking and checked after opening, so a FIFO or device swapped in
@@ -102,7 +102,7 @@ def read_small_file(path: Path) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        return os.read(fd, _SMALL_FILE_MAX).decode("utf-8", errors="replace")
+        return os.read(fd, limit).decode("utf-8", errors="replace")
     except OSError:
         return None
     finally:
@@ -134,16 +134,16 @@ def protected_under(root: Path, names: Iterable[str]) -> set[Path]:
     """Protected paths of one writable root, existing or not.
 
     Each ``<root>/<name>`` is kept as named (so it stays read-only even before it
-    exists) plus its canonical target when it is (or goes through) a symlink,
-    plus the git dir(s) a ``.git`` file points to.
+    exists) plus its canonical target when it is (or goes through) a symlink.
+    Repositories (``.git``) are not handled here: see ``protected_scan``.
     """
     out: set[Path] = set()
     for name in names:
+        if name == ".git":
+            continue
         named = root / name
         out.add(named)
         out.add(canonical(named))
-        if name == ".git":
-            out.update(git_dirs(named))
     return out
 
 

@@ -36,6 +36,14 @@ from dsh.sandbox.policy_paths import (
 )
 from dsh.sandbox.profile_schema import degradation_problem
 from dsh.sandbox.profiles import Profile, load_profile
+from dsh.sandbox.protected_scan import (
+    DEFAULT_PROTECTED_NAMES,
+    Found,
+    GitAccess,
+    TreeIndex,
+    changed_since,
+    protected_from,
+)
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
 
@@ -87,6 +95,12 @@ class PolicyService(Service):
         self._workspace = self._check_workspace(cfg.workspace)
         self._extra = tuple(self._check_flag_root(raw) for raw in cfg.writable)
         self._forced = self._forced_roots()
+        self._git: GitAccess = "commit" if self._profile.git == "commit" else "read-only"
+        # Names kept read-only wherever they exist; the session's index of the
+        # writable trees makes every later search cost one lstat per directory.
+        self._trusted_names = (*DEFAULT_PROTECTED_NAMES, *ALWAYS_PROTECTED, *self._profile.protected_names)
+        self._index = TreeIndex(self._trusted_names)
+        self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
 
@@ -178,7 +192,12 @@ class PolicyService(Service):
             roots, missing = candidates, candidate_missing
         protected: set[Path] = set()
         for _label, root in roots:
+            # Missing ones stay uncreatable (an empty read-only placeholder);
+            # .git is not among them: ``git init`` must work, and a repository
+            # made during a run is reported after it (``changed_files``).
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
+        found = self._find([path for _label, path in roots])
+        protected |= protected_from(found, self._git, [path for _label, path in roots])
         read_only = self._paths("read_only_paths", profile.read_only_paths, candidate_paths)
         # A missing hidden path holds nothing to hide (runners mask what exists).
         hidden = [
@@ -194,8 +213,26 @@ class PolicyService(Service):
             hidden_paths=sorted_paths(hidden),
             network=network,
             missing_roots=sorted_paths(missing),
+            git=self._git,
+            unscanned_roots=found.incomplete,
             **common,
         )
+
+    def _find(self, roots: list[Path]) -> Found:
+        """The repositories and protected names under ``roots``: at any depth in
+        the workspace and the configured roots; directly inside the temporary
+        roots (shared scratch space, often huge, that no later host action runs
+        from)."""
+        temp = self._temp
+        return self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
+
+    def changed_files(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
+        """Git control files and protected names created or changed under
+        ``policy``'s writable roots at or after ``since_ns`` (``run_started_ns()``
+        taken before the run)."""
+        if policy.mode is not SandboxMode.WORKSPACE_WRITE:
+            return ()
+        return changed_since(self._find(list(policy.writable_roots)), since_ns)
 
     def _writable_roots(
         self, *, refuse: bool
@@ -332,6 +369,19 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
             if paths:
                 lines.append(f"{title}:")
                 lines.extend(f"  {p}" for p in paths)
+        if policy.mode is SandboxMode.WORKSPACE_WRITE:
+            lines.append(
+                "git: read-only (every repository's git dir)" if policy.git == "read-only" else
+                "git: commit (objects, refs, index, logs writable; hooks, config, info, modules, "
+                "worktrees and the links that move them stay read-only)"
+            )
+            lines.append(
+                "created or changed during a run and reported after it: .git control files and "
+                "protected names at any depth (the temporary roots: directly inside only)"
+            )
+        if policy.unscanned_roots:
+            lines.append("too big to search for nested repositories (protected-scan-incomplete):")
+            lines.extend(f"  {p}" for p in policy.unscanned_roots)
         lines.append(f"network: {'on' if policy.network else 'off'}")
     lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))
     limits = policy.limits

@@ -17,6 +17,7 @@ from typing import Any
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import MAX_BYTES, NumberError, byte_count, count, seconds
+from dsh.sandbox.protected_scan import GIT_ACCESS
 
 RUNNER_GROUP = "dsh_sandbox.runners"
 
@@ -36,6 +37,7 @@ TOP_KEYS = (
     "extends",
     "exclude_tmp",
     "network",
+    "git",
     "limits",
     *LIST_KEYS,
 )
@@ -206,6 +208,14 @@ class _Checker:
             return value
         if key == "mode":
             return self._mode(value)
+        if key == "git":
+            if value not in GIT_ACCESS:
+                raise self.fail(
+                    key,
+                    f"must be \"read-only\" or \"commit\", got {value!r}",
+                    'write git = "read-only" (the default) or git = "commit" to let commands commit',
+                )
+            return value
         if key in ("exclude_tmp", "network"):
             if not isinstance(value, bool):
                 raise self.fail(
@@ -301,7 +311,16 @@ def degradation_problem(item: str) -> tuple[str, str] | None:
     imported (``run`` loads it anyway); a runner whose code is not installed
     here is trusted by name, so a profile stays valid on machines without it.
     """
-    from dsh.sandbox.host import BUILTIN_RUNNERS, RunnerLoadError, known_runner_names, load_runner_class
+    from dsh.sandbox.host import (
+        BUILTIN_RUNNERS,
+        HOST_DEGRADATIONS,
+        RunnerLoadError,
+        known_runner_names,
+        load_runner_class,
+    )
+
+    if item in HOST_DEGRADATIONS:
+        return None
 
     def owned(names: Collection[str]) -> list[str]:
         return [name for name in names if item.startswith(f"{name}-")]

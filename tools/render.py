@@ -41,6 +41,16 @@ def output_body(stdout: str, stderr: str) -> str:
     return stdout + stderr
 
 
+def trusted_changed_note(paths: tuple[str, ...], shown: int = 5) -> str:
+    """One line naming the files a later host action trusts that the run wrote."""
+    names = ", ".join(_one_line(p) for p in paths[:shown])
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return (
+        f"the command created or changed {len(paths)} file(s) that git, your shell or your "
+        f"tools run or trust: {names}{more}; review them before running git or opening the project"
+    )
+
+
 def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
     if facts is None:
         return []
@@ -50,6 +60,8 @@ def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
     if facts.runner_failed:
         why = _one_line(facts.runner_error or "unknown error")
         lines.append(sandbox_marker(f"runner {facts.runner or ''} failed: {why}".replace("  ", " ")))
+    if facts.trusted_changed:
+        lines.append(sandbox_marker(trusted_changed_note(facts.trusted_changed)))
     return lines
 
 

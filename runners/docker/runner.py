@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
-from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below
+from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below, symlinked_protected
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import byte_count, count
@@ -144,6 +144,7 @@ class DockerRunner(Runner):
     DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
         "docker-memory-limit",
         "docker-pids-limit",
+        "docker-protected-symlink",
         "docker-ro-submounts",
     )
     extra: ClassVar[str | None] = "docker"
@@ -222,6 +223,10 @@ class DockerRunner(Runner):
         if below:
             gaps.append(("docker-ro-submounts", "host mounts inside read-only binds stay "
                          f"writable (daemon API < 1.44 has no recursive read-only): {below[:3]}"))
+        for path in symlinked_protected(policy):
+            gaps.append(("docker-protected-symlink", f"protected path {path} is a symlink (or goes "
+                         f"through one) inside a writable root: its target {os.path.realpath(path)} "
+                         "is read-only, but the link can be replaced (a bind cannot cover a symlink)"))
         if self._info:
             if spec.mem_limit is not None and not self._info.get("MemoryLimit"):
                 gaps.append(("docker-memory-limit", "the daemon has no memory cgroup"))

@@ -104,6 +104,42 @@ def _highest_missing(path: Path, root: Path) -> Path:
     return missing
 
 
+def _pin_ancestors(mounts: dict[str, MountSpec], rw_roots: list[Path]) -> None:
+    """Bind every directory between a writable root and a deeper mount onto itself.
+
+    A mount point cannot be renamed (EBUSY), but the directories above it can,
+    and the mount moves with them: ``mv sub sub2 && mkdir -p sub/.git/hooks``
+    would leave the host a fresh, unprotected ``sub/.git`` where the protected
+    one was, and a workspace bound inside a writable root could be moved aside
+    the same way.  Pinned, none of them can.
+    """
+    for target in [Path(t) for t in list(mounts)]:
+        root = next((r for r in rw_roots if target != r and _under(target, r)), None)
+        if root is None:
+            continue
+        for parent in target.parents:
+            if parent == root or not _under(parent, root):
+                break
+            key = str(parent)
+            if key not in mounts and parent.is_dir() and not parent.is_symlink():
+                mounts[key] = MountSpec(key, "bind", False, key, f"pin: keeps {target} from being renamed away")
+
+
+def symlinked_protected(policy: SandboxPolicy) -> list[Path]:
+    """Protected paths inside a writable root reached through a symlink there: the
+    target is bound read-only, but the link itself can be replaced (a bind
+    cannot be placed on a symlink)."""
+    if policy.mode is not SandboxMode.WORKSPACE_WRITE:
+        return []
+    roots = [policy.workspace, *policy.writable_roots]
+    out: list[Path] = []
+    for path in (*policy.protected_paths, *policy.read_only_paths):
+        root = next((r for r in roots if path != r and _under(path, r)), None)
+        if root is not None and os.path.realpath(path) != str(path) and os.path.lexists(path):
+            out.append(path)
+    return out
+
+
 def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
                memory: int | None) -> ContainerSpec:
     mode = policy.mode
@@ -154,6 +190,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
                 mounts[str(path)] = MountSpec(str(path), "tmpfs", True, why="hidden (empty tmpfs)")
             elif path.exists():
                 mounts[str(path)] = MountSpec(str(path), "bind", True, os.devnull, "hidden (/dev/null)")
+        _pin_ancestors(mounts, rw_roots)
     limits = policy.limits
     full = mode is SandboxMode.DANGER_FULL_ACCESS
     return ContainerSpec(

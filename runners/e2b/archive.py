@@ -29,9 +29,12 @@ from typing import IO
 
 from dsh.runners.e2b.manifest import Entry, content_digest, entry_of
 from dsh.sandbox.errors import DshError
+from dsh.sandbox.protected_scan import DEFAULT_PROTECTED_NAMES
 
-# Names protected in every directory (the policy adds its own canonical paths).
-ALWAYS_PROTECTED_NAMES = (".git", ".dsh")
+# Names never synced back, in every directory (the policy adds its own canonical
+# paths): a repository, or a config a later host action runs, made or changed
+# in the sandbox stays there, whatever the git option says.
+ALWAYS_PROTECTED_NAMES = frozenset((".git", ".dsh", *DEFAULT_PROTECTED_NAMES))
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 

@@ -170,6 +170,10 @@ def report(result: Any, spec: Any) -> None:
     if result.timed_out:
         note(f"timed out after {result.timeout_ms}ms; the command was killed")
     facts = result.sandbox
+    if facts is not None and facts.trusted_changed:
+        from dsh.tools.render import trusted_changed_note
+
+        note(trusted_changed_note(facts.trusted_changed, shown=20))
     if facts is None or not facts.denied or spec.sandbox_policy is None:
         return
     from dsh.executors.denial import find_denial, hint

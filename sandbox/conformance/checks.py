@@ -42,6 +42,19 @@ def absent(template: str) -> Check:
     return check
 
 
+def absent_or_reported(template: str) -> Check:
+    """The file is not on the host, or the run's facts name it (a created
+    repository or config must never reach the host unnoticed)."""
+
+    def check(env: HostEnv, out: RunOutput) -> str | None:
+        path = env.fmt(template)
+        if not os.path.lexists(path) or path in out.trusted_changed:
+            return None
+        return f"{path} was written on the host and the run did not report it"
+
+    return check
+
+
 def absent_or_empty(template: str) -> Check:
     """Nothing was put at the path: it is absent, or an empty directory or file.
 

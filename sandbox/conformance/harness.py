@@ -227,6 +227,7 @@ class Harness:
             stdout_text=res.stdout.text, stdout_total=res.stdout.total_bytes,
             stdout_omitted=res.stdout.omitted_bytes, spill_path=res.stdout.spill_path,
             denied=bool(res.sandbox and res.sandbox.denied), elapsed_s=elapsed,
+            trusted_changed=res.sandbox.trusted_changed if res.sandbox else (),
         )
 
 

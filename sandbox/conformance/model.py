@@ -61,6 +61,7 @@ class RunOutput:
     spill_path: str | None
     denied: bool
     elapsed_s: float
+    trusted_changed: tuple[str, ...] = ()  # files a later host action trusts, written by the run
 
 
 # A check returns None when the expectation holds, else what went wrong.

@@ -94,6 +94,7 @@ def test_json_shape(workspace: Path, tmp_path: Path, runner: str) -> None:
         "runner": runner,
         "runner_failed": False,
         "runner_error": None,
+        "trusted_changed": [],
     }
     assert data["sandbox"]["enforcement"].startswith(("full", "partial"))
 

@@ -114,7 +114,7 @@ def test_workspace_through_symlink_is_canonical(workspace: Path, trusted_dir: Pa
     policy = service(link).resolve()
     assert policy.workspace == workspace
     assert workspace in policy.writable_roots and link not in policy.writable_roots
-    assert workspace / ".git" in policy.protected_paths
+    assert workspace / ".dsh" in policy.protected_paths
 
 
 def test_workspace_through_planted_symlink_refused(workspace: Path, tmp_path: Path) -> None:
@@ -168,7 +168,7 @@ def test_profile_roots_expand_home_and_vars(
     assert tmp_path / "v" in policy.writable_roots
     assert home / ".cache" / "uv" in policy.missing_roots
     # Protected names hang off every writable root, caches included.
-    assert home / ".cache" / "pip" / ".git" in policy.protected_paths
+    assert home / ".cache" / "pip" / ".dsh" in policy.protected_paths
 
 
 def test_missing_flag_root_is_an_error(workspace: Path, tmp_path: Path) -> None:
@@ -276,6 +276,8 @@ def test_protected_paths_exist_or_not(workspace: Path) -> None:
     policy = service(workspace, profile="python").resolve()
     for name in (".git", ".dsh", ".env", ".vscode", ".idea"):
         assert workspace / name in policy.protected_paths, name
+    # A missing .git is not held (git init must work); the other names are.
+    for name in (".dsh", ".env", ".vscode", ".idea"):
         assert TMP / name in policy.protected_paths, name
 
 
@@ -422,7 +424,8 @@ def test_describe_policy_lists_everything(workspace: Path) -> None:
     lines = describe_policy(service(workspace, profile="python").resolve())
     text = "\n".join(lines)
     assert lines[0] == "mode: workspace-write (profile python)"
-    assert f"  {workspace}/.git" in lines
+    assert f"  {workspace}/.dsh" in lines
+    assert "git: read-only (every repository's git dir)" in lines
     assert "network: off" in lines
     assert "max_memory=4GiB" in text and "max_processes=512" in text
     assert "runners: any" in lines and "env passthrough: " in text

@@ -181,6 +181,17 @@ def test_contract_examples() -> None:
     assert render_result(truncated) == "tail\n[output truncated; full output: /tmp/s.log]"
 
 
+def test_trusted_files_written_by_the_run_are_named_in_the_trailer() -> None:
+    paths = tuple(f"/w/r{i}/.git/hooks/post-checkout" for i in range(7))
+    facts = SandboxFacts(SandboxMode.WORKSPACE_WRITE, trusted_changed=paths)
+    result = ShellRunResult(0, None, False, False, 1000, CollectedOutput("ok\n"), CollectedOutput(""), facts)
+    rendered = render_result(result)
+    assert rendered.startswith("ok\n[sandbox: the command created or changed 7 file(s) that git, your shell")
+    assert "/w/r4/.git/hooks/post-checkout and 2 more; review them" in rendered
+    parsed = parse_exit_status(rendered)
+    assert parsed.exit_code == 0 and parsed.body == "ok"
+
+
 def test_marker_lookalikes_in_output_do_not_fool_the_parser() -> None:
     fake = CollectedOutput("[exit code: 7]\n")
     ok = ShellRunResult(0, None, False, False, 1000, fake, CollectedOutput(""))

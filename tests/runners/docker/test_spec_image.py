@@ -43,6 +43,19 @@ def test_mounts_per_mode(workspace: Path, tmp_path: Path) -> None:
     assert str(workspace / ".git") not in {m.target for m in full.mounts}
 
 
+def test_directories_above_deeper_mounts_are_pinned(workspace: Path, tmp_path: Path) -> None:
+    """Every directory between a writable root and a deeper mount is a mount
+    point too (not renamable), the workspace's own ancestors included."""
+    outer = tmp_path / "outer"
+    ws = outer / "mid" / "ws"
+    (ws / "a" / "b" / ".git").mkdir(parents=True)
+    spec = build_spec(policy(ws, writable_roots=(ws, outer), protected_paths=(ws / "a" / "b" / ".git",)),
+                      image="i", user="1:1", pids=None, memory=None)
+    binds = {m.target: m.read_only for m in spec.mounts if m.kind == "bind"}
+    assert binds == {str(outer): False, str(outer / "mid"): False, str(ws): False, str(ws / "a"): False,
+                     str(ws / "a" / "b"): False, str(ws / "a" / "b" / ".git"): True}
+
+
 def test_limits_prefer_the_profile_over_runner_defaults(workspace: Path) -> None:
     spec = build_spec(policy(workspace, limits=ResourceLimits(max_processes=7)),
                       image="i", user="1:1", pids=99, memory=64 * 2**20)

@@ -108,6 +108,18 @@ def test_protected_paths_are_skipped_and_reported(workspace: Path) -> None:
     assert os.listdir(workspace / ".git") == ["HEAD"]
 
 
+def test_trusted_names_and_nested_repositories_never_come_back(workspace: Path) -> None:
+    """A repository or a config a later host action runs, made in the sandbox at
+    any depth, stays there."""
+    archive = tar_of(("a/b/.git/hooks/post-checkout", REG, b"#!/bin/sh"), ("a/b/.git/config", REG, b"x"),
+                     (".vscode/tasks.json", REG, b"{}"), ("pkg/.envrc", REG, b"x"), ("pkg/ok.py", REG, b"x"))
+    skipped = sync(archive, workspace)
+    assert sorted(skipped) == [".vscode/tasks.json", "a/b/.git/config", "a/b/.git/hooks/post-checkout",
+                               "pkg/.envrc"]
+    assert not (workspace / ".vscode").exists() and not (workspace / "a" / "b" / ".git").exists()
+    assert (workspace / "pkg" / "ok.py").read_text() == "x" and not (workspace / "pkg" / ".envrc").exists()
+
+
 def test_failure_while_staging_rolls_back(workspace: Path) -> None:
     archive = tar_of(("new/a", REG, b"a"), ("b", REG, b"b"))
     plan = plan_sync_back(archive, workspace, ())
