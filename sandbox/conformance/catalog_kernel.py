@@ -93,14 +93,14 @@ SCENARIOS: tuple[Scenario, ...] = (
     # -- root, capabilities and kernel tunables ---------------------------------------------
     Scenario("kern-capabilities", "root", "no capability is left (effective, permitted, inheritable, ambient; "
              "bounding too when uid 0)", ("sh", "-c", "grep -E '^(Uid|Cap[A-Za-z]+):' /proc/self/status"), BLOCKED,
-             check_blocked=_no_capabilities),
+             check_blocked=_no_capabilities, judged_inside=True),
     Scenario("kern-sysctl-write", "root", "change a host-global sysctl through /proc/sys",
              ("sh", "-c", "v=$(cat /proc/sys/kernel/printk_ratelimit_burst);"
                           " echo $((v + 7)) > /proc/sys/kernel/printk_ratelimit_burst"), BLOCKED,
              setup=h.sysctl, check_blocked=h.sysctl_unchanged),
     Scenario("kern-writable-tunables", "root", "no kernel tunable opens for writing (/proc/sys, sysrq-trigger, "
              "/proc/irq, /proc/bus, /sys; opening stands in for writing)", py(TUNABLES), BLOCKED,
-             check_blocked=_no_writable_tunables, requires=PY, timeout_ms=60_000),
+             check_blocked=_no_writable_tunables, requires=PY, timeout_ms=60_000, judged_inside=True),
     Scenario("kern-mknod", "root", "create a device node (here /dev/mem's) in the workspace and read it",
              py("import os, stat\nos.mknod('{ws}/mem', 0o666 | stat.S_IFCHR, os.makedev(1, 1))\n"
                 "print(os.pread(os.open('{ws}/mem', os.O_RDONLY), 16, 0x100000).hex())\n"), BLOCKED,
@@ -126,18 +126,18 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("net-vsock", "network", "open an AF_VSOCK socket (not namespaced: it reaches the hypervisor host)",
              py(LIBC, "s = socket.socket(40, socket.SOCK_STREAM)\nprint('OPENED')\n"), BLOCKED,
              check_blocked=lambda e, o: "an AF_VSOCK socket was opened" if b"OPENED" in o.stdout else None,
-             covers=("socket-families",), requires=PY),
+             covers=("socket-families",), requires=PY, judged_inside=True),
     Scenario("net-netlink", "network", "open netlink sockets (route, uevent, audit, sock_diag)",
              py(LIBC, "ok = []\nfor proto in (0, 15, 9, 4):\n    try: socket.socket(socket.AF_NETLINK,"
                       " socket.SOCK_RAW, proto); ok.append(proto)\n    except OSError: pass\nprint('OPENED', ok)\n"),
              BLOCKED, check_blocked=lambda e, o: None if b"OPENED []" in o.stdout or b"OPENED" not in o.stdout
              else f"netlink sockets opened: {o.stdout.strip().decode(errors='replace')}",
-             covers=("socket-families",), requires=PY),
+             covers=("socket-families",), requires=PY, judged_inside=True),
     Scenario("kern-io-uring", "kernel", "set up an io_uring (its operations bypass seccomp filters)",
              py(LIBC, SYSCALLS, "p = ctypes.create_string_buffer(120)\nfd = L.syscall(long(NR['io_uring_setup']),"
                                 " long(4), p)\nprint('URING', fd)\n"), BLOCKED,
              check_blocked=lambda e, o: None if b"URING -1" in o.stdout or b"URING" not in o.stdout
-             else "io_uring_setup succeeded", covers=("io-uring",), requires=PY),
+             else "io_uring_setup succeeded", covers=("io-uring",), requires=PY, judged_inside=True),
     # -- process control of a host victim and of the supervisor ---------------------------------
     victim("proc-prlimit-victim", "lower a host process's limits (prlimit)",
            "import resource\nresource.prlimit({victim}, resource.RLIMIT_NOFILE, (64, 64))\n"),

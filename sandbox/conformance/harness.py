@@ -49,6 +49,10 @@ max_file_size = "16MiB"
 OVERLAP_SECRETS = (".dshconf-hp", "ovl/ro/hid/secret.txt", "ovl/hid/ro/secret.txt",
                    ".dshconf-p/hid/secret.txt", "ovl/hid/.dshconf-p/secret.txt")
 
+# Runners whose commands run on another machine's kernel: nothing of this host's
+# kernel (tunables, socket families, io_uring) is within the command's reach.
+REMOTE_RUNNERS = frozenset({"e2b"})
+
 SECRET_NAMES = ("DSHCONF_API_KEY", "DSHCONF_SECRET", "DSHCONF_TOKEN", "DSHCONF_PASSWORD")
 
 
@@ -190,6 +194,8 @@ class Harness:
         if covered:
             why = "; ".join(f"{cap}: {reasons[cap]}" for cap in sorted(covered))
             return result("not-enforced", f"runner declares partial {why}")
+        if scenario.judged_inside and runner in REMOTE_RUNNERS:
+            return result("unavailable", "judged inside the sandbox, whose kernel is not this host's")
         if scenario.id == "proc-setuid" and not (env.suid_helper and not env.is_root):
             return result("unavailable", "needs a non-root run and a root-owned setuid helper "
                                          "(DSH_CONFORMANCE_SUID)")

@@ -105,6 +105,9 @@ class Scenario:
     # READY_MARKER, the host runs this, then creates ``HostEnv.go``, which the
     # command waits for (bounded) before it attacks what the host just made.
     during: Setup | None = None
+    # Judged from what the command saw, not from host state (opening a tunable,
+    # creating a socket): meaningless where the command runs on another kernel.
+    judged_inside: bool = False
 
 
 @dataclass(frozen=True)
