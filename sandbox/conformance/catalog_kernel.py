@@ -81,9 +81,10 @@ def _two_cpus(env: HostEnv) -> None:
     h.victim(env)
 
 
-def victim(sid: str, purpose: str, code: str, covers: str = "process-control", setup: Setup = h.victim) -> Scenario:
+def victim(sid: str, purpose: str, code: str, covers: tuple[str, ...] = ("process-control",),
+           setup: Setup = h.victim) -> Scenario:
     return Scenario(sid, "process-control", purpose, py(LIBC, SYSCALLS, code), BLOCKED, setup=setup,
-                    check_blocked=h.victim_unchanged, covers=(covers,), requires=PY)
+                    check_blocked=h.victim_unchanged, covers=covers, requires=PY)
 
 
 _chown_setup, _chown_check = _owner_and_mode("{outside}/victim")
@@ -153,7 +154,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     victim("proc-pidfd-kill", "kill a host process through a pidfd",
            "fd = L.syscall(long(NR['pidfd_open']), long({victim}), long(0))\n"
            "print(L.syscall(long(NR['pidfd_send_signal']), long(fd), long(9), None, long(0)))\n",
-           covers="signal-scope"),
+           covers=("signal-scope", "no-scopes")),
     Scenario("proc-process-vm", "process-control", "read a host process's memory (process_vm_readv)",
              py(LIBC, SYSCALLS,
                 "lo, hi = next(map(lambda l: [int(x, 16) for x in l.split()[0].split('-')],"
