@@ -25,9 +25,20 @@ SYSCALLS = ("import platform\nNR = {{'x86_64': {{'ioprio_set': 251, 'process_vm_
             " 'pidfd_send_signal': 424, 'io_uring_setup': 425}}, 'aarch64': {{'ioprio_set': 30,"
             " 'process_vm_readv': 270, 'pidfd_open': 434, 'pidfd_send_signal': 424, 'io_uring_setup': 425}}"
             "}}[platform.machine()]\nlong = ctypes.c_long\nL.syscall.restype = long\n")
-# Open for writing every kernel tunable reachable (opening stores nothing).
+# Open for writing every kernel tunable reachable (opening stores nothing).  A
+# tunable that belongs to a namespace the command has of its own (its IPC
+# limits, its network stack, its hostname) is no host resource: skipped when the
+# namespace differs from the host's ({host_ns} is the host's inode per kind).
 TUNABLES = (
-    "import os\nn, hits = 0, []\n"
+    "import os\nn, hits = 0, []\nhost = {host_ns}\n"
+    "own = {{k for k in host if os.stat(f'/proc/self/ns/{{k}}').st_ino != host[k]}}\n"
+    "per_ns = {{'ipc': ('/proc/sys/fs/mqueue/', '/proc/sys/kernel/shm', '/proc/sys/kernel/msg',"
+    " '/proc/sys/kernel/sem', '/proc/sys/kernel/auto_msgmni'), 'net': ('/proc/sys/net/',),"
+    " 'uts': ('/proc/sys/kernel/hostname', '/proc/sys/kernel/domainname'),"
+    " 'pid': ('/proc/sys/kernel/ns_last_pid',), 'user': ('/proc/sys/user/',)}}\n"
+    "import platform\nif tuple(map(int, platform.release().split('.')[:2])) >= (6, 14):\n"
+    "    per_ns['pid'] += ('/proc/sys/kernel/pid_max',)  # per pid namespace since Linux 6.14\n"
+    "private = tuple(p for k in own for p in per_ns[k])\n"
     "tops = ['/proc/sys', '/proc/irq', '/proc/bus', '/sys/kernel', '/sys/power', '/sys/module', '/sys/fs',"
     " '/sys/block', '/sys/devices/system', '/sys/firmware']\n"
     "files = ['/proc/sysrq-trigger', '/proc/kcore', '/proc/kmsg']\n"
@@ -35,11 +46,17 @@ TUNABLES = (
     "    for d, _, fs in os.walk(top):\n"
     "        files += [os.path.join(d, f) for f in fs]\n"
     "for f in files[:60000]:\n"
+    "    if f.startswith(private): continue\n"
     "    try: os.close(os.open(f, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY))\n"
     "    except OSError: continue\n"
     "    n += 1; hits.append(f)\n"
     "print('WRITABLE', n, hits[:8])\n"
 )
+NAMESPACES = ("ipc", "net", "uts", "pid", "user")
+
+
+def _host_namespaces(env: HostEnv) -> None:
+    env.extra["host_ns"] = repr({k: os.stat(f"/proc/self/ns/{k}").st_ino for k in NAMESPACES})
 
 
 def _no_capabilities(env: HostEnv, out: RunOutput) -> str | None:
@@ -101,7 +118,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              setup=h.sysctl, check_blocked=h.sysctl_unchanged),
     Scenario("kern-writable-tunables", "root", "no kernel tunable opens for writing (/proc/sys, sysrq-trigger, "
              "/proc/irq, /proc/bus, /sys; opening stands in for writing)", py(TUNABLES), BLOCKED,
-             check_blocked=_no_writable_tunables, requires=PY, timeout_ms=60_000, judged_inside=True),
+             setup=_host_namespaces, check_blocked=_no_writable_tunables, requires=PY, timeout_ms=60_000,
+             judged_inside=True),
     Scenario("kern-mknod", "root", "create a device node (here /dev/mem's) in the workspace and read it",
              py("import os, stat\nos.mknod('{ws}/mem', 0o666 | stat.S_IFCHR, os.makedev(1, 1))\n"
                 "print(os.pread(os.open('{ws}/mem', os.O_RDONLY), 16, 0x100000).hex())\n"), BLOCKED,
