@@ -221,6 +221,12 @@ class Harness:
                 raise
             except DshError as exc:
                 return result("fail", f"{exc.code}: {exc}")
+            if scenario.during and not env.go.exists():
+                # Any working sandbox lets the command print: no marker means it never
+                # ran, and a verdict on the host object would be about nothing.
+                tail = out.stderr[-300:].decode("utf-8", "replace")
+                return result("fail", f"the command never printed the ready marker (exit={out.exit_code}, "
+                                      f"signal={out.signal}); stderr: {tail!r}", out.elapsed_s)
             expect = scenario.expect[mode]
             check = scenario.check_ok if expect == "ok" else scenario.check_blocked
             problem = check(env, out) if check else None

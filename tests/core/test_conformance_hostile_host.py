@@ -45,11 +45,12 @@ def test_during_happens_after_ready_and_before_the_command_continues() -> None:
     assert order == ["during"]
 
 
-def test_during_is_skipped_when_the_command_never_gets_ready() -> None:
+def test_a_command_that_never_gets_ready_fails_without_the_host_action() -> None:
     calls: list[str] = []
-    scenario = Scenario("t-never", "test", "no marker", ("true",), OK, check_ok=c.exit_zero,
-                        during=lambda env: calls.append("during"))
-    assert _run(scenario) == {"t-never": ("pass", "")}
+    scenario = Scenario("t-never", "test", "no marker", ("sh", "-c", "echo boom >&2; exit 3"), OK,
+                        check_ok=c.exit_zero, during=lambda env: calls.append("during"))
+    outcome, detail = _run(scenario)["t-never"]
+    assert outcome == "fail" and "never printed the ready marker (exit=3" in detail and "boom" in detail
     assert calls == []
 
 
