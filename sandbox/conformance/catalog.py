@@ -300,5 +300,14 @@ def _git_repo(env: HostEnv) -> None:
     subprocess.run([*git, "commit", "-qm", "init"], check=True)
 
 
+# The hostile-host, kernel and policy scenarios live in their own modules; each
+# adds its tuple here with one line.
+from dsh.sandbox.conformance import catalog_host, catalog_kernel, catalog_policy  # noqa: E402
+
+SCENARIOS += catalog_host.SCENARIOS
+SCENARIOS += catalog_kernel.SCENARIOS
+SCENARIOS += catalog_policy.SCENARIOS
+
+
 def by_id() -> dict[str, Scenario]:
     return {s.id: s for s in SCENARIOS}

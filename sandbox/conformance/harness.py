@@ -24,14 +24,19 @@ from typing import Any
 
 from dsh.sandbox.conformance.catalog import SCENARIOS
 from dsh.sandbox.conformance.listeners import Listeners
-from dsh.sandbox.conformance.model import HostEnv, RunOutput, Scenario, ScenarioResult
+from dsh.sandbox.conformance.model import READY_MARKER, HostEnv, RunOutput, Scenario, ScenarioResult, Unavailable
 from dsh.sandbox.errors import DshError, SandboxUnavailable
 
 PROFILE = """\
 description = "dsh-sandbox conformance profile"
 mode = "{mode}"
 network = false
-hidden_paths = ["{root}/hidden"]
+hidden_paths = ["{root}/hidden", "{root}/.dshconf-hp", "{root}/ovl/ro/hid", "{root}/ovl/hid",
+                "{root}/.dshconf-p/hid"]
+# Overlapping rules, nested both ways: the strictest rule wins (hidden over
+# protected and read-only, those over writable).
+read_only_paths = ["{root}/ovl/ro", "{root}/ovl/hid/ro"]
+protected_names = [".dshconf-hp", ".dshconf-p"]
 [limits]
 # Without a cgroup, the process limit is RLIMIT_NPROC, which counts every
 # process and thread of the user (the harness's own included): leave room.
@@ -39,6 +44,14 @@ max_processes = 512
 max_memory = "512MiB"
 max_file_size = "16MiB"
 """
+
+# Secrets behind overlapping rules (see PROFILE); every one of them must stay unreadable.
+OVERLAP_SECRETS = (".dshconf-hp", "ovl/ro/hid/secret.txt", "ovl/hid/ro/secret.txt",
+                   ".dshconf-p/hid/secret.txt", "ovl/hid/.dshconf-p/secret.txt")
+
+# Runners whose commands run on another machine's kernel: nothing of this host's
+# kernel (tunables, socket families, io_uring) is within the command's reach.
+REMOTE_RUNNERS = frozenset({"e2b"})
 
 SECRET_NAMES = ("DSHCONF_API_KEY", "DSHCONF_SECRET", "DSHCONF_TOKEN", "DSHCONF_PASSWORD")
 
@@ -98,6 +111,9 @@ class Harness:
         outside.mkdir()
         (root / "hidden").mkdir()
         (root / "hidden" / "secret.txt").write_text("TOPSECRET\n")
+        for rel in OVERLAP_SECRETS:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text("TOPSECRET\n")
         profile = base / "conformance.toml"
         profile.write_text(PROFILE.format(mode=mode, root=root))
         listeners = Listeners(outside, secrets.token_hex(6))
@@ -115,7 +131,8 @@ class Harness:
                 env = HostEnv(base=base, root=root, ws=root / scenario.id, outside=outside, nonce=nonce,
                               ports=listeners.ports, abstract=listeners.abstract, unix_path=listeners.unix_path,
                               victim_pid=victim.pid, secrets=self.secrets, hits=listeners.hits,
-                              suid_helper=os.environ.get("DSH_CONFORMANCE_SUID"), is_root=os.geteuid() == 0)
+                              suid_helper=os.environ.get("DSH_CONFORMANCE_SUID"), is_root=os.geteuid() == 0,
+                              supervisor_pid=os.getpid(), listeners=listeners)
                 gap = next((why for cap, why in reporting.items() if cap in scenario.covers), None)
                 if gap is not None:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced", f"runner cannot report: {gap}")
@@ -177,6 +194,8 @@ class Harness:
         if covered:
             why = "; ".join(f"{cap}: {reasons[cap]}" for cap in sorted(covered))
             return result("not-enforced", f"runner declares partial {why}")
+        if scenario.judged_inside and runner in REMOTE_RUNNERS:
+            return result("unavailable", "judged inside the sandbox, whose kernel is not this host's")
         if scenario.id == "proc-setuid" and not (env.suid_helper and not env.is_root):
             return result("unavailable", "needs a non-root run and a root-owned setuid helper "
                                          "(DSH_CONFORMANCE_SUID)")
@@ -191,26 +210,39 @@ class Harness:
                 tools[tool] = b"dsh-missing" not in probe.stdout
             if not tools[tool]:
                 return result("unavailable", f"{tool} is not available inside the sandbox")
-        if scenario.setup:
-            scenario.setup(env)
-        listeners.reset()
-        argv = tuple(env.fmt(a) if isinstance(a, str) else a for a in scenario.argv)
         try:
-            out = self._execute(ctx, argv, env, scenario.timeout_ms, scenario.env)
-        except SandboxUnavailable:
-            raise
-        except DshError as exc:
-            return result("fail", f"{exc.code}: {exc}")
-        expect = scenario.expect[mode]
-        check = scenario.check_ok if expect == "ok" else scenario.check_blocked
-        problem = check(env, out) if check else None
+            if scenario.setup:
+                scenario.setup(env)
+            listeners.reset()
+            argv = tuple(env.fmt(a) if isinstance(a, str) else a for a in scenario.argv)
+            try:
+                out = self._execute(ctx, argv, env, scenario.timeout_ms, scenario.env, scenario.during)
+            except SandboxUnavailable:
+                raise
+            except DshError as exc:
+                return result("fail", f"{exc.code}: {exc}")
+            if scenario.during and not env.go.exists():
+                # Any working sandbox lets the command print: no marker means it never
+                # ran, and a verdict on the host object would be about nothing.
+                tail = out.stderr[-300:].decode("utf-8", "replace")
+                return result("fail", f"the command never printed the ready marker (exit={out.exit_code}, "
+                                      f"signal={out.signal}); stderr: {tail!r}", out.elapsed_s)
+            expect = scenario.expect[mode]
+            check = scenario.check_ok if expect == "ok" else scenario.check_blocked
+            problem = check(env, out) if check else None
+        except Unavailable as exc:
+            return result("unavailable", str(exc))
+        finally:
+            for cleanup in reversed(env.cleanups):
+                with contextlib.suppress(Exception):
+                    cleanup()
         if problem and out.stderr and "stderr" not in problem:
             problem += f" [stderr: {out.stderr[-300:].decode('utf-8', 'replace')!r}]"
         return result("fail" if problem else "pass", problem or "", out.elapsed_s)
 
     @staticmethod
     def _execute(ctx: Any, argv: tuple[str | bytes, ...], env: HostEnv, timeout_ms: int,
-                 caller_env: Mapping[str, str]) -> RunOutput:
+                 caller_env: Mapping[str, str], during: Callable[[HostEnv], None] | None = None) -> RunOutput:
         from dsh.executors.seam import ShellExecRequest
 
         label = " ".join(a if isinstance(a, str) else a.decode("utf-8", "replace") for a in argv)
@@ -218,6 +250,9 @@ class Harness:
                                    env=dict(caller_env) or None)
         start = time.monotonic()
         execution = ctx.shell.execute(ctx.shell.resolve(request))
+        if during is not None and _await_ready(execution, start + timeout_ms / 1000):
+            during(env)
+            env.go.touch()
         res = execution.result()
         elapsed = time.monotonic() - start
         stdout = _read_all(execution, "stdout")
@@ -229,6 +264,20 @@ class Harness:
             denied=bool(res.sandbox and res.sandbox.denied), elapsed_s=elapsed,
             trusted_changed=res.sandbox.trusted_changed if res.sandbox else (),
         )
+
+
+def _await_ready(execution: Any, deadline: float) -> bool:
+    """Wait until the command prints READY_MARKER; False if it ends or the deadline passes first."""
+    seen = b""
+    offset = 0
+    while time.monotonic() < deadline:
+        data, offset = execution.observed.read("stdout", offset)
+        seen = (seen + data)[-4096:]
+        if READY_MARKER in seen:
+            return True
+        if not data and execution.wait(0.02):
+            return False
+    return False
 
 
 def _read_all(execution: Any, stream: str) -> bytes:

@@ -1,4 +1,10 @@
-"""Host-side listeners the network scenarios aim at; each counts what reaches it."""
+"""Host-side listeners the network scenarios aim at; each counts what reaches it.
+
+Besides the fixed set opened per runner x mode, a scenario can open more unix
+sockets of any type (stream, datagram, seqpacket; path, abstract or bound by a
+relative path) before its run or while it runs, and a pseudo-terminal standing
+in for the user's terminal.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,8 @@ import os
 import socket
 import threading
 from pathlib import Path
+
+UNIX_KINDS = {"stream": socket.SOCK_STREAM, "dgram": socket.SOCK_DGRAM, "seqpacket": socket.SOCK_SEQPACKET}
 
 
 class Listeners:
@@ -21,6 +29,7 @@ class Listeners:
         self._lock = threading.Lock()
         self._socks: list[socket.socket] = []
         self._stop = threading.Event()
+        self._paths: list[str] = []
         self.ports: dict[str, int] = {}
         self.abstract = f"dsh-conformance-{nonce}"
         self.unix_path = str(unix_dir / f"dshconf-{nonce[:8]}.sock")
@@ -37,8 +46,9 @@ class Listeners:
         with self._lock:
             self._counts[name] = self._counts.get(name, 0) + 1
 
-    def _stream(self, name: str, family: int, addr: tuple[str, int] | str) -> None:
-        sock = socket.socket(family, socket.SOCK_STREAM)
+    def _stream(self, name: str, family: int, addr: tuple[str, int] | str,
+                kind: int = socket.SOCK_STREAM) -> None:
+        sock = socket.socket(family, kind)
         sock.bind(addr)
         sock.listen(16)
         sock.settimeout(0.2)
@@ -57,11 +67,13 @@ class Listeners:
 
         threading.Thread(target=serve, name=f"conformance-{name}", daemon=True).start()
 
-    def _dgram(self, name: str) -> None:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        sock.bind(("127.0.0.1", 0))
+    def _dgram(self, name: str, family: int = socket.AF_INET, addr: tuple[str, int] | str = ("127.0.0.1", 0)
+               ) -> None:
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        sock.bind(addr)
         sock.settimeout(0.2)
-        self.ports[name] = sock.getsockname()[1]
+        if family != socket.AF_UNIX:
+            self.ports[name] = sock.getsockname()[1]
         self._socks.append(sock)
 
         def serve() -> None:
@@ -73,6 +85,31 @@ class Listeners:
                 self._bump(name)
 
         threading.Thread(target=serve, name=f"conformance-{name}", daemon=True).start()
+
+    def unix(self, name: str, kind: str, path: str, *, relative: bool = False) -> None:
+        """Open one more counted unix socket ``name`` of ``kind`` at ``path``.
+
+        ``path`` starting with NUL is abstract.  ``relative`` binds by the bare
+        file name from inside its directory, the way many daemons do: the kernel
+        then lists the socket under that relative name, not its full path.
+        """
+        addr = path
+        if relative:
+            directory, addr = os.path.split(path)
+            fd = os.open(".", os.O_RDONLY)
+            os.chdir(directory)
+        try:
+            if kind == "dgram":
+                self._dgram(name, socket.AF_UNIX, addr)
+            else:
+                self._stream(name, socket.AF_UNIX, addr, UNIX_KINDS[kind])
+        finally:
+            if relative:
+                os.fchdir(fd)
+                os.close(fd)
+        if not path.startswith("\0"):
+            os.chmod(path, 0o777)
+            self._paths.append(path)
 
     def reset(self) -> None:
         with self._lock:
@@ -86,5 +123,6 @@ class Listeners:
         self._stop.set()
         for sock in self._socks:
             sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.unix_path)
+        for path in (self.unix_path, *self._paths):
+            with contextlib.suppress(OSError):
+                os.unlink(path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Expect = Literal["ok", "blocked"]
 Outcome = Literal["pass", "fail", "not-enforced", "unavailable"]
@@ -35,6 +35,16 @@ class HostEnv:
     hits: Callable[[str], int] = lambda name: 0  # listener hit counters since reset
     suid_helper: str | None = None  # root-owned setuid `id`, when provided
     is_root: bool = False
+    supervisor_pid: int = 0  # the process that runs the harness and supervises the command
+    listeners: Any = None  # the cell's ``Listeners``: setups open more sockets through it
+    # Values a setup adds for the argv (``{name}``) and the checks (e.g. a fresh victim's pid).
+    extra: dict[str, Any] = field(default_factory=dict)
+    cleanups: list[Callable[[], object]] = field(default_factory=list)  # run after the check
+
+    @property
+    def go(self) -> Path:
+        """Created by the host once its mid-run action is done (see ``Scenario.during``)."""
+        return self.ws / f"go-{self.nonce}"
 
     def fmt(self, text: str) -> str:
         return text.format(
@@ -43,7 +53,16 @@ class HostEnv:
             udp=self.ports.get("udp", 9), dns=self.ports.get("dns", 9),
             abstract=self.abstract, unix_path=self.unix_path, victim=self.victim_pid,
             suid=self.suid_helper or "/nonexistent", nonce_short=self.nonce[:8],
+            supervisor=self.supervisor_pid, go=self.go, **self.extra,
         )
+
+
+class Unavailable(Exception):
+    """Raised by a setup when this host cannot stage the scenario (reported "unavailable")."""
+
+
+# What a command prints once it is ready for the host's mid-run action.
+READY_MARKER = b"DSH-READY"
 
 
 @dataclass(frozen=True)
@@ -83,6 +102,13 @@ class Scenario:
     requires: tuple[str, ...] = ()  # programs that must exist inside the sandbox
     timeout_ms: int = 20_000
     env: Mapping[str, str] = field(default_factory=dict)  # caller env (trusted)
+    # The hostile host's action while the command runs: once the command prints
+    # READY_MARKER, the host runs this, then creates ``HostEnv.go``, which the
+    # command waits for (bounded) before it attacks what the host just made.
+    during: Setup | None = None
+    # Judged from what the command saw, not from host state (opening a tunable,
+    # creating a socket): meaningless where the command runs on another kernel.
+    judged_inside: bool = False
 
 
 @dataclass(frozen=True)
