@@ -120,8 +120,9 @@ def build_debian_tar(plan: DebianPlan, workdir: Path, *, log: Callable[[str], No
     out = Path(tempfile.mkdtemp(prefix="dsh-debian-", dir=workdir)) / "rootfs.tar"
     log(f"mmdebstrap {plan.suite} from {plan.mirror}: {', '.join(plan.packages)}")
     try:
+        # mmdebstrap unpacks in $TMPDIR: keep those hundreds of MiB beside the tar, not in /tmp.
         done = subprocess.run(plan.argv(out), stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
+                              timeout=timeout_s, check=False, env={**os.environ, "TMPDIR": str(out.parent)})
     except subprocess.TimeoutExpired:
         shutil.rmtree(out.parent, ignore_errors=True)
         raise SandboxUnavailable(f"mmdebstrap did not finish within {timeout_s:.0f} s", runner="docker") from None

@@ -249,7 +249,7 @@ def build_image(
             raise SandboxUnavailable(f"cannot build a Debian image: {why_not_debian}", runner="docker")
         if if_missing and existing is not None:
             rootfs = _image_rootfs(client, existing)
-            if rootfs == "debian" or method == "host" or why_not_debian:
+            if keep_existing(rootfs, method, debian_possible=why_not_debian is None):
                 log(f"image {tag} already present ({existing}, {rootfs} rootfs); nothing to do")
                 return existing
             log(f"image {tag} is a host-copy image; replacing it with a Debian one")
@@ -265,6 +265,15 @@ def build_image(
         return _import_host_copy(client, tag, log)
     finally:
         client.close()
+
+
+def keep_existing(rootfs: str, method: str, *, debian_possible: bool) -> bool:
+    """With ``--if-missing``: is the image already there good enough?
+
+    Only ``auto``/``debian`` on a machine that can make a Debian rootfs replace a
+    host-copy image (once: the result is labelled debian).
+    """
+    return rootfs == "debian" or method == "host" or not debian_possible
 
 
 def _import_debian(client: Any, tag: str, log: Callable[[str], None]) -> str:
