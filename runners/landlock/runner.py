@@ -177,6 +177,17 @@ class LandlockRunner(Runner):
             return Enforcement.full()
         return Enforcement.partial([(g.degradation, g.text) for g in gaps])
 
+    def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        if not policy.constrained:
+            return {}
+        # Without namespaces the host's /dev/shm, unix sockets and loopback are
+        # the command's only ones, so they stay closed and this work cannot run.
+        return {
+            "local-ipc": "without IPC and network namespaces, /dev/shm (POSIX semaphores: multiprocessing "
+            "Pool, Lock, Manager), unix socket servers and a loopback test server would be the host's, "
+            "so they are refused; pipes, FIFOs in writable roots and socketpair() work"
+        }
+
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         limits = self._limit_plan(policy)
         limit_lines = limits.described + ((limits.prlimit[0] + " wraps the argv",) if limits.prlimit else ())
@@ -220,6 +231,7 @@ class LandlockRunner(Runner):
                 "is not mediated by Landlock ABI <= 7 (runner option unix_connect='allow')",
             )
         cannot += ("names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",)
+        cannot += tuple(self.limitations(policy).values())
         return RunnerPlan(NAME, policy.mode, rules, network, limit_lines, cannot)
 
     # -- launching -------------------------------------------------------------
