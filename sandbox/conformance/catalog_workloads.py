@@ -9,9 +9,11 @@ only reads must still work), "ok" in workspace-write (judged by the job's own
 output and by what it left in the host workspace).
 
 ``covers`` names what a runner may be unable to keep working without opening
-the host (local IPC and loopback under a runner that shares the host's
-``/dev/shm`` and network namespace); a runner that declares it gets
-"not-enforced" with its reason, never a silent pass.
+the host: ``local-ipc`` for all of it (a runner that shares the host's
+``/dev/shm`` and network namespace), or one part (``posix-shm``,
+``unix-sockets`` the command binds itself, a ``loopback`` server); a runner that
+declares one as a limitation gets "not-enforced" with its reason, never a
+silent pass.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from dsh.sandbox.conformance.model import Check, Expect, HostEnv, RunOutput, Sce
 
 OK: dict[str, Expect] = {"read-only": "ok", "workspace-write": "ok"}
 WRITE_ONLY_IN_WW: dict[str, Expect] = {"read-only": "blocked", "workspace-write": "ok"}
-# Runner capabilities these workloads depend on (a runner may declare them partial).
+# Runner capabilities these workloads depend on (a runner may declare them limited).
 LOCAL_IPC = "local-ipc"
+POSIX_SHM = "posix-shm"
+UNIX_SOCKETS = "unix-sockets"
 LOOPBACK = "loopback"
 
 
@@ -204,13 +208,15 @@ WORKLOAD_SCENARIOS: tuple[Scenario, ...] = (
              check_ok=c.all_of(c.exit_zero, c.stdout_has("ran-from-tmp"), _remove_tree("/tmp/dshconf-{nonce}")),
              check_blocked=c.absent("/tmp/dshconf-{nonce}")),
     Scenario("work-mp-pool-lock", "workload", "multiprocessing Pool (fork), Lock and shared Value work",
-             ("python3", "-c", MP_POOL_LOCK), OK, requires=("python3",), covers=(LOCAL_IPC,), timeout_ms=60_000,
+             ("python3", "-c", MP_POOL_LOCK), OK, requires=("python3",), covers=(LOCAL_IPC, POSIX_SHM),
+             timeout_ms=60_000,
              check_ok=c.all_of(c.exit_zero, c.stdout_is(b"pool 285 lock 6\n"))),
     Scenario("work-mp-manager", "workload",
              "a multiprocessing Manager serves a shared dict (its socket needs a writable temp dir)",
              ("bash", "-c", "mkdir /tmp/dshconf-{nonce} && TMPDIR=/tmp/dshconf-{nonce} exec python3 -c \"$1\"",
               "bash", MP_MANAGER),
-             WRITE_ONLY_IN_WW, requires=("python3",), covers=(LOCAL_IPC,), timeout_ms=60_000,
+             WRITE_ONLY_IN_WW, requires=("python3",), covers=(LOCAL_IPC, POSIX_SHM, UNIX_SOCKETS),
+             timeout_ms=60_000,
              check_ok=c.all_of(c.exit_zero, c.stdout_is(b"manager [(0, 0), (1, 1), (2, 4)]\n"),
                                _remove_tree("/tmp/dshconf-{nonce}")),
              check_blocked=c.absent("/tmp/dshconf-{nonce}")),
