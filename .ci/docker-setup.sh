@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Make the docker runner usable on a fresh Debian 12 machine (run as root in CI):
-#   1. install docker.io (and busybox-static for the image) if missing;
+#   1. install docker.io, mmdebstrap (the Debian image) and busybox-static (the
+#      host-copy fallback image) if missing;
 #   2. start dockerd without a bridge or iptables, logging to $DSH_DOCKERD_LOG,
 #      unless a daemon already answers;
 #   3. wait up to 60 s for `docker version`;
-#   4. build the runtime image locally (`dsh-sandbox image build --if-missing`);
-#      nothing is ever pulled from a registry.
+#   4. build the runtime image locally (`dsh-sandbox image build --if-missing`):
+#      a minimal Debian with python3-venv, gcc, make and git from Debian's package
+#      archive (about 1.5-4 minutes), else a copy of this machine's programs;
+#      nothing is ever pulled from a container registry.
 # Idempotent: every step is skipped when already done.
 set -euo pipefail
 
@@ -15,6 +18,7 @@ image="${DSH_DOCKER_IMAGE:-dsh-sandbox/runtime:latest}"
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v busybox >/dev/null 2>&1 || missing+=(busybox-static)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 if ((${#missing[@]})); then
   echo "docker-setup: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -201,5 +201,16 @@ class Runner(abc.ABC):
         """
         return {}
 
+    def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        """Real work this runner cannot let through without opening the host: capability -> reason.
+
+        The opposite of a degradation: nothing is less enforced, something
+        legitimate is refused (e.g. local IPC when the IPC objects would be the
+        host's).  Never gates a run; ``explain`` says it, and the conformance
+        suite reports the workload scenarios that cover it as not-enforced with
+        the reason, never as a silent pass or a fail.
+        """
+        return {}
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Tear down session resources (containers, remote sandboxes)."""

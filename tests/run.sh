@@ -2,8 +2,9 @@
 # The project's test command (the README's second command; .ci/run calls it).
 #
 # On a fresh Debian 12 machine (as root, or with sudo) it installs what the
-# tests need when missing -- bubblewrap, a Docker daemon and the tools to build
-# the runner image -- installs the project with its test extras, starts the
+# tests need when missing -- bubblewrap, a Docker daemon, the tools to build
+# the runner image (mmdebstrap) and what the workload scenarios run (gcc, make,
+# python3-venv, git) -- installs the project with its test extras, starts the
 # Docker daemon, then runs ruff, mypy --strict, pytest and the conformance suite.
 #
 # Runners CI has must run, not skip: DSH_REQUIRE_RUNNERS turns a missing
@@ -21,6 +22,12 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# The workload scenarios build C, make a venv and run git under landlock and
+# bwrap (host programs); mmdebstrap builds the docker runner's Debian image.
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "tests/run.sh: installing ${need_apt[*]}"
   as_root apt-get update -qq

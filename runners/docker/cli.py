@@ -17,14 +17,20 @@ def image() -> None:
 
 @image.command("build")
 @click.option("--tag", default=DEFAULT_IMAGE, show_default=True, help="Image name to create.")
-@click.option("--if-missing", is_flag=True, help="Do nothing when the image already exists.")
-def build(tag: str, if_missing: bool) -> None:
-    """Assemble a rootfs from this machine's programs and `docker import` it.
+@click.option("--if-missing", is_flag=True,
+              help="Do nothing when the image already exists (auto still upgrades a host-copy image).")
+@click.option("--method", type=click.Choice(["auto", "debian", "host"]), default="auto", show_default=True,
+              help="debian: mmdebstrap a minimal Debian with python3-venv, gcc, make, git; "
+                   "host: copy this machine's programs; auto: debian when mmdebstrap works, else host.")
+def build(tag: str, if_missing: bool, method: str) -> None:
+    """Assemble a rootfs and `docker import` it.  Never pulls from a registry.
 
-    Copies bash, dash, GNU coreutils, grep, sed, findutils, setsid, ps and kill
-    with their shared libraries (found by ldd), adds busybox-static applets for
-    anything missing, and imports the tar with the docker SDK.  Never pulls.
+    debian: `mmdebstrap --variant=minbase` with python3, python3-venv, gcc,
+    libc6-dev, make, git (from the Debian archive; DSH_DEBIAN_MIRROR and
+    DSH_DEBIAN_SUITE override the mirror and the suite).  host: copies bash,
+    coreutils, grep, sed, findutils, setsid, ps, kill, git, python3 with their
+    shared libraries (found by ldd) and adds busybox-static applets.
     """
     from dsh.runners.docker.image import build_image
 
-    build_image(tag, if_missing=if_missing, log=lambda line: click.echo(line))
+    build_image(tag, if_missing=if_missing, method=method, log=lambda line: click.echo(line))

@@ -1,13 +1,16 @@
 """Build the docker runner's image locally, without a registry.
 
-The image is a root filesystem assembled here from the host's own programs
+Two root filesystems: a minimal Debian made by ``mmdebstrap`` (``debian.py``:
+python3 with venv, gcc, make, git: what real workloads need), preferred when
+mmdebstrap works here; and, as the fallback that needs nothing but this
+machine, a root filesystem assembled here from the host's own programs
 (bash, dash, GNU coreutils, grep, sed, findutils, git, util-linux ``setsid``,
 procps ``ps``/``kill``), each copied with the shared libraries ``ldd`` names,
 topped up with Debian's ``busybox-static`` applets for every command the host
 did not provide.  The tar is written in memory (no staging directory, all
 entries owned by root) and ``docker import``ed through the SDK.
 
-Nothing is pulled: ``dsh-sandbox image build`` works on an offline machine.
+No container registry is used; the host copy works on an offline machine.
 """
 
 from __future__ import annotations
@@ -19,9 +22,12 @@ import re
 import shutil
 import subprocess
 import tarfile
+import tempfile
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dsh.runners.docker.client import (
     DEFAULT_IMAGE,
@@ -30,7 +36,7 @@ from dsh.runners.docker.client import (
     split_tag,
     validate_image_name,
 )
-from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 
 # Programs copied from the host when present.  ``bash``, ``sh``, ``kill`` and
 # ``setsid`` are required (the runner's kill script needs bash); busybox can
@@ -207,39 +213,111 @@ def write_rootfs_tar(plan: RootfsPlan, out: io.BufferedIOBase | io.BytesIO) -> N
             tar.addfile(_root_owned(info), io.BytesIO(data))
 
 
+ROOTFS_LABEL = "dsh-sandbox.image.rootfs"
+METHODS = ("auto", "debian", "host")
+
+
+def _image_rootfs(client: Any, image_id: str) -> str:
+    labels = (client.api.inspect_image(image_id).get("Config") or {}).get("Labels") or {}
+    return str(labels.get(ROOTFS_LABEL, "host-copy"))
+
+
 def build_image(
     tag: str = DEFAULT_IMAGE,
     *,
     if_missing: bool = False,
+    method: str = "auto",
     log: Callable[[str], None] = print,
 ) -> str:
-    """Build (``docker import``) the runtime image; returns the image id."""
+    """Build (``docker import``) the runtime image; returns the image id.
+
+    ``method``: ``debian`` (mmdebstrap: python3 with venv, gcc, make, git),
+    ``host`` (copies of this machine's programs), or ``auto``: debian when
+    mmdebstrap works here, else host.  With ``if_missing``, an existing image is
+    kept unless ``auto`` can now replace a host-copy image with a Debian one.
+    """
+    from dsh.runners.docker import debian
+
     validate_image_name(tag, field="--tag")
+    if method not in METHODS:
+        raise ConfigError(f"--method: {method!r} is not one of {', '.join(METHODS)}")
     client = connect()
     try:
         existing = find_image(client, tag)
+        why_not_debian = debian.debian_unavailable() if method != "host" else "host copy requested"
+        if method == "debian" and why_not_debian:
+            raise SandboxUnavailable(f"cannot build a Debian image: {why_not_debian}", runner="docker")
         if if_missing and existing is not None:
-            log(f"image {tag} already present ({existing}); nothing to do")
-            return existing
-        plan = plan_rootfs()
-        log(f"rootfs: {len(plan.programs)} host programs ({', '.join(plan.programs[:8])}, ...), "
-            f"{len(plan.busybox_applets)} busybox applets, "
-            f"{len(plan.files) - len(plan.programs)} shared libraries and extras")
-        buffer = io.BytesIO()
-        write_rootfs_tar(plan, buffer)
-        log(f"importing a {len(buffer.getvalue()) // 1024} KiB rootfs tar as {tag} (no registry used)")
-        repository, version = split_tag(tag)
-        client.api.import_image_from_data(
-            buffer.getvalue(),
-            repository=repository,
-            tag=version,
-            changes=[f"ENV PATH={PATH_ENV}", 'CMD ["/bin/bash"]', "LABEL dsh-sandbox.image=1"],
-        )
-        image_id = find_image(client, tag)
-        if image_id is None:
-            raise SandboxUnavailable(f"docker import of {tag} reported success but the image "
-                                     "is not there", runner="docker")
-        log(f"built {tag} ({image_id})")
-        return image_id
+            rootfs = _image_rootfs(client, existing)
+            if keep_existing(rootfs, method, debian_possible=why_not_debian is None):
+                log(f"image {tag} already present ({existing}, {rootfs} rootfs); nothing to do")
+                return existing
+            log(f"image {tag} is a host-copy image; replacing it with a Debian one")
+        if why_not_debian is None:
+            try:
+                return _import_debian(client, tag, log)
+            except SandboxUnavailable as exc:
+                if method == "debian":
+                    raise
+                log(f"Debian rootfs failed, falling back to a host copy: {exc.reason}")
+        elif method == "auto":
+            log(f"no Debian rootfs ({why_not_debian}); building a host copy")
+        return _import_host_copy(client, tag, log)
     finally:
         client.close()
+
+
+def keep_existing(rootfs: str, method: str, *, debian_possible: bool) -> bool:
+    """With ``--if-missing``: is the image already there good enough?
+
+    Only ``auto``/``debian`` on a machine that can make a Debian rootfs replace a
+    host-copy image (once: the result is labelled debian).
+    """
+    return rootfs == "debian" or method == "host" or not debian_possible
+
+
+def _import_debian(client: Any, tag: str, log: Callable[[str], None]) -> str:
+    from dsh.runners.docker import debian
+
+    with tempfile.TemporaryDirectory(prefix="dsh-image-", dir=_scratch_dir()) as scratch:
+        started = time.monotonic()
+        tar = debian.build_debian_tar(debian.plan_debian(), Path(scratch), log=log)
+        log(f"rootfs tar of {tar.stat().st_size // 2**20} MiB in {time.monotonic() - started:.0f} s; "
+            f"importing as {tag} (no registry used)")
+        repository, version = split_tag(tag)
+        client.api.import_image_from_file(str(tar), repository=repository, tag=version,
+                                          changes=_changes("debian"))
+    return _imported(client, tag, log)
+
+
+def _import_host_copy(client: Any, tag: str, log: Callable[[str], None]) -> str:
+    plan = plan_rootfs()
+    log(f"rootfs: {len(plan.programs)} host programs ({', '.join(plan.programs[:8])}, ...), "
+        f"{len(plan.busybox_applets)} busybox applets, "
+        f"{len(plan.files) - len(plan.programs)} shared libraries and extras")
+    buffer = io.BytesIO()
+    write_rootfs_tar(plan, buffer)
+    log(f"importing a {len(buffer.getvalue()) // 1024} KiB rootfs tar as {tag} (no registry used)")
+    repository, version = split_tag(tag)
+    client.api.import_image_from_data(buffer.getvalue(), repository=repository, tag=version,
+                                      changes=_changes("host-copy"))
+    return _imported(client, tag, log)
+
+
+def _changes(rootfs: str) -> list[str]:
+    return [f"ENV PATH={PATH_ENV}", 'CMD ["/bin/bash"]', "LABEL dsh-sandbox.image=1",
+            f"LABEL {ROOTFS_LABEL}={rootfs}"]
+
+
+def _scratch_dir() -> str | None:
+    # A Debian rootfs is hundreds of MiB: not in a tmpfs /tmp when /var/tmp exists.
+    return "/var/tmp" if os.path.isdir("/var/tmp") else None
+
+
+def _imported(client: Any, tag: str, log: Callable[[str], None]) -> str:
+    image_id = find_image(client, tag)
+    if image_id is None:
+        raise SandboxUnavailable(f"docker import of {tag} reported success but the image "
+                                 "is not there", runner="docker")
+    log(f"built {tag} ({image_id})")
+    return image_id

@@ -35,6 +35,7 @@ class MountSpec:
     read_only: bool
     source: str | None = None  # bind only
     why: str = ""
+    exec_ok: bool = False  # tmpfs only: Docker mounts a tmpfs noexec unless told otherwise
 
     def describe(self) -> str:
         access = "ro" if self.read_only else "rw"
@@ -66,7 +67,7 @@ class ContainerSpec:
             if m.kind == "bind"
         ]
         tmpfs = {
-            m.target: ("ro," if m.read_only else "rw,") + "nosuid,nodev,mode=1777"
+            m.target: ("ro," if m.read_only else "rw,") + ("exec," if m.exec_ok else "") + "nosuid,nodev,mode=1777"
             for m in self.mounts
             if m.kind == "tmpfs"
         }
@@ -147,7 +148,8 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     mounts: dict[str, MountSpec] = {
         CONTROL_DIR: MountSpec(CONTROL_DIR, "tmpfs", False, why="exec pid files for kill"),
         # Read-only means no writes anywhere, the container's own /tmp included.
-        str(PRIVATE_TMP): MountSpec("/tmp", "tmpfs", not writable,
+        # Builds and test suites run what they write to /tmp, as on the host.
+        str(PRIVATE_TMP): MountSpec("/tmp", "tmpfs", not writable, exec_ok=True,
                                     why="private, not the host's /tmp"),
     }
     roots: list[Path] = [policy.workspace]

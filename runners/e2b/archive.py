@@ -3,9 +3,12 @@
 Sync-back trusts nothing in the archive: the sandbox may have run anything as
 root.  ``plan_sync_back`` validates *every* member and every host destination
 before ``apply_sync_back`` writes *any* file, so a bad archive leaves the host
-untouched.  Only regular files under the workspace come back; a symlink,
-hardlink, device, fifo, absolute name, ``..`` component, or a destination that
-is a symlink or directory on the host rejects the whole archive.  Protected
+untouched.  Only regular files under the workspace come back; a hardlink,
+device, fifo, absolute name, ``..`` component, or a destination that is a
+symlink or directory on the host rejects the whole archive.  A symlink the
+command made is never created on the host, but it does not cost the rest of
+the work either (a venv or a build tree has some): it is left out and
+reported, like a protected path.  Protected
 paths are never written back (that is how they stay read-only with this
 runner); changed ones are reported.  Symlinks the host already has with the same
 target (synced in, untouched) are left alone.  Each file is written atomically (temp
@@ -57,6 +60,8 @@ class SyncPlan:
     deletions: tuple[tuple[str, ...], ...] = ()
     #: (path, content digest) of every unprotected regular file in the sandbox
     digests: tuple[tuple[str, str], ...] = ()
+    #: symlinks the command made: left in the sandbox, never created on the host
+    skipped_links: tuple[str, ...] = ()
 
 
 
@@ -75,6 +80,7 @@ def plan_sync_back(
     protected_paths = tuple(Path(p) for p in protected)
     updates: list[FileUpdate] = []
     skipped: list[str] = []
+    links: list[str] = []
     digests: list[tuple[str, str]] = []
     kinds: dict[tuple[str, ...], str] = {}
     try:
@@ -96,6 +102,9 @@ def plan_sync_back(
             raise SyncBackRefused(f"member {member.name!r} appears as both file and directory")
         if kind in ("dir", "link"):
             continue  # directories are made as needed; an unchanged symlink needs nothing
+        if kind == "symlink":
+            links.append("/".join(parts))  # anything below it is refused above, as inside a file
+            continue
         host, rel = workspace.joinpath(*parts), "/".join(parts)
         source = tar.extractfile(member)
         digest = content_digest(source, bool(member.mode & 0o100)) if source else ""
@@ -111,7 +120,7 @@ def plan_sync_back(
             updates.append(FileUpdate(parts, member))
     tar.close()
     deletions = _deletions(workspace, previous or {}, kinds, protected_paths, skipped)
-    return SyncPlan(tuple(updates), tuple(skipped), deletions, tuple(digests))
+    return SyncPlan(tuple(updates), tuple(skipped), deletions, tuple(digests), tuple(links))
 
 
 def _deletions(workspace: Path, previous: Mapping[str, Entry],
@@ -281,7 +290,9 @@ def _member_kind(member: tarfile.TarInfo) -> str:
         return "dir"
     if member.type in (tarfile.REGTYPE, tarfile.AREGTYPE) and not member.issparse():
         return "file"
-    what = {tarfile.SYMTYPE: "a symlink", tarfile.LNKTYPE: "a hardlink",
+    if member.issym():
+        return "symlink"
+    what = {tarfile.LNKTYPE: "a hardlink",
             tarfile.FIFOTYPE: "a fifo", tarfile.CHRTYPE: "a character device",
             tarfile.BLKTYPE: "a block device"}.get(member.type, f"of type {member.type!r}")
     raise SyncBackRefused(f"member {member.name!r} is {what}, not a regular file")

@@ -116,8 +116,8 @@ class E2BRunner(Runner):
             rules.append(f"{user} cannot write the workspace copy; nothing syncs back")
         else:
             rules.append("after each command: regular files under the workspace sync back; "
-                         "symlinks, hardlinks, devices, fifos, absolute or '..' names reject "
-                         "the whole archive; protected paths are never written back")
+                         "hardlinks, devices, fifos, absolute or '..' names reject the whole "
+                         "archive; new symlinks and protected paths are never written back (reported)")
         limits = []
         for flag, value in (("processes", policy.limits.max_processes),
                             ("address space bytes", policy.limits.max_memory_bytes),

@@ -53,6 +53,7 @@ class WorkspaceSync:
         self.hidden = policy.hidden_paths
         self.manifest: dict[str, Entry] = {}  # the host state the sandbox's copy matches
         self.digests: dict[str, str] = {}  # content digests of the sandbox's files
+        self.reported_links: set[str] = set()  # symlinks already named as left in the sandbox
         self.pushed = False
         self.lock = threading.Lock()
 
@@ -126,8 +127,13 @@ class WorkspaceSync:
                 self.manifest, self.pushed = {}, False
                 raise
             self._record(plan)
-        return [f"dsh: e2b: not synced back (protected path stays read-only): {p}"
-                for p in plan.skipped_protected]
+        notes = [f"dsh: e2b: not synced back (protected path stays read-only): {p}"
+                 for p in plan.skipped_protected]
+        # Once per link: a venv's links would otherwise be repeated after every command.
+        new_links = [link for link in plan.skipped_links if link not in self.reported_links]
+        self.reported_links.update(new_links)
+        return notes + [f"dsh: e2b: not synced back (a symlink stays in the sandbox): {link}"
+                        for link in new_links]
 
     def _record(self, plan: archive.SyncPlan) -> None:
         """After a pull: the manifest says which host state the sandbox's copy

@@ -206,6 +206,13 @@ class LandlockRunner(Runner):
             return Enforcement.full()
         return Enforcement.partial([(g.degradation, g.text) for g in gaps])
 
+    def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        if not policy.constrained:
+            return {}
+        # Without namespaces the host's /dev/shm, unix sockets and loopback are
+        # the command's only ones, so they stay closed and this work cannot run.
+        return {"local-ipc": LOCAL_IPC}
+
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         limits = self._limit_plan(policy)
         limit_lines = limits.described + ((limits.prlimit[0] + " wraps the argv",) if limits.prlimit else ())
@@ -252,10 +259,8 @@ class LandlockRunner(Runner):
                 "connect() to pathname unix sockets outside the sandbox (e.g. /var/run/docker.sock) "
                 "is not mediated by Landlock ABI <= 7 (runner option unix_connect='allow')",
             )
-        cannot += (
-            "names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",
-            LOCAL_IPC,
-        )
+        cannot += ("names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",)
+        cannot += tuple(self.limitations(policy).values())
         return RunnerPlan(NAME, policy.mode, rules, network, limit_lines, cannot)
 
     # -- launching -------------------------------------------------------------

@@ -14,6 +14,7 @@ capability a runner may declare partial (then the scenario is reported
 from __future__ import annotations
 
 from dsh.sandbox.conformance import checks as c
+from dsh.sandbox.conformance.catalog_workloads import WORKLOAD_SCENARIOS
 from dsh.sandbox.conformance.model import Expect, HostEnv, Scenario
 
 BLOCKED: dict[str, Expect] = {"read-only": "blocked", "workspace-write": "blocked"}
@@ -269,6 +270,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              sh("kill -KILL $$"), OK, covers=("signal-status",),
              check_ok=lambda e, o: None if o.signal == "SIGKILL" and o.exit_code is None
              else f"exit={o.exit_code} signal={o.signal}"),
+    *WORKLOAD_SCENARIOS,
 )
 
 

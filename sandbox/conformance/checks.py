@@ -100,6 +100,14 @@ def file_is(template: str, content: bytes) -> Check:
     return check
 
 
+def present(template: str) -> Check:
+    def check(env: HostEnv, out: RunOutput) -> str | None:
+        path = Path(env.fmt(template))
+        return None if os.path.lexists(path) else f"{path} is not on the host"
+
+    return check
+
+
 def mode_is(template: str, mode: int) -> Check:
     def check(env: HostEnv, out: RunOutput) -> str | None:
         path = Path(env.fmt(template))

@@ -121,7 +121,7 @@ class Harness:
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         ctx = None
         try:
-            ctx, enforcement, reporting = self._context(runner, mode, root, profile)
+            ctx, enforcement, reporting, limited = self._context(runner, mode, root, profile)
             # Capability a runner declares partial -> its own reasons.
             reasons = {_capability(d, runner): "; ".join(enforcement.reasons_for(d)) or d
                        for d in enforcement.degradations}
@@ -134,8 +134,12 @@ class Harness:
                               suid_helper=os.environ.get("DSH_CONFORMANCE_SUID"), is_root=os.geteuid() == 0,
                               supervisor_pid=os.getpid(), listeners=listeners)
                 gap = next((why for cap, why in reporting.items() if cap in scenario.covers), None)
+                limit = next((why for cap, why in limited.items() if cap in scenario.covers), None)
                 if gap is not None:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced", f"runner cannot report: {gap}")
+                elif limit is not None:
+                    result = ScenarioResult(scenario.id, runner, mode, "not-enforced",
+                                            f"runner declares a limitation: {limit}")
                 else:
                     result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners)
                 cell.results.append(result)
@@ -157,7 +161,8 @@ class Harness:
             shutil.rmtree(base, ignore_errors=True)
         return cell
 
-    def _context(self, runner: str, mode: str, root: Path, profile: Path) -> tuple[Any, Any, dict[str, str]]:
+    def _context(self, runner: str, mode: str, root: Path, profile: Path
+                 ) -> tuple[Any, Any, dict[str, str], dict[str, str]]:
         from dsh.sandbox.context import build_context
 
         def entries(accept: Iterable[str]) -> list[dict[str, Any]]:
@@ -179,11 +184,12 @@ class Harness:
                 raise SandboxUnavailable(probe.reason or "runner not available", runner=runner)
             enforcement = instance.enforcement(policy)
             reporting = dict(instance.reporting_gaps(policy))
+            limited = dict(instance.limitations(policy))
         finally:
             probe_ctx.close()
         # Accept what the runner declares partial so the rest of the catalog runs;
         # the scenarios that cover it are reported not-enforced.
-        return build_context(entries(enforcement.degradations)), enforcement, reporting
+        return build_context(entries(enforcement.degradations)), enforcement, reporting, limited
 
     def _scenario(self, ctx: Any, runner: str, mode: str, scenario: Scenario, env: HostEnv,
                   reasons: Mapping[str, str], tools: dict[str, bool], listeners: Listeners) -> ScenarioResult:

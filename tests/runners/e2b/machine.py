@@ -123,7 +123,9 @@ class Machine:
         go_r, go_w = os.pipe()
         info_r, info_w = os.pipe()
         binds = ["--bind", str(self.root), "/", "--ro-bind", "/usr", "/usr",
-                 "--ro-bind", "/etc", HOST_ETC, "--proc", "/proc", "--dev", "/dev"]
+                 "--ro-bind", "/etc", HOST_ETC, "--proc", "/proc", "--dev", "/dev",
+                 # As on an E2B VM: POSIX semaphores and shared memory (multiprocessing) work.
+                 "--perms", "1777", "--tmpfs", "/dev/shm"]
         prefix = Path(sys.base_prefix).resolve()
         if not str(prefix).startswith("/usr"):  # the test interpreter, as in the image
             binds += ["--ro-bind", str(prefix), str(prefix)]

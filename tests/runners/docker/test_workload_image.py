@@ -1,0 +1,116 @@
+"""What real work needs from the docker runner: an exec-able /tmp, and an image
+with python3-venv, a C toolchain, make and git (a Debian rootfs made by
+mmdebstrap) that falls back to the host copy when it cannot be built."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from dsh.runners.docker.client import connect, find_image
+from dsh.runners.docker.debian import PACKAGES, _host_suite, _user_lines, plan_debian
+from dsh.runners.docker.image import ROOTFS_LABEL, keep_existing
+from dsh.runners.docker.spec import build_spec
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.runner import ExitStatus
+
+from tests.runners.docker.helpers import docker_runner, policy, run
+
+
+@pytest.mark.parametrize("mode", [SandboxMode.READ_ONLY, SandboxMode.WORKSPACE_WRITE])
+def test_private_tmp_is_mounted_exec(workspace: Path, mode: SandboxMode) -> None:
+    spec = build_spec(policy(workspace, mode), image="i", user="1:1", pids=None, memory=None)
+    tmp = spec.docker_kwargs()["tmpfs"]["/tmp"].split(",")
+    assert "exec" in tmp and "noexec" not in tmp
+    assert "nosuid" in tmp and "nodev" in tmp
+    assert tmp[0] == ("ro" if mode is SandboxMode.READ_ONLY else "rw")
+
+
+def test_a_program_written_to_tmp_runs(workspace: Path) -> None:
+    script = "printf '#!/bin/sh\\necho ran-from-tmp\\n' > /tmp/t && chmod +x /tmp/t && /tmp/t"
+    with docker_runner() as runner:
+        result = run(runner, ["/bin/sh", "-c", script], policy(workspace))
+    assert result.status == ExitStatus(0), result.stderr
+    assert result.stdout == b"ran-from-tmp\n"
+
+
+def test_debian_plan_is_a_minbase_with_the_workload_tools(tmp_path: Path) -> None:
+    plan = plan_debian(env={"DSH_DEBIAN_MIRROR": "http://mirror.invalid/debian", "DSH_DEBIAN_SUITE": "trixie"})
+    argv = plan.argv(tmp_path / "rootfs.tar")
+    assert argv[0] == "mmdebstrap" and "--variant=minbase" in argv and "--format=tar" in argv
+    assert argv[-3:] == ["trixie", str(tmp_path / "rootfs.tar"), "http://mirror.invalid/debian"]
+    included = next(a for a in argv if a.startswith("--include=")).split("=", 1)[1].split(",")
+    for needed in ("python3", "python3-venv", "gcc", "libc6-dev", "make", "git", "procps", "util-linux"):
+        assert needed in included and needed in PACKAGES
+    hook = next(a for a in argv if a.startswith("--customize-hook=")).split("=", 1)[1]
+    for mountpoint in ("etc/hosts", "etc/hostname", "etc/resolv.conf"):
+        assert f'touch "$1/{mountpoint}"' in hook
+
+
+def test_debian_users_name_the_host_uid(tmp_path: Path) -> None:
+    assert _user_lines(0, 0, "root") == ((), ())
+    assert _user_lines(65534, 65534, "nobody") == ((), ())
+    passwd, group = _user_lines(1234, 1235, "dev")
+    assert passwd == ("dev:x:1234:1235:dev:/tmp:/bin/bash",) and group == ("dev:x:1235:",)
+    # The hook appends them with the line quoted for the shell, and runs as written.
+    root = tmp_path / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (root / "etc/group").write_text("root:x:0:\n")
+    plan = plan_debian()
+    hook = type(plan)(plan.suite, plan.mirror, plan.packages, passwd, group).customize_script()
+    subprocess.run(["sh", "-c", hook, "exec", str(root)], check=True)
+    assert (root / "etc/passwd").read_text().splitlines()[-1] == passwd[0]
+    assert (root / "etc/group").read_text().splitlines()[-1] == group[0]
+    assert (root / "etc/hosts").exists()
+
+
+def test_host_suite_follows_a_debian_host(tmp_path: Path) -> None:
+    release = tmp_path / "os-release"
+    release.write_text('ID=debian\nVERSION_CODENAME=trixie\n')
+    assert _host_suite(str(release)) == "trixie"
+    release.write_text('ID=ubuntu\nVERSION_CODENAME=noble\n')
+    assert _host_suite(str(release)) == "bookworm"
+    assert _host_suite(str(tmp_path / "missing")) == "bookworm"
+
+
+def test_if_missing_upgrades_only_a_host_copy_and_only_when_debian_can_be_built() -> None:
+    assert keep_existing("debian", "auto", debian_possible=True)
+    assert not keep_existing("host-copy", "auto", debian_possible=True)
+    assert keep_existing("host-copy", "auto", debian_possible=False)
+    assert keep_existing("host-copy", "host", debian_possible=True)
+
+
+def _build(tag: str, *extra: str, mirror: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dsh.sandbox", "image", "build", "--tag", tag, *extra],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "DSH_DEBIAN_MIRROR": mirror})
+
+
+def test_debian_build_failure_is_clear_and_auto_falls_back_to_the_host_copy(workspace: Path) -> None:
+    tag = "dsh-sandbox/runtime-test:fallback"
+    with docker_runner():
+        pass  # skips (or fails in CI) when the daemon is down
+    dead_mirror = "http://127.0.0.1:9/debian"  # nothing listens: mmdebstrap fails fast, offline
+    client = connect()
+    try:
+        strict = _build(tag, "--method", "debian", mirror=dead_mirror)
+        assert strict.returncode == 2, strict.stdout + strict.stderr
+        assert "mmdebstrap" in strict.stderr and "Traceback" not in strict.stderr
+        assert find_image(client, tag) is None
+        auto = _build(tag, mirror=dead_mirror)
+        assert auto.returncode == 0, auto.stderr
+        assert "falling back to a host copy" in auto.stdout or "mmdebstrap is not installed" in auto.stdout
+        image_id = find_image(client, tag)
+        assert image_id is not None
+        assert client.api.inspect_image(image_id)["Config"]["Labels"][ROOTFS_LABEL] == "host-copy"
+        with docker_runner({"image": tag}) as runner:
+            result = run(runner, ["/bin/bash", "-c", "echo fallback-ok"], policy(workspace))
+        assert result.stdout == b"fallback-ok\n"
+    finally:
+        if find_image(client, tag) is not None:
+            client.api.remove_image(tag, force=True)
+        client.close()
