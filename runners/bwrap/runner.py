@@ -2,7 +2,8 @@
 
 The sandbox sees the host read-only (``--ro-bind / /``), a fresh ``/dev`` (so
 ``/dev/null`` stays writable and ``/dev/shm`` is private) and ``/proc`` of its
-own pid namespace; the mounts of ``mounts.plan_mounts`` make the writable roots
+own pid namespace, its kernel tunables read-only and kernel leaks masked
+(``kernel``); the mounts of ``mounts.plan_mounts`` make the writable roots
 writable and keep protected, read-only and hidden paths as the policy says.
 
 Namespaces and privileges: a user namespace with further user namespaces
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.runners.bwrap.kernel import KernelCover, kernel_cover
 from dsh.runners.bwrap.lifecycle import SandboxLifecycle
 from dsh.runners.bwrap.limits import (
     BWRAP_OVERHEAD_PIDS,
@@ -66,6 +68,7 @@ class HostFacts:
     prlimit: str | None
     timeout: str | None
     shell: str
+    kernel: KernelCover
 
 
 @dataclass(frozen=True)
@@ -119,13 +122,15 @@ def probe_host(bwrap_option: str | None) -> HostFacts:
         prlimit=shutil.which("prlimit"),
         timeout=shutil.which("timeout"),
         shell=shutil.which("sh") or "/bin/sh",
+        kernel=kernel_cover(),
     )
     if bwrap is None:
         return HostFacts(None, None, False, f"bwrap not found; {INSTALL_HINT}", **facts)
     try:
         version = _run([bwrap, "--version"]).stdout.strip() or None
         true = shutil.which("true") or "/bin/true"
-        trial = _run([bwrap, *namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, true])
+        isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
+        trial = _run([bwrap, *isolation, true])
     except (OSError, subprocess.SubprocessError) as exc:
         return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
     if trial.returncode != 0:
@@ -244,6 +249,7 @@ class BwrapRunner(Runner):
             "ro-bind / / (everything read-only)",
             "dev /dev (fresh: /dev/null writable, /dev/shm private)",
             "proc /proc (own pid namespace)",
+            *facts.kernel.describe(),
             *(m.describe() for m in plan.mounts),
             "namespaces: user (nested disabled), pid, ipc, uts, cgroup" + ("" if policy.network else ", net"),
             "no capabilities, no_new_privs, new session (no controlling tty), die with parent",
@@ -297,6 +303,7 @@ class BwrapRunner(Runner):
                 "--info-fd",
                 str(life.info_write),
                 *BASE_MOUNTS,
+                *facts.kernel.args,
                 *opened.args,
                 "--chdir",
                 os.path.abspath(cwd),
