@@ -251,6 +251,7 @@ class BwrapRunner(Runner):
             "proc /proc (own pid namespace)",
             *facts.kernel.describe(),
             *(m.describe() for m in plan.mounts),
+            *plan.overridden,
             "namespaces: user (nested disabled), pid, ipc, uts, cgroup" + ("" if policy.network else ", net"),
             "no capabilities, no_new_privs, new session (no controlling tty), die with parent",
         ]

@@ -117,6 +117,10 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     roots: list[Path] = [policy.workspace]
     if writable:
         roots += [r for r in policy.writable_roots if r not in roots]
+    # Hidden wins over every other rule: nothing is bound at or below a hidden
+    # path, or the bind would put its contents back on top of the mask.
+    hidden = list(policy.hidden_paths) if mode is not SandboxMode.DANGER_FULL_ACCESS else []
+    roots = [r for r in roots if not any(_under(r, h) for h in hidden)]
     rw_roots: list[Path] = []
     for root in roots:
         if root in _RESERVED:
@@ -138,8 +142,8 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     if mode is not SandboxMode.DANGER_FULL_ACCESS:
         for path in (*policy.protected_paths, *policy.read_only_paths):
             enclosing = next((r for r in rw_roots if _under(path, r)), None)
-            if enclosing is None:
-                continue  # read-only or invisible already
+            if enclosing is None or any(_under(path, h) for h in hidden):
+                continue  # read-only, hidden or invisible already
             target = path
             why = "protected path"
             if not path.exists():
@@ -147,7 +151,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
                 placeholders.append(str(target))
                 why = f"protected path (missing: an empty read-only placeholder blocks {path.name})"
             mounts[str(target)] = MountSpec(str(target), "bind", True, str(target), why)
-        for path in policy.hidden_paths:
+        for path in hidden:
             if not any(_under(path, Path(m.target)) for m in mounts.values() if m.kind == "bind"):
                 continue  # not mounted at all: invisible
             if path.is_dir():
