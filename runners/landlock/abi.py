@@ -1,7 +1,7 @@
 """A small ctypes binding to the Landlock syscalls and ``prctl``.
 
 Only what the runner needs: the ABI version query, ruleset creation, path and
-port rules, ``landlock_restrict_self`` and ``PR_SET_NO_NEW_PRIVS``.  Constants
+port rules, ``landlock_restrict_self`` and a few ``prctl`` options.  Constants
 are the stable Linux uapi values (``linux/landlock.h``); the syscall numbers
 444-446 are the same on x86_64 and aarch64 (the "new syscall" range is shared).
 """
@@ -22,8 +22,6 @@ LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
 LANDLOCK_RULE_NET_PORT = 2
 
-PR_SET_NO_NEW_PRIVS = 38
-PR_SET_SECCOMP = 22
 
 # Filesystem rights, with the ABI that introduced each one.
 FS_RIGHTS: dict[str, tuple[int, int]] = {
@@ -179,18 +177,6 @@ def restrict_self(ruleset_fd: int) -> None:
     _check(result, "landlock_restrict_self")
 
 
-def set_no_new_privs() -> None:
-    """``prctl(PR_SET_NO_NEW_PRIVS, 1)``: per thread, inherited, irreversible."""
-    result = _prctl(
-        ctypes.c_int(PR_SET_NO_NEW_PRIVS),
-        ctypes.c_ulong(1),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-    )
-    _check(result, "prctl(PR_SET_NO_NEW_PRIVS)")
-
-
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 
@@ -246,19 +232,6 @@ def set_thread_name(name: str) -> None:
     pr_set_name = 15
     buffer = ctypes.create_string_buffer(name.encode()[:15])
     _prctl(ctypes.c_int(pr_set_name), buffer, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
-
-
-def prctl_seccomp_filter(prog: ctypes.c_void_p | ctypes._Pointer) -> None:  # type: ignore[type-arg]
-    """``prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog)`` on the calling thread."""
-    seccomp_mode_filter = 2
-    result = _prctl(
-        ctypes.c_int(PR_SET_SECCOMP),
-        ctypes.c_ulong(seccomp_mode_filter),
-        prog,
-        ctypes.c_ulong(0),
-        ctypes.c_ulong(0),
-    )
-    _check(result, "prctl(PR_SET_SECCOMP)")
 
 
 @dataclass(frozen=True)

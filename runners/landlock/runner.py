@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from dsh.runners.landlock import abi, seccomp
+from dsh.runners.landlock import abi
 from dsh.runners.landlock.limits import (
     CgroupSession,
     CommandCgroup,
@@ -20,6 +21,7 @@ from dsh.runners.landlock.limits import (
 )
 from dsh.runners.landlock.rules import Gap, ProtectedStrategy, RulePlan, build_ruleset, plan_rules
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
+from dsh.runners.linux import seccomp
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -28,20 +30,18 @@ from dsh.sandbox.runner import Argv, Enforcement, LocalLaunch, Runner, RunnerPla
 NAME = "landlock"
 
 
-def _restrict_current_thread(
-    ruleset_fd: int, arch: seccomp.Arch, block_network: bool, block_connect: bool, block_metadata: bool = False
-) -> None:
-    """Capabilities, no_new_privs, Landlock, then seccomp: on the calling thread only."""
+def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, syscalls: seccomp.SyscallPolicy) -> None:
+    """Capabilities, no_new_privs, Landlock, then seccomp: on the calling thread only.
+
+    The filter is compiled here, once per spawner thread: it names the
+    thread's own tid, which only exists now.
+    """
     if os.geteuid() == 0:
         abi.drop_bounding_capabilities()
-    abi.set_no_new_privs()
+    seccomp.set_no_new_privs()
     abi.restrict_self(ruleset_fd)
-    tid = threading.get_native_id()
-    program = seccomp.build_filter(
-        arch, block_network=block_network, guard_tid=tid, block_unix_connect=block_connect,
-        block_metadata=block_metadata,
-    )
-    seccomp.install(program)
+    guarded = dataclasses.replace(syscalls, guard_tid=threading.get_native_id())
+    seccomp.install(seccomp.compile_bpf(seccomp.rules(guarded), arch))
 
 
 _HARDENING = (
@@ -111,7 +111,8 @@ class LandlockRunner(Runner):
         try:
             fd = abi.create_ruleset(status.abi, abi.rights_for_abi(abi.FS_RIGHTS, status.abi), 0, 0)
             try:
-                trial = SpawnerThread("dsh-landlock-probe", lambda: _restrict_current_thread(fd, arch, True, True))
+                strict = seccomp.SyscallPolicy(read_only=True)
+                trial = SpawnerThread("dsh-landlock-probe", lambda: _restrict_current_thread(fd, arch, strict))
                 trial.stop()
             finally:
                 os.close(fd)
@@ -224,6 +225,15 @@ class LandlockRunner(Runner):
 
     # -- launching -------------------------------------------------------------
 
+    def _syscall_policy(self, policy: SandboxPolicy) -> seccomp.SyscallPolicy:
+        # No namespaces: the command shares the host's network, pid and IPC
+        # spaces, so the filter keeps it off what they would have isolated.
+        return seccomp.SyscallPolicy(
+            network=policy.network,
+            read_only=policy.mode is SandboxMode.READ_ONLY,
+            unix_sockets=self._unix_connect,
+        )
+
     def _spawner(self, policy: SandboxPolicy) -> SpawnerThread:
         with self._lock:
             if self._closed:
@@ -236,14 +246,12 @@ class LandlockRunner(Runner):
         if policy.constrained:
             plan = self._rule_plan(policy)
             arch = seccomp.native_arch()
-            block = not policy.network
             # Children share the spawner thread's domain, and the thread shares
             # this process's memory: keep them out of /proc/<pid>/{mem,environ}.
             abi.set_process_undumpable()
             fd = build_ruleset(plan)
-            connect = block and not self._unix_connect
-            metadata = policy.mode is SandboxMode.READ_ONLY
-            setup = lambda: _restrict_current_thread(fd, arch, block, connect, metadata)  # noqa: E731
+            syscalls = self._syscall_policy(policy)
+            setup = lambda: _restrict_current_thread(fd, arch, syscalls)  # noqa: E731
         try:
             spawner = SpawnerThread(f"dsh-landlock-{policy.mode.value}", setup)
         except SpawnerError as exc:

@@ -6,9 +6,10 @@ import errno
 from pathlib import Path
 
 import pytest
-from dsh.runners.landlock import LandlockRunner, abi, seccomp
+from dsh.runners.landlock import LandlockRunner, abi
 from dsh.runners.landlock.abi import interpret_abi_errno
 from dsh.runners.landlock.rules import DEGRADE_METADATA, DEGRADE_SCOPES, DEGRADE_TRUNCATE, plan_rules
+from dsh.runners.linux import seccomp, syscalls
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
 from dsh.sandbox.policy import ResourceLimits
 
@@ -52,21 +53,11 @@ def test_probe_unavailable_names_the_cause(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_unsupported_arch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(seccomp.platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(syscalls.platform, "machine", lambda: "riscv64")
     with pytest.raises(seccomp.UnsupportedArch):
         seccomp.native_arch()
     probe = LandlockRunner().probe()
     assert not probe.available and "riscv64" in (probe.reason or "")
-
-
-def test_seccomp_program_checks_arch_first() -> None:
-    for arch in seccomp.ARCHES.values():
-        program = seccomp.build_filter(arch, block_network=True)
-        assert program[0] == (0x20, 0, 0, 4)  # load seccomp_data.arch
-        assert program[1][0] == 0x15 and program[1][3] == arch.audit_arch
-        constants = {ins[3] for ins in program}
-        assert {arch.socket, arch.socketpair, 1} <= constants  # 1 = AF_UNIX
-        assert arch.socket not in {ins[3] for ins in seccomp.build_filter(arch, block_network=False)}
 
 
 def test_older_abis_drop_rights_and_report_gaps(layout: Layout) -> None:

@@ -1,0 +1,1 @@
+"""Linux support shared by the Linux runners (landlock, bwrap, docker): not a runner itself."""

@@ -1,0 +1,366 @@
+"""One seccomp rule model for every Linux runner, rendered by one compiler.
+
+``rules(SyscallPolicy(...))`` says, as data, which syscalls a constrained
+command may not make in the environment the policy describes; ``compile_bpf``
+renders the rules as a classic BPF program (installed on a thread by
+``install``, or handed to ``bwrap --seccomp FD`` as ``to_sock_filter_bytes``);
+other renderers (a Docker seccomp profile) read the same ``Rule`` values.
+
+Rule semantics: the rules of one syscall are tried in order; the first whose
+argument conditions all hold decides (``ALLOW`` or an errno); a syscall no rule
+matches is allowed.  Conditions compare the low 32 bits of an argument, masked:
+every argument the rules look at is an ``int``/``unsigned int`` (family, type,
+pid, ioctl command), and the kernel ignores the high half of those registers.
+Every program also checks the ``arch`` field first: a foreign ABI (i386 via
+``int 0x80``, x32) kills the process, so ``socketcall``/``ipc`` and the 32-bit
+tables cannot get around the numbers.
+
+Every constrained command gets:
+
+- ``io_uring_*`` refused (its SOCKET/OPENAT ops would bypass this filter);
+- ``keyctl``, ``add_key``, ``request_key`` refused: the user and session
+  keyrings are the host's (no namespace separates them);
+- ``TIOCSTI``/``TIOCLINUX`` refused (typing into the caller's terminal);
+- inode flag changes refused: ``FS_IOC_SETFLAGS`` (and its 32-bit number),
+  ``FS_IOC_FSSETXATTR`` and ``file_setattr``; no LSM mediates them on regular
+  files, so ``chattr +i``/``+a`` would otherwise work on any file the command
+  can open (its own, or root's as root);
+- ``read_only``: chmod/chown/utime/xattr changes refused (Landlock has no
+  right for metadata).
+
+With the network off, sockets: seccomp cannot read a sockaddr, so a
+``socket(AF_UNIX)`` can reach any host daemon's pathname socket (and, without a
+private network namespace, any abstract one, or squat an abstract name a host
+client will later connect to).  Hence:
+
+- without a private network namespace (Landlock): ``socket()`` is refused for
+  every family, ``connect()`` is refused, and ``socketpair()`` gives AF_UNIX
+  ``SOCK_STREAM``/``SOCK_SEQPACKET`` pairs only (a datagram socket could
+  ``sendto()`` any pathname socket on the host, connected or not);
+- in a private network namespace (bwrap, docker): ``AF_INET``/``AF_INET6``
+  (loopback only exists there) and ``AF_NETLINK`` with ``NETLINK_ROUTE`` (to
+  configure that loopback) stay allowed; every other family (``AF_VSOCK``
+  reaches the hypervisor, ``AF_PACKET``, other netlink protocols...) is refused;
+- ``unix_sockets``: the runner keeps host pathname sockets out of reach by other
+  means (its mount namespace) or the user asked for them (Landlock's
+  ``unix_connect = "allow"``): ``socket(AF_UNIX)`` with ``SOCK_STREAM`` or
+  ``SOCK_SEQPACKET`` is allowed, datagram still is not (the type is masked with
+  0xf: ``SOCK_RAW`` is mapped to ``SOCK_DGRAM`` for AF_UNIX).
+
+Local IPC that keeps working with the network off: pipes and FIFOs the command
+creates in a writable root, ``socketpair()`` (stream/seqpacket, e.g. Python's
+``multiprocessing.Pipe``), signals between its own processes, shared memory by
+``mmap(MAP_SHARED)`` of its own files; in a private network namespace also TCP
+and UDP on loopback (a test server); in a private IPC namespace also SysV IPC
+and POSIX message queues.  Not working without those namespaces: pathname and
+abstract unix sockets (servers the command starts itself included), SysV IPC,
+POSIX message queues, and whatever needs a writable ``/dev/shm`` (POSIX
+semaphores: ``multiprocessing.Pool``/``Lock``).
+
+Without a private pid namespace (Landlock), the command shares the host's pid
+space; Landlock's own ptrace restriction already keeps it from
+``ptrace``/``process_vm_*``/``kcmp``/``pidfd_getfd``/``process_madvise``/
+``migrate_pages``/``move_pages``/``get_robust_list``/``perf_event_open`` on
+host processes (all go through the ptrace access check, which a process
+outside the domain fails), and its signal scope (ABI 6) keeps it from
+``kill``/``tgkill``/``pidfd_send_signal``/``F_SETOWN`` SIGIO.  What no LSM hook
+of Landlock covers is refused here: ``prlimit64`` unless pid 0,
+``setpriority``/``ioprio_set`` unless (process, 0), ``sched_set*`` unless pid 0
+(so ``ulimit``, ``nice``, ``ionice``, ``taskset`` on the command itself work),
+SysV IPC and POSIX message queues (host-global without an IPC namespace;
+``shmdt`` stays: it only detaches from the caller's own address space, and
+``shmat`` is refused).  ``guard_tid``: the Landlock spawner thread shares the
+command's domain, so the scope does not protect it; every syscall that names a
+task by pid refuses that tid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import socket
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from dsh.runners.linux.syscalls import ARCHES, Arch, UnsupportedArch, native_arch
+
+__all__ = [
+    "ALLOW", "ARCHES", "Action", "Arch", "Arg", "Instruction", "Rule", "SyscallPolicy", "UnsupportedArch",
+    "compile_bpf", "install", "native_arch", "refuse", "rules", "set_no_new_privs", "to_sock_filter_bytes",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SyscallPolicy:
+    """What the command's environment is, as far as the syscall filter cares."""
+
+    network: bool = False
+    private_network: bool = False
+    private_pid: bool = False
+    private_ipc: bool = False
+    read_only: bool = False
+    unix_sockets: bool = False
+    guard_tid: int | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Literal["allow", "errno"]
+    errno: int = 0
+
+
+ALLOW = Action("allow")
+
+
+def refuse(err: int) -> Action:
+    return Action("errno", err)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """Condition ``(arg[index] & mask) == value`` (``!=`` with ``op="ne"``), low 32 bits."""
+
+    index: int
+    value: int
+    op: Literal["eq", "ne"] = "eq"
+    mask: int = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class Rule:
+    syscall: str
+    action: Action
+    args: tuple[Arg, ...] = ()
+
+
+EACCES = refuse(errno.EACCES)
+EPERM = refuse(errno.EPERM)
+ENOSYS = refuse(errno.ENOSYS)
+
+_TIOCSTI = 0x5412
+_TIOCLINUX = 0x541C
+_FS_IOC_SETFLAGS = 0x40086602  # _IOW('f', 2, long)
+_FS_IOC32_SETFLAGS = 0x40046602  # _IOW('f', 2, int): the compat number, same handler
+_FS_IOC_FSSETXATTR = 0x401C5820  # _IOW('X', 32, struct fsxattr)
+_FIOSETOWN = 0x8901
+_SIOCSPGRP = 0x8902
+_F_SETOWN = 8
+_F_SETOWN_EX = 15
+_PRIO_PROCESS = 0
+_IOPRIO_WHO_PROCESS = 1
+_NETLINK_ROUTE = 0
+_SOCK_TYPE_MASK = 0xF
+
+_IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
+_KEYRINGS = ("keyctl", "add_key", "request_key")
+_SYSV_IPC = ("shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semctl",
+             "semtimedop")  # fmt: skip
+_MQUEUE = ("mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr")
+_METADATA = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime", "utimes",
+             "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
+             "fremovexattr", "setxattrat", "removexattrat")  # fmt: skip
+# (syscall, index of its pid/tid argument) for the spawner-thread guard.
+_PID_ARGS = (("kill", 0), ("tkill", 0), ("rt_sigqueueinfo", 0), ("pidfd_open", 0), ("tgkill", 1),
+             ("rt_tgsigqueueinfo", 1), ("ptrace", 1), ("process_vm_readv", 0), ("process_vm_writev", 0))  # fmt: skip
+_OWN_PID_ONLY = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
+
+
+def _unix_pair_types(syscall: str) -> tuple[Rule, ...]:
+    return tuple(
+        Rule(syscall, ALLOW, (Arg(0, socket.AF_UNIX), Arg(1, kind, mask=_SOCK_TYPE_MASK)))
+        for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET)
+    )
+
+
+def _socket_rules(policy: SyscallPolicy) -> Iterable[Rule]:
+    if policy.network:
+        return
+    if policy.private_network:
+        yield Rule("socket", ALLOW, (Arg(0, socket.AF_INET),))
+        yield Rule("socket", ALLOW, (Arg(0, socket.AF_INET6),))
+        yield Rule("socket", ALLOW, (Arg(0, socket.AF_NETLINK), Arg(2, _NETLINK_ROUTE)))
+    if policy.unix_sockets:
+        yield from _unix_pair_types("socket")
+    yield Rule("socket", EACCES)
+    yield from _unix_pair_types("socketpair")
+    yield Rule("socketpair", EACCES)
+    if not policy.private_network and not policy.unix_sockets:
+        # Only socketpairs (already connected) can exist; an inherited
+        # unconnected socket must not reach a host daemon either.
+        yield Rule("connect", EACCES)
+
+
+def _process_rules(policy: SyscallPolicy) -> Iterable[Rule]:
+    if not policy.private_pid:
+        yield from (Rule(name, ENOSYS) for name in ("pidfd_send_signal", "pidfd_getfd"))
+        for name in _OWN_PID_ONLY:
+            yield Rule(name, ALLOW, (Arg(0, 0),))
+            yield Rule(name, EPERM)
+        yield Rule("setpriority", ALLOW, (Arg(0, _PRIO_PROCESS), Arg(1, 0)))
+        yield Rule("setpriority", EPERM)
+        yield Rule("ioprio_set", ALLOW, (Arg(0, _IOPRIO_WHO_PROCESS), Arg(1, 0)))
+        yield Rule("ioprio_set", EPERM)
+    tid = policy.guard_tid
+    if tid is not None:
+        yield from (Rule(name, EPERM, (Arg(index, tid),)) for name, index in _PID_ARGS)
+        yield Rule("fcntl", EPERM, (Arg(1, _F_SETOWN_EX),))  # the owner is behind a pointer
+        yield Rule("fcntl", EPERM, (Arg(1, _F_SETOWN), Arg(2, tid)))
+
+
+def _ioctl_rules(policy: SyscallPolicy) -> Iterable[Rule]:
+    commands = [_TIOCSTI, _TIOCLINUX, _FS_IOC_SETFLAGS, _FS_IOC32_SETFLAGS, _FS_IOC_FSSETXATTR]
+    if policy.guard_tid is not None:
+        commands += [_FIOSETOWN, _SIOCSPGRP]  # SIGIO owners: the pid is behind a pointer
+    return (Rule("ioctl", EPERM, (Arg(1, cmd),)) for cmd in commands)
+
+
+def rules(policy: SyscallPolicy) -> tuple[Rule, ...]:
+    """The rules for a constrained command in the environment ``policy`` describes."""
+    out: list[Rule] = [Rule(name, ENOSYS) for name in _IO_URING]
+    out += (Rule(name, EPERM) for name in _KEYRINGS)
+    out += _ioctl_rules(policy)
+    out.append(Rule("file_setattr", EPERM))
+    if policy.read_only:
+        out += (Rule(name, EPERM) for name in _METADATA)
+    if not policy.private_ipc:
+        out += (Rule(name, EPERM) for name in _SYSV_IPC + _MQUEUE)
+    out += _socket_rules(policy)
+    out += _process_rules(policy)
+    return tuple(out)
+
+
+# -- the classic BPF compiler ------------------------------------------------
+
+Instruction = tuple[int, int, int, int]  # struct sock_filter: code, jt, jf, k
+
+_LD_W_ABS = 0x20
+_ALU_AND_K = 0x54
+_JA = 0x05
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_RET_K = 0x06
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+_RET_ALLOW = 0x7FFF0000
+# struct seccomp_data: nr, arch, instruction_pointer, args[6] (little endian
+# on both supported arches: the low half of args[i] is at 16 + 8 * i).
+_OFF_NR = 0
+_OFF_ARCH = 4
+_OFF_ARGS = 16
+_X32_SYSCALL_BIT = 0x40000000
+
+
+class _Program:
+    """A tiny assembler: instructions with symbolic forward jump targets."""
+
+    def __init__(self) -> None:
+        self._ops: list[tuple[int, str | int, str | int, int]] = []
+        self._labels: dict[str, int] = {}
+
+    def label(self, name: str) -> None:
+        self._labels[name] = len(self._ops)
+
+    def op(self, code: int, k: int, if_true: str | int = 0, if_false: str | int = 0) -> None:
+        self._ops.append((code, if_true, if_false, k))
+
+    def assemble(self) -> tuple[Instruction, ...]:
+        return tuple(
+            (code, self._offset(i, jt), self._offset(i, jf), k) for i, (code, jt, jf, k) in enumerate(self._ops)
+        )
+
+    def _offset(self, index: int, target: str | int) -> int:
+        if isinstance(target, int):
+            return target  # relative already (0 = next instruction)
+        delta = self._labels[target] - index - 1
+        if not 0 <= delta <= 255:
+            raise ValueError(f"BPF jump to {target} out of range")
+        return delta
+
+
+def _ret(action: Action) -> int:
+    return _RET_ALLOW if action.kind == "allow" else _RET_ERRNO | (action.errno & 0xFFFF)
+
+
+def _grouped(ruleset: Sequence[Rule]) -> dict[str, list[Rule]]:
+    groups: dict[str, list[Rule]] = {}
+    for rule in ruleset:
+        groups.setdefault(rule.syscall, []).append(rule)
+    return groups
+
+
+def compile_bpf(ruleset: Sequence[Rule], arch: Arch) -> tuple[Instruction, ...]:
+    """The rules as a classic BPF program for ``arch``; unknown syscall names raise."""
+    p = _Program()
+    # The kills come first: a jump to the end of a long program is out of range.
+    p.op(_LD_W_ABS, _OFF_ARCH)
+    p.op(_JEQ_K, arch.audit_arch, 1, 0)
+    p.op(_RET_K, _RET_KILL_PROCESS)
+    p.op(_LD_W_ABS, _OFF_NR)
+    if arch.has_x32:
+        p.op(_JGE_K, _X32_SYSCALL_BIT, 0, 1)
+        p.op(_RET_K, _RET_KILL_PROCESS)
+    for g, (name, group) in enumerate(_grouped(ruleset).items()):
+        nr = arch.number(name)
+        if nr is None:
+            continue
+        p.op(_JEQ_K, nr, 0, f"g{g}")
+        for r, rule in enumerate(group):
+            miss = f"g{g}r{r}"
+            for arg in rule.args:
+                p.op(_LD_W_ABS, _OFF_ARGS + 8 * arg.index)
+                if arg.mask != 0xFFFFFFFF:
+                    p.op(_ALU_AND_K, arg.mask)
+                hit, other = (0, miss) if arg.op == "eq" else (miss, 0)
+                p.op(_JEQ_K, arg.value & 0xFFFFFFFF, hit, other)
+            p.op(_RET_K, _ret(rule.action))
+            p.label(miss)
+        p.op(_RET_K, _RET_ALLOW)
+        p.label(f"g{g}")
+    p.op(_RET_K, _RET_ALLOW)
+    return p.assemble()
+
+
+def to_sock_filter_bytes(program: Sequence[Instruction]) -> bytes:
+    """The program as an array of ``struct sock_filter`` (what ``bwrap --seccomp FD`` reads)."""
+    return b"".join(struct.pack("=HBBI", *ins) for ins in program)
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_prctl = _libc.prctl
+_prctl.restype = ctypes.c_int
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
+
+
+def _prctl_checked(option: int, arg2: int, arg3: ctypes._Pointer[_SockFprog] | None, what: str) -> None:
+    third = arg3 if arg3 is not None else ctypes.c_ulong(0)
+    if _prctl(ctypes.c_int(option), ctypes.c_ulong(arg2), third, ctypes.c_ulong(0), ctypes.c_ulong(0)) < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def set_no_new_privs() -> None:
+    """``prctl(PR_SET_NO_NEW_PRIVS, 1)``: per thread, inherited, irreversible."""
+    _prctl_checked(_PR_SET_NO_NEW_PRIVS, 1, None, "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def install(program: Sequence[Instruction]) -> None:
+    """Install ``program`` on the calling thread only (no TSYNC); needs no_new_privs first.
+
+    Every process the thread forks afterwards inherits the filter.
+    """
+    array = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    fprog = _SockFprog(len(program), ctypes.cast(array, ctypes.POINTER(_SockFilter)))
+    _prctl_checked(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.pointer(fprog), "prctl(PR_SET_SECCOMP)")
