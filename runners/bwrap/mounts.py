@@ -16,12 +16,11 @@ by path depth so a more specific rule always lands on top of a broader one:
 - ``mask-dir`` / ``mask-file``: a hidden path, covered by an empty read-only
   tmpfs or by ``/dev/null``.  Hidden wins over every other rule: nothing is
   bound at or below a hidden path (a protected ``.env`` that is also hidden
-  stays unreadable), and ``explain`` lists the rules it overrides;
-- ``mask-file`` over every pathname unix socket bound on the host when the
-  sandbox starts (``/proc/net/unix``): a read-only view does not stop
-  ``connect()`` to a socket, and a socket such as ``/run/docker.sock`` or a
-  tmux server's is a way out of any sandbox.  (Abstract sockets are cut off by
-  the network namespace.)
+  stays unreadable), and ``explain`` lists the rules it overrides.
+
+A read-only view does not stop ``connect()`` to a unix socket: host sockets
+are kept out of reach by the syscall filter (``filter``), not by mounts, so
+nothing here depends on which sockets exist when the sandbox starts.
 
 ``plan_mounts`` only inspects the filesystem; ``open_mounts`` (in
 ``materialize``) opens every bind source as an ``O_PATH`` fd and passes it with
@@ -195,30 +194,6 @@ def first_missing(path: str) -> str:
     return path
 
 
-#: Trees bwrap replaces with fresh mounts: sockets there are not reachable anyway.
-_FRESH_TREES = ("/dev", "/proc")
-
-
-def host_unix_sockets(table: str = "/proc/net/unix") -> list[str]:
-    """Canonical paths of the pathname unix sockets bound in this network namespace."""
-    try:
-        with open(table, encoding="utf-8", errors="surrogateescape") as fh:
-            lines = fh.read().splitlines()[1:]
-    except OSError:
-        return []
-    found: dict[str, None] = {}
-    for line in lines:
-        fields = line.split(None, 7)
-        if len(fields) == 8 and fields[7].startswith("/"):
-            real = os.path.realpath(fields[7])
-            try:
-                if stat.S_ISSOCK(os.lstat(real).st_mode):
-                    found[real] = None
-            except OSError:
-                continue  # bound in another mount namespace, or removed since
-    return list(found)
-
-
 def _roots(policy: SandboxPolicy) -> list[str]:
     if policy.mode is not SandboxMode.WORKSPACE_WRITE:
         return []
@@ -246,11 +221,6 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
                 planner.add("bind", path, "writable root")
         else:
             planner.keep_read_only(path, intent)
-    masked_dirs = [m.path for m in planner.mounts.values() if m.kind == "mask-dir"]
-    for sock in host_unix_sockets():
-        if any(is_within(sock, t) for t in (*_FRESH_TREES, *masked_dirs)):
-            continue  # not visible in the sandbox: nothing to cover
-        planner.add("mask-file", sock, "host unix socket")
     mounts = sorted(planner.mounts.values(), key=lambda m: (depth(m.path), _RANK[m.kind], m.path))
     return MountPlan(tuple(mounts), _dedupe(planner.degradations), tuple(dict.fromkeys(planner.overridden)))
 

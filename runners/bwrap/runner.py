@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.runners.bwrap import filter as syscall_filter
+from dsh.runners.bwrap.filter import SyscallFilter, build_filter
 from dsh.runners.bwrap.kernel import KernelCover, kernel_cover
 from dsh.runners.bwrap.lifecycle import SandboxLifecycle
 from dsh.runners.bwrap.limits import (
@@ -69,6 +71,7 @@ class HostFacts:
     timeout: str | None
     shell: str
     kernel: KernelCover
+    syscalls: SyscallFilter
 
 
 @dataclass(frozen=True)
@@ -100,8 +103,13 @@ BASE_MOUNTS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return _run_with(argv)
+
+
+def _run_with(argv: list[str], *pass_fds: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv,
+        pass_fds=pass_fds,
         capture_output=True,
         text=True,
         errors="replace",
@@ -123,6 +131,7 @@ def probe_host(bwrap_option: str | None) -> HostFacts:
         timeout=shutil.which("timeout"),
         shell=shutil.which("sh") or "/bin/sh",
         kernel=kernel_cover(),
+        syscalls=build_filter(),
     )
     if bwrap is None:
         return HostFacts(None, None, False, f"bwrap not found; {INSTALL_HINT}", **facts)
@@ -130,7 +139,14 @@ def probe_host(bwrap_option: str | None) -> HostFacts:
         version = _run([bwrap, "--version"]).stdout.strip() or None
         true = shutil.which("true") or "/bin/true"
         isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
-        trial = _run([bwrap, *isolation, true])
+        if facts["syscalls"].memfd is not None:
+            trial_fd = facts["syscalls"].open_for_launch()
+            try:
+                trial = _run_with([bwrap, *isolation, "--seccomp", str(trial_fd), true], trial_fd)
+            finally:
+                os.close(trial_fd)
+        else:
+            trial = _run([bwrap, *isolation, true])
     except (OSError, subprocess.SubprocessError) as exc:
         return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
     if trial.returncode != 0:
@@ -227,8 +243,15 @@ class BwrapRunner(Runner):
         if not policy.constrained:
             return Enforcement.full()
         plan = plan_mounts(policy)
+        facts = self.facts()
         gaps = [(d.name, d.message) for d in plan.degradations]
-        gaps += [(g.degradation, g.message) for g in limit_gaps(policy.limits, self.facts())]
+        gaps += [(g.degradation, g.message) for g in limit_gaps(policy.limits, facts)]
+        if facts.works and facts.syscalls.memfd is None:
+            gaps.append((
+                syscall_filter.DEGRADATION,
+                f"no seccomp filter ({facts.syscalls.reason}): keyrings, io_uring, AF_VSOCK, netlink "
+                "and host unix sockets stay reachable",
+            ))
         if not gaps:
             return Enforcement.full()
         return Enforcement.partial(gaps)
@@ -254,6 +277,7 @@ class BwrapRunner(Runner):
             *plan.overridden,
             "namespaces: user (nested disabled), pid, ipc, uts, cgroup" + ("" if policy.network else ", net"),
             "no capabilities, no_new_privs, new session (no controlling tty), die with parent",
+            syscall_filter.describe(),
         ]
         network = "on: host network shared" if policy.network else "off: --unshare-net (own loopback only)"
         cannot = [msg for msg in self.enforcement(policy).missing]
@@ -288,14 +312,20 @@ class BwrapRunner(Runner):
                 f"(a profile may accept this with accept_degraded = [{names}])",
                 runner=self.name,
             )
-        group = self._cgroup(policy.limits, facts)
+        filter_fd = -1
+        if policy.constrained and facts.syscalls.memfd is not None:
+            filter_fd = facts.syscalls.open_for_launch()
+        group = None
         try:
+            group = self._cgroup(policy.limits, facts)
             opened = open_mounts(plan_mounts(policy)) if policy.constrained else OpenedMounts()
         except BaseException:
             if group is not None:
                 group.remove()
+            if filter_fd != -1:
+                os.close(filter_fd)
             raise
-        life = SandboxLifecycle(opened, group, bwrap=policy.constrained)
+        life = SandboxLifecycle(opened, group, bwrap=policy.constrained, seccomp_fd=filter_fd)
         inner: list[str] = []
         if policy.constrained:
             inner = [
@@ -306,6 +336,7 @@ class BwrapRunner(Runner):
                 *BASE_MOUNTS,
                 *facts.kernel.args,
                 *opened.args,
+                *(["--seccomp", str(filter_fd)] if filter_fd != -1 else []),
                 "--chdir",
                 os.path.abspath(cwd),
                 "--",
