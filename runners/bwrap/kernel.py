@@ -1,23 +1,27 @@
 """Kernel interfaces inside a bwrap sandbox: read-only tunables, masked leaks.
 
 A caller that is root stays host uid 0 inside the sandbox (bwrap maps uid 0 to
-itself), and permission to write a sysctl is decided by that uid and the file
-mode, not by a capability: a fresh ``/proc`` would leave every host-global
-tunable (``kernel.core_pattern`` runs a program as host root) writable even
-with every capability dropped.  So, after ``--proc``:
+itself), and permission to write a sysctl, ``/proc/sysrq-trigger`` or
+``/proc/acpi/wakeup`` is decided by that uid and the file mode, not by a
+capability: a fresh ``/proc`` leaves every host-global tunable
+(``kernel.core_pattern`` runs a program as host root) writable even with
+every capability dropped.  So, after ``--proc``:
 
-- ``/proc/sys``, ``/proc/sysrq-trigger``, ``/proc/irq``, ``/proc/bus`` and
-  ``/proc/fs`` are bound read-only.  The source is the host's procfs, which is
-  equivalent: a sysctl's value comes from the namespaces of the process that
-  reads it (its own network, IPC and UTS namespaces), not from the mount;
-- files that leak kernel state or other users' secrets (``/proc/kcore``,
-  ``/proc/keys``, ``/proc/timer_list``, ...) are covered by ``/dev/null`` and
-  directories such as ``/proc/acpi`` or ``/sys/firmware`` by an empty read-only
-  tmpfs.
+- files that leak other processes' or users' state without any capability
+  (``/proc/keys``, ``/proc/timer_list``, ...) are covered by ``/dev/null``, and
+  directories root could read (``/sys/firmware`` with the ACPI tables, debugfs
+  where mounted) by an empty read-only tmpfs;
+- the whole ``/proc`` mount is remounted read-only: one operation covers
+  ``/proc/sys``, ``sysrq-trigger``, ``irq``, ``bus``, ``fs``, ``acpi``,
+  ``pressure``... whatever this kernel has, instead of a list that misses the
+  next one.  Writes through ``/proc/self/fd/N`` still reach the file behind the
+  fd (the magic link leaves this mount); what stops working is writing the
+  command's own ``/proc/PID`` knobs (``oom_score_adj``, ``coredump_filter``).
 
 ``/sys`` and every mount below it (cgroupfs included) is read-only already:
 ``--ro-bind / /`` remounts each submount read-only, and bwrap fails rather than
-leave one writable.
+leave one writable.  ``/proc/kcore`` and ``/proc/kmsg`` need capabilities the
+command does not have.
 
 Running root's command as another uid would not help: the uid bwrap shows
 inside is mapped back to the caller's, so files would still be written as host
@@ -26,7 +30,9 @@ The defence is therefore no capability in any set (``--cap-drop ALL``), no new
 privileges, and no writable kernel interface.
 
 Which entries exist depends on the kernel: the list is built once per runner
-from the host's ``/proc`` and ``/sys`` (bwrap cannot mount over a missing one).
+from the host's ``/proc`` and ``/sys`` (bwrap cannot mount over a missing one;
+an empty directory has nothing to mask).  Every mount costs bwrap a scan of
+its mount table, hence one remount rather than one bind per tunable.
 """
 
 from __future__ import annotations
@@ -34,28 +40,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-#: Tunables and control files: visible, but never writable.
-READ_ONLY = (
-    "/proc/sys",
-    "/proc/sysrq-trigger",
-    "/proc/irq",
-    "/proc/bus",
-    "/proc/fs",
-)
-
-#: Kernel memory, keys, timers and firmware: not even readable.
-MASKED = (
-    "/proc/acpi",
-    "/proc/asound",
-    "/proc/kcore",
+#: Readable by anyone, about everyone: masked.
+MASKED_FILES = (
     "/proc/keys",
     "/proc/key-users",
-    "/proc/kmsg",
     "/proc/latency_stats",
     "/proc/sched_debug",
-    "/proc/scsi",
     "/proc/timer_list",
     "/proc/timer_stats",
+)
+
+#: Readable by root (the caller's uid): masked when not empty.
+MASKED_DIRS = (
     "/sys/firmware",
     "/sys/devices/virtual/powercap",
     "/sys/kernel/debug",
@@ -66,32 +62,36 @@ MASKED = (
 
 @dataclass(frozen=True)
 class KernelCover:
-    """The bwrap arguments (after ``--proc /proc``) and what they cover."""
+    """The bwrap arguments (after ``--proc /proc``) and what they mask."""
 
     args: tuple[str, ...]
-    read_only: tuple[str, ...]
     masked: tuple[str, ...]
 
     def describe(self) -> list[str]:
         return [
-            "kernel interfaces read-only: " + ", ".join(self.read_only) + "; /sys and cgroupfs read-only",
+            "remount-ro /proc (every kernel tunable and control file read-only); /sys and cgroupfs read-only",
             "masked (unreadable): " + ", ".join(self.masked),
         ]
+
+
+def _non_empty_dir(path: str) -> bool:
+    try:
+        return os.path.isdir(path) and bool(os.listdir(path))
+    except OSError:
+        return True  # cannot look inside: mask it
 
 
 def kernel_cover() -> KernelCover:
     """Arguments covering the kernel interfaces this host has."""
     args: list[str] = []
-    read_only = [p for p in READ_ONLY if os.path.lexists(p)]
-    for path in read_only:
-        args += ["--ro-bind", path, path]
     masked: list[str] = []
-    for path in MASKED:
-        if os.path.isdir(path):
-            args += ["--tmpfs", path, "--remount-ro", path]
-        elif os.path.lexists(path):
+    for path in MASKED_FILES:
+        if os.path.lexists(path):
             args += ["--ro-bind", "/dev/null", path]
-        else:
-            continue
-        masked.append(path)
-    return KernelCover(tuple(args), tuple(read_only), tuple(masked))
+            masked.append(path)
+    for path in MASKED_DIRS:
+        if _non_empty_dir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+            masked.append(path)
+    args += ["--remount-ro", "/proc"]
+    return KernelCover(tuple(args), tuple(masked))
