@@ -14,10 +14,12 @@ exist in the container, which is stricter than the local runners' read-only.
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -55,6 +57,13 @@ class ContainerSpec:
     # Missing protected paths get an empty directory created on the host as a
     # read-only mountpoint (a bind needs one); removed at close if still empty.
     placeholders: tuple[str, ...] = ()
+    # The daemon's machine (``uname -m``) for the seccomp profile of a
+    # constrained mode; ``None``: Docker's default profile (danger-full-access).
+    syscall_machine: str | None = None
+
+    @property
+    def seccomp_profile(self) -> str | None:
+        return container_profile(self.syscall_machine) if self.syscall_machine else None
 
     def docker_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``client.containers.create`` (SDK types built lazily)."""
@@ -76,7 +85,8 @@ class ContainerSpec:
             "network_mode": self.network_mode,
             "read_only": self.read_only_root,
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
+            "security_opt": ["no-new-privileges",
+                             *([f"seccomp={self.seccomp_profile}"] if self.seccomp_profile else [])],
             "user": self.user,
             "init": True,
         }
@@ -105,7 +115,7 @@ def _highest_missing(path: Path, root: Path) -> Path:
 
 
 def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
-               memory: int | None) -> ContainerSpec:
+               memory: int | None, machine: str | None = None) -> ContainerSpec:
     mode = policy.mode
     writable = mode is not SandboxMode.READ_ONLY
     mounts: dict[str, MountSpec] = {
@@ -170,6 +180,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
         mem_limit=limits.max_memory_bytes if limits.max_memory_bytes is not None else memory,
         fsize_limit=limits.max_file_size_bytes,
         placeholders=tuple(sorted(set(placeholders))),
+        syscall_machine=None if full else machine or platform.machine(),
     )
 
 
