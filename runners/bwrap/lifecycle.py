@@ -42,11 +42,14 @@ def _sandbox_init(info: bytes) -> tuple[int, int | None] | None:
 
 
 class SandboxLifecycle:
-    """Owns what one launch holds open: mounts' fds, the info pipe, the cgroup."""
+    """Owns what one launch holds open: mounts' fds, the info pipe, the filter fd, the cgroup."""
 
-    def __init__(self, opened: OpenedMounts, group: SandboxCgroup | None, *, bwrap: bool = True) -> None:
+    def __init__(
+        self, opened: OpenedMounts, group: SandboxCgroup | None, *, bwrap: bool = True, seccomp_fd: int = -1
+    ) -> None:
         self.opened = opened
         self.group = group
+        self.seccomp_fd = seccomp_fd
         self._info_read = self.info_write = -1
         if bwrap:  # a pipe for bwrap's --info-fd
             self._info_read, self.info_write = os.pipe2(os.O_CLOEXEC)
@@ -57,7 +60,8 @@ class SandboxLifecycle:
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
-        return (*self.opened.fds, *([self.info_write] if self.info_write != -1 else []))
+        extra = [fd for fd in (self.info_write, self.seccomp_fd) if fd != -1]
+        return (*self.opened.fds, *extra)
 
     def _sandbox_init(self) -> tuple[int, int | None] | None:
         """Host pid of the sandbox's pid 1, waiting (bounded) for bwrap to report it.
@@ -135,10 +139,10 @@ class SandboxLifecycle:
                 return
             self._closed = True
         self.opened.close()
-        for fd in (self._info_read, self.info_write):
+        for fd in (self._info_read, self.info_write, self.seccomp_fd):
             if fd != -1:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.info_write = -1
+        self.info_write = self.seccomp_fd = -1
         if self.group is not None:
             self.group.remove()

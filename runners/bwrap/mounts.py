@@ -14,12 +14,13 @@ by path depth so a more specific rule always lands on top of a broader one:
   ``mv sub sub2 && mkdir -p sub/.git`` cannot move the protected path aside and
   create an unprotected one at its old name;
 - ``mask-dir`` / ``mask-file``: a hidden path, covered by an empty read-only
-  tmpfs or by ``/dev/null``;
-- ``mask-file`` over every pathname unix socket bound on the host when the
-  sandbox starts (``/proc/net/unix``): a read-only view does not stop
-  ``connect()`` to a socket, and a socket such as ``/run/docker.sock`` or a
-  tmux server's is a way out of any sandbox.  (Abstract sockets are cut off by
-  the network namespace.)
+  tmpfs or by ``/dev/null``.  Hidden wins over every other rule: nothing is
+  bound at or below a hidden path (a protected ``.env`` that is also hidden
+  stays unreadable), and ``explain`` lists the rules it overrides.
+
+A read-only view does not stop ``connect()`` to a unix socket: host sockets
+are kept out of reach by the syscall filter (``filter``), not by mounts, so
+nothing here depends on which sockets exist when the sandbox starts.
 
 ``plan_mounts`` only inspects the filesystem; ``open_mounts`` (in
 ``materialize``) opens every bind source as an ``O_PATH`` fd and passes it with
@@ -82,6 +83,8 @@ class Degradation:
 class MountPlan:
     mounts: tuple[Mount, ...]
     degradations: tuple[Degradation, ...] = ()
+    #: Rules a hidden path overrides, for ``explain``.
+    overridden: tuple[str, ...] = ()
 
 
 def depth(path: str) -> int:
@@ -99,9 +102,23 @@ def ancestors(path: str) -> list[str]:
 
 
 class _Planner:
-    def __init__(self) -> None:
+    def __init__(self, hidden: Iterable[str] = ()) -> None:
         self.mounts: dict[str, Mount] = {}
         self.degradations: list[Degradation] = []
+        self.hidden = tuple(hidden)
+        self.overridden: list[str] = []
+
+    def hidden_over(self, path: str, intent: str) -> bool:
+        """Is ``path`` a hidden path or inside one?  Hidden wins over every other rule.
+
+        Binding a protected, read-only or writable path inside a hidden tree
+        would put its contents back on top of the mask.
+        """
+        cover = next((h for h in self.hidden if is_within(path, h)), None)
+        if cover is None:
+            return False
+        self.overridden.append(f"{intent} {path}: inside hidden {cover} (hidden wins: not mounted)")
+        return True
 
     def writable_at(self, path: str) -> bool:
         """Is ``path`` writable under the mounts planned so far (deepest wins)?"""
@@ -112,7 +129,9 @@ class _Planner:
         return best is not None and best.writable
 
     def add(self, kind: MountKind, path: str, why: str) -> None:
-        if path not in self.mounts:
+        # On one path the more restrictive rule wins: read-only over writable.
+        old = self.mounts.get(path)
+        if old is None or _RANK[old.kind] < _RANK[kind]:
             self.mounts[path] = Mount(kind, path, why)
 
     def pin_ancestors(self, path: str, why: str) -> None:
@@ -125,6 +144,8 @@ class _Planner:
         """A protected or read-only path: existing, missing or behind a symlink."""
         path = os.path.abspath(raw)
         real = os.path.realpath(path)
+        if self.hidden_over(path, why) or self.hidden_over(real, why):
+            return
         if real != path:
             # Some component is a symlink: protect what it points at; the link
             # itself stays replaceable (mount(2) follows a trailing symlink).
@@ -173,30 +194,6 @@ def first_missing(path: str) -> str:
     return path
 
 
-#: Trees bwrap replaces with fresh mounts: sockets there are not reachable anyway.
-_FRESH_TREES = ("/dev", "/proc")
-
-
-def host_unix_sockets(table: str = "/proc/net/unix") -> list[str]:
-    """Canonical paths of the pathname unix sockets bound in this network namespace."""
-    try:
-        with open(table, encoding="utf-8", errors="surrogateescape") as fh:
-            lines = fh.read().splitlines()[1:]
-    except OSError:
-        return []
-    found: dict[str, None] = {}
-    for line in lines:
-        fields = line.split(None, 7)
-        if len(fields) == 8 and fields[7].startswith("/"):
-            real = os.path.realpath(fields[7])
-            try:
-                if stat.S_ISSOCK(os.lstat(real).st_mode):
-                    found[real] = None
-            except OSError:
-                continue  # bound in another mount namespace, or removed since
-    return list(found)
-
-
 def _roots(policy: SandboxPolicy) -> list[str]:
     if policy.mode is not SandboxMode.WORKSPACE_WRITE:
         return []
@@ -209,29 +206,23 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     intents += [(r, 0, "root") for r in _roots(policy)]
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
-    intents += [(str(p), 2, "hidden") for p in policy.hidden_paths]
-    planner = _Planner()
+    hidden = [os.path.realpath(p) for p in policy.hidden_paths]
+    planner = _Planner(h for h in hidden if os.path.lexists(h))
+    for real in planner.hidden:
+        kind: MountKind = "mask-dir" if os.path.isdir(real) else "mask-file"
+        planner.add(kind, real, "hidden")
     for path, _rank, intent in sorted(intents, key=lambda i: (depth(i[0]), i[1], i[0])):
         if intent == "root":
             # A root nested in another writable root is writable already; bind it
-            # only when a read-only or hidden rule above it would hide that.
+            # only when a read-only rule above it would hide that.
+            if planner.hidden_over(path, "writable root"):
+                continue
             if os.path.isdir(path) and not planner.writable_at(path):
                 planner.add("bind", path, "writable root")
-        elif intent == "hidden":
-            real = os.path.realpath(path)
-            if os.path.isdir(real):
-                planner.add("mask-dir", real, "hidden")
-            elif os.path.lexists(real):
-                planner.add("mask-file", real, "hidden")
         else:
             planner.keep_read_only(path, intent)
-    masked_dirs = [m.path for m in planner.mounts.values() if m.kind == "mask-dir"]
-    for sock in host_unix_sockets():
-        if any(is_within(sock, t) for t in (*_FRESH_TREES, *masked_dirs)):
-            continue  # not visible in the sandbox: nothing to cover
-        planner.add("mask-file", sock, "host unix socket")
     mounts = sorted(planner.mounts.values(), key=lambda m: (depth(m.path), _RANK[m.kind], m.path))
-    return MountPlan(tuple(mounts), _dedupe(planner.degradations))
+    return MountPlan(tuple(mounts), _dedupe(planner.degradations), tuple(dict.fromkeys(planner.overridden)))
 
 
 def _dedupe(items: Iterable[Degradation]) -> tuple[Degradation, ...]:

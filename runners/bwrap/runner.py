@@ -2,7 +2,8 @@
 
 The sandbox sees the host read-only (``--ro-bind / /``), a fresh ``/dev`` (so
 ``/dev/null`` stays writable and ``/dev/shm`` is private) and ``/proc`` of its
-own pid namespace; the mounts of ``mounts.plan_mounts`` make the writable roots
+own pid namespace, its kernel tunables read-only and kernel leaks masked
+(``kernel``); the mounts of ``mounts.plan_mounts`` make the writable roots
 writable and keep protected, read-only and hidden paths as the policy says.
 
 Namespaces and privileges: a user namespace with further user namespaces
@@ -25,6 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from dsh.runners.bwrap import filter as syscall_filter
+from dsh.runners.bwrap.filter import SyscallFilter, build_filter
+from dsh.runners.bwrap.kernel import KernelCover, kernel_cover
 from dsh.runners.bwrap.lifecycle import SandboxLifecycle
 from dsh.runners.bwrap.limits import (
     BWRAP_OVERHEAD_PIDS,
@@ -66,6 +70,8 @@ class HostFacts:
     prlimit: str | None
     timeout: str | None
     shell: str
+    kernel: KernelCover
+    syscalls: SyscallFilter
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,13 @@ BASE_MOUNTS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
 
 
 def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return _run_with(argv)
+
+
+def _run_with(argv: list[str], *pass_fds: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv,
+        pass_fds=pass_fds,
         capture_output=True,
         text=True,
         errors="replace",
@@ -119,13 +130,23 @@ def probe_host(bwrap_option: str | None) -> HostFacts:
         prlimit=shutil.which("prlimit"),
         timeout=shutil.which("timeout"),
         shell=shutil.which("sh") or "/bin/sh",
+        kernel=kernel_cover(),
+        syscalls=build_filter(),
     )
     if bwrap is None:
         return HostFacts(None, None, False, f"bwrap not found; {INSTALL_HINT}", **facts)
     try:
         version = _run([bwrap, "--version"]).stdout.strip() or None
         true = shutil.which("true") or "/bin/true"
-        trial = _run([bwrap, *namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, true])
+        isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
+        if facts["syscalls"].memfd is not None:
+            trial_fd = facts["syscalls"].open_for_launch()
+            try:
+                trial = _run_with([bwrap, *isolation, "--seccomp", str(trial_fd), true], trial_fd)
+            finally:
+                os.close(trial_fd)
+        else:
+            trial = _run([bwrap, *isolation, true])
     except (OSError, subprocess.SubprocessError) as exc:
         return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
     if trial.returncode != 0:
@@ -231,8 +252,15 @@ class BwrapRunner(Runner):
         if not policy.constrained:
             return Enforcement.full()
         plan = plan_mounts(policy)
+        facts = self.facts()
         gaps = [(d.name, d.message) for d in plan.degradations]
-        gaps += [(g.degradation, g.message) for g in limit_gaps(policy.limits, self.facts())]
+        gaps += [(g.degradation, g.message) for g in limit_gaps(policy.limits, facts)]
+        if facts.works and facts.syscalls.memfd is None:
+            gaps.append((
+                syscall_filter.DEGRADATION,
+                f"no seccomp filter ({facts.syscalls.reason}): keyrings, io_uring, AF_VSOCK, netlink "
+                "and host unix sockets stay reachable",
+            ))
         if not gaps:
             return Enforcement.full()
         return Enforcement.partial(gaps)
@@ -253,9 +281,12 @@ class BwrapRunner(Runner):
             "ro-bind / / (everything read-only)",
             "dev /dev (fresh: /dev/null writable, /dev/shm private)",
             "proc /proc (own pid namespace)",
+            *facts.kernel.describe(),
             *(m.describe() for m in plan.mounts),
+            *plan.overridden,
             "namespaces: user (nested disabled), pid, ipc, uts, cgroup" + ("" if policy.network else ", net"),
             "no capabilities, no_new_privs, new session (no controlling tty), die with parent",
+            syscall_filter.describe(),
         ]
         network = "on: host network shared" if policy.network else "off: --unshare-net (own loopback only)"
         cannot = [msg for msg in self.enforcement(policy).missing]
@@ -290,14 +321,20 @@ class BwrapRunner(Runner):
                 f"(a profile may accept this with accept_degraded = [{names}])",
                 runner=self.name,
             )
-        group = self._cgroup(policy.limits, facts)
+        filter_fd = -1
+        if policy.constrained and facts.syscalls.memfd is not None:
+            filter_fd = facts.syscalls.open_for_launch()
+        group = None
         try:
+            group = self._cgroup(policy.limits, facts)
             opened = open_mounts(plan_mounts(policy)) if policy.constrained else OpenedMounts()
         except BaseException:
             if group is not None:
                 group.remove()
+            if filter_fd != -1:
+                os.close(filter_fd)
             raise
-        life = SandboxLifecycle(opened, group, bwrap=policy.constrained)
+        life = SandboxLifecycle(opened, group, bwrap=policy.constrained, seccomp_fd=filter_fd)
         inner: list[str] = []
         if policy.constrained:
             inner = [
@@ -306,7 +343,9 @@ class BwrapRunner(Runner):
                 "--info-fd",
                 str(life.info_write),
                 *BASE_MOUNTS,
+                *facts.kernel.args,
                 *opened.args,
+                *(["--seccomp", str(filter_fd)] if filter_fd != -1 else []),
                 "--chdir",
                 os.path.abspath(cwd),
                 "--",

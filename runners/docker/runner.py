@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import platform
 import re
 import threading
 import uuid
@@ -106,6 +107,11 @@ def _pin(spec: ContainerSpec) -> tuple[dict[str, tuple[int, int] | None], list[i
 
 # Docker reports an exec's end as one number: death by signal N and exit(128+N)
 # look the same, so only the signals the runner sent itself are reported as such.
+SECCOMP_LINE = ("seccomp (the shared rules, replacing Docker's default profile): keyrings, io_uring, "
+                "inode flags refused; sockets: IP and route netlink, socketpair() stream/seqpacket; "
+                "socket(AF_UNIX) refused (a daemon socket bound into the workspace stays unreachable), "
+                "AF_VSOCK and other netlink refused; no namespaces, mounts, bpf, perf, userfaultfd")
+
 _SIGNAL_STATUS_GAP = ("death by a signal the runner did not send shows as exit code 128+N "
                       "(docker reports no signal)")
 
@@ -210,8 +216,9 @@ class DockerRunner(Runner):
 
     # -- policy ----------------------------------------------------------------------
     def _spec(self, policy: SandboxPolicy) -> ContainerSpec:
+        machine = str(self._info.get("Architecture") or platform.machine())
         return build_spec(policy, image=self.image, user=self.user, pids=self.pids,
-                          memory=self.memory)
+                          memory=self.memory, machine=machine)
 
     def _gaps(self, policy: SandboxPolicy, spec: ContainerSpec) -> list[tuple[str, str]]:
         """(degradation, why) for each part of ``policy`` this daemon cannot hold."""
@@ -227,6 +234,10 @@ class DockerRunner(Runner):
             gaps.append(("docker-protected-symlink", f"protected path {path} is a symlink (or goes "
                          f"through one) inside a writable root: its target {os.path.realpath(path)} "
                          "is read-only, but the link can be replaced (a bind cannot cover a symlink)"))
+        if spec.seccomp_profile is None:
+            gaps.append(("docker-syscall-filter", f"no seccomp table for the daemon's machine "
+                         f"{spec.syscall_machine}: keyrings, io_uring, AF_VSOCK, netlink and unix "
+                         "sockets are only as Docker's default profile leaves them"))
         if self._info:
             if spec.mem_limit is not None and not self._info.get("MemoryLimit"):
                 gaps.append(("docker-memory-limit", "the daemon has no memory cgroup"))
@@ -246,6 +257,7 @@ class DockerRunner(Runner):
                  + ("read-only" if spec.read_only_root else "writable (danger-full-access)"),
                  "only the mounts below exist; the rest of the host is invisible",
                  "cap_drop=ALL, no-new-privileges, init process, user " + spec.user,
+                 *([SECCOMP_LINE] if spec.seccomp_profile else []),
                  *(m.describe() for m in spec.mounts)]
         rules += [f"{p}: missing writable root, not mounted" for p in policy.missing_roots]
         network = ("host network (network_mode=host; no bridge is used)"

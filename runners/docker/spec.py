@@ -14,10 +14,12 @@ exist in the container, which is stricter than the local runners' read-only.
 from __future__ import annotations
 
 import os
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -56,6 +58,13 @@ class ContainerSpec:
     # Missing protected paths get an empty directory created on the host as a
     # read-only mountpoint (a bind needs one); removed at close if still empty.
     placeholders: tuple[str, ...] = ()
+    # The daemon's machine (``uname -m``) for the seccomp profile of a
+    # constrained mode; ``None``: Docker's default profile (danger-full-access).
+    syscall_machine: str | None = None
+
+    @property
+    def seccomp_profile(self) -> str | None:
+        return container_profile(self.syscall_machine) if self.syscall_machine else None
 
     def docker_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``client.containers.create`` (SDK types built lazily)."""
@@ -77,7 +86,8 @@ class ContainerSpec:
             "network_mode": self.network_mode,
             "read_only": self.read_only_root,
             "cap_drop": ["ALL"],
-            "security_opt": ["no-new-privileges"],
+            "security_opt": ["no-new-privileges",
+                             *([f"seccomp={self.seccomp_profile}"] if self.seccomp_profile else [])],
             "user": self.user,
             "init": True,
         }
@@ -142,7 +152,7 @@ def symlinked_protected(policy: SandboxPolicy) -> list[Path]:
 
 
 def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
-               memory: int | None) -> ContainerSpec:
+               memory: int | None, machine: str | None = None) -> ContainerSpec:
     mode = policy.mode
     writable = mode is not SandboxMode.READ_ONLY
     mounts: dict[str, MountSpec] = {
@@ -155,6 +165,10 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     roots: list[Path] = [policy.workspace]
     if writable:
         roots += [r for r in policy.writable_roots if r not in roots]
+    # Hidden wins over every other rule: nothing is bound at or below a hidden
+    # path, or the bind would put its contents back on top of the mask.
+    hidden = list(policy.hidden_paths) if mode is not SandboxMode.DANGER_FULL_ACCESS else []
+    roots = [r for r in roots if not any(_under(r, h) for h in hidden)]
     rw_roots: list[Path] = []
     for root in roots:
         if root in _RESERVED:
@@ -176,8 +190,8 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     if mode is not SandboxMode.DANGER_FULL_ACCESS:
         for path in (*policy.protected_paths, *policy.read_only_paths):
             enclosing = next((r for r in rw_roots if _under(path, r)), None)
-            if enclosing is None:
-                continue  # read-only or invisible already
+            if enclosing is None or any(_under(path, h) for h in hidden):
+                continue  # read-only, hidden or invisible already
             target = path
             why = "protected path"
             if not path.exists():
@@ -185,7 +199,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
                 placeholders.append(str(target))
                 why = f"protected path (missing: an empty read-only placeholder blocks {path.name})"
             mounts[str(target)] = MountSpec(str(target), "bind", True, str(target), why)
-        for path in policy.hidden_paths:
+        for path in hidden:
             if not any(_under(path, Path(m.target)) for m in mounts.values() if m.kind == "bind"):
                 continue  # not mounted at all: invisible
             if path.is_dir():
@@ -205,6 +219,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
         mem_limit=limits.max_memory_bytes if limits.max_memory_bytes is not None else memory,
         fsize_limit=limits.max_file_size_bytes,
         placeholders=tuple(sorted(set(placeholders))),
+        syscall_machine=None if full else machine or platform.machine(),
     )
 
 

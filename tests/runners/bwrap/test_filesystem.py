@@ -244,18 +244,21 @@ def test_symlinked_protected_path_is_a_named_degradation(runner: BwrapRunner, la
 
 
 def test_writable_root_inside_a_hidden_directory(runner: BwrapRunner, layout: Layout) -> None:
-    """The hidden tree stays empty and read-only; the root inside it stays writable."""
+    """Hidden wins: a root inside a hidden tree is not bound back on top of the mask."""
     (layout.outside / "secret.txt").write_text("TOPSECRET\n")
     inner = layout.outside / "inner"
     inner.mkdir()
+    (inner / "also-secret").write_text("TOPSECRET\n")
     script = f"""
-        cat {layout.outside}/secret.txt && exit 10
+        cat {layout.outside}/secret.txt {inner}/also-secret
         echo x > {layout.outside}/new && exit 11
-        echo ok > {inner}/made || exit 12
+        echo ok > {inner}/made && exit 12
         exit 0
     """
     pol = policy(layout.ws, roots=(layout.ws, inner), hidden=(layout.outside,))
     result = sh(runner, script, pol)
     assert result.returncode == 0, result.err
-    assert (inner / "made").read_text() == "ok\n"
+    assert "TOPSECRET" not in result.out
     assert sorted(os.listdir(layout.outside)) == ["inner", "keep.txt", "secret.txt"]
+    assert sorted(os.listdir(inner)) == ["also-secret"]
+    assert any("inside hidden" in line for line in runner.explain(pol).rules)

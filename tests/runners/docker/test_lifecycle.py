@@ -51,7 +51,8 @@ def test_container_is_labelled_hardened_and_removed_at_close(workspace: Path) ->
         assert info["Config"]["Labels"]["dsh-sandbox"] == "1"
         assert info["Config"]["Labels"]["dsh-sandbox.owner-pid"] == str(os.getpid())
         assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
-        assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"][0] == "no-new-privileges"
+        assert [opt.split("=", 1)[0] for opt in host["SecurityOpt"]] == ["no-new-privileges", "seccomp"]
         assert host["PidsLimit"] == 1024 and host["Init"] is True
         assert info["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
     assert not _exists(cid)
