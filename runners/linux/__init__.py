@@ -1,0 +1,1 @@
+"""Support shared by the Linux runners (Landlock and bubblewrap)."""
