@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 
 from dsh.runners.landlock.rules import Gap
-from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits
+from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, no_cgroup_reason
 from dsh.sandbox.policy import ResourceLimits
 
 DEGRADE_LIMITS = "landlock-limits"
@@ -54,16 +54,6 @@ def _escape_gap(why: str) -> Gap:
         f"and its supervisor: {why}",
         DEGRADE_ESCAPE,
     )
-
-
-def no_cgroup_reason() -> str:
-    """Why no cgroup holds the command (for the escape gap and limit gaps)."""
-    if os.geteuid() != 0:
-        return (
-            f"no cgroup is writable by uid {os.geteuid()} (cgroups are not delegated to this user; "
-            "run as root or in a delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes)"
-        )
-    return "no writable cgroup (v1 pids/freezer/memory or v2) was found for this process"
 
 
 def plan_containment(plan: LimitPlan, cgroups: CgroupSession | None) -> LimitPlan:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -88,7 +87,6 @@ class LandlockRunner(Runner):
         self._plans: dict[SandboxPolicy, RulePlan] = {}
         self._spawners: dict[SandboxPolicy, SpawnerThread] = {}
         self._cgroups: CgroupSession | None = None
-        self._shell = shutil.which("sh") or "/bin/sh"
         self._closed = False
 
     # -- probe -----------------------------------------------------------------
@@ -287,9 +285,11 @@ class LandlockRunner(Runner):
             limited = _LimitedSpawn(spawner, cgroups, limits)
         except OSError as exc:
             raise SandboxUnavailable(f"cannot create the command's cgroup: {exc}; nothing ran", runner=NAME) from exc
-        join: tuple[str, ...] = ()
-        if limited.join_fds:
-            join = tuple(join_args(self._shell, limited.join_fds))
+        try:
+            join = tuple(join_args(limited.join_fds)) if limited.join_fds else ()
+        except OSError as exc:
+            limited.cleanup()
+            raise SandboxUnavailable(f"cannot join the command's cgroup: {exc}; nothing ran", runner=NAME) from exc
         return LocalLaunch(
             argv=(*join, *limits.prlimit, *exact),
             spawn_in=limited.spawn_in,

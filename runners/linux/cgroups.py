@@ -24,13 +24,16 @@ on the supervisor surviving.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
+import functools
 import os
+import shutil
 import signal
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -290,19 +293,13 @@ def _rmdir(path: Path) -> None:
             time.sleep(0.005)
 
 
-def _enable_controllers(session: Path) -> tuple[str, ...]:
-    """Let command cgroups use the v2 controllers this cgroup was given (pids, memory)."""
+def _available_controllers(session: Path) -> tuple[str, ...]:
+    """The v2 controllers (pids, memory) this cgroup was given, for command cgroups."""
     try:
         available = (session / "cgroup.controllers").read_text().split()
     except OSError:
         return ()
-    enabled: list[str] = []
-    for name in ("pids", "memory"):
-        if name in available:
-            with contextlib.suppress(OSError):
-                _write(session / "cgroup.subtree_control", f"+{name}")
-                enabled.append(name)
-    return tuple(enabled)
+    return tuple(name for name in ("pids", "memory") if name in available)
 
 
 class CgroupSession:
@@ -318,33 +315,54 @@ class CgroupSession:
         self._counter = 0
         self._keeper: Keeper | None = None
         self._v2_controllers: tuple[str, ...] = ()
+        self._created = False
         name = f"{tag}-{os.getpid()}-{id(self):x}"
         for hierarchy in discover():
             if hierarchy.version not in versions:
                 continue
             session = hierarchy.own_dir / name
             try:
+                # A trial: the directories are made with the first command, with
+                # the keeper that removes them (probing leaves nothing behind).
                 session.mkdir()
             except OSError:
                 continue  # not delegated to us (non-root, read-only cgroupfs)
-            if hierarchy.version == 2:
-                self._v2_controllers = _enable_controllers(session)
-            self.dirs[hierarchy.key] = (hierarchy, session)
-        if self.dirs and keeper:
-            from dsh.runners.linux.keeper import Keeper
-
             try:
-                self._keeper = Keeper.start([d for _, d in self.dirs.values()])
-            except OSError:
-                self.purge()  # without a keeper nothing survives the supervisor: hold nothing
-                self.dirs.clear()
+                if hierarchy.version == 2:
+                    self._v2_controllers = _available_controllers(session)
+            finally:
+                _rmdir(session)
+            self.dirs[hierarchy.key] = (hierarchy, session)
+        self._want_keeper = keeper
+
+    def _create(self) -> None:
+        """Make the session directories and start the keeper (under ``_lock``)."""
+        made: list[Path] = []
+        try:
+            for hierarchy, session in self.dirs.values():
+                session.mkdir(exist_ok=True)
+                made.append(session)
+                if hierarchy.version == 2:
+                    for name in self._v2_controllers:
+                        _write(session / "cgroup.subtree_control", f"+{name}")
+            if self._want_keeper:
+                from dsh.runners.linux.keeper import Keeper
+
+                # Without a keeper the command would not be held if this process died: fail closed.
+                self._keeper = Keeper.start(made)
+        except BaseException:
+            for path in made:
+                _rmdir(path)
+            raise
+        self._created = True
+        atexit.register(self.close)
 
     @classmethod
     def attach(cls, dirs: Iterable[Path]) -> CgroupSession:
         """The session whose directories are ``dirs`` (for the keeper)."""
         self = cls.__new__(cls)
         self.dirs, self._lock, self._pool, self._counter = {}, threading.Lock(), {}, 0
-        self._keeper, self._v2_controllers = None, ()
+        self._keeper, self._v2_controllers, self._want_keeper, self._created = None, (), False, True
         by_mount = {h.mount: h for h in discover()}
         for d in dirs:
             hierarchy = next((h for m, h in by_mount.items() if d.is_relative_to(m)), None)
@@ -384,12 +402,15 @@ class CgroupSession:
         """A command cgroup with ``limits``: an idle one from the pool, else a new one."""
         limits = limits or Limits()
         with self._lock:
+            if not self._created:
+                self._create()
             idle = self._pool.get(limits)
             if idle:
                 return idle.pop()
             self._counter += 1
             name = f"cmd-{self._counter}"
         group = CommandCgroup((), limits)
+        written: set[str] = set()
         try:
             for hierarchy, session in self._hierarchies_for_commands():
                 path = session / name
@@ -397,6 +418,11 @@ class CgroupSession:
                 group.dirs = (*group.dirs, (hierarchy, path))
                 for key, value in _settings(hierarchy, path, limits):
                     _write(path / key, value)
+                    written.add(key.split(".")[0])
+            wanted = {"pids"} if limits.pids_max is not None else set()
+            wanted |= {"memory"} if limits.memory_max is not None else set()
+            if wanted - written:  # never a command cgroup without the limit it was asked for
+                raise OSError(errno.ENOTSUP, f"no {'/'.join(sorted(wanted - written))} controller in {self.describe()}")
         except BaseException:
             group.remove()
             raise
@@ -434,10 +460,13 @@ class CgroupSession:
     def close(self) -> None:
         with self._lock:
             self._pool.clear()
-        self.purge()
+            created, self._created = self._created, False
+        if created:
+            self.purge()
         if self._keeper is not None:
             self._keeper.stop()
             self._keeper = None
+        atexit.unregister(self.close)
 
 
 def _settings(hierarchy: Hierarchy, path: Path, limits: Limits) -> list[tuple[str, str]]:
@@ -457,6 +486,28 @@ def _settings(hierarchy: Hierarchy, path: Path, limits: Limits) -> list[tuple[st
     return out
 
 
-def join_args(shell: str, fds: Iterable[int]) -> list[str]:
-    """``sh -c JOIN_SCRIPT`` with the ``cgroup.procs`` fds, ending with ``--``."""
+def no_cgroup_reason() -> str:
+    """Why no cgroup can hold a command here (for the runners' declared gaps)."""
+    if os.geteuid() != 0:
+        return (
+            f"no cgroup is writable by uid {os.geteuid()} (cgroups are not delegated to this user; "
+            "run as root or inside a delegated cgroup, e.g. systemd-run --user --scope -p Delegate=yes)"
+        )
+    return "no writable cgroup (v1 pids/freezer/memory or v2) was found for this process"
+
+
+@functools.cache
+def _shell(name: str) -> str | None:
+    return shutil.which(name)
+
+
+def join_args(fds: Sequence[int]) -> list[str]:
+    """``sh -c JOIN_SCRIPT`` with the ``cgroup.procs`` fds, ending with ``--``.
+
+    POSIX only promises redirections of fds 0-9 (dash refuses more): bash, which
+    takes any fd, is used when a fd is above 9.  Raises OSError without a shell.
+    """
+    shell = _shell("sh") if max(fds, default=0) <= 9 else _shell("bash")
+    if shell is None:
+        raise OSError(errno.ENOENT, "no shell (sh, or bash for fds above 9) to join the command's cgroup")
     return [shell, "-c", JOIN_SCRIPT, "dsh-cgroup-join", *(str(fd) for fd in fds), "--"]

@@ -75,6 +75,7 @@ def run(
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=launch.pass_fds,
         )
 
     proc = launch.spawn_in(spawn) if launch.spawn_in else spawn()
