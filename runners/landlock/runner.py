@@ -355,7 +355,7 @@ class _LimitedSpawn:
                 os.close(fd)
 
     def _spawn_in_cgroup(self, cgroup: CommandCgroup, fn: Callable[[], Any]) -> Any:
-        enter, leave = cgroup.open_thread_moves()
+        enter, leave = cgroup.thread_moves()
 
         def job() -> Any:
             tid = str(threading.get_native_id()).encode()
@@ -367,11 +367,7 @@ class _LimitedSpawn:
                 for fd in leave:
                     os.write(fd, tid)
 
-        try:
-            return self._spawner.call(job)
-        finally:
-            for fd in enter + leave:
-                os.close(fd)
+        return self._spawner.call(job)
 
     def kill_tree(self, pid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

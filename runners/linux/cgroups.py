@@ -165,6 +165,7 @@ class CommandCgroup:
     def __init__(self, dirs: Iterable[tuple[Hierarchy, Path]], limits: Limits | None = None) -> None:
         self.dirs: tuple[tuple[Hierarchy, Path], ...] = tuple(dirs)
         self.limits = limits or Limits()
+        self._moves: tuple[list[int], list[int]] | None = None
 
     def path(self, key: str) -> Path | None:
         return next((d for h, d in self.dirs if h.key == key), None)
@@ -179,17 +180,25 @@ class CommandCgroup:
         unrestricted supervisor; the kernel checks the opener's rights, not the writer's."""
         return _open_all(d / "cgroup.procs" for _, d in self.dirs)
 
-    def open_thread_moves(self) -> tuple[list[int], list[int]]:
+    def thread_moves(self) -> tuple[list[int], list[int]]:
         """fds of this cgroup's v1 ``tasks`` files and of this process's own ones, for a
-        thread that moves itself in, forks, and moves back (v1 membership is per thread)."""
-        v1 = [(h, d) for h, d in self.dirs if h.version == 1]
-        enter = _open_all(d / "tasks" for _, d in v1)
-        try:
-            leave = _open_all(h.own_dir / "tasks" for h, _ in v1)
-        except BaseException:
-            _close_all(enter)
-            raise
-        return enter, leave
+        thread that moves itself in, forks, and moves back (v1 membership is per thread).
+        Opened once and kept with the cgroup (reused from the pool): the caller must not
+        close them."""
+        if self._moves is None:
+            v1 = [(h, d) for h, d in self.dirs if h.version == 1]
+            enter = _open_all(d / "tasks" for _, d in v1)
+            try:
+                leave = _open_all(h.own_dir / "tasks" for h, _ in v1)
+            except BaseException:
+                _close_all(enter)
+                raise
+            self._moves = (enter, leave)
+        return self._moves
+
+    def empty(self) -> bool:
+        """No member left?  Every member is in every directory, so one read tells."""
+        return not self.dirs or not _members(self.dirs[0][1])
 
     def pids(self) -> set[int]:
         found: set[int] = set()
@@ -209,7 +218,7 @@ class CommandCgroup:
         if sig != signal.SIGKILL:
             self._signal_members(sig)
             return
-        if not self.pids():
+        if self.empty():
             return  # the common case: the command and its children are gone
         v2 = self.path("v2")
         if v2 is not None and (v2 / "cgroup.kill").exists():
@@ -228,6 +237,9 @@ class CommandCgroup:
     def remove(self) -> None:
         """Kill what is left and remove the directories."""
         self.kill(signal.SIGKILL)
+        if self._moves is not None:
+            _close_all(self._moves[0] + self._moves[1])
+            self._moves = None
         for _, d in self.dirs:
             _rmdir(d)
 
@@ -316,6 +328,7 @@ class CgroupSession:
         self._keeper: Keeper | None = None
         self._v2_controllers: tuple[str, ...] = ()
         self._created = False
+        self._v2_kill = False
         name = f"{tag}-{os.getpid()}-{id(self):x}"
         for hierarchy in discover():
             if hierarchy.version not in versions:
@@ -330,6 +343,7 @@ class CgroupSession:
             try:
                 if hierarchy.version == 2:
                     self._v2_controllers = _available_controllers(session)
+                    self._v2_kill = (session / "cgroup.kill").exists()
             finally:
                 _rmdir(session)
             self.dirs[hierarchy.key] = (hierarchy, session)
@@ -363,6 +377,7 @@ class CgroupSession:
         self = cls.__new__(cls)
         self.dirs, self._lock, self._pool, self._counter = {}, threading.Lock(), {}, 0
         self._keeper, self._v2_controllers, self._want_keeper, self._created = None, (), False, True
+        self._v2_kill = True
         by_mount = {h.mount: h for h in discover()}
         for d in dirs:
             hierarchy = next((h for m, h in by_mount.items() if d.is_relative_to(m)), None)
@@ -388,15 +403,22 @@ class CgroupSession:
 
     # -- command cgroups -------------------------------------------------------------
 
-    def _hierarchies_for_commands(self) -> list[tuple[Hierarchy, Path]]:
-        chosen = dict(self.dirs)
-        v1_holder = "pids" in chosen or "freezer" in chosen
-        v2_limits = self.version_of("pids") == 2 or self.version_of("memory") == 2
-        if v1_holder and not v2_limits:
-            # v1 pids/freezer hold and kill the command already; skipping v2 keeps
-            # the landlock spawn free of the per-process join (an extra exec).
-            chosen.pop("v2", None)
-        return list(chosen.values())
+    def _hierarchies_for(self, limits: Limits) -> list[tuple[Hierarchy, Path]]:
+        """As few hierarchies as hold the command, kill it whole and carry ``limits``:
+        each one costs a move (v1) per command."""
+        keys: list[str] = []
+        if "pids" in limits_wanted(limits) and self.version_of("pids") == 1:
+            keys.append("pids")
+        if "memory" in limits_wanted(limits) and self.version_of("memory") == 1:
+            keys.append("memory")
+        v2_limits = any(self.version_of(c) == 2 for c in limits_wanted(limits))
+        v1_holder = next((k for k in ("freezer", "pids") if k in self.dirs), None)
+        if "v2" in self.dirs and (v2_limits or v1_holder is None):
+            keys.append("v2")  # joined after fork (an extra exec), so only when needed
+        if v1_holder is not None and ("v2" not in keys or not self._v2_kill):
+            # freezer: v1 has no cgroup.kill; freezing first keeps forks from racing the kill
+            keys.append(v1_holder)
+        return [self.dirs[k] for k in dict.fromkeys(keys)]
 
     def command(self, limits: Limits | None = None) -> CommandCgroup:
         """A command cgroup with ``limits``: an idle one from the pool, else a new one."""
@@ -412,15 +434,14 @@ class CgroupSession:
         group = CommandCgroup((), limits)
         written: set[str] = set()
         try:
-            for hierarchy, session in self._hierarchies_for_commands():
+            for hierarchy, session in self._hierarchies_for(limits):
                 path = session / name
                 path.mkdir()
                 group.dirs = (*group.dirs, (hierarchy, path))
                 for key, value in _settings(hierarchy, path, limits):
                     _write(path / key, value)
                     written.add(key.split(".")[0])
-            wanted = {"pids"} if limits.pids_max is not None else set()
-            wanted |= {"memory"} if limits.memory_max is not None else set()
+            wanted = limits_wanted(limits)
             if wanted - written:  # never a command cgroup without the limit it was asked for
                 raise OSError(errno.ENOTSUP, f"no {'/'.join(sorted(wanted - written))} controller in {self.describe()}")
         except BaseException:
@@ -433,7 +454,7 @@ class CgroupSession:
         group.kill(signal.SIGKILL)
         with self._lock:
             idle = self._pool.setdefault(group.limits, [])
-            if not group.pids() and len(idle) < _POOL_PER_LIMITS and self.dirs:
+            if group.empty() and len(idle) < _POOL_PER_LIMITS and self._created:
                 idle.append(group)
                 return
         group.remove()
@@ -459,14 +480,22 @@ class CgroupSession:
 
     def close(self) -> None:
         with self._lock:
+            idle = [group for groups in self._pool.values() for group in groups]
             self._pool.clear()
             created, self._created = self._created, False
+        for group in idle:
+            group.remove()  # closes the fds it kept
         if created:
             self.purge()
         if self._keeper is not None:
             self._keeper.stop()
             self._keeper = None
         atexit.unregister(self.close)
+
+
+def limits_wanted(limits: Limits) -> set[str]:
+    """The controllers ``limits`` needs."""
+    return {name for name, value in (("pids", limits.pids_max), ("memory", limits.memory_max)) if value is not None}
 
 
 def _settings(hierarchy: Hierarchy, path: Path, limits: Limits) -> list[tuple[str, str]]:
