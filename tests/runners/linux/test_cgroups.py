@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dsh.runners.linux.cgroupfs import signal_if_member
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, discover, join_args
 
 pytestmark = pytest.mark.skipif(
@@ -94,9 +95,7 @@ def test_a_process_outside_is_never_signalled(session: CgroupSession) -> None:
     try:
         for hierarchy, path in group.dirs:
             # As if the outsider's pid had been read from this cgroup.procs.
-            from dsh.runners.linux.cgroups import _signal_if_member
-
-            _signal_if_member(outsider.pid, hierarchy, hierarchy.cgroup_of(path), signal.SIGKILL)
+            signal_if_member(outsider.pid, hierarchy, hierarchy.cgroup_of(path), signal.SIGKILL)
         time.sleep(0.1)
         assert outsider.poll() is None
     finally:
