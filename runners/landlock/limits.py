@@ -65,7 +65,12 @@ def plan_containment(plan: LimitPlan, cgroups: CgroupSession | None) -> LimitPla
     declared (``landlock-process-escape``).
     """
     if cgroups is not None and cgroups.holds:
-        return plan if plan.cgroup is not None else dataclasses.replace(plan, cgroup=Limits())
+        held = (
+            f"containment: every process in a per-command cgroup ({cgroups.describe_for(plan.cgroup)}) it cannot leave "
+            "(cgroupfs is outside its writable roots); killed whole when the command ends, and by a "
+            "keeper process if the supervisor dies",
+        )
+        return dataclasses.replace(plan, cgroup=plan.cgroup or Limits(), described=plan.described + held)
     return dataclasses.replace(plan, gaps=(*plan.gaps, _escape_gap(no_cgroup_reason())))
 
 

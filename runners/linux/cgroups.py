@@ -136,6 +136,11 @@ class CgroupSession:
             return 2
         return 1 if what in self.dirs else None
 
+    def describe_for(self, limits: Limits | None = None) -> str:
+        """The hierarchies a command with ``limits`` joins, e.g. ``cgroup v1 freezer``."""
+        keys = [h.key for h, _ in self._hierarchies_for(limits or Limits())]
+        return ", ".join("cgroup v2" if k == "v2" else f"cgroup v1 {k}" for k in keys) or "none"
+
     def describe(self) -> str:
         return ", ".join(f"{h.key} ({d})" for h, d in self.dirs.values()) or "none"
 

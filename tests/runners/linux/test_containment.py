@@ -191,3 +191,31 @@ def test_without_a_writable_cgroup_the_escape_is_declared() -> None:
     assert done.returncode == 0, done.stderr
     assert DEGRADE_ESCAPE in done.stdout
     assert "not delegated to this user" in done.stdout
+
+
+@ROOT_ONLY
+def test_the_keeper_is_out_of_the_commands_reach(tmp_path: Path) -> None:
+    """The command cannot stop or kill the process that would clean up after a dead supervisor."""
+    runner = LandlockRunner()
+    require_runner("landlock", runner)
+    try:
+        policy = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=tmp_path)
+        first = runner.prepare(["true"], policy, cwd=str(tmp_path), env={})  # starts the session
+        assert first.spawn_in is not None and first.cleanup is not None
+        first.spawn_in(lambda: subprocess.run(list(first.argv), check=True))
+        first.cleanup()
+        session = runner._cgroups
+        assert session is not None and session._keeper is not None
+        keeper = session._keeper.process
+        script = f"for s in KILL TERM STOP INT HUP; do kill -$s {keeper.pid} && echo SENT-$s; done; true"
+        launch = runner.prepare(["bash", "-c", script], policy, cwd=str(tmp_path), env={})
+        assert launch.spawn_in is not None and launch.cleanup is not None
+        done = launch.spawn_in(lambda: subprocess.run(list(launch.argv), capture_output=True, text=True, timeout=60))
+        launch.cleanup()
+        assert "SENT" not in done.stdout, done.stdout
+        time.sleep(0.2)
+        assert keeper.poll() is None
+        state = Path(f"/proc/{keeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state in ("S", "R"), state
+    finally:
+        runner.close()
