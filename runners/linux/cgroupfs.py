@@ -108,7 +108,7 @@ def discover(proc: str = "/proc/self") -> tuple[Hierarchy, ...]:
             key = "v2"
         elif fstype == "cgroup":
             names = tuple(o for o in options if o in V1_CONTROLLERS)
-            key = names[0] if names else ""
+            key = next((c for c in V1_CONTROLLERS if c in names), "")
         else:
             continue
         path = own.get(key)
@@ -151,8 +151,11 @@ class CommandCgroup:
         self.limits = limits or Limits()
         self._moves: tuple[list[int], list[int]] | None = None
 
-    def path(self, key: str) -> Path | None:
-        return next((d for h, d in self.dirs if h.key == key), None)
+    def path(self, controller: str) -> Path | None:
+        """The directory in the hierarchy of ``controller`` (``"v2"`` for the v2 one)."""
+        if controller == "v2":
+            return next((d for h, d in self.dirs if h.version == 2), None)
+        return next((d for h, d in self.dirs if controller in h.controllers), None)
 
     @property
     def per_process(self) -> bool:

@@ -134,7 +134,12 @@ class CgroupSession:
         """Where ``pids.max``/memory limits go (``"pids"``/``"memory"``), or ``None``."""
         if what in self._v2_controllers:
             return 2
-        return 1 if what in self.dirs else None
+        return 1 if self._v1_key(what) is not None else None
+
+    def _v1_key(self, controller: str) -> str | None:
+        """The session directory of the v1 hierarchy that carries ``controller``
+        (co-mounted controllers share one hierarchy)."""
+        return next((k for k, (h, _) in self.dirs.items() if h.version == 1 and controller in h.controllers), None)
 
     def describe_for(self, limits: Limits | None = None) -> str:
         """The hierarchies a command with ``limits`` joins, e.g. ``cgroup v1 freezer``."""
@@ -149,13 +154,10 @@ class CgroupSession:
     def _hierarchies_for(self, limits: Limits) -> list[tuple[Hierarchy, Path]]:
         """As few hierarchies as hold the command, kill it whole and carry ``limits``:
         each one costs a move (v1) per command."""
-        keys: list[str] = []
-        if "pids" in limits_wanted(limits) and self.version_of("pids") == 1:
-            keys.append("pids")
-        if "memory" in limits_wanted(limits) and self.version_of("memory") == 1:
-            keys.append("memory")
-        v2_limits = any(self.version_of(c) == 2 for c in limits_wanted(limits))
-        v1_holder = next((k for k in ("freezer", "pids") if k in self.dirs), None)
+        wanted = limits_wanted(limits)
+        keys = [k for c in sorted(wanted) if self.version_of(c) == 1 and (k := self._v1_key(c)) is not None]
+        v2_limits = any(self.version_of(c) == 2 for c in wanted)
+        v1_holder = self._v1_key("freezer") or self._v1_key("pids")
         if "v2" in self.dirs and (v2_limits or v1_holder is None):
             keys.append("v2")  # joined after fork (an extra exec), so only when needed
         if v1_holder is not None and ("v2" not in keys or not self._v2_kill):

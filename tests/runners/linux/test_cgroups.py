@@ -123,3 +123,23 @@ def test_a_limit_that_cannot_be_set_is_an_error(session: CgroupSession) -> None:
         pytest.skip("SANDBOX_UNAVAILABLE: this hierarchy has a memory controller")
     with pytest.raises(OSError, match="memory"):
         session.command(Limits(memory_max=1 << 30))
+
+
+def test_discover_reads_other_layouts(tmp_path: Path) -> None:
+    """Hosts this machine is not: v2 only inside a cgroup namespace, and v1 with co-mounted controllers."""
+    (tmp_path / "cgroup").write_text("0::/user.slice/app\n")
+    (tmp_path / "mountinfo").write_text(
+        "30 25 0:26 /user.slice /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    )
+    (v2,) = discover(str(tmp_path))
+    assert (v2.version, v2.key, v2.own_dir) == (2, "v2", Path("/sys/fs/cgroup/app"))
+    assert v2.cgroup_of(Path("/sys/fs/cgroup/app/dsh/cmd-1")) == "/user.slice/app/dsh/cmd-1"
+    (tmp_path / "cgroup").write_text("5:memory,pids:/a\n3:freezer:/\n0::/\n")
+    (tmp_path / "mountinfo").write_text(
+        "40 25 0:30 / /sys/fs/cgroup/memory,pids rw - cgroup cgroup rw,memory,pids\n"
+        "41 25 0:31 / /sys/fs/cgroup/freezer rw - cgroup cgroup rw,freezer\n"
+    )
+    found = {h.key: h for h in discover(str(tmp_path))}
+    assert set(found) == {"pids", "freezer"}  # no v2 mount: none
+    assert found["pids"].controllers == ("memory", "pids")
+    assert found["pids"].own_dir == Path("/sys/fs/cgroup/memory,pids/a")
