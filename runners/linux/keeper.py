@@ -45,6 +45,7 @@ class Keeper:
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
+                cwd="/",  # keeps no directory of the caller busy
             )
         except BaseException:
             os.close(write_fd)
