@@ -1,1 +1,1 @@
-"""Support shared by the Linux runners (Landlock and bubblewrap)."""
+"""Linux support shared by the Linux runners (landlock, bwrap, docker): not a runner itself."""
