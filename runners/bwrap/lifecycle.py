@@ -7,7 +7,8 @@ running.  So ``kill_tree`` also kills the sandbox's pid 1 directly: bwrap
 reports its host pid on ``--info-fd`` during setup (``kill_tree`` waits for
 it, bounded), and killing a pid namespace's init kills everything in it.  The pid is taken as a
 pidfd and checked to be an init of a pid namespace, so a recycled pid is never
-signalled.  Where a limits cgroup exists, every process in it is killed too.
+signalled.  Where a limits cgroup exists, every process in it is killed too,
+and the cgroup goes back to the runner's session (``release``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import signal
 import threading
 import time
 
-from dsh.runners.bwrap.limits import SandboxCgroup
 from dsh.runners.bwrap.materialize import OpenedMounts
+from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
 
 #: How long ``kill_tree`` waits for bwrap to report its pid 1 (it does so
 #: during setup, before the command starts; only a broken bwrap makes it wait).
@@ -45,11 +46,20 @@ class SandboxLifecycle:
     """Owns what one launch holds open: mounts' fds, the info pipe, the filter fd, the cgroup."""
 
     def __init__(
-        self, opened: OpenedMounts, group: SandboxCgroup | None, *, bwrap: bool = True, seccomp_fd: int = -1
+        self,
+        opened: OpenedMounts,
+        group: CommandCgroup | None = None,
+        session: CgroupSession | None = None,
+        *,
+        bwrap: bool = True,
+        seccomp_fd: int = -1,
     ) -> None:
         self.opened = opened
         self.group = group
+        self._session = session
         self.seccomp_fd = seccomp_fd
+        # The cgroup.procs fds the join script writes to (closed at cleanup).
+        self.join_fds: list[int] = group.open_procs() if group is not None else []
         self._info_read = self.info_write = -1
         if bwrap:  # a pipe for bwrap's --info-fd
             self._info_read, self.info_write = os.pipe2(os.O_CLOEXEC)
@@ -61,7 +71,7 @@ class SandboxLifecycle:
     @property
     def pass_fds(self) -> tuple[int, ...]:
         extra = [fd for fd in (self.info_write, self.seccomp_fd) if fd != -1]
-        return (*self.opened.fds, *extra)
+        return (*self.opened.fds, *extra, *self.join_fds)
 
     def _sandbox_init(self) -> tuple[int, int | None] | None:
         """Host pid of the sandbox's pid 1, waiting (bounded) for bwrap to report it.
@@ -144,5 +154,12 @@ class SandboxLifecycle:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.info_write = self.seccomp_fd = -1
+        for fd in self.join_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.join_fds = []
         if self.group is not None:
-            self.group.remove()
+            if self._session is not None:
+                self._session.release(self.group)
+            else:
+                self.group.remove()

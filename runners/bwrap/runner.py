@@ -33,14 +33,13 @@ from dsh.runners.bwrap.lifecycle import SandboxLifecycle
 from dsh.runners.bwrap.limits import (
     BWRAP_OVERHEAD_PIDS,
     CgroupSupport,
-    SandboxCgroup,
-    detect_cgroups,
-    join_args,
+    cgroup_support,
     rlimit_args,
     timeout_args,
 )
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import plan_mounts
+from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
@@ -69,9 +68,9 @@ class HostFacts:
     cgroups: CgroupSupport
     prlimit: str | None
     timeout: str | None
-    shell: str
     kernel: KernelCover
     syscalls: SyscallFilter
+    setpriv: str | None
 
 
 @dataclass(frozen=True)
@@ -119,19 +118,17 @@ def _run_with(argv: list[str], *pass_fds: int) -> subprocess.CompletedProcess[st
     )
 
 
-def probe_host(bwrap_option: str | None) -> HostFacts:
+def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostFacts:
     is_root = os.geteuid() == 0
     bwrap = shutil.which(bwrap_option or "bwrap")
     facts: dict[str, Any] = dict(
         is_root=is_root,
-        cgroups=detect_cgroups()
-        if is_root or os.access("/sys/fs/cgroup", os.W_OK)
-        else CgroupSupport(None, reason="not root: no writable cgroup"),
+        cgroups=cgroup_support(session),
         prlimit=shutil.which("prlimit"),
         timeout=shutil.which("timeout"),
-        shell=shutil.which("sh") or "/bin/sh",
         kernel=kernel_cover(),
         syscalls=build_filter(),
+        setpriv=shutil.which("setpriv"),
     )
     if bwrap is None:
         return HostFacts(None, None, False, f"bwrap not found; {INSTALL_HINT}", **facts)
@@ -188,6 +185,14 @@ def limit_gaps(limits: ResourceLimits, facts: HostFacts) -> list[LimitGap]:
         gaps.append(LimitGap("bwrap-limit-file-size", "file size limit: prlimit (util-linux) missing"))
     if limits.wall_time_s is not None and facts.timeout is None:
         gaps.append(LimitGap("bwrap-limit-wall-time", "wall time limit: timeout (coreutils) missing"))
+    elif limits.wall_time_s is not None and facts.setpriv is None:
+        gaps.append(
+            LimitGap(
+                "bwrap-wall-time-orphan",
+                "with a wall time limit, timeout(1) is bwrap's parent and would outlive a killed supervisor "
+                "(so would the sandbox): setpriv (util-linux) is missing to tie it to the supervisor",
+            )
+        )
     return gaps
 
 
@@ -221,19 +226,29 @@ class BwrapRunner(Runner):
         "bwrap-limit-processes",
         "bwrap-limit-wall-time",
         "bwrap-protected-symlink",
+        "bwrap-syscall-filter",
+        "bwrap-wall-time-orphan",
     )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         self._lock = threading.Lock()
         self._facts: HostFacts | None = None
+        self._session: CgroupSession | None = None
 
     # -- probe ----------------------------------------------------------------------
     def facts(self) -> HostFacts:
         with self._lock:
             if self._facts is None:
-                self._facts = probe_host(self.options.get("bwrap"))
+                self._session = CgroupSession("dsh-bwrap")
+                self._facts = probe_host(self.options.get("bwrap"), self._session)
             return self._facts
+
+    def close(self) -> None:
+        with self._lock:
+            session, self._session = self._session, None
+        if session is not None:
+            session.close()
 
     def probe(self) -> RunnerProbe:
         f = self.facts()
@@ -328,13 +343,13 @@ class BwrapRunner(Runner):
         try:
             group = self._cgroup(policy.limits, facts)
             opened = open_mounts(plan_mounts(policy)) if policy.constrained else OpenedMounts()
+            life = SandboxLifecycle(opened, group, self._session, bwrap=policy.constrained, seccomp_fd=filter_fd)
         except BaseException:
-            if group is not None:
-                group.remove()
+            if group is not None and self._session is not None:
+                self._session.release(group)
             if filter_fd != -1:
                 os.close(filter_fd)
             raise
-        life = SandboxLifecycle(opened, group, bwrap=policy.constrained, seccomp_fd=filter_fd)
         inner: list[str] = []
         if policy.constrained:
             inner = [
@@ -350,7 +365,11 @@ class BwrapRunner(Runner):
                 os.path.abspath(cwd),
                 "--",
             ]
-        wrappers = self._limit_wrappers(policy.limits, facts, group)
+        try:
+            wrappers = self._limit_wrappers(policy.limits, facts, life.join_fds)
+        except OSError as exc:
+            life.cleanup()
+            raise SandboxUnavailable(f"cannot join the limits cgroup: {exc}; nothing ran", runner=self.name) from None
         return LocalLaunch(
             argv=(*wrappers, *inner, *command),
             pass_fds=life.pass_fds,
@@ -358,25 +377,27 @@ class BwrapRunner(Runner):
             cleanup=life.cleanup,
         )
 
-    def _cgroup(self, limits: ResourceLimits, facts: HostFacts) -> SandboxCgroup | None:
+    def _cgroup(self, limits: ResourceLimits, facts: HostFacts) -> CommandCgroup | None:
+        """A cgroup only for limits: without one, --die-with-parent and the pid
+        namespace already hold every process of the sandbox."""
         cg = facts.cgroups
         overhead = BWRAP_OVERHEAD_PIDS + (1 if limits.wall_time_s is not None else 0)
         pids = limits.max_processes + overhead if limits.max_processes is not None else None
         pids = pids if cg.pids_parent else None
         memory = limits.max_memory_bytes if cg.memory_parent else None
-        if pids is None and memory is None:
+        if (pids is None and memory is None) or self._session is None:
             return None
         try:
-            return SandboxCgroup.create(cg, pids_max=pids, memory_max=memory)
+            return self._session.command(Limits(pids_max=pids, memory_max=memory))
         except OSError as exc:
             raise SandboxUnavailable(f"cannot create the limits cgroup: {exc}", runner=self.name) from None
 
     @staticmethod
-    def _limit_wrappers(limits: ResourceLimits, facts: HostFacts, group: SandboxCgroup | None) -> list[str]:
+    def _limit_wrappers(limits: ResourceLimits, facts: HostFacts, join_fds: list[int]) -> list[str]:
         cg = facts.cgroups
         nproc = limits.max_processes if cg.pids_parent is None and not facts.is_root else None
         address_space = limits.max_memory_bytes if cg.memory_parent is None else None
-        out = join_args(facts.shell, group)
+        out = join_args(join_fds) if join_fds else []
         if facts.prlimit is not None:
             out += rlimit_args(
                 facts.prlimit,
@@ -385,5 +406,5 @@ class BwrapRunner(Runner):
                 file_size=limits.max_file_size_bytes,
             )
         if facts.timeout is not None:
-            out += timeout_args(facts.timeout, limits.wall_time_s)
+            out += timeout_args(facts.timeout, limits.wall_time_s, facts.setpriv)
         return out

@@ -152,6 +152,7 @@ class DockerRunner(Runner):
         "docker-pids-limit",
         "docker-protected-symlink",
         "docker-ro-submounts",
+        "docker-syscall-filter",
     )
     extra: ClassVar[str | None] = "docker"
 

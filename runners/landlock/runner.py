@@ -12,8 +12,6 @@ from typing import Any, ClassVar
 
 from dsh.runners.landlock import abi
 from dsh.runners.landlock.limits import (
-    CgroupSession,
-    CommandCgroup,
     LimitPlan,
     Watchdog,
     plan_containment,
@@ -22,6 +20,7 @@ from dsh.runners.landlock.limits import (
 from dsh.runners.landlock.rules import Gap, ProtectedStrategy, RulePlan, build_ruleset, plan_rules
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
 from dsh.runners.linux import seccomp
+from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, join_args
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -189,7 +188,7 @@ class LandlockRunner(Runner):
             return LimitPlan()
         with self._lock:
             if self._cgroups is None:
-                self._cgroups = CgroupSession()
+                self._cgroups = CgroupSession("dsh-landlock")
             cgroups = self._cgroups
         plan = plan_limits(policy.limits, cgroups, is_root=os.geteuid() == 0)
         return plan_containment(plan, cgroups) if policy.constrained else plan
@@ -330,10 +329,19 @@ class LandlockRunner(Runner):
         if not limits.prlimit and not limits.needs_cgroup and limits.wall_time_s is None:
             return LocalLaunch(argv=exact, spawn_in=spawner.call)
         cgroups = self._cgroups if limits.needs_cgroup else None
-        limited = _LimitedSpawn(spawner, cgroups, limits)
+        try:
+            limited = _LimitedSpawn(spawner, cgroups, limits)
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot create the command's cgroup: {exc}; nothing ran", runner=NAME) from exc
+        try:
+            join = tuple(join_args(limited.join_fds)) if limited.join_fds else ()
+        except OSError as exc:
+            limited.cleanup()
+            raise SandboxUnavailable(f"cannot join the command's cgroup: {exc}; nothing ran", runner=NAME) from exc
         return LocalLaunch(
-            argv=limits.prlimit + exact,
+            argv=(*join, *limits.prlimit, *exact),
             spawn_in=limited.spawn_in,
+            pass_fds=tuple(limited.join_fds),
             kill_tree=limited.kill_tree if cgroups is not None else None,
             cleanup=limited.cleanup,
         )
@@ -351,7 +359,13 @@ class LandlockRunner(Runner):
 
 
 class _LimitedSpawn:
-    """One command's cgroup, watchdog and teardown."""
+    """One command's cgroup, watchdog and teardown.
+
+    The cgroup is taken when the launch is prepared.  v1 membership is per
+    thread: the spawner thread moves itself in, forks (the child is born
+    inside) and moves back.  v2 membership is per process: the child joins
+    after fork through ``join_fds`` (``JOIN_SCRIPT`` in front of the argv).
+    """
 
     def __init__(self, spawner: SpawnerThread, cgroups: CgroupSession | None, limits: LimitPlan) -> None:
         self._spawner = spawner
@@ -359,29 +373,39 @@ class _LimitedSpawn:
         self._limits = limits
         self.cgroup: CommandCgroup | None = None
         self.watchdog: Watchdog | None = None
+        self.join_fds: list[int] = []
+        if cgroups is not None:
+            self.cgroup = cgroups.command(limits.cgroup)
+            if self.cgroup.per_process:
+                try:
+                    self.join_fds = self.cgroup.open_procs()
+                except BaseException:
+                    cgroups.release(self.cgroup)
+                    raise
 
     def spawn_in(self, fn: Callable[[], Any]) -> Any:
-        if self._cgroups is None:
-            result = self._spawner.call(fn)
-        else:
-            self.cgroup = self._cgroups.new_command(self._limits.cgroup)
-            try:
+        try:
+            if self.cgroup is None or self.join_fds:
+                result = self._spawner.call(fn)
+            else:
                 result = self._spawn_in_cgroup(self.cgroup, fn)
-            except BaseException:
-                self.cgroup.remove()
-                self.cgroup = None
-                raise
+        finally:
+            self._close_join_fds()  # the child has its copies (or never ran)
         if self._limits.wall_time_s is not None:
             pid = getattr(result, "pid", None)
             self.watchdog = Watchdog(self._limits.wall_time_s, self.cgroup, pid if isinstance(pid, int) else None)
         return result
 
+    def _close_join_fds(self) -> None:
+        fds, self.join_fds = self.join_fds, []
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
     def _spawn_in_cgroup(self, cgroup: CommandCgroup, fn: Callable[[], Any]) -> Any:
-        enter, leave = cgroup.open_moves()
+        enter, leave = cgroup.thread_moves()
 
         def job() -> Any:
-            # Runs on the spawner thread: it moves itself in, forks (the child
-            # is born in the cgroup) and moves back before the next job.
             tid = str(threading.get_native_id()).encode()
             for fd in enter:
                 os.write(fd, tid)
@@ -391,11 +415,7 @@ class _LimitedSpawn:
                 for fd in leave:
                     os.write(fd, tid)
 
-        try:
-            return self._spawner.call(job)
-        finally:
-            for fd in enter + leave:
-                os.close(fd)
+        return self._spawner.call(job)
 
     def kill_tree(self, pid: int, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -406,8 +426,9 @@ class _LimitedSpawn:
     def cleanup(self) -> None:
         if self.watchdog is not None:
             self.watchdog.cancel()
-        if self.cgroup is not None:
-            self.cgroup.remove()  # kills what is left (double forks, setsid) first
+        self._close_join_fds()
+        if self.cgroup is not None and self._cgroups is not None:
+            self._cgroups.release(self.cgroup)  # kills what is left (double forks, setsid) first
             self.cgroup = None
 
     @property

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.bwrap import BwrapRunner
 from dsh.runners.bwrap.limits import CgroupSupport
+from dsh.runners.linux.cgroups import discover
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import LocalLaunch
@@ -43,13 +44,15 @@ def needs_cgroup(runner: BwrapRunner, controller: str) -> None:
 
 
 def leftover_cgroups() -> list[str]:
+    """This process's bwrap cgroups that still hold a process (idle empty ones are
+    kept for reuse until the runner closes)."""
     prefix = f"dsh-bwrap-{os.getpid()}-"
     found = []
-    for ctrl in ("pids", "memory", ""):
-        base = Path("/sys/fs/cgroup") / ctrl
-        for dirpath, dirnames, _ in os.walk(base):
-            found += [os.path.join(dirpath, d) for d in dirnames if d.startswith(prefix)]
-            if dirpath.count("/") > 8:
+    for h in discover():
+        for dirpath, dirnames, _ in os.walk(h.own_dir):
+            if prefix in dirpath and (Path(dirpath) / "cgroup.procs").read_text().strip():
+                found.append(dirpath)
+            if dirpath.count("/") > 10:
                 dirnames.clear()
     return found
 

@@ -76,6 +76,7 @@ def start(
             stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            pass_fds=launch.pass_fds,
         )
 
     return (launch.spawn_in(spawn) if launch.spawn_in else spawn()), launch

@@ -1,0 +1,227 @@
+"""Containment by cgroup, checked from the host: a sandboxed command cannot move
+itself out of its cgroup, and nothing it starts (setsid, a double fork, nohup)
+outlives a supervisor killed with SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dsh.runners.bwrap import BwrapRunner
+from dsh.runners.landlock import LandlockRunner
+from dsh.runners.landlock.limits import DEGRADE_ESCAPE
+from dsh.runners.linux import cgroups
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
+from dsh.sandbox.runner import LocalLaunch
+
+from tests.conftest import require_runner
+
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="SANDBOX_UNAVAILABLE: cgroups are writable by root only here")
+# (runner, limits, cgroup versions): every way a command ends up held.  Without a
+# writable cgroup (non-root here) bwrap still holds (pid namespace, --die-with-parent,
+# setpriv --pdeathsig); Landlock declares the gap instead (tested below).
+SETUPS = [
+    pytest.param("landlock", "-", "1,2", id="landlock", marks=ROOT_ONLY),
+    pytest.param("landlock", "-", "2", id="landlock-v2-only", marks=ROOT_ONLY),
+    pytest.param("bwrap", "-", "1,2", id="bwrap"),
+    pytest.param("bwrap", "wall_time_s=600", "1,2", id="bwrap-wall-time"),
+    # Non-root, a process limit is RLIMIT_NPROC, shared with every process of the user.
+    pytest.param("bwrap", "max_processes=50", "1,2", id="bwrap-pids-cgroup", marks=ROOT_ONLY),
+    pytest.param("bwrap", "max_processes=50,wall_time_s=600", "1,2", id="bwrap-pids-cgroup-wall-time", marks=ROOT_ONLY),
+]
+
+
+def _marked(marker: str) -> list[int]:
+    """Host pids whose argv[0] is ``marker`` (``exec -a``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                    if fh.read().startswith(marker.encode() + b"\0"):
+                        found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _wait(predicate: object, limit: float) -> float:
+    start = time.monotonic()
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() - start > limit:
+            break
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def _session_dirs(tag: str) -> list[Path]:
+    return [p for h in cgroups.discover() for p in h.own_dir.glob(f"{tag}-*")]
+
+
+def _daemons(marker: str) -> str:
+    return (
+        f"setsid -f bash -c 'exec -a {marker} sleep 300'; "
+        f"nohup bash -c 'exec -a {marker} sleep 300' </dev/null >/dev/null 2>&1 & "
+        f"bash -c '(bash -c \"exec -a {marker} sleep 300\" &)'; "
+        f"exec -a {marker} sleep 300"
+    )
+
+
+@pytest.mark.parametrize(("name", "limits", "versions"), SETUPS)
+def test_nothing_outlives_a_killed_supervisor(name: str, limits: str, versions: str, tmp_path: Path) -> None:
+    require_runner(name)
+    marker = f"dsh-orphan-{uuid.uuid4().hex[:10]}"
+    supervisor = subprocess.Popen(
+        [sys.executable, str(SUPERVISOR), name, str(tmp_path), limits, versions, "--", "bash", "-c", _daemons(marker)],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert supervisor.stdout is not None and supervisor.stdout.readline().strip().isdigit()
+        _wait(lambda: len(_marked(marker)) >= 4, 60)
+        assert len(_marked(marker)) >= 4, "the command did not start its daemons"
+        supervisor.send_signal(signal.SIGKILL)
+        supervisor.wait(timeout=60)
+        took = _wait(lambda: not _marked(marker), 20)
+        assert _marked(marker) == [], f"survived the supervisor by {took:.1f}s"
+        prefix = f"dsh-{name}-{supervisor.pid}"
+        _wait(lambda: not _session_dirs(prefix), 20)
+        assert _session_dirs(prefix) == []  # the keeper removed the session too
+    finally:
+        for pid in _marked(marker):
+            os.kill(pid, signal.SIGKILL)
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
+ESCAPE = r"""
+import glob, os, sys
+moved = []
+for pattern in ("/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/*/cgroup.procs", "/sys/fs/cgroup/*/tasks",
+                "/sys/fs/cgroup/*/*/cgroup.procs", "/sys/fs/cgroup/*/*/*/cgroup.procs",
+                "/sys/fs/cgroup/*/*/*/*/cgroup.procs", "/sys/fs/cgroup/*/*/*/*/*/cgroup.procs"):
+    for path in glob.glob(pattern):
+        if "/cmd-" in path:
+            continue  # its own cgroup: staying is no escape
+        try:
+            with open(path, "w") as f:
+                f.write(str(os.getpid()))
+            moved.append(path)
+        except OSError:
+            pass
+print("MOVED", moved, flush=True)
+os.execvp("sleep", [sys.argv[1], "300"])
+"""
+
+
+@pytest.fixture(params=["landlock", "landlock-v2-only", "bwrap"])
+def held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, object]]:
+    """A runner whose commands get a cgroup (bwrap: through a process limit)."""
+    name = str(request.param)
+    if name == "landlock-v2-only":
+        import dsh.runners.landlock.runner as module
+
+        monkeypatch.setattr(module, "CgroupSession", lambda tag: cgroups.CgroupSession(tag, versions=(2,)))
+    runner = BwrapRunner() if name == "bwrap" else LandlockRunner()
+    require_runner(runner.name, runner)
+    yield name, runner
+    runner.close()
+
+
+@ROOT_ONLY
+def test_the_command_cannot_leave_its_cgroup(held: tuple[str, LandlockRunner | BwrapRunner], tmp_path: Path) -> None:
+    name, runner = held
+    marker = f"dsh-stay-{uuid.uuid4().hex[:10]}"
+    limits = ResourceLimits(max_processes=50) if name == "bwrap" else ResourceLimits()
+    policy = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=tmp_path, limits=limits)
+    launch = runner.prepare([sys.executable, "-c", ESCAPE, marker], policy, cwd=str(tmp_path), env={})
+    assert isinstance(launch, LocalLaunch)
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(list(launch.argv), pass_fds=launch.pass_fds, stdout=subprocess.PIPE)
+
+    proc = launch.spawn_in(spawn) if launch.spawn_in is not None else spawn()
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        assert line.startswith("MOVED []"), line
+        _wait(lambda: _marked(marker), 30)
+        (pid,) = _marked(marker)
+        group = launch.cleanup.__self__.group if name == "bwrap" else launch.cleanup.__self__.cgroup  # type: ignore[union-attr]
+        assert group.dirs  # held at all
+        table = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        for hierarchy, path in group.dirs:
+            mine = [ln.split(":", 2)[2] for ln in table if hierarchy.holds(ln)]
+            assert mine == [hierarchy.cgroup_of(path)], (hierarchy.key, mine)
+        if name == "landlock-v2-only":
+            assert [h.version for h, _ in group.dirs] == [2]
+    finally:
+        if launch.kill_tree is not None:
+            launch.kill_tree(proc.pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+        if launch.cleanup is not None:
+            launch.cleanup()
+    assert _marked(marker) == []
+
+
+def test_without_a_writable_cgroup_the_escape_is_declared() -> None:
+    """As a user cgroups are not delegated to (nobody here), Landlock declares the gap."""
+    code = "from tests.runners.linux.test_containment import _escape_gap; print(_escape_gap('/'))"
+    if os.geteuid() != 0:  # already a user without cgroups: plan here
+        stdout = "\n".join(_escape_gap("/"))
+    else:
+        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", sys.executable, "-c", code, "/"]
+        repo = Path(__file__).resolve().parents[3]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=repo)
+        assert done.returncode == 0, done.stderr
+        stdout = done.stdout
+    assert DEGRADE_ESCAPE in stdout
+    assert "not delegated to this user" in stdout
+
+
+def _escape_gap(workspace: str) -> tuple[str, ...]:
+    runner = LandlockRunner()
+    try:
+        e = runner.enforcement(SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=Path(workspace)))
+        return (*e.degradations, *e.reasons_for(DEGRADE_ESCAPE))
+    finally:
+        runner.close()
+
+
+@ROOT_ONLY
+def test_the_keeper_is_out_of_the_commands_reach(tmp_path: Path) -> None:
+    """The command cannot stop or kill the process that would clean up after a dead supervisor."""
+    runner = LandlockRunner()
+    require_runner("landlock", runner)
+    try:
+        policy = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=tmp_path)
+        first = runner.prepare(["true"], policy, cwd=str(tmp_path), env={})  # starts the session
+        assert first.spawn_in is not None and first.cleanup is not None
+        first.spawn_in(lambda: subprocess.run(list(first.argv), check=True))
+        first.cleanup()
+        session = runner._cgroups
+        assert session is not None and session._keeper is not None
+        keeper = session._keeper.process
+        script = f"for s in KILL TERM STOP INT HUP; do kill -$s {keeper.pid} && echo SENT-$s; done; true"
+        launch = runner.prepare(["bash", "-c", script], policy, cwd=str(tmp_path), env={})
+        assert launch.spawn_in is not None and launch.cleanup is not None
+        done = launch.spawn_in(lambda: subprocess.run(list(launch.argv), capture_output=True, text=True, timeout=60))
+        launch.cleanup()
+        assert "SENT" not in done.stdout, done.stdout
+        time.sleep(0.2)
+        assert keeper.poll() is None
+        state = Path(f"/proc/{keeper.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state in ("S", "R"), state
+    finally:
+        runner.close()
