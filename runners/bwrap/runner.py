@@ -40,6 +40,7 @@ from dsh.runners.bwrap.limits import (
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import plan_mounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args
+from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
@@ -306,11 +307,15 @@ class BwrapRunner(Runner):
         network = "on: host network shared" if policy.network else "off: --unshare-net (own loopback only)"
         cannot = [msg for msg in self.enforcement(policy).missing]
         cannot += [f"writable root {p} does not exist: not bound" for p in policy.missing_roots]
+        cannot += self.limitations(policy).values()
         if not facts.works:
             cannot.insert(0, f"bwrap unavailable: {facts.reason}")
         return RunnerPlan(
             self.name, policy.mode, tuple(rules), network, tuple(limit_lines(policy.limits, facts)), tuple(cannot)
         )
+
+    def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        return namespaced_limitations(policy.constrained)
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
         if not policy.constrained:

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below, symlinked_protected
+from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import byte_count, count
@@ -275,11 +276,15 @@ class DockerRunner(Runner):
             "a command that clears its environment AND leaves its process tree (env -i + "
             "double fork) survives its kill; it dies when the container is removed",
             _SIGNAL_STATUS_GAP,
+            *self.limitations(policy).values(),
         ]
         if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
             cannot.append("danger-full-access still sees only the mounts above, not the host")
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
                           tuple(cannot))
+
+    def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        return namespaced_limitations(self._spec(policy).seccomp_profile is not None)
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
         return {"signal-status": _SIGNAL_STATUS_GAP}

@@ -110,7 +110,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              py(LIBC, "a = socket.socket(socket.AF_UNIX)\na.bind('\\0dshconf-own-{nonce}')\na.listen(1)\n"
                       "b = socket.socket(socket.AF_UNIX)\nb.connect('\\0dshconf-own-{nonce}')\n"
                       "b.send(b'ok')\nprint(a.accept()[0].recv(2).decode())\n"),
-             OK, check_ok=c.stdout_is(b"ok\n"), requires=PY),
+             OK, check_ok=c.stdout_is(b"ok\n"), requires=PY, covers=("local-ipc", "unix-sockets")),
     # -- the user's terminal -------------------------------------------------------------------
     Scenario("term-read", "terminal", "read what the user types on the host terminal",
              py(LIBC, "fd = os.open('{pty}', os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)\nprint(os.read(fd, 200))\n"),

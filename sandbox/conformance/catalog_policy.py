@@ -33,7 +33,9 @@ def overlap(sid: str, purpose: str, path: str) -> Scenario:
 def created(sid: str, purpose: str, paths: tuple[str, ...], existing: str | None = None) -> Scenario:
     """The command creates each of ``paths`` and appends to ``existing``, which the host made first."""
     script = "; ".join(f"mkdir -p $(dirname {p}) && echo pwn >> {p}" for p in (*paths, *filter(None, [existing])))
-    checks = [c.absent_or_empty(p) for p in paths]
+    # A name that did not exist may be created (a project may add a .vscode); the
+    # host must then be told, so nothing trusts it unnoticed.
+    checks = [c.absent_empty_or_reported(p) for p in paths]
     if existing:
         checks.insert(0, c.file_is(existing, b"orig\n"))
     return Scenario(sid, "protected", purpose, ("bash", "-c", script + "; true"), BLOCKED,
@@ -49,8 +51,10 @@ def _nested_repo(env: HostEnv) -> None:
 
 
 def _no_planted_git(env: HostEnv, out: RunOutput) -> str | None:
-    """No repository under the scenario's directory carries a hook or a config that runs code."""
-    found = []
+    """No repository under the scenario's directory carries a hook or a config that
+    runs code, unless the run reported it (``git init`` must work; what it holds
+    must not reach the host's next git command unnoticed)."""
+    found: list[str] = []
     for git in env.ws.glob("**/.git"):
         hooks = git / "hooks"
         if hooks.is_dir():
@@ -58,8 +62,9 @@ def _no_planted_git(env: HostEnv, out: RunOutput) -> str | None:
         config = git / "config"
         if config.is_file() and any(w in config.read_text(errors="replace").lower()
                                     for w in ("fsmonitor", "hookspath", "sshcommand", "pager")):
-            found.append(f"{config} (runs code)")
-    return f"planted for the host's next git command: {found}" if found else None
+            found.append(str(config))
+    unreported = [path for path in found if path not in out.trusted_changed]
+    return f"planted for the host's next git command, unreported: {unreported}" if unreported else None
 
 
 def _later_policy_refuses(env: HostEnv, out: RunOutput) -> str | None:
@@ -136,7 +141,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              ("bash", "-c", "printf '[core]\\n\\tfsmonitor = touch /tmp/pwn\\n' >> " + REPO + "/.git/config; true"),
              BLOCKED, setup=_nested_repo, check_blocked=c.file_is(REPO + "/.git/config", PROTECTED_CONFIG),
              covers=("protected-paths",), requires=("git",)),
-    Scenario("git-new-repo-hooks", "git", "a repository the command creates carries no hook or code-running config",
+    Scenario("git-new-repo-hooks", "git", "a repository the command creates runs nothing on the host unreported",
              ("bash", "-c", "mkdir -p {ws}/n/x && cd {ws}/n/x && git init -q .;"
                             " printf '#!/bin/sh\\necho pwn\\n' > .git/hooks/post-checkout;"
                             " chmod +x .git/hooks/post-checkout;"

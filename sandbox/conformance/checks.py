@@ -55,6 +55,19 @@ def absent_or_reported(template: str) -> Check:
     return check
 
 
+def absent_empty_or_reported(template: str) -> Check:
+    """Nothing was put at the path, or the run's facts name what was."""
+    empty = absent_or_empty(template)
+
+    def check(env: HostEnv, out: RunOutput) -> str | None:
+        problem = empty(env, out)
+        if problem is None or env.fmt(template) in out.trusted_changed:
+            return None
+        return f"{problem}, and the run did not report it"
+
+    return check
+
+
 def absent_or_empty(template: str) -> Check:
     """Nothing was put at the path: it is absent, or an empty directory or file.
 
