@@ -4,7 +4,9 @@ Each stream keeps its newest ``max_bytes`` in memory (a tail ``TextRetainer``,
 which is also the window the offset readers see).  The spill file is opened
 lazily, the first time the stream outgrows memory: until then nothing was
 dropped, so the window still holds every byte and is written out first.  A
-short command therefore never touches the disk.
+short command therefore never touches the disk.  The file is read back only
+through the fd made with it (``read_spill``), never reopened by path: what is
+at that path later is not trusted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable
 
 from dsh.executors.retention import TextRetainer
 from dsh.executors.seam import CollectedOutput
+from dsh.executors.spill import SpillDir
 
 
 class StreamCapture:
@@ -26,7 +29,7 @@ class StreamCapture:
         *,
         max_bytes: int,
         max_spill_bytes: int,
-        spill_dir: Callable[[], str] | None = None,
+        spill_dir: Callable[[], SpillDir] | None = None,
     ) -> None:
         self.name = name
         self.max_spill_bytes = max_spill_bytes
@@ -48,7 +51,7 @@ class StreamCapture:
             if self._spill_fd is None and self._spill_path is None and self._spill_error is None:
                 if self._retainer.total_bytes + len(data) > self._retainer.max_bytes:
                     self._open_spill()
-            if self._spill_fd is not None:
+            if self._spill_fd is not None and not self._finished:
                 self._spill(data)
             self._retainer.feed(data)
 
@@ -57,12 +60,22 @@ class StreamCapture:
         self.feed(text.encode("utf-8", errors="replace"))
 
     def finish(self) -> None:
-        """EOF: close the spill file (its content stays for the caller)."""
+        """EOF: nothing more is written (the fd stays open for ``read_spill``)."""
         with self._lock:
             self._finished = True
-            if self._spill_fd is not None:
-                os.close(self._spill_fd)
-                self._spill_fd = None
+
+    def release(self) -> None:
+        """Close the spill fd (the file itself stays for the caller)."""
+        with self._lock:
+            fd, self._spill_fd = self._spill_fd, None
+            self._finished = True
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_spill_fd", None)
+        if fd is not None:
+            os.close(fd)
 
     def _open_spill(self) -> None:
         if self._spill_dir is None or self.max_spill_bytes <= 0:
@@ -70,13 +83,11 @@ class StreamCapture:
             self._spill_error = "no spill"
             return
         try:
-            directory = self._spill_dir()
-            path = os.path.join(directory, f"{self.name}-{os.urandom(6).hex()}.log")
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-            self._spill_fd = os.open(path, flags, 0o600)
+            self._spill_fd, path = self._spill_dir().create(self.name)
         except OSError as exc:
-            # Spilling is best effort: the in-memory tail is still returned.
+            # No spill file: the in-memory tail is still returned, marked cut.
             self._spill_error = str(exc)
+            self._spill_truncated = True
             return
         self._spill_path = path
         _, held = self._retainer.window()  # everything so far: nothing was dropped yet
@@ -101,6 +112,15 @@ class StreamCapture:
             self._spill_truncated = True
             os.close(self._spill_fd)
             self._spill_fd = None
+
+    def read_spill(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of the stream from ``offset``, from the spill
+        file through the fd that wrote it (b"" if there is none)."""
+        with self._lock:
+            fd, written = self._spill_fd, self._spill_written
+            if fd is None or offset >= written or size <= 0:
+                return b""
+            return os.pread(fd, min(size, written - offset), offset)
 
     # -- reader side ----------------------------------------------------------
     @property

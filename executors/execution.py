@@ -41,6 +41,9 @@ class _Observer(OutputObserver):
         start, data = self._streams[stream].read_from(offset)
         return data, start + len(data)
 
+    def read_spilled(self, stream: StreamName, offset: int, size: int) -> bytes:
+        return self._streams[stream].read_spill(offset, size)
+
 
 class LocalShellExecution(ShellExecution):
     """The handle ``execute()`` returns; settled by the pump's exit callback."""

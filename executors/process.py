@@ -21,20 +21,21 @@ from __future__ import annotations
 import ctypes
 import os
 import re
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from dsh.executors import proctree
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
+from dsh.executors.spill import SpillDir
 from dsh.executors.watchdog import Watchdog
 from dsh.sandbox.context import Service
 from dsh.sandbox.runner import ExitStatus, Launch, LocalLaunch, RemoteLaunch, RemoteProcess
@@ -71,6 +72,9 @@ class SubprocessConfig:
     #: Make this process a child subreaper so orphans of killed commands are
     #: reaped here instead of depending on PID 1 (which may not reap at all).
     reap_orphans: bool = True
+    #: Keep this session's spill files when it closes (for a caller that shows
+    #: their paths to a person); removed by age at a later session's first spill.
+    keep_spill_files: bool = False
 
 
 class _LocalTarget(ProcessTarget):
@@ -191,7 +195,8 @@ class LocalSubprocessService(Service):
         self.watchdog = Watchdog()
         self._live: set[Pump] = set()
         self._lock = threading.Lock()
-        self._spill_dir: str | None = None
+        self._spill_dir: SpillDir | None = None
+        self._captures: weakref.WeakSet[StreamCapture] = weakref.WeakSet()
         self._closed = False
         self._subreaper = False
 
@@ -203,15 +208,23 @@ class LocalSubprocessService(Service):
         return layer_env(base, env, dsh_env)
 
     # -- captures -----------------------------------------------------------------
-    def spill_dir(self) -> str:
-        """A private (0700) directory for this service's spill files."""
+    def spill_dir(self) -> SpillDir:
+        """This service's private spill directory, outside every root the
+        session's policy can make writable (made at the first spill)."""
         with self._lock:
             if self._spill_dir is None:
-                self._spill_dir = tempfile.mkdtemp(prefix="dsh-spill-")
+                self._spill_dir = SpillDir(self._writable_roots())
             return self._spill_dir
 
+    def _writable_roots(self) -> list[Path]:
+        policy = self.ctx.get("sandbox_policy")
+        trusted = getattr(policy, "trusted_roots", None)
+        return list(trusted()) if trusted is not None else []
+
     def capture(self, name: str, *, max_bytes: int, max_spill_bytes: int) -> StreamCapture:
-        return StreamCapture(name, max_bytes=max_bytes, max_spill_bytes=max_spill_bytes, spill_dir=self.spill_dir)
+        capture = StreamCapture(name, max_bytes=max_bytes, max_spill_bytes=max_spill_bytes, spill_dir=self.spill_dir)
+        self._captures.add(capture)
+        return capture
 
     # -- spawning -----------------------------------------------------------------
     def spawn(
@@ -350,8 +363,14 @@ class LocalSubprocessService(Service):
         self.watchdog.close()
         with self._lock:
             spill_dir, self._spill_dir = self._spill_dir, None
+            captures = list(self._captures)
+        for capture in captures:
+            capture.release()
         if spill_dir is not None:
-            shutil.rmtree(spill_dir, ignore_errors=True)
+            try:
+                spill_dir.close(remove=not self.config.keep_spill_files)
+            except OSError:
+                pass  # removed meanwhile; a leftover is expired by age later
 
 
 def _grow_pipe(fd: int) -> None:

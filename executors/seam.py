@@ -195,6 +195,12 @@ class OutputObserver(abc.ABC):
         oldest retained byte (the returned offset says where the data ends).
         """
 
+    def read_spilled(self, stream: StreamName, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes of ``stream`` from ``offset`` that only the
+        spill file still holds, read through the fd the host wrote it with
+        (never by path).  Default: none kept."""
+        return b""
+
 
 class ShellExecution(abc.ABC):
     """One execution handle with foreground and background projections."""

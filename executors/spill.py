@@ -1,0 +1,183 @@
+"""Where spill files live, and how they are made, read back and removed.
+
+A spill file holds a stream beyond the in-memory cap, written by this (host)
+process while the command runs.  If the command could reach the directory
+that holds it, it could put a symlink where the host is about to create a
+file (the host would write root-owned bytes of the command's choosing into
+any directory), or a FIFO where the host reads.  So the directory:
+
+- lies outside every root the session's policy can make writable (``/tmp``
+  and ``$TMPDIR`` always count as such roots); the first candidate that does is
+  used: ``$XDG_RUNTIME_DIR/dsh-sandbox/spill``, ``$XDG_CACHE_HOME`` (or
+  ``~/.cache``) ``/dsh-sandbox/spill``, ``/var/tmp/dsh-sandbox-<uid>``; none:
+  ``SpillUnavailable`` (the stream keeps its in-memory tail only);
+- is 0700 and owned by the caller, reached component by component without
+  following a symlink, and used only through a directory fd: files are made
+  with ``openat(O_EXCL|O_NOFOLLOW)``, read back with ``pread`` on the fd the
+  host already holds, and removed with ``unlinkat``.
+
+Retention: each service spills into its own ``session-*`` directory.  A
+library session removes it when it closes; a session that hands spill paths
+to a person (the CLI prints them) keeps it, so the path stays readable after
+the command ends.  Either way, session directories older than
+``MAX_AGE_S`` are removed the next time any session starts spilling.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+MAX_AGE_S = 24 * 3600
+_SESSION_PREFIX = "session-"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class SpillUnavailable(OSError):
+    """No candidate directory is private and outside the writable roots."""
+
+
+def candidates(environ: Mapping[str, str], uid: int) -> list[Path]:
+    """Spill directories to try, best first (absolute paths only)."""
+    out: list[Path] = []
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        out.append(Path(runtime, "dsh-sandbox", "spill"))
+    cache = environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(cache):
+        home = environ.get("HOME", "")
+        cache = os.path.join(home, ".cache") if os.path.isabs(home) else ""
+    if cache:
+        out.append(Path(cache, "dsh-sandbox", "spill"))
+    out.append(Path("/var/tmp", f"dsh-sandbox-{uid}"))
+    return out
+
+
+def _overlaps(path: Path, roots: Iterable[Path]) -> Path | None:
+    for root in roots:
+        if path == root or path.is_relative_to(root) or root.is_relative_to(path):
+            return root
+    return None
+
+
+def _walk(path: Path, uid: int) -> int:
+    """An fd on ``path`` (canonical), creating missing parts 0700, never
+    following a symlink; the last directory must be the caller's and private."""
+    fd = os.open("/", _DIR_FLAGS)
+    try:
+        for part in path.parts[1:]:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made meanwhile: opened (and checked) below
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        info = os.fstat(fd)
+        if info.st_uid != uid:
+            raise OSError(errno.EPERM, f"{path} belongs to uid {info.st_uid}, not {uid}")
+        if stat.S_IMODE(info.st_mode) != 0o700:
+            os.fchmod(fd, 0o700)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Remove ``name`` (a directory under ``parent_fd``) and what it holds,
+    by fd: a symlink met on the way is unlinked, never followed."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        os.unlink(name, dir_fd=parent_fd)  # not a directory (a planted link): just the entry
+        return
+    try:
+        with os.scandir(fd) as entries:
+            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for child, is_dir in names:
+            if is_dir:
+                remove_tree(fd, child)
+            else:
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+class SpillDir:
+    """One session's spill directory, held open by fd."""
+
+    def __init__(self, roots: Iterable[Path], environ: Mapping[str, str] | None = None) -> None:
+        uid = os.geteuid()
+        env = os.environ if environ is None else environ
+        excluded = [Path(os.path.realpath(r)) for r in roots]
+        excluded += [Path(os.path.realpath(t)) for t in ("/tmp", env.get("TMPDIR", "")) if os.path.isabs(t)]
+        tried: list[str] = []
+        for candidate in candidates(env, uid):
+            base = Path(os.path.realpath(candidate))
+            root = _overlaps(base, excluded)
+            if root is not None:
+                tried.append(f"{candidate} (overlaps the writable root {root})")
+                continue
+            try:
+                base_fd = _walk(base, uid)
+            except OSError as exc:
+                tried.append(f"{candidate} ({exc.strerror or exc})")
+                continue
+            self.base, self._base_fd = base, base_fd
+            break
+        else:
+            raise SpillUnavailable(
+                errno.ENOENT,
+                "no private spill directory outside the writable roots: tried "
+                + "; ".join(tried)
+                + "; set XDG_RUNTIME_DIR to a private directory outside them",
+            )
+        self._expire()
+        name = f"{_SESSION_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
+        os.mkdir(name, 0o700, dir_fd=self._base_fd)
+        self.name = name
+        self.path = base / name
+        self._fd = os.open(name, _DIR_FLAGS, dir_fd=self._base_fd)
+
+    def create(self, stem: str) -> tuple[int, str]:
+        """A new private file: ``(fd open for read and write, its path)``."""
+        name = f"{stem}-{os.urandom(6).hex()}.log"
+        fd = os.open(name, _FILE_FLAGS, 0o600, dir_fd=self._fd)
+        return fd, str(self.path / name)
+
+    def _expire(self) -> None:
+        """Remove session directories older than ``MAX_AGE_S`` (best effort)."""
+        limit = time.time() - MAX_AGE_S
+        with os.scandir(self._base_fd) as entries:
+            old = [
+                e.name
+                for e in entries
+                if e.name.startswith(_SESSION_PREFIX) and e.stat(follow_symlinks=False).st_mtime < limit
+            ]
+        for name in old:
+            try:
+                remove_tree(self._base_fd, name)
+            except OSError:
+                pass  # another session is removing it too
+
+    def close(self, *, remove: bool) -> None:
+        os.close(self._fd)
+        try:
+            if remove:
+                remove_tree(self._base_fd, self.name)
+        finally:
+            os.close(self._base_fd)
