@@ -59,6 +59,7 @@ class RunOptions:
     command: str | None = None
     argv: tuple[str, ...] = ()
     approval: str | None = None  # deny | prompt | rules:FILE (escalation of a denied run)
+    raw_output: bool = False  # copy escape sequences to a terminal as they are
 
 
 # -- validation (before anything is built or run) ---------------------------------------
@@ -74,6 +75,7 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError("-c: the command string is empty; pass the command to run")
     if opts.argv and not opts.argv[0]:
         raise UsageError("ARGV: the program name is an empty string; pass the program to run")
+    _check_paths(opts)
     if opts.timeout_s is not None:
         from dsh.sandbox.numeric import seconds
 
@@ -112,6 +114,20 @@ def check_options(opts: RunOptions) -> None:
             raise UsageError(f"--{exc}") from None
 
 
+def _check_paths(opts: RunOptions) -> None:
+    """An empty path would silently mean the current directory."""
+    flags: list[tuple[str, tuple[str, ...]]] = [
+        ("--workspace", () if opts.workspace is None else (opts.workspace,)),
+        ("--workdir", () if opts.workdir is None else (opts.workdir,)),
+        ("--writable", opts.writable),
+        ("--force-writable", opts.force_writable),
+        ("--composition", () if opts.composition is None else (opts.composition,)),
+    ]
+    for flag, values in flags:
+        if any(not value.strip() for value in values):
+            raise UsageError(f"{flag}: empty path; pass a path (\".\" for the current directory) or drop the flag")
+
+
 # -- the context ------------------------------------------------------------------------
 def build_context(opts: RunOptions, *, executor: str = "bash") -> Any:
     """A context with the policy, the runner host and a sandboxed executor.
@@ -147,12 +163,14 @@ Provider = Callable[[Any], None]
 def _providers(opts: RunOptions, executor: str) -> list[Provider]:
     """The mount list, in dependency order.  Issue 4's ``--approval`` adds its
     approval provider here."""
-    from dsh.executors.process import LocalSubprocessService
+    from dsh.executors.process import LocalSubprocessService, SubprocessConfig
     from dsh.sandbox.host import SandboxHost, SandboxHostConfig
     from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 
     def subprocess_service(ctx: Any) -> None:
-        ctx.provide(LocalSubprocessService(ctx), origin="subprocess-local")
+        # The notes and --json name spill files: they must outlive the run.
+        config = SubprocessConfig(keep_spill_files=True)
+        ctx.provide(LocalSubprocessService(ctx, config), origin="subprocess-local")
 
     def shell_env(ctx: Any) -> None:
         try:
@@ -263,15 +281,17 @@ def approver_for(ctx: Any, approval: str | None) -> Any:
 def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = False) -> tuple[int, Any]:
     """Run ``spec``, stream and report it: (exit status, result or None if stopped).
 
-    ``visible``: escape sequences in the output are made visible on a terminal."""
+    ``visible``: a prompt may follow, so even colours are shown, not obeyed."""
     execution = executor.execute(spec)
-    live = None if opts.as_json else LiveStreams(execution, visible_on_terminal=visible)
+    # Colours are kept unless a person is about to be asked on this terminal.
+    live = None if opts.as_json else LiveStreams(execution, raw=opts.raw_output, colours=not visible)
     stopped = follow(execution, live)
     if stopped is not None:
         return stopped, None
     result = execution.result()
     if live is not None:
         live.pump()
+        live.finish()
         for stream, lost in live.lost.items():
             if lost:
                 note(
@@ -320,6 +340,12 @@ def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = Fals
     "--approval",
     metavar="deny|prompt|rules:FILE",
     help="If the run is denied, who may approve re-running it once under a wider mode.",
+)
+@click.option(
+    "--raw-output",
+    is_flag=True,
+    help="On a terminal, pass the command's escape sequences through as they are "
+    "(default: only colours; others are shown escaped, e.g. \\x1b]52;...).",
 )
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def run(**params: Any) -> None:

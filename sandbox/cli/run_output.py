@@ -7,6 +7,7 @@ import codecs
 import dataclasses
 import json
 import os
+import re
 import signal as signal_mod
 import sys
 from typing import IO, Any
@@ -30,11 +31,17 @@ class LiveStreams:
     The observer holds only the tail of each stream.  When the command writes
     faster than we copy and the tail moves past what we have shown, the gap is
     read back from the stream's spill file (which holds the stream from its
-    first byte, up to the spill cap), so the output stays complete and in
-    order; only bytes beyond the spill cap can be lost, and that is reported.
+    first byte, up to the spill cap) through the fd the host wrote it with, so
+    the output stays complete and in order; only bytes beyond the spill cap
+    can be lost, and that is reported.
+
+    On a terminal (unless ``raw``), what the command prints cannot act on it:
+    escape sequences other than colours (SGR) and control characters other
+    than newline, tab, CR and backspace are shown, not obeyed (no clipboard
+    write, title change, status report typed into our input, hidden text).
     """
 
-    def __init__(self, execution: Any, *, visible_on_terminal: bool = False) -> None:
+    def __init__(self, execution: Any, *, raw: bool = False, colours: bool = True) -> None:
         self.execution = execution
         self.observed = execution.observed
         self.offsets = {"stdout": 0, "stderr": 0}
@@ -43,14 +50,17 @@ class LiveStreams:
             "stdout": sys.stdout.buffer,
             "stderr": sys.stderr.buffer,
         }
-        self._spills: dict[str, str | None] | None = None
-        # Before a person is asked to approve on this terminal, what the
-        # command printed must not be able to act on it (hide text, move the
-        # cursor, draw a fake prompt, leave an OSC string open).
         self.filters: dict[str, Visible] = {
-            stream: Visible() for stream, sink in self.sinks.items()
-            if visible_on_terminal and _is_terminal(sink)
+            stream: Visible(colours=colours) for stream, sink in self.sinks.items() if not raw and _is_terminal(sink)
         }
+
+    def finish(self) -> None:
+        """Show what a filter still holds (an unfinished sequence at the end)."""
+        for stream, visible in self.filters.items():
+            rest = visible.flush()
+            if rest:
+                self.sinks[stream].write(rest)
+                self.sinks[stream].flush()
 
     def pump(self) -> int:
         """Copy what is new; returns how many bytes were copied."""
@@ -69,15 +79,7 @@ class LiveStreams:
     def _catch_up(self, stream: str, upto: int) -> int:
         """Copy ``[offset, upto)`` of ``stream`` from its spill file."""
         begin = self.offsets[stream]
-        data = b""
-        path = self._spill_path(stream)
-        if path is not None:
-            try:
-                with open(path, "rb") as spill:
-                    spill.seek(begin)
-                    data = spill.read(upto - begin)
-            except OSError:
-                data = b""
+        data = self.observed.read_spilled(stream, begin, upto - begin)
         if data:
             self._write(stream, data)
         self.lost[stream] += upto - begin - len(data)
@@ -88,27 +90,48 @@ class LiveStreams:
         self.sinks[stream].write(shown)
         self.sinks[stream].flush()
 
-    def _spill_path(self, stream: str) -> str | None:
-        if self._spills is None:
-            # The consuming reader names the spill files once it has lost
-            # bytes itself, which it has by now (it has not read anything).
-            read = self.execution.read_output()
-            self._spills = {"stdout": read.stdout_spill, "stderr": read.stderr_spill}
-        return self._spills.get(stream)
+
+#: A colour/attribute sequence (SGR): harmless to show as it is.
+_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+#: The start of one that a later read may complete.
+_SGR_PREFIX = re.compile(r"\x1b(\[[0-9;:]*)?\Z")
 
 
 class Visible:
     """Output bytes -> the same text with escape sequences and control
-    characters made visible (``\\x1b[2J``); newlines and tabs kept.  UTF-8 is
-    decoded incrementally so a character split across reads survives."""
+    characters made visible (``\\x1b[2J``); newlines and tabs kept (and, for
+    ``colours``, CR, backspace and SGR colour sequences).  UTF-8 is decoded
+    incrementally so a character split across reads survives."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, colours: bool = False) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._colours = colours
+        self._held = ""  # an unfinished SGR sequence at the end of the last read
 
     def __call__(self, data: bytes) -> bytes:
         from dsh.sandbox.approval import printable
 
-        return printable(self._decoder.decode(data), keep="\n\t").encode("utf-8")
+        text = self._held + self._decoder.decode(data)
+        self._held = ""
+        if not self._colours:
+            return printable(text, keep="\n\t").encode("utf-8")
+        tail = _SGR_PREFIX.search(text)
+        if tail is not None:
+            self._held, text = text[tail.start() :], text[: tail.start()]
+        out: list[str] = []
+        last = 0
+        for match in _SGR.finditer(text):
+            out.append(printable(text[last : match.start()], keep="\n\t\r\b"))
+            out.append(match.group())
+            last = match.end()
+        out.append(printable(text[last:], keep="\n\t\r\b"))
+        return "".join(out).encode("utf-8")
+
+    def flush(self) -> bytes:
+        from dsh.sandbox.approval import printable
+
+        held, self._held = self._held + self._decoder.decode(b"", final=True), ""
+        return printable(held, keep="\n\t").encode("utf-8")
 
 
 def _is_terminal(sink: IO[bytes]) -> bool:
