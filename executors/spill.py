@@ -42,19 +42,21 @@ class SpillUnavailable(OSError):
     """No candidate directory is private and outside the writable roots."""
 
 
-def candidates(environ: Mapping[str, str], uid: int) -> list[Path]:
-    """Spill directories to try, best first (absolute paths only)."""
-    out: list[Path] = []
+def candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, tuple[str, ...]]]:
+    """Spill directories to try, best first: ``(anchor, parts)``.  Links in
+    the anchor (a system or user directory) are resolved; ``parts`` are ours,
+    walked without following any link."""
+    out: list[tuple[Path, tuple[str, ...]]] = []
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(runtime):
-        out.append(Path(runtime, "dsh-sandbox", "spill"))
+        out.append((Path(runtime), ("dsh-sandbox", "spill")))
     cache = environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(cache):
         home = environ.get("HOME", "")
         cache = os.path.join(home, ".cache") if os.path.isabs(home) else ""
     if cache:
-        out.append(Path(cache, "dsh-sandbox", "spill"))
-    out.append(Path("/var/tmp", f"dsh-sandbox-{uid}"))
+        out.append((Path(cache), ("dsh-sandbox", "spill")))
+    out.append((Path("/var/tmp"), (f"dsh-sandbox-{uid}",)))
     return out
 
 
@@ -126,8 +128,9 @@ class SpillDir:
         excluded = [Path(os.path.realpath(r)) for r in roots]
         excluded += [Path(os.path.realpath(t)) for t in ("/tmp", env.get("TMPDIR", "")) if os.path.isabs(t)]
         tried: list[str] = []
-        for candidate in candidates(env, uid):
-            base = Path(os.path.realpath(candidate))
+        for anchor, parts in candidates(env, uid):
+            candidate = anchor.joinpath(*parts)
+            base = Path(os.path.realpath(anchor)).joinpath(*parts)
             root = _overlaps(base, excluded)
             if root is not None:
                 tried.append(f"{candidate} (overlaps the writable root {root})")

@@ -38,6 +38,7 @@ def test_spill_file_is_private_and_complete(ctx: Context) -> None:
     out = result.stdout
     assert out.total_bytes == len(full)
     assert out.spill_path is not None and not out.spill_truncated
+    assert not out.spill_path.startswith("/tmp/")  # /tmp is a writable root
     assert stat.S_IMODE(os.stat(out.spill_path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(os.path.dirname(out.spill_path)).st_mode) == 0o700
     assert Path(out.spill_path).read_bytes() == full
