@@ -93,8 +93,9 @@ class LiveStreams:
 
 #: A colour/attribute sequence (SGR): harmless to show as it is.
 _SGR = re.compile(r"\x1b\[[0-9;:]*m")
-#: The start of one that a later read may complete.
+#: The start of one that a later read may complete (held back, up to a size).
 _SGR_PREFIX = re.compile(r"\x1b(\[[0-9;:]*)?\Z")
+_SGR_MAX = 64
 
 
 class Visible:
@@ -116,7 +117,7 @@ class Visible:
         if not self._colours:
             return printable(text, keep="\n\t").encode("utf-8")
         tail = _SGR_PREFIX.search(text)
-        if tail is not None:
+        if tail is not None and len(text) - tail.start() <= _SGR_MAX:  # longer: no colour, shown
             self._held, text = text[tail.start() :], text[: tail.start()]
         out: list[str] = []
         last = 0

@@ -161,6 +161,15 @@ HOSTILE = (
 )
 
 
+def test_the_filter_keeps_colours_split_across_reads() -> None:
+    from dsh.sandbox.cli.run_output import Visible
+
+    visible = Visible(colours=True)
+    out = visible(b"a\x1b[3") + visible(b"1mred\x1b[0m\x1b]52;c;x\x07\r\b\x1b") + visible(b"[6nz\x1b[")
+    out += visible.flush()
+    assert out == b"a\x1b[31mred\x1b[0m\\x1b]52;c;x\\x07\r\b\\x1b[6nz\\x1b["
+
+
 def _through_pty(home: Home, *extra: str) -> tuple[int, bytes]:
     master, slave = os.openpty()
     try:
