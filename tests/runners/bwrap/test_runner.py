@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.bwrap import BwrapRunner
 from dsh.runners.bwrap.mounts import plan_mounts
+from dsh.runners.linux.ipc import UNIX_SOCKET_LIMITATION
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.runner import LocalLaunch
@@ -62,7 +63,9 @@ def test_full_enforcement_and_explain(runner: BwrapRunner, layout: Layout) -> No
     assert f"ro-bind {layout.ws}/.git (protected)" in rules
     assert f"placeholder {layout.ws}/.dsh" in rules
     assert plan.network.startswith("off")
-    assert plan.cannot == ()
+    # Nothing is left unenforced; the one thing it says it cannot do is work it refuses.
+    assert plan.cannot == (UNIX_SOCKET_LIMITATION,)
+    assert runner.limitations(pol) == {"unix-sockets": UNIX_SOCKET_LIMITATION}
     assert runner.explain(policy(layout.ws, network=True)).network.startswith("on")
 
 
