@@ -2,13 +2,15 @@
 
 What it refuses comes from the shared rule model (``dsh.runners.linux.seccomp``):
 keyrings (the caller's user and session keyrings are the host's), io_uring,
-inode flags, terminal injection, and every socket family but IP and route
-netlink: ``AF_VSOCK`` reaches the hypervisor, other netlink protocols the host
-kernel, and ``socket(AF_UNIX)`` could ``connect()`` or ``sendto()`` any host
-pathname socket the read-only view shows (a read-only mount does not stop
-either), whether it was bound before the command started or after, by an
-absolute path or a relative one.  ``socketpair()`` (stream and seqpacket) and
-loopback TCP/UDP keep local IPC working.
+setuid/setgid modes, inode-changing ioctls and leases (for a root caller, uid 0
+in the sandbox is the host's root, and the host's files are its own), terminal
+injection, and every socket family but IP and route netlink: ``AF_VSOCK``
+reaches the hypervisor, other netlink protocols the host kernel, and
+``socket(AF_UNIX)`` could ``connect()`` or ``sendto()`` any host pathname
+socket the read-only view shows (a read-only mount does not stop either),
+whether it was bound before the command started or after, by an absolute path
+or a relative one.  ``socketpair()`` (stream and seqpacket) and loopback
+TCP/UDP keep local IPC working.
 
 The filter is the same with the network on: the host's unix sockets are not
 "the network", and daemons such as ``/run/docker.sock`` are a way out of any
@@ -82,8 +84,8 @@ def build_filter() -> SyscallFilter:
 
 def describe() -> str:
     return (
-        "seccomp: keyrings, io_uring, inode flags, TIOCSTI refused; sockets: IP (loopback only when the "
-        "network is off) and route netlink; socketpair() stream/seqpacket; socket(AF_UNIX) refused "
-        "(no host unix socket, pathname or abstract, is reachable; nor a server the command starts), "
-        "AF_VSOCK, other netlink and packet sockets refused"
+        f"seccomp: keyrings, io_uring, TIOCSTI refused; {seccomp.FILE_RULES_TEXT} refused; sockets: IP "
+        "(loopback only when the network is off) and route netlink; socketpair() stream/seqpacket; "
+        "socket(AF_UNIX) refused (no host unix socket, pathname or abstract, is reachable; nor a server the "
+        "command starts), AF_VSOCK, other netlink and packet sockets refused"
     )

@@ -31,6 +31,7 @@ from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below, symlinked_protected
 from dsh.runners.linux.ipc import namespaced_limitations
+from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import byte_count, count
@@ -109,7 +110,7 @@ def _pin(spec: ContainerSpec) -> tuple[dict[str, tuple[int, int] | None], list[i
 # Docker reports an exec's end as one number: death by signal N and exit(128+N)
 # look the same, so only the signals the runner sent itself are reported as such.
 SECCOMP_LINE = ("seccomp (the shared rules, replacing Docker's default profile): keyrings, io_uring, "
-                "inode flags refused; sockets: IP and route netlink, socketpair() stream/seqpacket; "
+                f"{FILE_RULES_TEXT} refused; sockets: IP and route netlink, socketpair() stream/seqpacket; "
                 "socket(AF_UNIX) refused (a daemon socket bound into the workspace stays unreachable), "
                 "AF_VSOCK and other netlink refused; no namespaces, mounts, bpf, perf, userfaultfd")
 

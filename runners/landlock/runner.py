@@ -50,6 +50,7 @@ _HARDENING = (
     "namespace), pidfd_send_signal, pidfd_getfd, and prlimit64, setpriority, ioprio_set and "
     "sched_set* on any process but the command's own (pid 0); signals, ptrace, process_vm_* and "
     "SIGIO owners naming the spawner thread are refused",
+    f"seccomp, in every constrained mode: refused: {seccomp.FILE_RULES_TEXT}",
     "host process made non-dumpable: children cannot read its /proc/<pid>/{environ,mem,fd}",
 )
 _USER_HARDENING = ("capabilities: none (effective, permitted, inheritable and ambient sets empty)",)
@@ -247,7 +248,10 @@ class LandlockRunner(Runner):
                 + ("; Landlock handles TCP bind/connect with no port allowed" if plan.handled_net else "")
             )
         if not policy.network and not self._unix_connect:
-            network += "; connect() fails on every socket (unix sockets of host daemons are out of reach)"
+            network += (
+                "; connect() fails on every socket (unix sockets of host daemons are out of reach); bind() and "
+                "listen() fail too (no name in the host's abstract unix namespace can be taken)"
+            )
         if plan.scoped:
             network += "; abstract unix sockets and signals are scoped to the sandbox"
         rules += _HARDENING + (_ROOT_HARDENING if os.geteuid() == 0 else _USER_HARDENING)
@@ -256,7 +260,8 @@ class LandlockRunner(Runner):
         if not policy.network and self._unix_connect:
             cannot += (
                 "connect() to pathname unix sockets outside the sandbox (e.g. /var/run/docker.sock) "
-                "is not mediated by Landlock ABI <= 7 (runner option unix_connect='allow')",
+                "is not mediated by Landlock ABI <= 7, and bind() can take a name a host daemon or client "
+                "uses in the host's abstract unix namespace (runner option unix_connect='allow')",
             )
         cannot += ("names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",)
         cannot += tuple(self.limitations(policy).values())

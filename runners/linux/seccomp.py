@@ -20,11 +20,28 @@ Every constrained command gets:
 - ``io_uring_*`` refused (its SOCKET/OPENAT ops would bypass this filter);
 - ``keyctl``, ``add_key``, ``request_key`` refused: the user and session
   keyrings are the host's (no namespace separates them);
-- ``TIOCSTI``/``TIOCLINUX`` refused (typing into the caller's terminal);
-- inode flag changes refused: ``FS_IOC_SETFLAGS`` (and its 32-bit number),
-  ``FS_IOC_FSSETXATTR`` and ``file_setattr``; no LSM mediates them on regular
-  files, so ``chattr +i``/``+a`` would otherwise work on any file the command
-  can open (its own, or root's as root);
+- the ioctls of ``dsh.runners.linux.ioctls`` refused: ``TIOCSTI``/``TIOCLINUX``
+  (typing into the caller's terminal) and those that change an inode or a
+  filesystem through any fd, a read-only one included (inode flags and
+  generation, fs-verity, fscrypt, btrfs snapshots...); no LSM mediates them on
+  regular files; ``file_setattr`` refused for the same reason (inode flags);
+- setuid and setgid mode bits refused: ``chmod``/``fchmod``/``fchmodat``/
+  ``fchmodat2`` and ``open``/``openat``/``creat``/``mknod``/``mknodat`` with
+  ``S_ISUID`` or ``S_ISGID`` in the mode (``openat2``, whose mode is behind a
+  pointer, is ENOSYS: callers fall back to ``openat``).  The command's uid owns
+  what it creates, and changing one's own file's mode needs no capability: as
+  root that would leave a setuid-root binary for every local user, as anyone
+  else one that runs as them.  (A write by a process without ``CAP_FSETID``
+  clears the bits again, so the file must get its content first: ``cp -p``,
+  ``install -m 4755`` and ``tar`` all set the mode last.)  Directories lose
+  ``chmod g+s`` with it.  File capabilities need ``CAP_SETFCAP``, which no
+  constrained command has;
+- ``fcntl(F_SETLEASE)`` refused: a lease on a host file the command owns (as
+  root, most of them) through a read-only fd stalls every host writer for the
+  lease-break time.  ``F_NOTIFY`` stays (it only reports accesses to a directory
+  the command can read), and so do ``flock``/``F_SETLK``: build tools lock files
+  in their caches, and a read lock on a readable host file only delays a host
+  writer that takes the same advisory lock, for as long as the command runs;
 - ``read_only``: chmod/chown/utime/xattr changes refused (Landlock has no
   right for metadata).
 
@@ -36,7 +53,9 @@ client will later connect to).  Hence:
 - without a private network namespace (Landlock): ``socket()`` is refused for
   every family, ``connect()`` is refused, and ``socketpair()`` gives AF_UNIX
   ``SOCK_STREAM``/``SOCK_SEQPACKET`` pairs only (a datagram socket could
-  ``sendto()`` any pathname socket on the host, connected or not);
+  ``sendto()`` any pathname socket on the host, connected or not); ``bind()``
+  and ``listen()`` are refused, or a socketpair's socket would squat an
+  abstract name that a host daemon binds or a host client connects to;
 - in a private network namespace (bwrap, docker): ``AF_INET``/``AF_INET6``
   (loopback only exists there) and ``AF_NETLINK`` with ``NETLINK_ROUTE`` (to
   configure that loopback) stay allowed; every other family (``AF_VSOCK``
@@ -85,12 +104,22 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from dsh.runners.linux import ioctls
 from dsh.runners.linux.syscalls import ARCHES, Arch, UnsupportedArch, native_arch
 
 __all__ = [
-    "ALLOW", "ARCHES", "Action", "Arch", "Arg", "Instruction", "Rule", "SyscallPolicy", "UnsupportedArch",
-    "compile_bpf", "install", "native_arch", "refuse", "rules", "set_no_new_privs", "to_sock_filter_bytes",
+    "ALLOW", "ARCHES", "FILE_RULES_TEXT", "Action", "Arch", "Arg", "Instruction", "Rule", "SyscallPolicy",
+    "UnsupportedArch", "compile_bpf", "install", "native_arch", "refuse", "rules", "set_no_new_privs",
+    "to_sock_filter_bytes",
 ]  # fmt: skip
+
+
+#: The file-related refusals every constrained command gets, as each runner's ``explain`` states them.
+FILE_RULES_TEXT = (
+    "setuid/setgid mode bits (chmod family; open, creat, mknod modes; openat2 is ENOSYS), ioctls that change "
+    "an inode or a filesystem through a read-only fd (inode flags and version, fs-verity, fscrypt, dedupe, "
+    "btrfs snapshots and subvolumes, filesystem freeze and shutdown), fcntl(F_SETLEASE)"
+)
 
 
 @dataclass(frozen=True)
@@ -140,15 +169,10 @@ EACCES = refuse(errno.EACCES)
 EPERM = refuse(errno.EPERM)
 ENOSYS = refuse(errno.ENOSYS)
 
-_TIOCSTI = 0x5412
-_TIOCLINUX = 0x541C
-_FS_IOC_SETFLAGS = 0x40086602  # _IOW('f', 2, long)
-_FS_IOC32_SETFLAGS = 0x40046602  # _IOW('f', 2, int): the compat number, same handler
-_FS_IOC_FSSETXATTR = 0x401C5820  # _IOW('X', 32, struct fsxattr)
-_FIOSETOWN = 0x8901
-_SIOCSPGRP = 0x8902
 _F_SETOWN = 8
 _F_SETOWN_EX = 15
+_F_SETLEASE = 1024
+_SETID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
 _PRIO_PROCESS = 0
 _IOPRIO_WHO_PROCESS = 1
 _NETLINK_ROUTE = 0
@@ -165,6 +189,9 @@ _METADATA = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lch
 # (syscall, index of its pid/tid argument) for the spawner-thread guard.
 _PID_ARGS = (("kill", 0), ("tkill", 0), ("rt_sigqueueinfo", 0), ("pidfd_open", 0), ("tgkill", 1),
              ("rt_tgsigqueueinfo", 1), ("ptrace", 1), ("process_vm_readv", 0), ("process_vm_writev", 0))  # fmt: skip
+# (syscall, index of its mode argument) for the setuid/setgid refusal.
+_MODE_ARGS = (("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("fchmodat2", 2), ("open", 2), ("openat", 3),
+              ("creat", 1), ("mknod", 1), ("mknodat", 2))  # fmt: skip
 _OWN_PID_ONLY = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
 
 
@@ -189,8 +216,9 @@ def _socket_rules(policy: SyscallPolicy) -> Iterable[Rule]:
     yield Rule("socketpair", EACCES)
     if not policy.private_network and not policy.unix_sockets:
         # Only socketpairs (already connected) can exist; an inherited
-        # unconnected socket must not reach a host daemon either.
-        yield Rule("connect", EACCES)
+        # unconnected socket must not reach a host daemon either, nor any
+        # socket take a name in the host's abstract namespace.
+        yield from (Rule(name, EACCES) for name in ("connect", "bind", "listen"))
 
 
 def _process_rules(policy: SyscallPolicy) -> Iterable[Rule]:
@@ -211,10 +239,17 @@ def _process_rules(policy: SyscallPolicy) -> Iterable[Rule]:
 
 
 def _ioctl_rules(policy: SyscallPolicy) -> Iterable[Rule]:
-    commands = [_TIOCSTI, _TIOCLINUX, _FS_IOC_SETFLAGS, _FS_IOC32_SETFLAGS, _FS_IOC_FSSETXATTR]
+    commands = [*ioctls.TERMINAL.values(), *ioctls.INODE_CHANGES.values()]
     if policy.guard_tid is not None:
-        commands += [_FIOSETOWN, _SIOCSPGRP]  # SIGIO owners: the pid is behind a pointer
-    return (Rule("ioctl", EPERM, (Arg(1, cmd),)) for cmd in commands)
+        commands += ioctls.SIGIO_OWNERS.values()
+    return (Rule("ioctl", EPERM, (Arg(1, cmd, mask=ioctls.MASK),)) for cmd in commands)
+
+
+def _file_rules() -> Iterable[Rule]:
+    for name, index in _MODE_ARGS:
+        yield from (Rule(name, EPERM, (Arg(index, bit, mask=bit),)) for bit in _SETID_BITS)
+    yield Rule("openat2", ENOSYS)
+    yield Rule("fcntl", EPERM, (Arg(1, _F_SETLEASE),))
 
 
 def rules(policy: SyscallPolicy) -> tuple[Rule, ...]:
@@ -223,6 +258,7 @@ def rules(policy: SyscallPolicy) -> tuple[Rule, ...]:
     out += (Rule(name, EPERM) for name in _KEYRINGS)
     out += _ioctl_rules(policy)
     out.append(Rule("file_setattr", EPERM))
+    out += _file_rules()
     if policy.read_only:
         out += (Rule(name, EPERM) for name in _METADATA)
     if not policy.private_ipc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 
 import pytest
-from dsh.runners.linux import seccomp
+from dsh.runners.linux import ioctls, seccomp
 from dsh.runners.linux.seccomp import ALLOW, Arg, Rule, SyscallPolicy
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -239,3 +240,138 @@ def test_metadata_refused_in_read_only_only() -> None:
         fd = handle.fileno()
         assert filtered(SyscallPolicy(read_only=True), lambda: _errno_of(lambda: os.fchmod(fd, 0o600))) == errno.EPERM
         assert filtered(LANDLOCK, lambda: _errno_of(lambda: os.fchmod(fd, 0o600))) == 0
+
+
+_MODE_INDEX = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2, "open": 2, "openat": 3, "creat": 1,
+               "mknod": 1, "mknodat": 2}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(_MODE_INDEX))
+@pytest.mark.parametrize("policy", [LANDLOCK, BWRAP], ids=["landlock", "bwrap"])
+def test_setuid_and_setgid_modes_refused(name: str, policy: SyscallPolicy) -> None:
+    if ARCH.number(name) is None:
+        pytest.skip(f"SANDBOX_UNAVAILABLE: no {name} syscall on {ARCH.name}")
+
+    def call(mode: int) -> int:
+        args = [-1] * 6  # every other argument invalid: an allowed call fails harmlessly (EBADF, EFAULT)
+        args[_MODE_INDEX[name]] = mode
+        return filtered(policy, lambda: _syscall(name, *args))
+
+    assert call(0o4755) == errno.EPERM
+    assert call(0o2755) == errno.EPERM
+    assert call(0o104755) == errno.EPERM  # a file type beside the bits (mknod)
+    assert call(0o1777) not in (0, errno.EPERM)  # sticky and permission bits are fine
+
+
+def test_openat2_is_absent_its_mode_being_behind_a_pointer() -> None:
+    assert filtered(BWRAP, lambda: _syscall("openat2", -100, 0, 0, 0)) == errno.ENOSYS
+
+
+def test_permission_changes_without_setid_bits_still_work() -> None:
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as folder:
+        path = os.path.join(folder, "f")
+
+        def work() -> int:
+            fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.fchmod(fd, 0o755)
+            os.close(fd)
+            os.chmod(path, 0o1700)
+            os.mknod(path + "-node", 0o100600)
+            return 0
+
+        assert filtered(LANDLOCK, work) == 0
+
+
+def _ioctl_errno(fd: int, command: int) -> int:
+    buffer = ctypes.create_string_buffer(4096)  # big enough for any argument struct
+    result = _libc.ioctl(fd, ctypes.c_ulong(command), buffer)
+    return ctypes.get_errno() if result < 0 else 0
+
+
+def _variants(key: int) -> list[int]:
+    # _IO, _IOW with a 4- and an 8-byte argument, _IOR, _IOWR: the handler is chosen by type and number.
+    return [key, 0x40040000 | key, 0x40080000 | key, 0x80080000 | key, 0xC0100000 | key]
+
+
+@pytest.mark.parametrize("name", sorted(ioctls.INODE_CHANGES) + sorted(ioctls.TERMINAL))
+def test_inode_and_filesystem_ioctls_refused_on_a_read_only_fd(name: str) -> None:
+    key = {**ioctls.INODE_CHANGES, **ioctls.TERMINAL}[name]
+    with tempfile.NamedTemporaryFile(dir="/var/tmp") as handle:
+        fd = os.open(handle.name, os.O_RDONLY)
+        try:
+            for command in _variants(key):
+                for policy in (LANDLOCK, BWRAP):
+                    got = filtered(policy, lambda c=command: _ioctl_errno(fd, c))  # type: ignore[misc]
+                    assert got == errno.EPERM, hex(command)
+        finally:
+            os.close(fd)
+
+
+def _version_call(fd: int, command: int, value: int) -> tuple[int, int]:
+    """(errno, value after) of ``FS_IOC_SETVERSION``/``FS_IOC_GETVERSION`` on ``fd``."""
+    buffer = ctypes.c_long(value)
+    return (_libc.ioctl(fd, ctypes.c_ulong(command), ctypes.byref(buffer)) and ctypes.get_errno()), buffer.value
+
+
+def test_setversion_through_a_read_only_fd_works_unfiltered_and_is_refused_filtered() -> None:
+    getversion, setversion = 0x80087601, 0x40087602
+    with tempfile.NamedTemporaryFile(dir="/var/tmp") as handle:
+        fd = os.open(handle.name, os.O_RDONLY)
+        try:
+            err, _ = _version_call(fd, setversion, 0x5A5A)
+            if err:
+                pytest.skip(f"SANDBOX_UNAVAILABLE: FS_IOC_SETVERSION unsupported here ({os.strerror(err)})")
+            assert _version_call(fd, getversion, 0) == (0, 0x5A5A)  # the control: it works through O_RDONLY
+            assert filtered(LANDLOCK, lambda: _version_call(fd, setversion, 0x1234)[0]) == errno.EPERM
+            assert _version_call(fd, getversion, 0) == (0, 0x5A5A)
+        finally:
+            os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [0x2, 0x541B, 0x5401, 0x5413, 0x80086601, 0x80087601, 0xC020660B, 0x40049409],
+    ids=["FIGETBSZ", "FIONREAD", "TCGETS", "TIOCGWINSZ", "FS_IOC_GETFLAGS", "FS_IOC_GETVERSION", "FIEMAP", "FICLONE"],
+)
+def test_reading_ioctls_kept(command: int) -> None:
+    with tempfile.NamedTemporaryFile(dir="/var/tmp") as handle:
+        fd = os.open(handle.name, os.O_RDONLY)
+        try:
+            assert filtered(LANDLOCK, lambda: _ioctl_errno(fd, command)) != errno.EPERM
+        finally:
+            os.close(fd)
+
+
+def test_bind_and_listen_refused_without_a_private_network() -> None:
+    name = f"\0dsh-seccomp-test-{os.getpid()}-{os.urandom(4).hex()}"
+
+    def bind() -> int:
+        a, _b = socket.socketpair()
+        return _errno_of(lambda: a.bind(name))  # type: ignore[func-returns-value]
+
+    def listen() -> int:
+        a, _b = socket.socketpair()
+        return _errno_of(lambda: a.listen(1))  # type: ignore[func-returns-value]
+
+    assert filtered(LANDLOCK, bind) == errno.EACCES
+    assert filtered(LANDLOCK, listen) == errno.EACCES
+    assert filtered(BWRAP, bind) == 0  # its own network namespace: its own abstract names
+    assert filtered(SyscallPolicy(unix_sockets=True), bind) == 0  # unix sockets asked for (servers included)
+    assert filtered(SyscallPolicy(network=True), bind) == 0
+
+
+def test_lease_refused_locks_and_dnotify_kept() -> None:
+    f_setlease, f_notify, f_rdlck, dn_access = 1024, 1026, 0, 1
+    shared = fcntl.LOCK_SH | fcntl.LOCK_NB
+    with tempfile.NamedTemporaryFile(dir="/var/tmp") as handle:
+        fd = os.open(handle.name, os.O_RDONLY)
+        folder = os.open(os.path.dirname(handle.name), os.O_RDONLY)
+        try:
+            for policy in (LANDLOCK, BWRAP):
+                assert filtered(policy, lambda: _syscall("fcntl", fd, f_setlease, f_rdlck)) == errno.EPERM
+                assert filtered(policy, lambda: _syscall("fcntl", folder, f_notify, dn_access)) == 0
+                assert filtered(policy, lambda: _errno_of(lambda: fcntl.flock(fd, fcntl.LOCK_SH))) == 0
+                assert filtered(policy, lambda: _errno_of(lambda: fcntl.lockf(fd, shared))) == 0
+        finally:
+            os.close(fd)
+            os.close(folder)

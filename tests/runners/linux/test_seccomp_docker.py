@@ -47,7 +47,9 @@ def profile_result(profile: dict[str, Any], name: str, args: tuple[int, ...]) ->
 HIGH = 1 << 32
 VALUES = [0, 1, 2, 3, 5, 8, 9, 10, 15, 16, 40, 45, 46, 64, 0x541C, 0x5412, 0x40086602, 0xFFFFFFFF]
 FIRST = [*VALUES, HIGH | 16, HIGH | 40, HIGH | 2]
-VECTORS = list(itertools.product(FIRST, [0, 1, 2, 5, 0x80801, 0x5412], [0, 9, 15]))
+SETUID, SETGID = 0o4755, 0o2755
+SECOND = [0, 1, 2, 5, 0x80801, 0x5412, 0x40087602, 0x40047602, 1024, SETUID, SETGID]
+VECTORS = list(itertools.product(FIRST, SECOND, [0, 9, 15, SETUID, SETGID], [0, SETUID]))
 
 
 @pytest.mark.parametrize(
