@@ -103,7 +103,9 @@ def box(request: pytest.FixtureRequest) -> Iterator[Box]:
         pytest.skip("SANDBOX_UNAVAILABLE: running as nobody needs root")
     if shutil.which("git") is None:
         pytest.skip("SANDBOX_UNAVAILABLE: git is not installed")
-    base = Path(tempfile.mkdtemp(prefix="dsh-trusted-")).resolve()
+    # Outside /tmp: the box is the command's $HOME, and a writable /tmp holding a
+    # home (its .ssh, shell rc files) is refused as a dangerous root.
+    base = Path(tempfile.mkdtemp(prefix="dsh-trusted-", dir="/var/tmp")).resolve()
     os.chmod(base, 0o755)  # nobody must reach it
     ws = base / "ws"
     ws.mkdir()
