@@ -134,7 +134,10 @@ class Harness:
                               suid_helper=os.environ.get("DSH_CONFORMANCE_SUID"), is_root=os.geteuid() == 0,
                               supervisor_pid=os.getpid(), listeners=listeners)
                 gap = next((why for cap, why in reporting.items() if cap in scenario.covers), None)
-                limit = next((why for cap, why in limited.items() if cap in scenario.covers), None)
+                # A limitation is work the runner refuses: it excuses a scenario that
+                # expects the work to run, never an attack that expects a refusal.
+                wants_work = scenario.expect.get(mode) == "ok"
+                limit = next((why for cap, why in limited.items() if cap in scenario.covers and wants_work), None)
                 if gap is not None:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced", f"runner cannot report: {gap}")
                 elif limit is not None:

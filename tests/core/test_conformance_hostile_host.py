@@ -74,3 +74,15 @@ def test_a_failing_check_still_cleans_up() -> None:
     outcome, detail = _run(scenario)["t-fail"]
     assert (outcome, detail) == ("fail", "deliberate")
     assert cleaned == ["cleaned"]
+
+
+def test_a_limitation_excuses_refused_work_never_an_attack() -> None:
+    """bwrap declares the ``unix-sockets`` limitation: a scenario that needs a unix
+    server is excused, an attack on unix sockets is still judged by the host."""
+    work = Scenario("t-work", "positive", "needs a unix server", ("true",), {"read-only": "ok"},
+                    covers=("unix-sockets",))
+    attack = Scenario("t-attack", "network", "reaches a host socket", ("false",), {"read-only": "blocked"},
+                      covers=("unix-sockets",), check_blocked=lambda e, o: "the host was reached")
+    outcomes = _run(work, attack)
+    assert outcomes["t-work"][0] == "not-enforced" and "limitation" in outcomes["t-work"][1]
+    assert outcomes["t-attack"] == ("fail", "the host was reached")
