@@ -20,6 +20,13 @@ MAX_SECONDS = 366 * 24 * 3600
 MAX_PROCESSES = 4_194_304
 #: 1 PiB: no memory or file-size limit above it limits anything.
 MAX_BYTES = 2**50
+#: Below these a limit does not constrain a command, it breaks every command
+#: in ways that name no limit (a SIGKILL at start, "Cannot fork", a daemon
+#: error, a timeout of 0 ms): a shell running one pipeline needs a few
+#: processes and a few MiB, and timeouts are counted in milliseconds.
+MIN_SECONDS = 0.001
+MIN_PROCESSES = 4
+MIN_MEMORY_BYTES = 16 * 2**20
 #: Composition config numbers (milliseconds, byte counts, job counts): large
 #: enough for any real value, small enough to stay exact in a float and an int64.
 MAX_CONFIG_NUMBER = 2**53
@@ -48,11 +55,12 @@ def _number(field: str, value: object, accepted: str) -> float | int:
     return value
 
 
-def seconds(field: str, value: object, *, high: float = MAX_SECONDS) -> float:
-    """A positive, finite duration in seconds, at most ``high``."""
-    accepted = f"a number of seconds greater than 0 and at most {high:g}"
+def seconds(field: str, value: object, *, low: float = MIN_SECONDS, high: float = MAX_SECONDS) -> float:
+    """A finite duration in seconds in ``[low, high]`` (at least a millisecond:
+    timeouts are counted in whole milliseconds)."""
+    accepted = f"a number of seconds from {low:g} to {high:g}"
     number = _number(field, value, accepted)
-    if not 0 < number <= high:
+    if not low <= number <= high:
         raise NumberError(field, f"must be {accepted}, got {_shown(number)}")
     return float(number)
 
@@ -70,9 +78,14 @@ def count(field: str, value: object, *, low: int = 1, high: int = MAX_PROCESSES)
     return number
 
 
-def byte_count(field: str, value: object, *, high: int = MAX_BYTES) -> int:
-    """A size in bytes from 1 to ``high`` (already parsed from any unit)."""
-    return count(field, value, low=1, high=high)
+def byte_count(field: str, value: object, *, low: int = 1, high: int = MAX_BYTES) -> int:
+    """A size in bytes from ``low`` to ``high`` (already parsed from any unit)."""
+    return count(field, value, low=low, high=high)
+
+
+def processes(field: str, value: object) -> int:
+    """A process limit: from ``MIN_PROCESSES`` to the kernel's maximum."""
+    return count(field, value, low=MIN_PROCESSES)
 
 
 def config_number(field: str, value: int | float) -> int | float:

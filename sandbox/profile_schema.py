@@ -16,7 +16,7 @@ from typing import Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.numeric import MAX_BYTES, NumberError, byte_count, count, seconds
+from dsh.sandbox.numeric import MAX_BYTES, MIN_MEMORY_BYTES, NumberError, byte_count, processes, seconds
 from dsh.sandbox.protected_scan import GIT_ACCESS
 
 RUNNER_GROUP = "dsh_sandbox.runners"
@@ -116,8 +116,8 @@ def suggest(word: str, choices: Collection[str]) -> str | None:
     return close[0] if close else None
 
 
-def parse_size(value: object, field: str = "size") -> int:
-    """Bytes from an int or a string like ``"512MiB"``, ``"1G"``, ``"10 MB"``.
+def parse_size(value: object, field: str = "size", *, low: int = 1) -> int:
+    """Bytes (at least ``low``) from an int or a string like ``"512MiB"``, ``"1G"``, ``"10 MB"``.
 
     Raises ``NumberError`` (a ``ConfigError``) naming ``field`` and the range.
     """
@@ -127,10 +127,10 @@ def parse_size(value: object, field: str = "size") -> int:
             raise NumberError(field, f"{value!r} is not a size; write bytes or e.g. \"512MiB\", \"1G\"")
         number = float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
         # Checked as a float first: int() of an absurd float is exact but meaningless.
-        return byte_count(field, int(number) if number <= MAX_BYTES else MAX_BYTES + 1)
+        return byte_count(field, int(number) if number <= MAX_BYTES else MAX_BYTES + 1, low=low)
     if isinstance(value, float):
         raise NumberError(field, f"must be a size (bytes or a string like \"512MiB\"), got {value!r}")
-    return byte_count(field, value)
+    return byte_count(field, value, low=low)
 
 
 # -- line lookup -------------------------------------------------------------------
@@ -360,14 +360,14 @@ _ITEM_CHECKS: Mapping[str, Callable[[str], tuple[str, str] | None]] = {
 
 _LIMIT_PARSERS: Mapping[str, Callable[[str, object], Any]] = {
     "wall_time_s": seconds,
-    "max_processes": count,
-    "max_memory": lambda field, value: parse_size(value, field),
+    "max_processes": processes,
+    "max_memory": lambda field, value: parse_size(value, field, low=MIN_MEMORY_BYTES),
     "max_file_size": lambda field, value: parse_size(value, field),
 }
 _LIMIT_FIXES: Mapping[str, str] = {
     "wall_time_s": "write wall_time_s = 300 (seconds)",
     "max_processes": "write max_processes = 256",
-    "max_memory": 'write bytes as an integer or a string like "512MiB" or "1G"',
+    "max_memory": 'write bytes as an integer or a string like "512MiB" or "1G" (at least "16MiB")',
     "max_file_size": 'write bytes as an integer or a string like "100MiB" or "1G"',
 }
 

@@ -29,12 +29,19 @@ from typing import Any, ClassVar
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
-from dsh.runners.docker.spec import ContainerSpec, build_spec, mount_points_below, symlinked_protected
+from dsh.runners.docker.spec import (
+    OWN_PROCESSES,
+    ContainerSpec,
+    build_spec,
+    limits_hint,
+    mount_points_below,
+    symlinked_protected,
+)
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.numeric import byte_count, count
+from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count, processes
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
@@ -61,10 +68,7 @@ def parse_size(value: object, *, field: str) -> int | None:
     if match is None:
         raise ConfigError(f"docker runner {field}: {value!r} is not a size; use bytes or e.g. 512m, 2g")
     size: int = int(match.group(1)) * 1024 ** " kmg".index((match.group(2) or " ").lower())
-    byte_count(f"docker runner {field}", size)
-    if size < 6 * 1024 * 1024:  # the daemon refuses smaller memory limits
-        raise ConfigError(f"docker runner {field}: {value!r} is below Docker's minimum of 6m")
-    return size
+    return byte_count(f"docker runner {field}", size, low=MIN_MEMORY_BYTES)
 
 
 def _policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
@@ -167,7 +171,7 @@ class DockerRunner(Runner):
         self.image = dc.validate_image_name(self.options.get("image", dc.DEFAULT_IMAGE))
         self.memory = parse_size(self.options.get("memory", DEFAULT_MEMORY), field="memory")
         pids = self.options.get("pids", DEFAULT_PIDS)
-        self.pids: int | None = None if pids is None else count("docker runner pids", pids)
+        self.pids: int | None = None if pids is None else processes("docker runner pids", pids)
         user = self.options.get("user", f"{os.getuid()}:{os.getgid()}")
         if not isinstance(user, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+(:[A-Za-z0-9_.-]+)?", user):
             raise ConfigError(f"docker runner user: {user!r}; use uid:gid, e.g. 1000:1000")
@@ -265,7 +269,9 @@ class DockerRunner(Runner):
         rules += [f"{p}: missing writable root, not mounted" for p in policy.missing_roots]
         network = ("host network (network_mode=host; no bridge is used)"
                    if spec.network_mode == "host" else "none (network_mode=none: only lo)")
-        limits = [f"pids {spec.pids_limit}" if spec.pids_limit else "pids: none",
+        limits = [f"pids {spec.pids_limit - OWN_PROCESSES} for the command (container pids limit "
+                  f"{spec.pids_limit}: docker's init and keep-alive count too)"
+                  if spec.pids_limit else "pids: none",
                   f"memory {spec.mem_limit} bytes (no extra swap)" if spec.mem_limit
                   else "memory: none"]
         if spec.fsize_limit is not None:
@@ -321,8 +327,8 @@ class DockerRunner(Runner):
                               on_unkillable=functools.partial(self._discard, warm))
         except DockerException as exc:
             warm.give_slot(slot)
-            raise SandboxUnavailable(f"cannot start the command in container {warm.name}: "
-                                     f"{exc}", runner=self.name) from None
+            raise SandboxUnavailable(f"cannot start the command in container {warm.name}"
+                                     f"{limits_hint(warm.spec, exc)}: {exc}", runner=self.name) from None
 
     def _ensure(self, key: tuple[object, ...], spec: ContainerSpec) -> _Warm:
         client = self._docker()
@@ -377,15 +383,15 @@ class DockerRunner(Runner):
         except DockerException as exc:
             for fd in pin_fds:
                 os.close(fd)
-            raise SandboxUnavailable(f"cannot create the container: {exc}",
+            raise SandboxUnavailable(f"cannot create the container{limits_hint(spec, exc)}: {exc}",
                                      runner=self.name) from None
         warm = _Warm(container.id, name, spec, pinned, pin_fds)
         try:
             container.start()
         except DockerException as exc:
             self._discard(warm)
-            raise SandboxUnavailable(f"cannot start container {name} from {spec.image}: {exc}",
-                                     runner=self.name) from None
+            raise SandboxUnavailable(f"cannot start container {name} from {spec.image}"
+                                     f"{limits_hint(spec, exc)}: {exc}", runner=self.name) from None
         return warm
 
     def _discard(self, warm: _Warm) -> None:

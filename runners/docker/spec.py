@@ -215,7 +215,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
         mounts=tuple(sorted(mounts.values(), key=lambda m: (m.target.count("/"), m.target))),
         network_mode="host" if policy.network or full else "none",
         read_only_root=not full,
-        pids_limit=limits.max_processes if limits.max_processes is not None else pids,
+        pids_limit=_with_own_processes(limits.max_processes if limits.max_processes is not None else pids),
         mem_limit=limits.max_memory_bytes if limits.max_memory_bytes is not None else memory,
         fsize_limit=limits.max_file_size_bytes,
         placeholders=tuple(sorted(set(placeholders))),
@@ -231,3 +231,30 @@ def mount_points_below(roots: list[str], mountinfo: str = "/proc/self/mountinfo"
     except OSError:
         return []
     return sorted(p for p in points for r in roots if Path(r) in Path(p).parents)
+
+
+#: Docker's init and the keep-alive process count against the container's pids
+#: limit: added to it, so the policy's ``max_processes`` is the command's own,
+#: as on the other runners.
+OWN_PROCESSES = 2
+
+
+def _with_own_processes(limit: int | None) -> int | None:
+    return None if limit is None else limit + OWN_PROCESSES
+
+
+def limits_hint(spec: ContainerSpec, exc: BaseException) -> str:
+    """A clause naming the limits a daemon error points at (a refused memory
+    limit, a container that died under its limits before the command ran),
+    or ``""`` when it points at none."""
+    text = str(exc).lower()
+    died = "is not running" in text
+    named = []
+    if spec.mem_limit is not None and (died or "memory" in text):
+        named.append(f"max_memory = {spec.mem_limit} bytes")
+    if spec.pids_limit is not None and (died or "pids" in text):
+        named.append(f"max_processes = {spec.pids_limit - OWN_PROCESSES}")
+    if not named:
+        return ""
+    return (f" under its limits ({', '.join(named)}): raise them in the profile's [limits] "
+            "or the docker runner's memory/pids options")

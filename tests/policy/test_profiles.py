@@ -88,6 +88,8 @@ def test_schema_and_loader_know_the_same_keys() -> None:
         {"network": "yes"},
         {"limits": {"max_memory": "12 parsecs"}},
         {"limits": {"max_processes": 0}},
+        {"limits": {"max_processes": 3}},
+        {"limits": {"wall_time_s": 0.0000001}},
         {"limits": {"cpu": 1}},
         {"protected_names": ["/abs"]},
         {"protected_names": ["../up"]},
@@ -134,7 +136,7 @@ def test_bad_value_in_dotted_and_inline_limits(tmp_path: Path) -> None:
     err = invalid(tmp_path, 'mode = "read-only"\nlimits.max_memory = "12 parsecs"\n')
     assert err.line == 2 and "'12 parsecs' is not a size" in str(err) and "512MiB" in str(err)
     err = invalid(tmp_path, 'mode = "read-only"\n\nlimits = { max_processes = -3 }\n')
-    assert err.line == 3 and "whole number from 1 to 4194304" in str(err)
+    assert err.line == 3 and "whole number from 4 to 4194304" in str(err)
 
 
 def test_key_with_same_name_in_other_table_is_not_matched() -> None:

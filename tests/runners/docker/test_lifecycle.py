@@ -14,6 +14,7 @@ import pytest
 from dsh.runners.docker import DockerRunner, prune_containers
 from dsh.runners.docker.client import connect
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+from dsh.sandbox.policy import ResourceLimits
 
 from tests.conftest import require_runner
 from tests.runners.docker.helpers import (
@@ -137,12 +138,39 @@ def test_missing_image_names_it_and_how_to_build_it(workspace: Path) -> None:
     runner.close()
 
 
+def test_limits_the_daemon_refuses_are_named(workspace: Path) -> None:
+    """Limits below what the daemon or the container's own processes need
+    (profiles cannot ask for them; a policy built by hand can) give an error
+    naming the limit and the fix, not the daemon's words alone."""
+    with docker_runner() as runner:
+        tiny_memory = policy(workspace, limits=ResourceLimits(max_memory_bytes=4096))
+        with pytest.raises(SandboxUnavailable) as info:
+            runner.prepare(["true"], tiny_memory, cwd=str(workspace), env={})
+        assert "max_memory = 4096 bytes" in str(info.value) and "[limits]" in str(info.value)
+    with docker_runner() as runner:
+        no_processes = policy(workspace, limits=ResourceLimits(max_processes=0))
+        with pytest.raises(SandboxUnavailable) as info:
+            run(runner, ["true"], no_processes)
+        assert "max_processes = 0" in str(info.value) and "[limits]" in str(info.value)
+
+
+def test_max_processes_counts_the_command_only(workspace: Path) -> None:
+    """Docker's init and keep-alive share the pids limit: the smallest limit a
+    profile accepts still lets a shell run a pipeline."""
+    with docker_runner() as runner:
+        result = run(runner, ["sh", "-c", "ls / | wc -l"], policy(workspace, limits=ResourceLimits(max_processes=4)))
+        assert result.status.exit_code == 0, result.stderr
+        assert int(result.stdout) > 3
+
+
 @pytest.mark.parametrize("options, field", [
     ({"image": "Bad Image!"}, "image"),
     ({"image": "UPPER/case"}, "image"),
     ({"image": ""}, "image"),
     ({"memory": "lots"}, "memory"),
     ({"memory": "1k"}, "memory"),
+    ({"memory": "8m"}, "memory"),
+    ({"pids": 3}, "pids"),
     ({"pids": 0}, "pids"),
     ({"pids": "many"}, "pids"),
     ({"user": "root; rm -rf /"}, "user"),

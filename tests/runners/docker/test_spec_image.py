@@ -59,7 +59,7 @@ def test_directories_above_deeper_mounts_are_pinned(workspace: Path, tmp_path: P
 def test_limits_prefer_the_profile_over_runner_defaults(workspace: Path) -> None:
     spec = build_spec(policy(workspace, limits=ResourceLimits(max_processes=7)),
                       image="i", user="1:1", pids=99, memory=64 * 2**20)
-    assert spec.pids_limit == 7 and spec.mem_limit == 64 * 2**20
+    assert spec.pids_limit == 7 + 2 and spec.mem_limit == 64 * 2**20
 
 
 def test_root_filesystem_cannot_be_a_writable_root(workspace: Path) -> None:
@@ -88,7 +88,8 @@ def test_explain_lists_mounts_network_limits_and_gaps(workspace: Path) -> None:
     plan = runner.explain(policy(workspace, protected_paths=(workspace / ".git",)))
     assert plan.runner == "docker" and plan.network.startswith("none")
     assert any(str(workspace / ".git") in rule and "placeholder" in rule for rule in plan.rules)
-    assert "pids 1024" in plan.limits and f"memory {64 * 2**20} bytes (no extra swap)" in plan.limits
+    assert any(line.startswith("pids 1024 for the command") for line in plan.limits)
+    assert f"memory {64 * 2**20} bytes (no extra swap)" in plan.limits
     assert any("env -i" in item for item in plan.cannot)
     assert runner.explain(policy(workspace, network=True)).network.startswith("host")
 
