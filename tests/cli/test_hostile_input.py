@@ -15,7 +15,7 @@ import pytest
 from tests.cli.support import cli
 
 DANGER = ("--mode", "danger-full-access")
-BAD_TIMEOUTS = ("inf", "-inf", "nan", "1e400", "Infinity", "1e99999", "")
+BAD_TIMEOUTS = ("inf", "-inf", "nan", "1e400", "Infinity", "1e99999", "", "0.0000001")
 
 
 @pytest.mark.parametrize("value", BAD_TIMEOUTS)
@@ -45,6 +45,11 @@ BAD_LIMITS = {
     "max_memory negative": ("max_memory", '"-1GiB"'),
     "max_memory absurd": ("max_memory", '"99999999999EiB"'),
     "max_file_size inf": ("max_file_size", '"inf"'),
+    # Below the floors no command starts: refused up front, not a SIGKILL or a daemon error.
+    "wall_time_s below a millisecond": ("wall_time_s", "0.0000001"),
+    "max_processes 1": ("max_processes", "1"),
+    "max_memory 1 byte": ("max_memory", "1"),
+    "max_memory 8MiB": ("max_memory", '"8MiB"'),
 }
 
 
@@ -61,6 +66,27 @@ def test_bad_limit_is_refused(workspace: Path, tmp_path: Path, case: str) -> Non
     assert done.returncode == 2, (case, done.stdout, done.stderr)
     assert b"Traceback" not in done.stderr and key.encode() in done.stderr
     assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "shown"),
+    [("max_memory", "1", b"from 16777216 to"), ("max_processes", "1", b"from 4 to"),
+     ("wall_time_s", "0.0000001", b"from 0.001 to")],
+)
+@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+def test_limit_below_its_floor_names_field_range_and_fix(
+    workspace: Path, tmp_path: Path, key: str, value: str, shown: bytes, runner: str
+) -> None:
+    """Sandboxed runs used to start and die (SIGKILL, "Cannot fork", a raw
+    daemon error, an internal field name): now refused before anything runs."""
+    profile = tmp_path / "p.toml"
+    profile.write_text(f'extends = "workspace-write"\n[limits]\n{key} = {value}\n')
+    validated = cli("profile", "validate", str(profile), cwd=workspace)
+    assert validated.returncode == 2 and shown in validated.stderr, validated.stderr
+    done = cli("run", "--runner", runner, "--profile", str(profile), "--", "touch", "ran", cwd=workspace)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert f"limits.{key}".encode() in done.stderr and shown in done.stderr and b"write " in done.stderr
+    assert b"Traceback" not in done.stderr and not (workspace / "ran").exists()
 
 
 def test_unknown_degradation_name_is_refused(workspace: Path, tmp_path: Path) -> None:
