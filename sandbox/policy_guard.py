@@ -23,21 +23,38 @@ from typing import Any
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.policy_paths import home_dir, is_within, system_dir_reason
 
-# Below $HOME: what the user's shell, ssh, gpg, cloud CLIs, editors and
-# agents read or run later as the user.  ~/.config holds systemd user units,
-# autostart entries, git and gh configuration.
+# Below a home directory: what the user's shell, ssh, gpg, cloud CLIs,
+# editors and agents read or run later as that user.  ~/.config holds systemd
+# user units, autostart entries, git and gh configuration; ~/.local/lib the
+# user's site-packages; version managers' shims and build tools' init scripts
+# run on the next command.
 HOME_SENSITIVE = (
-    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config", ".local/bin",
-    ".local/share/systemd", ".password-store", ".cargo/bin",
+    ".ssh", ".gnupg", ".aws", ".azure", ".kube", ".docker", ".config", ".local/bin", ".local/lib",
+    ".local/share/systemd", ".local/share/applications", ".password-store", ".cargo/bin",
+    ".pyenv", ".rbenv", ".nvm", ".gradle", ".m2", ".bashrc.d", ".vscode", ".vscode-server",
+    ".claude", ".codex", ".gemini", ".cursor", ".agents",
 )
-# Outside the system trees policy_paths refuses outright: what cron, systemd
-# and package managers run as root later.
-SYSTEM_SENSITIVE = tuple(
-    Path(p)
-    for p in (
-        "/var/spool", "/var/mail", "/var/lib/systemd", "/var/lib/dpkg", "/var/lib/rpm", "/var/lib/apt",
-        "/var/lib/docker", "/run/systemd", "/var/db", "/etc",
-    )
+# Directories that hold other users' homes: when the caller is root, /home/alice
+# is as dangerous to make writable as the caller's own home.
+_HOMES_PARENTS = (Path("/home"), Path("/Users"))
+# Outside the system trees policy_paths refuses outright: the state, caches,
+# logs and spools that package managers, cron, systemd, container engines and
+# log processors read or run as root later.  Checked both ways: a root inside
+# one, or containing one (/var/lib contains /var/lib/dpkg), is refused unless
+# forced by name.  Whole trees rather than a list of services: /var/lib alone
+# holds dpkg, apt, docker, containerd, kubelet, systemd, sudo, polkit and
+# whatever the host installs next.
+SYSTEM_SENSITIVE = (
+    *(
+        Path(prefix + p)
+        for prefix in ("", "/private")
+        for p in (
+            "/var/lib", "/var/cache", "/var/log", "/var/spool", "/var/mail", "/var/db", "/var/backups",
+            "/var/opt", "/var/local", "/var/root",
+        )
+    ),
+    Path("/opt/homebrew"),
+    Path("/Library"),
 )
 _MAX_LINKS = 40  # as the kernel's ELOOP limit
 
@@ -66,27 +83,76 @@ def dangerous_root_reason(path: Path, home: Path | None) -> str | None:
     """Why making ``path`` (canonical) writable hands the command something
     that runs or authenticates outside the sandbox later, or ``None``."""
     if home is not None and home != Path("/"):
-        if path == home:
-            return "it is your home directory (shell start-up files, ~/.ssh, ~/.config)"
-        for name in HOME_SENSITIVE:
-            sensitive = home / name
-            if is_within(path, sensitive):
-                return f"it is inside {sensitive} (credentials or files run as you later)"
+        reason = _home_reason(path, home, "you")
+        if reason is not None:
+            return reason
+        for sensitive in (home / name for name in HOME_SENSITIVE):
             if path in sensitive.parents:
                 return f"it contains {sensitive} (credentials or files run as you later)"
+    other = _other_home(path, home)
+    if other is not None:
+        reason = _home_reason(path, other, f"the owner of {other}")
+        if reason is not None:
+            return reason
+    if home is not None and home != Path("/") and home in path.parents:
+        # The user's own home (say /var/lib/jenkins) is judged by the home
+        # rules above, wherever it lies.
+        return None
+    later = "read or run as root later, e.g. by cron, systemd or a package manager"
     for tree in SYSTEM_SENSITIVE:
-        if is_within(path, tree):
-            return f"it is inside {tree} (read or run as root later, e.g. by cron or systemd)"
+        if path == tree:
+            return f"it is {tree} ({later})"
+        if tree in path.parents:
+            return f"it is inside {tree} ({later})"
+        if path in tree.parents:
+            return f"it contains {tree} ({later})"
     return None
 
 
-def planted_link(path: Path, roots: Sequence[Path], _depth: int = 0) -> tuple[Path, str] | None:
-    """The first symlink met while resolving ``path`` that lies inside one of
-    ``roots`` (canonical writable roots), with its target; ``None`` if none.
+def _home_reason(path: Path, home: Path, who: str) -> str | None:
+    """Why ``path`` is dangerous relative to the home directory ``home``."""
+    if path == home:
+        mine = who == "you"
+        what = "your home directory" if mine else f"the home directory {home}"
+        return f"it is {what} (shell start-up files, ~/.ssh, ~/.config)"
+    for name in HOME_SENSITIVE:
+        sensitive = home / name
+        if is_within(path, sensitive):
+            return f"it is inside {sensitive} (credentials or files run as {who} later)"
+    return None
+
+
+def _other_home(path: Path, home: Path | None) -> Path | None:
+    """The home directory of another user ``path`` lies in (``/home/NAME``,
+    ``/Users/NAME``), or ``None``."""
+    for parent in _HOMES_PARENTS:
+        if parent in path.parents:
+            candidate = parent / path.relative_to(parent).parts[0]
+            if home is None or not is_within(home, candidate):
+                return candidate
+    return None
+
+
+def could_be_written(directory: Path) -> bool:
+    """Whether a sandboxed command of some earlier run could have created
+    entries in ``directory`` (canonical): whether it, or a directory above it,
+    can be a writable root in workspace-write, forced or not.
+
+    Only system directories (and what they contain) never can: links there,
+    such as /var/run -> /run or macOS's /tmp -> /private/tmp, were made by
+    the host.  The owner of a link proves nothing: the docker runner's
+    ``user`` option may run commands as root.
+    """
+    return any(root_refusal(d)[1] for d in (directory, *directory.parents))
+
+
+def planted_link(path: Path, _depth: int = 0) -> tuple[Path, str] | None:
+    """The first symlink met while resolving ``path`` that a sandboxed command
+    could have made (see ``could_be_written``), with its target; ``None`` if none.
 
     Walks the path the way ``realpath`` does, following each link's target in
-    turn, so a link outside the roots that points at a link inside them is
-    found too.  Missing components end the walk (nothing left to follow).
+    turn, so a trusted link that points at a plantable one is found too.
+    Missing components end the walk (nothing left to follow).
     """
     if _depth > _MAX_LINKS:
         return None  # a loop: realpath keeps it lexically, and so will the runner
@@ -106,26 +172,27 @@ def planted_link(path: Path, roots: Sequence[Path], _depth: int = 0) -> tuple[Pa
             current = candidate
             continue
         target = os.readlink(candidate)
-        if any(is_within(candidate, root) for root in roots):
+        if could_be_written(current):
             return candidate, target
-        found = planted_link(current / target, roots, _depth + 1)
+        found = planted_link(current / target, _depth + 1)
         if found is not None:
             return found
         current = Path(os.path.realpath(candidate))
     return None
 
 
-def refuse_planted_link(label: str, raw: str, path: Path, roots: Sequence[Path]) -> None:
+def refuse_planted_link(label: str, raw: str, path: Path) -> None:
     """``ConfigError`` when ``path`` (absolute, as written) resolves through a
     symlink a sandboxed command could have made."""
-    found = planted_link(path, roots)
+    found = planted_link(path)
     if found is None:
         return
     link, target = found
     raise ConfigError(
-        f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies inside a "
-        "writable root, so a sandboxed command could have made it; name the real path "
-        f"instead ({os.path.realpath(path)} if you trust it) or remove the link"
+        f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
+        "sandboxed command may write (in or under a possible writable root), so an earlier run "
+        f"could have made it; pass the real path {os.path.realpath(path)} instead if you trust "
+        "it, or remove the link"
     )
 
 

@@ -19,15 +19,17 @@ ALWAYS_PROTECTED = (".git", ".dsh")
 # (writing there changes the system for every later command) ...
 # fmt: off
 SYSTEM_TREES = tuple(Path(p) for p in (
-    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sbin",
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
     "/sys", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec",
-    "/usr/include", "/usr/share", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
+    "/usr/include", "/usr/share", "/usr/games", "/usr/local/bin", "/usr/local/sbin", "/usr/local/lib",
+    "/usr/local/lib64", "/usr/local/libexec", "/usr/local/etc", "/usr/local/share", "/usr/local/include",
+    "/usr/local/games", "/usr/local/man", "/usr/local/Homebrew", "/usr/local/Cellar",
     "/System", "/private/etc",
 ))
 # ... and these directories themselves (their subdirectories are ordinary
 # places for projects, e.g. /home/me/src or /usr/src/app).
 SYSTEM_DIRS = tuple(Path(p) for p in (
-    "/", "/home", "/Users", "/var", "/run", "/opt", "/srv", "/root", "/mnt", "/media",
+    "/", "/home", "/Users", "/var", "/opt", "/srv", "/root", "/mnt", "/media",
     "/Applications", "/Library", "/private", "/private/var",
 ))
 # fmt: on

@@ -185,7 +185,7 @@ class PolicyService(Service):
         # Every root workspace-write would have, whatever the mode: a read-only
         # run must not follow a link an earlier workspace-write run planted.
         writing = chosen is SandboxMode.WORKSPACE_WRITE
-        candidates, candidate_missing, candidate_paths = self._writable_roots(refuse=writing)
+        candidates, candidate_missing, _trusted = self._writable_roots(refuse=writing)
         roots: list[tuple[str, Path]] = []
         missing: list[Path] = []
         if writing:
@@ -198,11 +198,11 @@ class PolicyService(Service):
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
         found = self._find([path for _label, path in roots])
         protected |= protected_from(found, self._git, [path for _label, path in roots])
-        read_only = self._paths("read_only_paths", profile.read_only_paths, candidate_paths)
+        read_only = self._paths("read_only_paths", profile.read_only_paths)
         # A missing hidden path holds nothing to hide (runners mask what exists).
         hidden = [
             p
-            for p in self._paths("hidden_paths", profile.hidden_paths, candidate_paths)
+            for p in self._paths("hidden_paths", profile.hidden_paths)
             if os.path.lexists(p)
         ]
         _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", hidden)])
@@ -274,12 +274,13 @@ class PolicyService(Service):
         roots = [(label, path) for label, _raw, _written, path in written]
         if refuse:
             self._refuse_dangerous(roots)
-        # A system directory never becomes a root (refused above in
-        # workspace-write), so links under it are not the command's doing.
-        link_roots = [path for _label, path in roots if root_refusal(path)[1]]
+        # Any link on the way could have been planted by an earlier run,
+        # whatever its roots were, unless it lies in a system directory.
         for label, raw, as_written, _path in written:
-            refuse_planted_link(label, raw, as_written, link_roots)
-        return roots, missing, link_roots
+            refuse_planted_link(label, raw, as_written)
+        # A system directory never becomes a root (refused above in
+        # workspace-write): what lies under it is not the command's doing.
+        return roots, missing, [path for _label, path in roots if root_refusal(path)[1]]
 
     def _refuse_dangerous(self, roots: Iterable[tuple[str, Path]]) -> None:
         """System directories are refused; credentials, start-up files and the
@@ -305,7 +306,7 @@ class PolicyService(Service):
                 f"{fix}{force if forceable else ''}"
             )
 
-    def _paths(self, key: str, raws: Iterable[str], roots: list[Path]) -> list[Path]:
+    def _paths(self, key: str, raws: Iterable[str]) -> list[Path]:
         out: list[Path] = []
         for raw in raws:
             expanded = expand(raw)
@@ -316,7 +317,7 @@ class PolicyService(Service):
                     "environment variable; set it or change the profile"
                 )
             label = f"profile {self._profile.name}: {key} entry {raw!r}"
-            refuse_planted_link(label, raw, self._workspace / expanded, roots)
+            refuse_planted_link(label, raw, self._workspace / expanded)
             out.append(canonical(expanded, self._workspace))
         return out
 

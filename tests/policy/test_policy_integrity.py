@@ -4,6 +4,7 @@ symlinks, dangerous roots, untrusted configuration files, numbers."""
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,7 +58,7 @@ def test_profile_root_through_a_link_in_the_workspace_is_refused(
     message = str(info.value)
     assert "writable_roots entry 'cache'" in message  # the field
     assert f"symlink {workspace / 'cache'} -> {target}" in message  # the link
-    assert "name the real path instead" in message  # the fix
+    assert f"pass the real path {target} instead" in message  # the fix
 
 
 def test_flag_root_through_a_link_in_tmp_is_refused(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
@@ -71,8 +72,10 @@ def test_link_outside_the_roots_that_leads_through_one_inside_is_found(
 ) -> None:
     (trusted_dir / "real").mkdir()
     (workspace / "inner").symlink_to(trusted_dir / "real")  # planted
-    (trusted_dir / "outer").symlink_to(workspace / "inner")  # the user's own link
     with pytest.raises(ConfigError, match=re.escape(f"symlink {workspace / 'inner'} -> ")):
+        service(workspace, writable=(str(workspace / "inner"),))
+    (trusted_dir / "outer").symlink_to(workspace / "inner")  # the user's own link
+    with pytest.raises(ConfigError, match=re.escape(f"symlink {trusted_dir / 'outer'} -> ")):
         service(workspace, writable=(str(trusted_dir / "outer"),))
 
 
@@ -82,7 +85,7 @@ def test_read_only_path_through_a_planted_link_is_refused(
 ) -> None:
     (workspace / "docs").symlink_to(trusted_dir)
     prof = profile(trusted_dir, 'read_only_paths = ["docs/conf"]\n')
-    with pytest.raises(ConfigError, match=r"read_only_paths entry 'docs/conf': .*lies inside a writable root"):
+    with pytest.raises(ConfigError, match=r"read_only_paths entry 'docs/conf': .*where a sandboxed command may write"):
         service(workspace, profile=prof, mode=mode)
 
 
@@ -95,11 +98,36 @@ def test_links_are_checked_again_at_every_resolve(workspace: Path, trusted_dir: 
         svc.resolve()
 
 
-def test_links_outside_every_root_still_resolve(workspace: Path, trusted_dir: Path) -> None:
+def test_a_link_wherever_a_run_could_have_written_is_refused(workspace: Path, trusted_dir: Path) -> None:
+    """Another session's workspace (or any directory that can be a writable
+    root) may hold a link a command planted there: refused even though it lies
+    outside this run's roots, naming the real path to pass instead."""
     (trusted_dir / "real").mkdir()
     (trusted_dir / "alias").symlink_to(trusted_dir / "real")
-    policy = service(workspace, writable=(str(trusted_dir / "alias"),)).resolve()
-    assert trusted_dir / "real" in policy.writable_roots
+    attempts = [
+        lambda: service(workspace, writable=(str(trusted_dir / "alias"),)),
+        lambda: service(trusted_dir / "alias"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(ConfigError) as info:
+            attempt()
+        message = str(info.value)
+        assert f"symlink {trusted_dir / 'alias'} -> {trusted_dir / 'real'}" in message
+        assert f"pass the real path {trusted_dir / 'real'} instead" in message
+    # The real path is accepted.
+    assert trusted_dir / "real" in service(workspace, writable=(str(trusted_dir / "real"),)).resolve().writable_roots
+
+
+def test_links_the_host_made_in_system_directories_are_trusted(workspace: Path, trusted_dir: Path) -> None:
+    """/var/run -> /run, /lib -> usr/lib, macOS's /tmp -> /private/tmp: no
+    sandboxed command can write where they live."""
+    links = [p for p in ("/var/run", "/var/lock", "/lib", "/bin") if Path(p).is_symlink()]
+    if not links:
+        pytest.skip("SANDBOX_UNAVAILABLE: no system symlink on this host")
+    quoted = ", ".join(f'"{p}"' for p in links)
+    prof = profile(trusted_dir, f"read_only_paths = [{quoted}]\n")
+    policy = service(workspace, profile=prof).resolve()
+    assert {Path(os.path.realpath(p)) for p in links} <= set(policy.read_only_paths)
 
 
 # -- dangerous writable roots ------------------------------------------------------------
@@ -146,6 +174,53 @@ def test_system_roots_refused_and_only_cron_spools_can_be_forced(workspace: Path
     else:
         with pytest.raises(ConfigError, match="refusing"):
             service(workspace, writable=(root,), force_writable=(root,))
+
+
+SYSTEM_STATE = [
+    "/var/lib", "/var/lib/dpkg", "/var/lib/apt", "/var/lib/docker", "/var/lib/systemd", "/var/log",
+    "/var/cache", "/var/cache/apt", "/var/spool", "/var/mail", "/var/backups", "/usr/local/etc",
+    "/usr/local/share", "/usr/local/bin", "/run", "/run/systemd", "/run/lock",
+]
+
+
+@pytest.mark.parametrize("root", SYSTEM_STATE)
+def test_system_state_is_refused_as_workspace_and_writable_root(workspace: Path, root: str) -> None:
+    """Package databases, container engines' state, logs, spools and root's
+    PATH: a root inside one or containing one (/var/lib holds /var/lib/dpkg)."""
+    if not Path(root).is_dir():
+        pytest.skip(f"SANDBOX_UNAVAILABLE: {root} does not exist on this host")
+    for label, attempt in (("--writable", lambda: service(workspace, writable=(root,))),
+                           ("workspace", lambda: service(root))):
+        with pytest.raises(ConfigError) as info:
+            attempt()
+        message = str(info.value)
+        assert message.startswith(label) and f"refusing to make {root} writable" in message, message
+
+
+def test_system_state_is_checked_both_ways() -> None:
+    from dsh.sandbox.policy_guard import dangerous_root_reason
+
+    assert "it contains /var/lib " in (dangerous_root_reason(Path("/var"), None) or "")
+    assert "it is /var/lib " in (dangerous_root_reason(Path("/var/lib"), None) or "")
+    assert "it is inside /var/log " in (dangerous_root_reason(Path("/var/log/app"), None) or "")
+    assert dangerous_root_reason(Path("/var/tmp/ws"), None) is None
+    assert dangerous_root_reason(Path("/srv/app"), None) is None
+    # A home that lies in system state (a service account's) is judged as a home.
+    jenkins = Path("/var/lib/jenkins")
+    assert dangerous_root_reason(jenkins / "workspace/job", jenkins) is None
+    assert "home directory" in (dangerous_root_reason(jenkins, jenkins) or "")
+    assert "inside /var/lib/jenkins/.ssh" in (dangerous_root_reason(jenkins / ".ssh", jenkins) or "")
+
+
+def test_other_users_homes_are_refused_unless_forced(home: Path) -> None:
+    from dsh.sandbox.policy_guard import root_refusal
+
+    assert root_refusal(Path("/home/alice")) == (
+        "it is the home directory /home/alice (shell start-up files, ~/.ssh, ~/.config)", True)
+    reason, forceable = root_refusal(Path("/home/alice/.ssh"))
+    assert reason is not None and "/home/alice/.ssh" in reason and forceable
+    assert root_refusal(Path("/home/alice/src/app")) == (None, True)
+    assert root_refusal(Path("/Users/bob/.config/fish")) [0] is not None
 
 
 def test_workspace_at_home_refused_unless_forced(home: Path, trusted_dir: Path) -> None:

@@ -108,12 +108,13 @@ def test_workspace_that_is_a_file(tmp_path: Path) -> None:
         service(file)
 
 
-def test_workspace_through_symlink_is_canonical(workspace: Path, trusted_dir: Path) -> None:
-    link = trusted_dir / "link"  # outside every writable root: the user's own link
+def test_workspace_through_any_link_a_run_could_have_made_is_refused(workspace: Path, trusted_dir: Path) -> None:
+    link = trusted_dir / "link"  # outside this run's roots, but any directory may have been one
     link.symlink_to(workspace)
-    policy = service(link).resolve()
-    assert policy.workspace == workspace
-    assert workspace in policy.writable_roots and link not in policy.writable_roots
+    with pytest.raises(ConfigError, match=rf"workspace: .*pass the real path {re.escape(str(workspace))} instead"):
+        service(link)
+    policy = service(workspace).resolve()
+    assert policy.workspace == workspace and workspace in policy.writable_roots
     assert workspace / ".dsh" in policy.protected_paths
 
 
@@ -123,7 +124,7 @@ def test_workspace_through_planted_symlink_refused(workspace: Path, tmp_path: Pa
     with pytest.raises(ConfigError, match=rf"workspace: .*symlink {re.escape(str(link))} -> "):
         service(link)
     # Read-only too: the link was writable in an earlier workspace-write run.
-    with pytest.raises(ConfigError, match="lies inside a writable root"):
+    with pytest.raises(ConfigError, match="an earlier run could have made it"):
         service(link, mode="read-only")
 
 
@@ -228,11 +229,11 @@ def test_system_dir_reason() -> None:
 def test_tmp_and_tmpdir(
     workspace: Path, tmp_path: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    private = tmp_path / "private-tmp"
+    private = trusted_dir / "private-tmp"
     private.mkdir()
     link = trusted_dir / "tmplink"
     link.symlink_to(private)
-    monkeypatch.setenv("TMPDIR", str(link))
+    monkeypatch.setenv("TMPDIR", str(private))
     policy = service(workspace).resolve()
     assert TMP in policy.writable_roots and private in policy.writable_roots
     assert link not in policy.writable_roots
@@ -352,13 +353,12 @@ def test_read_only_and_hidden_paths_canonical(
     home = trusted_dir / "home"
     (home / ".ssh").mkdir(parents=True)
     (workspace / "real-secrets").mkdir()
-    (trusted_dir / "secrets").symlink_to(workspace / "real-secrets")
     monkeypatch.setenv("HOME", str(home))
     prof = profile_file(
         tmp_path,
         'extends = "workspace-write"\n'
         'read_only_paths = ["docs/../config", "~/.ssh"]\n'
-        f'hidden_paths = ["{trusted_dir}/secrets", "~/.ssh", "missing-secret"]\n',
+        'hidden_paths = ["docs/../real-secrets", "~/.ssh", "missing-secret"]\n',
     )
     policy = service(workspace, profile=prof).resolve()
     assert policy.read_only_paths == tuple(sorted([workspace / "config", home / ".ssh"]))
