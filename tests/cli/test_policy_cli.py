@@ -134,3 +134,50 @@ def test_workspace_through_a_planted_link_refused(tmp_path: Path, workspace: Pat
     done = cli("run", "--mode", "read-only", "--workspace", str(link), "--", "true", env=env_with())
     assert done.returncode == 2, done.stderr
     assert f"symlink {link} -> {workspace}".encode() in done.stderr
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+def test_a_link_an_earlier_session_planted_is_refused(trusted_dir: Path, runner: str) -> None:
+    """Session A links to another tree inside its own workspace; a later run
+    that names the link as its workspace or a writable root must not write
+    through it, even though the link lies outside that run's roots."""
+    need_runner(runner)
+    session_a, session_b, other = (trusted_dir / name for name in ("ws-a", "ws-b", "other-project"))
+    for directory in (session_a, session_b, other):
+        directory.mkdir()
+        directory.chmod(0o777)
+    planted = cli("run", "--runner", runner, "--workspace", str(session_a), "--", "ln", "-s", str(other), "pkg",
+                  cwd=session_a, env=env_with())
+    assert planted.returncode == 0, planted.stderr
+    link = session_a / "pkg"
+    assert link.is_symlink()
+    for flags in (("--workspace", str(link)), ("--writable", str(link))):
+        done = cli("run", "--runner", runner, *flags, "--", "touch", str(link / "marker"),
+                   cwd=session_b, env=env_with())
+        assert done.returncode == 2, (flags, done.stderr)
+        assert f"symlink {link} -> {other}".encode() in done.stderr
+        assert f"pass the real path {other} instead".encode() in done.stderr
+        assert b"Traceback" not in done.stderr
+        assert not (other / "marker").exists()
+    # The real path, named as such, is accepted.
+    done = cli("run", "--runner", runner, "--workspace", str(other), "--", "touch", "marker",
+               cwd=session_b, env=env_with())
+    assert done.returncode == 0, done.stderr
+    assert (other / "marker").exists()
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+@pytest.mark.parametrize("flag", ["--workspace", "--writable"])
+def test_system_state_trees_are_refused_before_running(trusted_dir: Path, runner: str, flag: str) -> None:
+    """/var/lib holds dpkg, apt, docker and systemd state that root runs later."""
+    need_runner(runner)
+    marker = Path("/var/lib/dpkg" if Path("/var/lib/dpkg").is_dir() else "/var/lib") / "dsh-sandbox-test-marker"
+    try:
+        done = cli("run", "--runner", runner, flag, "/var/lib", "--", "touch", str(marker),
+                   cwd=trusted_dir, env=env_with())
+        assert done.returncode == 2, done.stderr
+        assert b"refusing to make /var/lib writable" in done.stderr and b"it is /var/lib" in done.stderr
+        assert b"--force-writable /var/lib" in done.stderr and b"Traceback" not in done.stderr
+        assert not marker.exists()
+    finally:
+        marker.unlink(missing_ok=True)  # where the check failed, leave the host as it was
