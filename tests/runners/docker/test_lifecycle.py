@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.docker import DockerRunner, prune_containers
 from dsh.runners.docker.client import connect
+from dsh.runners.docker.spec import OWN_PROCESSES
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.policy import ResourceLimits
 
@@ -54,7 +55,7 @@ def test_container_is_labelled_hardened_and_removed_at_close(workspace: Path) ->
         assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
         assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"][0] == "no-new-privileges"
         assert [opt.split("=", 1)[0] for opt in host["SecurityOpt"]] == ["no-new-privileges", "seccomp"]
-        assert host["PidsLimit"] == 1024 and host["Init"] is True
+        assert host["PidsLimit"] == 1024 + OWN_PROCESSES and host["Init"] is True  # init and keep-alive too
         assert info["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
     assert not _exists(cid)
 
