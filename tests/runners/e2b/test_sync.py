@@ -22,7 +22,9 @@ from tests.runners.e2b.helpers import WAIT_S, policy, run, sandbox_path, start
 REFUSED = b"sync-back refused, nothing was written to the host"
 # The envd double runs commands on this machine: use this interpreter, not
 # whatever `python3` a version manager resolves from the command's directory.
-PYTHON = sys.executable
+# The base interpreter, not a venv's: the emulated machine sees /usr and the base
+# prefix only, and the fake tar needs nothing but the standard library.
+PYTHON = str(Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}")
 
 
 def snapshot(tree: Path) -> dict[str, tuple[str, bytes]]:
