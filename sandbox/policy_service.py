@@ -41,9 +41,9 @@ from dsh.sandbox.protected_scan import (
     Found,
     GitAccess,
     TreeIndex,
-    changed_since,
     protected_from,
 )
+from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
 
@@ -226,13 +226,20 @@ class PolicyService(Service):
         temp = self._temp
         return self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
 
-    def changed_files(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
-        """Git control files and protected names created or changed under
-        ``policy``'s writable roots at or after ``since_ns`` (``run_started_ns()``
-        taken before the run)."""
+    def baseline(self, policy: SandboxPolicy) -> Baseline | None:
+        """What a run under ``policy`` starts from, taken just before it (the
+        time first: whatever appears after it is judged by ctime as well)."""
         if policy.mode is not SandboxMode.WORKSPACE_WRITE:
-            return ()
-        return changed_since(self._find(list(policy.writable_roots)), since_ns)
+            return None
+        since = run_started_ns()
+        return Baseline(since, self._find(list(policy.writable_roots)))
+
+    def changed_files(self, policy: SandboxPolicy, before: Baseline) -> Changes:
+        """Git control files and protected names the run created or changed under
+        ``policy``'s writable roots, and where they could not be searched for."""
+        if policy.mode is not SandboxMode.WORKSPACE_WRITE:
+            return Changes()
+        return trusted_changes(before, self._find(list(policy.writable_roots)))
 
     def _writable_roots(
         self, *, refuse: bool
@@ -381,7 +388,7 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
                 "protected names at any depth (the temporary roots: directly inside only)"
             )
         if policy.unscanned_roots:
-            lines.append("too big to search for nested repositories (protected-scan-incomplete):")
+            lines.append("not searched (too big, unreadable, too deep; protected-scan-incomplete):")
             lines.extend(f"  {p}" for p in policy.unscanned_roots)
         lines.append(f"network: {'on' if policy.network else 'off'}")
     lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))
