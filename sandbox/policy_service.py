@@ -15,6 +15,7 @@ symlink); the roots they hang off are fixed at configure time.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,9 @@ class PolicyService(Service):
         # writable trees makes every later search cost one lstat per directory.
         self._trusted_names = (*DEFAULT_PROTECTED_NAMES, *ALWAYS_PROTECTED, *self._profile.protected_names)
         self._index = TreeIndex(self._trusted_names)
+        # The latest search of each set of roots: a run's baseline (few sets per session).
+        self._latest: dict[frozenset[Path], Found] = {}
+        self._latest_lock = threading.Lock()
         self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
@@ -224,15 +228,24 @@ class PolicyService(Service):
         roots (shared scratch space, often huge, that no later host action runs
         from)."""
         temp = self._temp
-        return self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
+        found = self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
+        with self._latest_lock:
+            self._latest[frozenset(roots)] = found
+        return found
 
     def baseline(self, policy: SandboxPolicy) -> Baseline | None:
-        """What a run under ``policy`` starts from, taken just before it (the
-        time first: whatever appears after it is judged by ctime as well)."""
+        """What a run under ``policy`` starts from: the latest search of its
+        roots (made when the policy was resolved or the last run ended, so
+        before anything this run writes), and the time the run starts (what
+        changes in place after it is judged by ctime).  Searching again here
+        would cost a walk per command for nothing."""
         if policy.mode is not SandboxMode.WORKSPACE_WRITE:
             return None
         since = run_started_ns()
-        return Baseline(since, self._find(list(policy.writable_roots)))
+        roots = list(policy.writable_roots)
+        with self._latest_lock:
+            found = self._latest.get(frozenset(roots))
+        return Baseline(since, found if found is not None else self._find(roots))
 
     def changed_files(self, policy: SandboxPolicy, before: Baseline) -> Changes:
         """Git control files and protected names the run created or changed under
