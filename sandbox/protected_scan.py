@@ -40,12 +40,15 @@ GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
 #: creates or changes them.  Shell start-up files and direnv run on the next
 #: shell or ``cd``; editor and agent configs run tasks, hooks and MCP servers;
 #: package-manager configs redirect registries or the shell scripts run in;
-#: credential directories hold keys a command must not replace.
+#: credential directories hold keys a command must not replace.  A name with a
+#: ``/`` is a file in a directory of that name (``.cargo/config.toml``): the
+#: rest of ``.cargo`` is a build cache, and ``.hg`` holds a repository's data.
 DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
     ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".envrc", ".gitconfig", ".ripgreprc",
     ".vscode", ".idea", ".claude", ".codex", ".agents", ".cursor", ".mcp.json", ".devcontainer",
     ".husky", ".pre-commit-config.yaml", ".pnpmfile.cjs", ".nvim.lua", ".exrc",
+    ".cargo/config.toml", ".cargo/config", ".hg/hgrc",
     ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".netrc",
     ".aws", ".ssh", ".gnupg", ".docker", ".kube",
 )  # fmt: skip
@@ -113,6 +116,8 @@ class TreeIndex:
 
     def __init__(self, names: Iterable[str], max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.names = frozenset(names) - {".git"}
+        # Directories whose listing may hold a ``parent/name`` entry.
+        self._parents = frozenset(n.split("/", 1)[0] for n in self.names if "/" in n)
         self.max_entries = max_entries
         self._listings: dict[str, _Listing] = {}
         self._lock = threading.Lock()
@@ -197,6 +202,7 @@ class TreeIndex:
         named: list[tuple[str, int]] = []
         marks: set[str] = set()
         entries = 0
+        parent = os.path.basename(path) + "/" if os.path.basename(path) in self._parents else None
         try:
             with os.scandir(path) as it:
                 for entry in it:
@@ -205,7 +211,7 @@ class TreeIndex:
                         marks.add(entry.name)
                     if entry.name == ".git":
                         repos.append((entry.name, entry.inode()))  # never walked into: protected or reported whole
-                    elif entry.name in self.names:
+                    elif entry.name in self.names or (parent and parent + entry.name in self.names):
                         named.append((entry.name, entry.inode()))
                     elif entry.is_dir(follow_symlinks=False):
                         subdirs.append(entry.name)

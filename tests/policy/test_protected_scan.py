@@ -314,3 +314,27 @@ def test_config_values_that_run_working_tree_files_protect_them(workspace: Path)
     for rel in ("scripts/clean.sh", ".x/y.sh", "tools/pager", "project.gitconfig", "bin/helper", "al.sh"):
         assert repo / rel in protected, rel
     assert repo not in protected and workspace not in protected  # "." and ".." name no program
+
+
+def test_nested_names_protect_one_file_of_a_directory(workspace: Path) -> None:
+    """``.cargo/config.toml`` (and ``.hg/hgrc``) are trusted at any depth; the
+    rest of ``.cargo`` (a build cache) and of ``.hg`` stays writable."""
+    crate = workspace / "a" / "crate"
+    (crate / ".cargo" / "registry").mkdir(parents=True)
+    (crate / ".cargo" / "config.toml").write_text("[build]\n")
+    (workspace / ".hg").mkdir()
+    (workspace / ".hg" / "hgrc").write_text("[hooks]\n")
+    (workspace / ".pre-commit-config.yaml").write_text("repos: []\n")
+    svc = service(workspace)
+    policy = svc.resolve()
+    protected = policy.protected_paths
+    assert crate / ".cargo" / "config.toml" in protected
+    assert workspace / ".hg" / "hgrc" in protected
+    assert workspace / ".pre-commit-config.yaml" in protected
+    assert crate / ".cargo" not in protected and crate / ".cargo" / "registry" not in protected
+    time.sleep(0.05)  # the setup's own writes land in earlier clock ticks
+    before = svc.baseline(policy)
+    assert before is not None
+    (workspace / "b" / ".cargo").mkdir(parents=True)
+    (workspace / "b" / ".cargo" / "config").write_text("[target.x]\nrunner = './evil'\n")
+    assert svc.changed_files(policy, before).paths == (workspace / "b" / ".cargo" / "config",)
