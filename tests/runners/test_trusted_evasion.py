@@ -12,30 +12,34 @@ from pathlib import Path
 
 import pytest
 
-from tests.runners.test_trusted_files import NOBODY, Box, cli, docker_group, repo, runner_for
+from tests.runners.test_trusted_files import LANDLOCK_ACCEPT, NOBODY, Box, cli, docker_group, profile, repo, runner_for
 from tests.runners.test_trusted_files import box as box
 
 RUNNERS = ["bwrap", "docker"]
 
 
-@pytest.mark.parametrize("name", RUNNERS)
+@pytest.mark.parametrize("name", [*RUNNERS, "landlock"])
 def test_repository_and_trusted_dir_renamed_into_place_are_reported(name: str, box: Box) -> None:
     """Run 1 leaves a git dir without HEAD (not a repository, nothing to report);
     run 2 adds HEAD and renames it to ``sub/.git``: nothing under it has a new
     ctime, yet the host's next ``git status`` in ``sub`` would run its fsmonitor."""
     runner = runner_for(name, box)
+    # Landlock keeps nothing read-only inside a root (accepted here): the report still holds.
+    extra = ("--profile", profile(box, LANDLOCK_ACCEPT)) if name == "landlock" else ()
     box.own()
     stage = (
         "mkdir -p st/objects st/refs st/hooks sub vs && printf '[core]\\n\\tfsmonitor = touch pwned\\n' > st/config"
         " && printf '#!/bin/sh\\n' > st/hooks/post-checkout && echo {} > vs/tasks.json"
     )
-    first = box.run(runner, stage)
+    first = box.run(runner, stage, *extra)
     assert first.returncode == 0, first.err
     assert "created or changed" not in first.err
-    second = box.run(runner, "echo 'ref: refs/heads/main' > st/HEAD && mv st sub/.git && mv vs .vscode")
+    second = box.run(runner, "echo 'ref: refs/heads/main' > st/HEAD && mv st sub/.git && mv vs .vscode", *extra)
     assert second.returncode == 0, second.err
     for rel in ("sub/.git/config", "sub/.git/hooks/post-checkout", ".vscode/tasks.json"):
         assert f"{box.ws}/{rel}" in second.err, rel
+    if name == "landlock":
+        return
     # From now on it is a repository like any other: read-only.
     third = box.run(runner, "echo x >> sub/.git/config; exit 0")
     assert "x" not in (box.ws / "sub" / ".git" / "config").read_text().splitlines()
