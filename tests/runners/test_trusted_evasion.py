@@ -113,7 +113,7 @@ def test_another_users_link_at_a_protected_name_in_a_sticky_temp_dir_is_no_refus
     box.own()
     argv = [*cli(box.user), "run", "--runner", runner, "-c",
             'rm -f "$TMPDIR/.dsh"; ln -sfn /etc "$TMPDIR/.dsh"; echo pwn > "$TMPDIR/.dsh/x"; echo ran']
-    env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "LANG": "C.UTF-8", "TMPDIR": str(sticky)}
+    env = {"PATH": os.environ["PATH"], "HOME": str(box.ws.parent), "LANG": "C.UTF-8", "TMPDIR": str(sticky)}
     kwargs: dict[str, object] = {}
     if box.user == "nobody":
         kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": docker_group()}

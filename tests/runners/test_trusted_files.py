@@ -41,8 +41,7 @@ class Box:
 
     def run(self, runner: str, script: str, *extra: str, cwd: Path | None = None) -> Run:
         argv = [*cli(self.user), "run", "--runner", runner, *extra, "-c", script]
-        # HOME outside the temporary roots: one holding $HOME/.ssh is refused as a root.
-        env = {"PATH": os.environ["PATH"], "HOME": "/nonexistent", "LANG": "C.UTF-8"}
+        env = {"PATH": os.environ["PATH"], "HOME": str(self.ws.parent), "LANG": "C.UTF-8"}
         kwargs: dict[str, object] = {}
         if self.user == "nobody":
             # The docker group (as CI's unprivileged conformance run has it) and nothing else.
