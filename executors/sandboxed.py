@@ -43,8 +43,8 @@ from dsh.executors.seam import (
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.protected_scan import run_started_ns
 from dsh.sandbox.runner import Enforcement, Launch
+from dsh.sandbox.trusted_changes import Baseline, Changes
 
 if TYPE_CHECKING:
     from dsh.sandbox.host import SandboxHost
@@ -98,9 +98,9 @@ class SandboxedExecutor(_MixinBase):
         # by the (hashable, frozen) policy: a session has only a few policies.
         self._chosen: dict[SandboxPolicy, tuple[str, Enforcement]] = {}
         self._chosen_lock = threading.Lock()
-        # When each running spec started (``run_started_ns``), by ``id``: what
-        # the run created or changed is judged by ctime against it.
-        self._started: dict[int, int] = {}
+        # What each running spec started from, by ``id``: what the run created
+        # or changed among the trusted files is judged against it.
+        self._started: dict[int, Baseline | None] = {}
 
     # -- services -------------------------------------------------------------------
     @property
@@ -122,8 +122,9 @@ class SandboxedExecutor(_MixinBase):
 
     # -- seam overrides -------------------------------------------------------------
     def execute(self, spec: ShellExecSpec) -> ShellExecution:
+        before = self.policy_service.baseline(self.policy_of(spec))
         with self._chosen_lock:
-            self._started[id(spec)] = run_started_ns()
+            self._started[id(spec)] = before
         try:
             return super().execute(spec)
         except BaseException:
@@ -172,12 +173,12 @@ class SandboxedExecutor(_MixinBase):
     ) -> SandboxFacts:
         policy = self.policy_of(spec)
         with self._chosen_lock:
-            since = self._started.pop(id(spec), None)
+            before = self._started.pop(id(spec), None)
         if not policy.constrained:
             return SandboxFacts(mode=policy.mode, enforcement="full")
         with self._chosen_lock:
             runner, enforcement = self._chosen.get(policy, (None, None))
-        changed = () if since is None else self.policy_service.changed_files(policy, since)
+        changed = Changes() if before is None else self.policy_service.changed_files(policy, before)
         denial = find_denial(
             policy,
             exit_code=exit_code,
@@ -189,7 +190,8 @@ class SandboxedExecutor(_MixinBase):
             denied=denial is not None,
             enforcement=enforcement.describe() if enforcement else NOT_ENFORCED,
             runner=runner,
-            trusted_changed=tuple(map(str, changed)),
+            trusted_changed=tuple(map(str, changed.paths)),
+            trusted_unsearched=tuple(map(str, changed.unsearched)),
         )
 
     def failed_facts(self, spec: ShellExecSpec, error: BaseException) -> SandboxFacts:

@@ -156,6 +156,9 @@ class SandboxFacts:
     #: Files a later host action runs or trusts (git hooks and config, shell,
     #: editor and agent configs) that the run created or changed.
     trusted_changed: tuple[str, ...] = ()
+    #: Directories where those files could not be searched for (unreadable,
+    #: too deep, too many entries): anything there is unreported, not absent.
+    trusted_unsearched: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

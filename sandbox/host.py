@@ -315,7 +315,7 @@ def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcemen
         SCAN_DEGRADATION,
         "nested repositories and protected names were not searched for in "
         + ", ".join(map(str, policy.unscanned_roots))
-        + " (too many entries): any found deeper there stay writable",
+        + " (too many entries, unreadable or too deep): any there stay writable",
     )
     return Enforcement.partial((*enforcement.gaps, gap))
 

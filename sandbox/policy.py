@@ -46,8 +46,9 @@ class SandboxPolicy:
       reported, never silently dropped.
     - ``git``: ``read-only`` (every repository's git dir) or ``commit`` (only
       the parts git runs or trusts: hooks, config, info, ...).
-    - ``unscanned_roots``: writable roots too big to search for nested
-      repositories and protected names; a runner that gets any reports
+    - ``unscanned_roots``: where the search for nested repositories and
+      protected names stopped (a root with too many entries, a directory we
+      cannot list or whose path is too long); a runner that gets any reports
       ``protected-scan-incomplete``.
     - ``accept_degraded``: names of degraded enforcements the profile accepts
       (e.g. ``"landlock-protected-paths"``); anything else partial is refused.
@@ -67,7 +68,7 @@ class SandboxPolicy:
     missing_roots: tuple[Path, ...] = ()
     profile: str = ""
     git: str = "read-only"  # "commit": objects, refs, index writable; hooks and config not
-    unscanned_roots: tuple[Path, ...] = ()  # too big to search for nested repositories
+    unscanned_roots: tuple[Path, ...] = ()  # where the search for nested repositories stopped
 
     @property
     def constrained(self) -> bool:

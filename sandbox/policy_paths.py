@@ -151,3 +151,31 @@ def protected_under(root: Path, names: Iterable[str]) -> set[Path]:
 
 def sorted_paths(paths: Iterable[Path]) -> tuple[Path, ...]:
     return tuple(sorted(set(paths)))
+
+
+def fixed_symlink(path: str | Path, uid: int) -> bool:
+    """Is ``path`` a symlink that a command running as ``uid`` without any
+    capability can neither remove nor replace?
+
+    It can when it owns the link or the directory holding it, or when that
+    directory is not sticky.  Anyone can plant ``/tmp/.dsh`` (a protected name
+    in a temporary root); such a link, owned by another user in a sticky
+    directory the command does not own, stays what it is for the whole run.
+    Only the last component may be a link, and its target must be link-free:
+    a chain could be re-pointed at a link the command owns.
+    """
+    path = os.path.abspath(path)
+    parent = os.path.dirname(path)
+    try:
+        link = os.lstat(path)
+        holder = os.lstat(parent)
+        target = os.path.join(parent, os.readlink(path))
+    except OSError:
+        return False
+    return (
+        stat.S_ISLNK(link.st_mode)
+        and bool(holder.st_mode & stat.S_ISVTX)
+        and uid not in (link.st_uid, holder.st_uid)
+        and os.path.realpath(parent) == parent
+        and os.path.realpath(target) == os.path.normpath(target)
+    )

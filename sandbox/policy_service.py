@@ -15,6 +15,7 @@ symlink); the roots they hang off are fixed at configure time.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,9 +42,9 @@ from dsh.sandbox.protected_scan import (
     Found,
     GitAccess,
     TreeIndex,
-    changed_since,
     protected_from,
 )
+from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
 
@@ -100,6 +101,9 @@ class PolicyService(Service):
         # writable trees makes every later search cost one lstat per directory.
         self._trusted_names = (*DEFAULT_PROTECTED_NAMES, *ALWAYS_PROTECTED, *self._profile.protected_names)
         self._index = TreeIndex(self._trusted_names)
+        # The latest search of each set of roots: a run's baseline (few sets per session).
+        self._latest: dict[frozenset[Path], Found] = {}
+        self._latest_lock = threading.Lock()
         self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
@@ -224,15 +228,31 @@ class PolicyService(Service):
         roots (shared scratch space, often huge, that no later host action runs
         from)."""
         temp = self._temp
-        return self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
+        found = self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
+        with self._latest_lock:
+            self._latest[frozenset(roots)] = found
+        return found
 
-    def changed_files(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
-        """Git control files and protected names created or changed under
-        ``policy``'s writable roots at or after ``since_ns`` (``run_started_ns()``
-        taken before the run)."""
+    def baseline(self, policy: SandboxPolicy) -> Baseline | None:
+        """What a run under ``policy`` starts from: the latest search of its
+        roots (made when the policy was resolved or the last run ended, so
+        before anything this run writes), and the time the run starts (what
+        changes in place after it is judged by ctime).  Searching again here
+        would cost a walk per command for nothing."""
         if policy.mode is not SandboxMode.WORKSPACE_WRITE:
-            return ()
-        return changed_since(self._find(list(policy.writable_roots)), since_ns)
+            return None
+        since = run_started_ns()
+        roots = list(policy.writable_roots)
+        with self._latest_lock:
+            found = self._latest.get(frozenset(roots))
+        return Baseline(since, found if found is not None else self._find(roots))
+
+    def changed_files(self, policy: SandboxPolicy, before: Baseline) -> Changes:
+        """Git control files and protected names the run created or changed under
+        ``policy``'s writable roots, and where they could not be searched for."""
+        if policy.mode is not SandboxMode.WORKSPACE_WRITE:
+            return Changes()
+        return trusted_changes(before, self._find(list(policy.writable_roots)))
 
     def _writable_roots(
         self, *, refuse: bool
@@ -381,7 +401,7 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
                 "protected names at any depth (the temporary roots: directly inside only)"
             )
         if policy.unscanned_roots:
-            lines.append("too big to search for nested repositories (protected-scan-incomplete):")
+            lines.append("not searched (too big, unreadable, too deep; protected-scan-incomplete):")
             lines.extend(f"  {p}" for p in policy.unscanned_roots)
         lines.append(f"network: {'on' if policy.network else 'off'}")
     lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))

@@ -8,29 +8,29 @@ cloud-tool configuration.  This module finds them so that
 - the policy service keeps the ones that exist read-only (``protected_paths``),
   in every repository at any depth, not just at the root of the workspace; and
 - after a run, the host reports the ones the command created or changed
-  (``changed_since``): a ``git init`` or a planted ``.vscode/tasks.json`` is
+  (``trusted_changes``): a ``git init`` or a planted ``.vscode/tasks.json`` is
   allowed, but never goes unnoticed.
 
 Walking a big tree for every command would be slow, so ``TreeIndex`` remembers
 each directory's listing with its inode and ctime: a directory whose entries
 changed has a new ctime (which a command cannot set back), and only those are
 listed again.  A refresh of an unchanged tree costs one ``lstat`` per directory.
-The walk is bounded; a root it could not finish is reported, never ignored.
+The walk is bounded; a root it could not finish, or a directory it could not
+list, is reported as a gap in the search, never taken for empty.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import stat
 import threading
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dsh.sandbox.policy_paths import canonical, git_dirs, read_small_file
+from dsh.sandbox.git_config import programs_named_in_config
+from dsh.sandbox.policy_paths import canonical, git_dirs
 
 GitAccess = Literal["read-only", "commit"]
 GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
@@ -40,12 +40,15 @@ GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
 #: creates or changes them.  Shell start-up files and direnv run on the next
 #: shell or ``cd``; editor and agent configs run tasks, hooks and MCP servers;
 #: package-manager configs redirect registries or the shell scripts run in;
-#: credential directories hold keys a command must not replace.
+#: credential directories hold keys a command must not replace.  A name with a
+#: ``/`` is a file in a directory of that name (``.cargo/config.toml``): the
+#: rest of ``.cargo`` is a build cache, and ``.hg`` holds a repository's data.
 DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (
     ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
     ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".envrc", ".gitconfig", ".ripgreprc",
     ".vscode", ".idea", ".claude", ".codex", ".agents", ".cursor", ".mcp.json", ".devcontainer",
-    ".husky",
+    ".husky", ".pre-commit-config.yaml", ".pnpmfile.cjs", ".nvim.lua", ".exrc",
+    ".cargo/config.toml", ".cargo/config", ".hg/hgrc",
     ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".netrc",
     ".aws", ".ssh", ".gnupg", ".docker", ".kube",
 )  # fmt: skip
@@ -61,11 +64,6 @@ GIT_CONTROL_PARTS: tuple[str, ...] = (
     "gitdir", "remotes", "branches", "rebase-merge", "rebase-apply", "sequencer",
 )  # fmt: skip
 
-#: Config keys whose value may name a program in the working tree that git runs
-#: (husky sets ``core.hooksPath = .husky``): that path is protected as hooks are.
-_PROGRAM_KEYS = re.compile(r"^\s*(hookspath|fsmonitor)\s*=\s*(.*?)\s*$", re.IGNORECASE | re.MULTILINE)
-_CONFIG_MAX = 256 * 1024
-
 #: Entries walked before a root is given up as too big (about 1 s when cold).
 DEFAULT_MAX_ENTRIES = 300_000
 
@@ -76,22 +74,37 @@ class Found:
 
     repos: tuple[Path, ...]  # every ``.git`` entry (directory, file or link), every bare-looking git dir
     named: tuple[Path, ...]  # every entry with a protected name
-    incomplete: tuple[Path, ...]  # roots whose walk hit the entry bound
+    #: Where the search stopped: a root whose walk hit the entry bound, or a
+    #: directory we could not list (unreadable, or a path too long to open).
+    incomplete: tuple[Path, ...]
+    #: (path, inode) of every repository and named entry: one renamed or
+    #: swapped into place is new even where no ctime under it changed.
+    identity: tuple[tuple[Path, int], ...] = ()
 
 
 @dataclass(frozen=True)
 class _Listing:
     key: tuple[int, int, int]  # (st_dev, st_ino, st_ctime_ns) when listed
     subdirs: tuple[str, ...]
-    repos: tuple[str, ...]
-    named: tuple[str, ...]
+    repos: tuple[tuple[str, int], ...]  # (name, inode)
+    named: tuple[tuple[str, int], ...]
     entries: int
-    git_dir: bool  # holds HEAD, objects and refs: git runs it as a (bare) repository
+    git_dir: bool  # git would run it as a (bare) repository: see ``_is_git_dir``
 
 
-#: What makes git take a directory for a git dir when it is run inside it (a
-#: bare repository needs no ``.git``: ``safe.bareRepository`` is ``all`` by default).
-_GIT_DIR_NAMES = frozenset(("HEAD", "objects", "refs"))
+#: The entries git looks at to take a directory for a git dir when it is run
+#: inside it (a bare repository needs no ``.git``: ``safe.bareRepository`` is
+#: ``all`` by default).
+_GIT_DIR_NAMES = frozenset(("HEAD", "objects", "refs", "commondir"))
+#: A listing we could not make: the directory is a gap in the search.
+_UNLISTABLE: Literal["unlistable"] = "unlistable"
+
+
+def _is_git_dir(marks: set[str]) -> bool:
+    """Git's own test: a HEAD, and objects and refs either here or in the
+    directory a ``commondir`` file names (a worktree's git dir).  Looser than
+    git (HEAD's content is not checked): a false match only protects more."""
+    return "HEAD" in marks and ({"objects", "refs"} <= marks or "commondir" in marks)
 
 
 def _key(st: os.stat_result) -> tuple[int, int, int]:
@@ -103,33 +116,49 @@ class TreeIndex:
 
     def __init__(self, names: Iterable[str], max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
         self.names = frozenset(names) - {".git"}
+        # Directories whose listing may hold a ``parent/name`` entry.
+        self._parents = frozenset(n.split("/", 1)[0] for n in self.names if "/" in n)
         self.max_entries = max_entries
         self._listings: dict[str, _Listing] = {}
         self._lock = threading.Lock()
 
     def refresh(self, roots: Sequence[Path], shallow: Sequence[Path] = ()) -> Found:
         """What is under ``roots`` at any depth, and directly inside ``shallow``."""
-        repos: list[Path] = []
-        named: list[Path] = []
+        repos: list[tuple[Path, int]] = []
+        named: list[tuple[Path, int]] = []
         incomplete: list[Path] = []
         with self._lock:
             seen: set[str] = set()
             for root in roots:
-                if not self._walk(str(root), repos, named, seen):
-                    incomplete.append(root)
+                self._walk(str(root), repos, named, seen, incomplete)
             for root in shallow:
                 listing = self._listing(str(root))
                 seen.add(str(root))
-                if listing is not None:
-                    repos.extend([root] if listing.git_dir else [])
-                    repos.extend(root / n for n in listing.repos)
-                    named.extend(root / n for n in listing.named)
+                if isinstance(listing, str):
+                    incomplete.append(root)
+                elif listing is not None:
+                    repos.extend([(root, listing.key[1])] if listing.git_dir else [])
+                    repos.extend((root / n, ino) for n, ino in listing.repos)
+                    named.extend((root / n, ino) for n, ino in listing.named)
             # Forget directories that are gone (bounded memory over a long session).
             for gone in self._listings.keys() - seen:
                 del self._listings[gone]
-        return Found(tuple(sorted(set(repos))), tuple(sorted(set(named))), tuple(incomplete))
+        identity = tuple(sorted(set(repos) | set(named)))
+        return Found(
+            tuple(sorted({p for p, _ in repos})),
+            tuple(sorted({p for p, _ in named})),
+            tuple(dict.fromkeys(incomplete)),
+            identity,
+        )
 
-    def _walk(self, root: str, repos: list[Path], named: list[Path], seen: set[str]) -> bool:
+    def _walk(
+        self,
+        root: str,
+        repos: list[tuple[Path, int]],
+        named: list[tuple[Path, int]],
+        seen: set[str],
+        incomplete: list[Path],
+    ) -> None:
         budget = self.max_entries
         stack = [root]
         while stack:
@@ -138,34 +167,42 @@ class TreeIndex:
                 continue  # a root nested in another root
             seen.add(path)
             listing = self._listing(path)
+            if isinstance(listing, str):
+                # Never "empty": a repository could be hiding in there.
+                incomplete.append(Path(path))
+                continue
             if listing is None:
                 continue
             budget -= listing.entries
             if budget < 0:
-                return False
+                incomplete.append(Path(root))
+                return
             if listing.git_dir:
-                repos.append(Path(path))  # its hooks and config are not walked into
+                repos.append((Path(path), listing.key[1]))  # its hooks and config are not walked into
                 continue
-            repos.extend(Path(path, n) for n in listing.repos)
-            named.extend(Path(path, n) for n in listing.named)
+            repos.extend((Path(path, n), ino) for n, ino in listing.repos)
+            named.extend((Path(path, n), ino) for n, ino in listing.named)
             stack.extend(os.path.join(path, n) for n in listing.subdirs)
-        return True
 
-    def _listing(self, path: str) -> _Listing | None:
+    def _listing(self, path: str) -> _Listing | Literal["unlistable"] | None:
+        """``path``'s listing; ``None`` when it is gone or not a directory."""
         try:
             st = os.lstat(path)
+        except FileNotFoundError:
+            return None  # gone meanwhile
         except OSError:
-            return None
+            return _UNLISTABLE  # too long a path, or a parent we cannot search
         if not stat.S_ISDIR(st.st_mode):
             return None
         cached = self._listings.get(path)
         if cached is not None and cached.key == _key(st):
             return cached
         subdirs: list[str] = []
-        repos: list[str] = []
-        named: list[str] = []
+        repos: list[tuple[str, int]] = []
+        named: list[tuple[str, int]] = []
         marks: set[str] = set()
         entries = 0
+        parent = os.path.basename(path) + "/" if os.path.basename(path) in self._parents else None
         try:
             with os.scandir(path) as it:
                 for entry in it:
@@ -173,15 +210,16 @@ class TreeIndex:
                     if entry.name in _GIT_DIR_NAMES:
                         marks.add(entry.name)
                     if entry.name == ".git":
-                        repos.append(entry.name)  # never walked into: protected or reported whole
-                    elif entry.name in self.names:
-                        named.append(entry.name)
+                        repos.append((entry.name, entry.inode()))  # never walked into: protected or reported whole
+                    elif entry.name in self.names or (parent and parent + entry.name in self.names):
+                        named.append((entry.name, entry.inode()))
                     elif entry.is_dir(follow_symlinks=False):
                         subdirs.append(entry.name)
+        except FileNotFoundError:
+            return None
         except OSError:
-            return None  # unreadable to us: nor can we protect it (reported by the runner)
-        git_dir = marks == _GIT_DIR_NAMES
-        listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries, git_dir)
+            return _UNLISTABLE  # unreadable to us: nor can we protect what it holds
+        listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries, _is_git_dir(marks))
         self._listings[path] = listing
         return listing
 
@@ -217,35 +255,13 @@ def protected_in_repo(dot_git: Path, access: GitAccess) -> set[Path]:
     real_dir = _is_real_dir(dot_git)
     targets = git_dirs_of(dot_git)
     if access == "read-only":
-        whole = {dot_git, *targets} if real_dir else {dot_git, canonical(dot_git), *targets}
-        return whole | programs_named_in_config(dot_git, targets)
+        return {dot_git, *targets} if real_dir else {dot_git, canonical(dot_git), *targets}
     # The git directory itself stays writable (lock files, renames over HEAD).
     out: set[Path] = set() if real_dir else {dot_git, canonical(dot_git)}
     for git_dir in targets:
         for part in GIT_CONTROL_PARTS:
             if os.path.lexists(git_dir / part):
                 out.add(git_dir / part)
-    return out | programs_named_in_config(dot_git, targets)
-
-
-def programs_named_in_config(dot_git: Path, git_dirs: Sequence[Path]) -> set[Path]:
-    """Working-tree paths the repository's config tells git to run (``core.hooksPath``,
-    a ``core.fsmonitor`` path): a command that rewrote them would have its
-    code run by the user's next commit or status.  Values that name no
-    existing path (``true``, a program on ``PATH``) are ignored."""
-    out: set[Path] = set()
-    for git_dir in git_dirs:
-        # Never a plain open: a FIFO planted as config would hang the host.
-        text = read_small_file(git_dir / "config", _CONFIG_MAX)
-        if text is None:
-            continue
-        for _key, raw in _PROGRAM_KEYS.findall(text):
-            value = os.path.expanduser(raw.strip().strip('"'))
-            if not value or value.lower() in ("true", "false"):
-                continue
-            path = Path(value) if os.path.isabs(value) else dot_git.parent / value
-            if os.path.lexists(path):
-                out |= {path, canonical(path)}
     return out
 
 
@@ -262,74 +278,14 @@ def protected_from(found: Found, access: GitAccess, roots: Sequence[Path] = ()) 
     for dot_git in found.repos:
         holds_root = dot_git.name != ".git" and any(r == dot_git or dot_git in r.parents for r in roots)
         out |= protected_in_repo(dot_git, "commit" if holds_root else access)
+        # A config value naming ``.`` or a root's directory must not make a root read-only.
+        out |= {
+            p
+            for p in programs_named_in_config(dot_git, git_dirs_of(dot_git))
+            if not any(r == p or p in r.parents for r in roots)
+        }
     for path in found.named:
         out.add(path)
         if os.path.islink(path):
             out.add(canonical(path))
     return out
-
-
-# -- what a run changed ---------------------------------------------------------------
-def run_started_ns() -> int:
-    """The time to compare ctimes with, taken before a run.
-
-    The kernel stamps files from its coarse clock (one tick behind the precise
-    one): a file written a millisecond after ``time.time_ns()`` can carry an
-    earlier ctime.  The coarse clock itself never runs ahead of a later stamp.
-    """
-    coarse = getattr(time, "CLOCK_REALTIME_COARSE", None)
-    if coarse is not None:
-        return time.clock_gettime_ns(coarse)
-    return time.time_ns() - 50_000_000  # no coarse clock: a margin of a few ticks
-
-
-def _collect(path: str, since_ns: int, hits: list[Path], limit: int = 2_000) -> None:
-    """Files at or under ``path`` (no symlink followed) whose ctime is at or after
-    ``since_ns``.  Directories are not reported (their files are what runs), nor
-    are ``hooks/*.sample``: git never runs them, and ``git init`` writes a dozen
-    that would bury the one that matters."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return
-    if not stat.S_ISDIR(st.st_mode):
-        if st.st_ctime_ns >= since_ns:
-            hits.append(Path(path))
-        return
-    stack = [path]
-    while stack and limit > 0:
-        here = stack.pop()
-        samples = os.path.basename(here) == "hooks"
-        try:
-            with os.scandir(here) as it:
-                for entry in it:
-                    limit -= 1
-                    if samples and entry.name.endswith(".sample"):
-                        continue
-                    try:
-                        est = entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    if stat.S_ISDIR(est.st_mode):
-                        stack.append(entry.path)
-                    elif est.st_ctime_ns >= since_ns:
-                        hits.append(Path(entry.path))
-        except OSError:
-            continue
-
-
-def changed_since(found: Found, since_ns: int) -> tuple[Path, ...]:
-    """Trusted files created or changed at or after ``since_ns`` (ctime, which a
-    command cannot set back): git control parts of every repository (and a
-    ``.git`` file or link itself), and every entry with a protected name and
-    what it holds."""
-    hits: list[Path] = []
-    for dot_git in found.repos:
-        if not _is_real_dir(dot_git):
-            _collect(str(dot_git), since_ns, hits)  # a .git file or link: a new pointer to a git dir
-        for git_dir in git_dirs_of(dot_git):
-            for part in GIT_CONTROL_PARTS:
-                _collect(os.path.join(git_dir, part), since_ns, hits)
-    for path in found.named:
-        _collect(str(path), since_ns, hits)
-    return tuple(sorted(set(hits)))

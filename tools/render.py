@@ -51,6 +51,17 @@ def trusted_changed_note(paths: tuple[str, ...], shown: int = 5) -> str:
     )
 
 
+def trusted_unsearched_note(paths: tuple[str, ...], shown: int = 5) -> str:
+    """One line naming where those files could not be searched for."""
+    names = ", ".join(_one_line(p) for p in paths[:shown])
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return (
+        f"the search for files that git, your shell or your tools run or trust was incomplete in "
+        f"{names}{more} (unreadable, too deep or too many entries): a repository or config there "
+        "was not checked; review it before running git or opening the project"
+    )
+
+
 def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
     if facts is None:
         return []
@@ -62,6 +73,8 @@ def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
         lines.append(sandbox_marker(f"runner {facts.runner or ''} failed: {why}".replace("  ", " ")))
     if facts.trusted_changed:
         lines.append(sandbox_marker(trusted_changed_note(facts.trusted_changed)))
+    if facts.trusted_unsearched:
+        lines.append(sandbox_marker(trusted_unsearched_note(facts.trusted_unsearched)))
     return lines
 
 

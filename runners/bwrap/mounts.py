@@ -38,6 +38,7 @@ from typing import Literal
 
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import fixed_symlink
 
 MountKind = Literal["bind", "pin", "ro-bind", "placeholder", "mask-dir", "mask-file"]
 
@@ -149,7 +150,7 @@ class _Planner:
         if real != path:
             # Some component is a symlink: protect what it points at; the link
             # itself stays replaceable (mount(2) follows a trailing symlink).
-            if self.writable_at(path):
+            if self.writable_at(path) and not fixed_symlink(path, os.geteuid()):
                 self.degradations.append(
                     Degradation(
                         SYMLINK_DEGRADATION,

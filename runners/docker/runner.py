@@ -237,7 +237,8 @@ class DockerRunner(Runner):
         if below:
             gaps.append(("docker-ro-submounts", "host mounts inside read-only binds stay "
                          f"writable (daemon API < 1.44 has no recursive read-only): {below[:3]}"))
-        for path in symlinked_protected(policy):
+        uid = self.user.split(":")[0]
+        for path in symlinked_protected(policy, int(uid) if uid.isdigit() else None):
             gaps.append(("docker-protected-symlink", f"protected path {path} is a symlink (or goes "
                          f"through one) inside a writable root: its target {os.path.realpath(path)} "
                          "is read-only, but the link can be replaced (a bind cannot cover a symlink)"))

@@ -23,6 +23,7 @@ from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import fixed_symlink
 
 PRIVATE_TMP = Path("/tmp")
 # Where each exec's wrapper records its pid for the kill script (a tmpfs).
@@ -136,10 +137,11 @@ def _pin_ancestors(mounts: dict[str, MountSpec], rw_roots: list[Path]) -> None:
                 mounts[key] = MountSpec(key, "bind", False, key, f"pin: keeps {target} from being renamed away")
 
 
-def symlinked_protected(policy: SandboxPolicy) -> list[Path]:
+def symlinked_protected(policy: SandboxPolicy, uid: int | None) -> list[Path]:
     """Protected paths inside a writable root reached through a symlink there: the
     target is bound read-only, but the link itself can be replaced (a bind
-    cannot be placed on a symlink)."""
+    cannot be placed on a symlink) unless the container's ``uid`` (``None``:
+    a user name, unknown here) cannot touch it (``fixed_symlink``)."""
     if policy.mode is not SandboxMode.WORKSPACE_WRITE:
         return []
     roots = [policy.workspace, *policy.writable_roots]
@@ -147,7 +149,8 @@ def symlinked_protected(policy: SandboxPolicy) -> list[Path]:
     for path in (*policy.protected_paths, *policy.read_only_paths):
         root = next((r for r in roots if path != r and _under(path, r)), None)
         if root is not None and os.path.realpath(path) != str(path) and os.path.lexists(path):
-            out.append(path)
+            if uid is None or not fixed_symlink(path, uid):
+                out.append(path)
     return out
 
 

@@ -22,6 +22,7 @@ from the archive, was deleted in the sandbox: it is deleted on the host too
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import stat
 import tarfile
@@ -309,6 +310,8 @@ def _unchanged_symlink(workspace: Path, parts: tuple[str, ...], member: tarfile.
 def _is_protected(parts: tuple[str, ...], host: Path, protected: tuple[Path, ...]) -> bool:
     if any(part in ALWAYS_PROTECTED_NAMES for part in parts):
         return True
+    if any(f"{a}/{b}" in ALWAYS_PROTECTED_NAMES for a, b in itertools.pairwise(parts)):
+        return True  # a ``dir/file`` name such as ``.cargo/config.toml``
     return any(host == p or p in host.parents for p in protected)
 
 

@@ -198,6 +198,10 @@ def report(result: Any, spec: Any) -> None:
         from dsh.tools.render import trusted_changed_note
 
         note(trusted_changed_note(facts.trusted_changed, shown=20))
+    if facts is not None and facts.trusted_unsearched:
+        from dsh.tools.render import trusted_unsearched_note
+
+        note(trusted_unsearched_note(facts.trusted_unsearched, shown=20))
     if facts is None or not facts.denied or spec.sandbox_policy is None:
         return
     from dsh.executors.denial import find_denial, hint

@@ -95,6 +95,7 @@ def test_json_shape(workspace: Path, tmp_path: Path, runner: str) -> None:
         "runner_failed": False,
         "runner_error": None,
         "trusted_changed": [],
+        "trusted_unsearched": [],
     }
     assert data["sandbox"]["enforcement"].startswith(("full", "partial"))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -16,8 +17,9 @@ from dsh.sandbox.context import Context
 from dsh.sandbox.host import SCAN_DEGRADATION, with_scan_gap
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
 from dsh.sandbox.profiles import ProfileError, load_profile
-from dsh.sandbox.protected_scan import TreeIndex, changed_since, run_started_ns
+from dsh.sandbox.protected_scan import TreeIndex
 from dsh.sandbox.runner import Enforcement
+from dsh.sandbox.trusted_changes import Baseline, trusted_changes
 
 
 @pytest.fixture(autouse=True)
@@ -34,6 +36,13 @@ def commit_profile(tmp_path: Path) -> str:
     path = tmp_path / "commit.toml"
     path.write_text('extends = "workspace-write"\ngit = "commit"\n')
     return str(path)
+
+
+def baseline(index: TreeIndex, root: Path) -> Baseline:
+    from dsh.sandbox.trusted_changes import run_started_ns
+
+    since = run_started_ns()
+    return Baseline(since, index.refresh([root]))
 
 
 def make_repo(path: Path) -> Path:
@@ -102,14 +111,15 @@ def test_changed_since_reports_created_control_files(workspace: Path) -> None:
     svc = service(workspace)
     policy = svc.resolve()
     time.sleep(0.05)  # the setup's own writes land in earlier clock ticks
-    since = run_started_ns()
+    before = svc.baseline(policy)
+    assert before is not None
     new = make_repo(workspace / "x" / "new")
     (new / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
     (new / "hooks" / "pre-push.sample").write_text("")  # git never runs samples
     (old / "objects" / "ab").mkdir()  # not a control part
     (workspace / ".vscode").mkdir()
     (workspace / ".vscode" / "tasks.json").write_text("{}")
-    changed = set(svc.changed_files(policy, since))
+    changed = set(svc.changed_files(policy, before).paths)
     assert changed == {new / "config", new / "hooks" / "post-checkout", workspace / ".vscode" / "tasks.json"}
 
 
@@ -117,10 +127,10 @@ def test_changed_since_sees_rewritten_file_in_existing_repo(tmp_path: Path) -> N
     git = make_repo(tmp_path / "r")
     index = TreeIndex(())
     time.sleep(0.05)
-    since = run_started_ns()
+    before = baseline(index, tmp_path)
     (git / "config").write_text("[core]\n\tfsmonitor = evil\n")
     os.utime(git / "config", ns=(0, 0))  # mtime can be set back; ctime cannot
-    assert changed_since(index.refresh([tmp_path]), since) == (git / "config",)
+    assert trusted_changes(before, index.refresh([tmp_path])).paths == (git / "config",)
 
 
 def test_scan_bound_declares_a_degradation(workspace: Path) -> None:
@@ -206,12 +216,125 @@ def test_bare_repository_layout_is_a_repository(workspace: Path) -> None:
     svc = service(workspace)
     policy = svc.resolve()
     assert bare in policy.protected_paths
-    since = run_started_ns()
+    before = svc.baseline(policy)
+    assert before is not None
     for part in ("objects", "refs"):
         (workspace / part).mkdir()
     (workspace / "HEAD").write_text("ref: refs/heads/main\n")
     (workspace / "config").write_text("[core]\n\tfsmonitor = evil\n")
-    assert workspace / "config" in svc.changed_files(policy, since)  # planted: reported
+    assert workspace / "config" in svc.changed_files(policy, before).paths  # planted: reported
     policy = svc.resolve()
     assert workspace / "config" in policy.protected_paths  # and read-only from the next run
     assert workspace not in policy.protected_paths
+
+
+def test_repository_renamed_into_place_over_two_runs_is_reported(tmp_path: Path) -> None:
+    """Run 1 leaves a not-yet-repository; run 2 completes it and renames it to
+    ``sub/.git``: no file under it has a new ctime, yet it is new where git looks."""
+    index = TreeIndex((".vscode",))
+    stage = tmp_path / "st"
+    for part in ("objects", "refs", "hooks"):
+        (stage / part).mkdir(parents=True)
+    (stage / "config").write_text("[core]\n\tfsmonitor = touch /tmp/pwned\n")
+    (stage / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
+    (tmp_path / "vs").mkdir()
+    (tmp_path / "vs" / "tasks.json").write_text("{}")
+    (tmp_path / "sub").mkdir()
+    first = index.refresh([tmp_path])
+    assert first.repos == ()  # no HEAD: git would not take it for a git dir
+    time.sleep(0.05)
+    before = baseline(index, tmp_path)
+    (stage / "HEAD").write_text("ref: refs/heads/main\n")
+    os.utime(stage / "HEAD", ns=(0, 0))
+    stage.rename(tmp_path / "sub" / ".git")
+    (tmp_path / "vs").rename(tmp_path / ".vscode")
+    changed = trusted_changes(before, index.refresh([tmp_path])).paths
+    git = tmp_path / "sub" / ".git"
+    assert {git / "config", git / "hooks" / "post-checkout", tmp_path / ".vscode" / "tasks.json"} <= set(changed)
+
+
+def test_hooks_directory_renamed_into_an_existing_repository_is_reported(tmp_path: Path) -> None:
+    git = make_repo(tmp_path / "r")
+    shutil.rmtree(git / "hooks")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "pre-commit").write_text("#!/bin/sh\n")
+    index = TreeIndex(())
+    time.sleep(0.05)
+    before = baseline(index, tmp_path)
+    (tmp_path / "mine").rename(git / "hooks")
+    assert trusted_changes(before, index.refresh([tmp_path])).paths == (git / "hooks" / "pre-commit",)
+
+
+def test_git_dir_through_commondir_is_a_repository(tmp_path: Path) -> None:
+    """HEAD and a ``commondir`` naming objects and refs elsewhere is a git dir to git."""
+    main = make_repo(tmp_path / "main")
+    wt = tmp_path / "w" / "linked"
+    wt.mkdir(parents=True)
+    (wt / "HEAD").write_text("ref: refs/heads/main\n")
+    (wt / "commondir").write_text(f"{main}\n")
+    subprocess.run(["git", "rev-parse", "--git-dir"], cwd=wt, check=True, capture_output=True)
+    assert wt in TreeIndex(()).refresh([tmp_path]).repos
+
+
+def test_path_too_long_makes_the_search_incomplete(tmp_path: Path) -> None:
+    """A directory whose path is longer than PATH_MAX cannot be searched: a gap, not empty."""
+    fd = os.open(tmp_path, os.O_RDONLY)
+    here = tmp_path
+    try:
+        for _ in range(25):
+            os.mkdir("d" * 200, dir_fd=fd)
+            nxt = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            here = here / ("d" * 200)
+        os.mkdir(".git", dir_fd=fd)
+    finally:
+        os.close(fd)
+    found = TreeIndex(()).refresh([tmp_path])
+    assert found.repos == ()
+    assert found.incomplete and all(len(str(p)) > 4000 or p == tmp_path for p in found.incomplete)
+    before = Baseline(0, found)
+    assert trusted_changes(before, found).unsearched == found.incomplete
+    subprocess.run(["rm", "-rf", str(tmp_path / ("d" * 200))], check=True)
+
+
+def test_config_values_that_run_working_tree_files_protect_them(workspace: Path) -> None:
+    repo = workspace / "r"
+    git = make_repo(repo)
+    for rel in ("scripts/clean.sh", ".x/y.sh", "tools/pager", "project.gitconfig", "bin/helper", "al.sh"):
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("#!/bin/sh\n")
+    (repo / "project.gitconfig").write_text('[filter "lfs"]\n\tsmudge = ./bin/helper %f\n')
+    (git / "config").write_text(
+        "[core]\n\tfsmonitor = sh .x/y.sh\n\tpager = tools/pager -R\n"
+        '[include]\n\tpath = ../project.gitconfig\n[filter "x"]\n\tclean = "./scripts/clean.sh" %f\n'
+        "[alias]\n\tst = !sh ./al.sh --flag\n\tup = !cd .. && make .\n"
+    )
+    protected = service(workspace).resolve().protected_paths
+    for rel in ("scripts/clean.sh", ".x/y.sh", "tools/pager", "project.gitconfig", "bin/helper", "al.sh"):
+        assert repo / rel in protected, rel
+    assert repo not in protected and workspace not in protected  # "." and ".." name no program
+
+
+def test_nested_names_protect_one_file_of_a_directory(workspace: Path) -> None:
+    """``.cargo/config.toml`` (and ``.hg/hgrc``) are trusted at any depth; the
+    rest of ``.cargo`` (a build cache) and of ``.hg`` stays writable."""
+    crate = workspace / "a" / "crate"
+    (crate / ".cargo" / "registry").mkdir(parents=True)
+    (crate / ".cargo" / "config.toml").write_text("[build]\n")
+    (workspace / ".hg").mkdir()
+    (workspace / ".hg" / "hgrc").write_text("[hooks]\n")
+    (workspace / ".pre-commit-config.yaml").write_text("repos: []\n")
+    svc = service(workspace)
+    policy = svc.resolve()
+    protected = policy.protected_paths
+    assert crate / ".cargo" / "config.toml" in protected
+    assert workspace / ".hg" / "hgrc" in protected
+    assert workspace / ".pre-commit-config.yaml" in protected
+    assert crate / ".cargo" not in protected and crate / ".cargo" / "registry" not in protected
+    time.sleep(0.05)  # the setup's own writes land in earlier clock ticks
+    before = svc.baseline(policy)
+    assert before is not None
+    (workspace / "b" / ".cargo").mkdir(parents=True)
+    (workspace / "b" / ".cargo" / "config").write_text("[target.x]\nrunner = './evil'\n")
+    assert svc.changed_files(policy, before).paths == (workspace / "b" / ".cargo" / "config",)

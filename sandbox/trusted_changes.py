@@ -1,0 +1,127 @@
+"""What a run created or changed among the files a later host action trusts.
+
+Judged by comparing what the search finds after the run with what it found
+before it, not by ctime alone: a repository or a trusted directory renamed
+into place (``mv st sub/.git``) keeps the old ctimes of everything inside it,
+yet it is new where git will look.  Every repository or named entry whose
+(path, inode) was not there before is reported with all its executable parts;
+in the ones that were, a file is reported when its ctime is from the run, or
+when a directory above it (up to the entry) changed during the run (something
+was renamed in).  Where the search was incomplete the report says so.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsh.sandbox.git_config import programs_named_in_config
+from dsh.sandbox.protected_scan import GIT_CONTROL_PARTS, Found, git_dirs_of
+
+_REPORT_LIMIT = 2_000  # entries looked at per trusted entry: a report, not an inventory
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the search found when a run started, and when that was."""
+
+    since_ns: int
+    found: Found
+
+
+@dataclass(frozen=True)
+class Changes:
+    """Trusted files the run created or changed, and where nothing was searched."""
+
+    paths: tuple[Path, ...] = ()
+    unsearched: tuple[Path, ...] = ()
+
+
+def run_started_ns() -> int:
+    """The time to compare ctimes with, taken before a run.
+
+    The kernel stamps files from its coarse clock (one tick behind the precise
+    one): a file written a millisecond after ``time.time_ns()`` can carry an
+    earlier ctime.  The coarse clock itself never runs ahead of a later stamp.
+    """
+    coarse = getattr(time, "CLOCK_REALTIME_COARSE", None)
+    if coarse is not None:
+        return time.clock_gettime_ns(coarse)
+    return time.time_ns() - 50_000_000  # no coarse clock: a margin of a few ticks
+
+
+def _fresh(path: str, since_ns: int) -> bool:
+    try:
+        return os.lstat(path).st_ctime_ns >= since_ns
+    except OSError:
+        return False
+
+
+def _collect(path: str, since_ns: int, hits: list[Path]) -> None:
+    """Files at or under ``path`` (no symlink followed) changed at or after
+    ``since_ns``; under a directory changed then, every file (it may have been
+    renamed in whole).  Directories are not reported (their files are what
+    runs), nor are ``hooks/*.sample``: git never runs them, and ``git init``
+    writes a dozen that would bury the one that matters."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        if st.st_ctime_ns >= since_ns:
+            hits.append(Path(path))
+        return
+    limit = _REPORT_LIMIT
+    stack = [(path, 0 if st.st_ctime_ns >= since_ns else since_ns)]
+    while stack and limit > 0:
+        here, since = stack.pop()
+        samples = os.path.basename(here) == "hooks"
+        try:
+            with os.scandir(here) as it:
+                for entry in it:
+                    limit -= 1
+                    if samples and entry.name.endswith(".sample"):
+                        continue
+                    try:
+                        est = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if stat.S_ISDIR(est.st_mode):
+                        stack.append((entry.path, 0 if est.st_ctime_ns >= since else since))
+                    elif est.st_ctime_ns >= since:
+                        hits.append(Path(entry.path))
+        except OSError:
+            continue
+
+
+def _moved_in(path: Path, top: Path, since_ns: int) -> bool:
+    """A directory strictly between ``top`` and ``path`` changed during the run."""
+    return any(_fresh(str(p), since_ns) for p in path.parents if top in p.parents)
+
+
+def trusted_changes(before: Baseline, after: Found) -> Changes:
+    """Git control parts of every repository (and a ``.git`` file or link
+    itself), the working-tree programs its config names, and every entry with
+    a protected name and what it holds, that the run created or changed."""
+    known = set(before.found.identity)
+    inode = dict(after.identity)
+    since_ns = before.since_ns
+    hits: list[Path] = []
+    for dot_git in after.repos:
+        since = since_ns if (dot_git, inode.get(dot_git, -1)) in known else 0
+        if not os.path.isdir(dot_git) or os.path.islink(dot_git):
+            _collect(str(dot_git), since, hits)  # a .git file or link: a new pointer to a git dir
+        targets = git_dirs_of(dot_git)
+        for git_dir in targets:
+            for part in GIT_CONTROL_PARTS:
+                _collect(os.path.join(git_dir, part), since, hits)
+        for program in programs_named_in_config(dot_git, targets):
+            moved = _moved_in(program, dot_git.parent, since_ns)
+            _collect(str(program), 0 if moved else since, hits)
+    for path in after.named:
+        since = since_ns if (path, inode.get(path, -1)) in known else 0
+        _collect(str(path), since, hits)
+    return Changes(tuple(sorted(set(hits))), after.incomplete)
