@@ -44,6 +44,18 @@ bash "$root/.ci/docker-setup.sh"
 
 export DSH_REQUIRE_RUNNERS="${DSH_REQUIRE_RUNNERS-landlock,bwrap,docker,e2b}"
 
+# Tests that run the CLI as nobody need an interpreter and an install nobody can
+# read: this python3 may live under /root (mode 0700), a venv too.  A copy in a
+# venv of Debian's own python, outside /root, serves them and the conformance run.
+if [ "$(id -u)" = 0 ] && [ -z "${DSH_NOBODY_PYTHON:-}" ]; then
+  nobody_venv="$(mktemp -d /var/tmp/dsh-nobody-venv.XXXXXX)"
+  trap 'rm -rf "$nobody_venv"' EXIT
+  /usr/bin/python3 -m venv "$nobody_venv"
+  "$nobody_venv/bin/pip" install -q --disable-pip-version-check "$root[all,test]"
+  chmod -R a+rX "$nobody_venv"
+  export DSH_NOBODY_PYTHON="$nobody_venv/bin/python"
+fi
+
 echo "== ruff"
 python3 -m ruff check sandbox runners executors tools profiles tests
 echo "== mypy --strict"

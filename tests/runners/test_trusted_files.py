@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_runner
+from tests.runners.support import nobody_python
 
 NOBODY = 65534
 ORIGINAL = "[core]\n\trepositoryformatversion = 0\n"
@@ -63,6 +64,9 @@ def cli(user: str) -> list[str]:
     reach (a pyenv build under /root is not), with this environment's packages."""
     if user != "nobody" or _reachable_by_nobody(os.path.realpath(sys.executable)):
         return [sys.executable, "-m", "dsh.sandbox"]
+    made = nobody_python()
+    if made is not None:
+        return [made, "-m", "dsh.sandbox"]
     base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(base):
         pytest.skip(f"SANDBOX_UNAVAILABLE: no interpreter nobody can run ({base})")

@@ -23,6 +23,7 @@ from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.conftest import require_runner
+from tests.runners.support import nobody_python
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="SANDBOX_UNAVAILABLE: cgroups are writable by root only here")
@@ -181,7 +182,8 @@ def test_without_a_writable_cgroup_the_escape_is_declared() -> None:
     if os.geteuid() != 0:  # already a user without cgroups: plan here
         stdout = "\n".join(_escape_gap("/"))
     else:
-        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", sys.executable, "-c", code, "/"]
+        python = nobody_python() or sys.executable
+        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", python, "-c", code, "/"]
         repo = Path(__file__).resolve().parents[3]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=repo)
         assert done.returncode == 0, done.stderr
