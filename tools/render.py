@@ -43,23 +43,25 @@ def output_body(stdout: str, stderr: str) -> str:
 
 def trusted_changed_note(paths: tuple[str, ...], shown: int = 5) -> str:
     """One line naming the files a later host action trusts that the run wrote."""
-    names = ", ".join(_one_line(p) for p in paths[:shown])
-    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
     return (
         f"the command created or changed {len(paths)} file(s) that git, your shell or your "
-        f"tools run or trust: {names}{more}; review them before running git or opening the project"
+        f"tools run or trust: {_first(paths, shown)}; review them before running git or opening the project"
     )
 
 
 def trusted_unsearched_note(paths: tuple[str, ...], shown: int = 5) -> str:
     """One line naming where those files could not be searched for."""
-    names = ", ".join(_one_line(p) for p in paths[:shown])
-    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
     return (
         f"the search for files that git, your shell or your tools run or trust was incomplete in "
-        f"{names}{more} (unreadable, too deep or too many entries): a repository or config there "
+        f"{_first(paths, shown)} (unreadable, too deep or too many entries): a repository or config there "
         "was not checked; review it before running git or opening the project"
     )
+
+
+def _first(paths: tuple[str, ...], shown: int) -> str:
+    """The first ``shown`` paths on one line each, and how many more there are."""
+    names = ", ".join(_one_line(p) for p in paths[:shown])
+    return names + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
 
 
 def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
