@@ -1,4 +1,4 @@
-"""The shell seam's shared exit-status convention (seed 002 "共享的退出状态约定").
+"""The shell seam's shared exit-status convention.
 
 A rendered tool result is a *body* (the command's output) followed by a
 *trailer*: one marker per line, each wrapped in ``[...]``, in this order:

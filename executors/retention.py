@@ -1,6 +1,6 @@
 """Output retention: bounded retainers for byte streams and item streams.
 
-A plain library (seed 000 "输出捕获与保留"): no context, no registration, no
+A plain library: no context, no registration, no
 events.  ``TextRetainer`` keeps a bounded part of a byte stream (head, tail or
 head+tail) and trims incomplete UTF-8 code points at every cut, so the text it
 returns never carries a replacement character that the cut itself introduced.

@@ -23,7 +23,7 @@ OnExpiry = Literal["kill", "none"]
 ProcessStatus = Literal["running", "completed", "killed"]
 StreamName = Literal["stdout", "stderr"]
 
-# Defaults and caps (seed 000/002); executors take them from their Config.
+# Defaults and caps; executors take them from their Config.
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 MAX_OUTPUT_BYTES = 64_000

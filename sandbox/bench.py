@@ -1,7 +1,7 @@
 """Benchmarks: what each runner costs, measured against a bare spawn in the same run.
 
 Speed is measured, not asserted: this reports medians, p95 and ratios against
-the targets of issue 6; nothing here fails on timing.
+the project's speed targets; nothing here fails on timing.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 PLUGIN_GROUP = "dsh_sandbox.plugins"
 
 # Core services every composition gets when it does not name a provider for them,
-# so the smallest composition is just an executor (as in seed 002).
+# so the smallest composition is just an executor.
 DEFAULT_PROVIDERS: Mapping[str, str] = {
     "subprocess": "subprocess-local",
     "shell_env": "shell-env",

@@ -1,4 +1,4 @@
-"""One-shot, approval-gated escalation for the shell tools (seed 001).
+"""One-shot, approval-gated escalation for the shell tools.
 
 A call that carries ``sandbox_permissions`` asks to run *its exact command*
 once under a strictly more permissive mode than the session's.  The request

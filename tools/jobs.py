@@ -1,6 +1,6 @@
 """``ctx.jobs``: ids, owners and lifetimes of the executions the tools start.
 
-The shell seam's handles carry no id and no owner (seed 001): the tools register
+The shell seam's handles carry no id and no owner: the tools register
 every execution here the moment it starts, so a foreground command that outlives
 the tool's wait simply keeps running as the job it already is.  The registry
 refuses one owner's id to another, reaps finished jobs after ``reap_after_s``,

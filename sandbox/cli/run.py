@@ -250,7 +250,7 @@ def run_command(opts: RunOptions) -> int:
         # A prompt will be shown on this terminal if the run is denied.
         asks = getattr(approver, "prompter", None) is not None
         code, result = _execute(executor, spec, opts, visible=asks)
-        # --approval (issue 4): a denied run may be re-run once under an approved mode.
+        # --approval: a denied run may be re-run once under an approved mode.
         if result is not None and approver is not None:
             from dsh.sandbox.cli.escalate import escalated_spec
 
