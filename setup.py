@@ -6,7 +6,7 @@ subpackages are found here so that adding one needs no packaging edit.
 
 from setuptools import find_packages, setup
 
-TOP_LEVEL = ("sandbox", "runners", "executors", "tools", "profiles")
+TOP_LEVEL = ("cli", "sandbox", "runners", "executors", "tools", "profiles")
 
 packages = []
 for top in TOP_LEVEL:

@@ -1,4 +1,4 @@
-"""dsh.sandbox: modes, policy, the runner contract, context and composition, the CLI."""
+"""dsh.sandbox: modes, policy, profiles, the runner contract, context, approval and errors."""
 
 from dsh.sandbox.errors import (
     CompositionError,

@@ -347,16 +347,6 @@ class PromptApproval(Approval):
         return self.prompter.ask(request, self.provider_name)
 
 
-def __getattr__(name: str) -> Any:
-    """``RulesApproval`` lives in ``approval_rules`` (which imports this module);
-    resolved lazily so the ``approval-rules`` entry point can name it here."""
-    if name in ("RulesApproval", "RulesConfig", "Rule", "load_rules"):
-        from dsh.sandbox import approval_rules
-
-        return getattr(approval_rules, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "Approval",
     "ApprovalConfig",

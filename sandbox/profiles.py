@@ -100,6 +100,13 @@ def _builtin_dir() -> Path:
     return Path(str(resources.files(PROFILE_PACKAGE)))
 
 
+def _is_builtin_file(path: Path) -> bool:
+    # Compared file by file, not by parent directory: a strict editable install
+    # ships the package as a real directory of links to the checkout's files.
+    shipped = _builtin_dir() / path.name
+    return shipped.is_file() and os.path.realpath(path) == os.path.realpath(shipped)
+
+
 def builtin_profile_names() -> list[str]:
     return sorted(p.stem for p in _builtin_dir().glob("*.toml"))
 
@@ -219,10 +226,9 @@ def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tupl
 def _build(path: Path, builtin: bool) -> Profile:
     data, files = _load_chain(path, ())
     chain = tuple(p.stem for p in files)
-    builtin_dir = os.path.realpath(_builtin_dir())
     # Built-ins ship with the package: a command that can rewrite them can
     # rewrite dsh itself, so only the user's own files are worth tracking.
-    sources = tuple(str(p) for p in files if os.path.realpath(p.parent) != builtin_dir)
+    sources = tuple(str(p) for p in files if not _is_builtin_file(p))
     limits = data.get("limits", {})
     mode = data.get("mode")
     return Profile(
@@ -261,7 +267,7 @@ def load_profile(name_or_path: str | os.PathLike[str]) -> Profile:
 def validate_profile_file(path: str | os.PathLike[str]) -> Profile:
     """Validate the profile at ``path`` (always a path, never a built-in name)."""
     file = Path(os.fspath(path)).expanduser()
-    return _build(file, os.path.realpath(file.parent) == os.path.realpath(_builtin_dir()))
+    return _build(file, _is_builtin_file(file))
 
 
 def list_profiles() -> list[Profile]:

@@ -34,6 +34,52 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# Inside a virtual environment, install there; outside one, make (or reuse)
+# `.venv` in the checkout: Debian's own python refuses `pip install` outside a
+# venv (PEP 668).  The venv's bin goes first on PATH so that every python3 and
+# dsh-sandbox below is the one just installed.
+if ! python3 -c 'import sys; sys.exit(sys.prefix == sys.base_prefix)'; then
+  [ -x "$root/.venv/bin/python3" ] || python3 -m venv "$root/.venv"
+  export VIRTUAL_ENV="$root/.venv"
+  export PATH="$VIRTUAL_ENV/bin:$PATH"
+fi
+# Strict editable mode: a tree of links that mypy, IDEs and code browsers can
+# follow (the default mode is an import hook they cannot).  A new module needs
+# this install re-run, which this script always does.
+python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]" --config-settings editable_mode=strict
+# An editable install compiles nothing; with PYTHONDONTWRITEBYTECODE set (as on
+# these machines) every CLI start would recompile the package from source.
+python3 -m compileall -q cli sandbox runners executors tools profiles >/dev/null
+
+# Docker daemon, then runs ruff, mypy --strict, pytest and the conformance suite.
+#
+# Runners CI has must run, not skip: DSH_REQUIRE_RUNNERS turns a missing
+# runner into a test failure.  Set DSH_REQUIRE_RUNNERS= (empty) to allow skips
+# on a machine without them.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
+command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+# The workload scenarios build C, make a venv and run git under landlock and
+# bwrap (host programs); mmdebstrap builds the docker runner's Debian image.
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
+command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  echo "tests/run.sh: installing ${need_apt[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
 python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]"
 # An editable install compiles nothing; with PYTHONDONTWRITEBYTECODE set (as on
 # these machines) every CLI start would recompile the package from source.
@@ -57,9 +103,14 @@ if [ "$(id -u)" = 0 ] && [ -z "${DSH_NOBODY_PYTHON:-}" ]; then
 fi
 
 echo "== ruff"
-python3 -m ruff check sandbox runners executors tools profiles tests
+python3 -m ruff check cli sandbox runners executors tools profiles tests
+echo "== import layers"
+(cd "$root" && lint-imports --no-cache)
 echo "== mypy --strict"
-bash "$root/.ci/typecheck"
+# On the installed package, from outside the checkout so the folders (which are
+# not the import names) cannot shadow it.
+(cd / && python3 -m mypy --strict --config-file "$root/pyproject.toml" \
+  -p dsh.cli -p dsh.sandbox -p dsh.runners -p dsh.executors -p dsh.tools -p dsh.profiles)
 echo "== pytest"
 python3 -m pytest -q -p no:cacheprovider "$@"
 if [ -f "$root/.ci/conformance" ]; then

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import cli, trusted_config_dir
-from tests.sandboxed.support import need_runner
+from tests.support.cli import cli, trusted_config_dir
+from tests.support.sandboxed import need_runner
 
 COMMANDS = [
     [],

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import cli
+from tests.support.cli import cli
 
 DANGER = ("--mode", "danger-full-access")
 BAD_TIMEOUTS = ("inf", "-inf", "nan", "1e400", "Infinity", "1e99999", "", "0.0000001")

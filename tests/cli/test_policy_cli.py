@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import cli
-from tests.sandboxed.support import need_runner
+from tests.support.cli import cli
+from tests.support.sandboxed import need_runner
 
 DANGER = ("--mode", "danger-full-access")
 

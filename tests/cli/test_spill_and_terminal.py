@@ -162,7 +162,7 @@ HOSTILE = (
 
 
 def test_the_filter_keeps_colours_split_across_reads() -> None:
-    from dsh.sandbox.cli.run_output import Visible
+    from dsh.cli.run_output import Visible
 
     visible = Visible(colours=True)
     out = visible(b"a\x1b[3") + visible(b"1mred\x1b[0m\x1b]52;c;x\x07\r\b\x1b") + visible(b"[6nz\x1b[")

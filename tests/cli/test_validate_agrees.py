@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
-from dsh.sandbox.cli import main
+from dsh.cli import main
 from dsh.sandbox.errors import UsageError
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -66,7 +66,7 @@ def _validate_ok(path: Path, workspace: Path) -> bool:
 
 
 def _run_accepts(path: Path, workspace: Path) -> bool:
-    from dsh.sandbox.cli.run import RunOptions, build_context
+    from dsh.cli.run import RunOptions, build_context
     from dsh.sandbox.policy_guard import refuse_untrusted_config
 
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require_runner
-from tests.runners.support import nobody_python
+from tests.support.runners import nobody_python
 
 NOBODY = 65534
 ORIGINAL = "[core]\n\trepositoryformatversion = 0\n"
@@ -63,16 +63,16 @@ def cli(user: str) -> list[str]:
     """The CLI under this interpreter; for nobody, through an interpreter it can
     reach (a pyenv build under /root is not), with this environment's packages."""
     if user != "nobody" or _reachable_by_nobody(os.path.realpath(sys.executable)):
-        return [sys.executable, "-m", "dsh.sandbox"]
+        return [sys.executable, "-m", "dsh.cli"]
     made = nobody_python()
     if made is not None:
-        return [made, "-m", "dsh.sandbox"]
+        return [made, "-m", "dsh.cli"]
     base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(base):
         pytest.skip(f"SANDBOX_UNAVAILABLE: no interpreter nobody can run ({base})")
     sites = [p for p in sys.path if p.endswith("site-packages")]
     boot = (f"import runpy, site, sys; [site.addsitedir(p) for p in {sites!r}]; "
-            "sys.argv[0] = 'dsh-sandbox'; runpy.run_module('dsh.sandbox', run_name='__main__')")
+            "sys.argv[0] = 'dsh-sandbox'; runpy.run_module('dsh.cli', run_name='__main__')")
     return [base, "-c", boot]
 
 

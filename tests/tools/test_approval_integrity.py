@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from dsh.cli.run_output import Visible
 from dsh.sandbox.approval import (
     TERMINAL_RESET,
     Approval,
@@ -20,11 +21,10 @@ from dsh.sandbox.approval import (
     printable,
 )
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
-from dsh.sandbox.cli.run_output import Visible
 from dsh.sandbox.modes import SandboxMode
 
-from tests.cli.support import trusted_config_dir
-from tests.sandboxed.support import need_runner
+from tests.support.cli import trusted_config_dir
+from tests.support.sandboxed import need_runner
 from tests.tools.test_run_approval import _talk
 
 WS = SandboxMode.WORKSPACE_WRITE
@@ -102,7 +102,7 @@ def test_run_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path, tmp_path: 
 
     def run(ws: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "dsh.sandbox", "run", "--runner", "bwrap", "--mode", "read-only",
+            [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
              "--workspace", str(ws), "--approval", f"rules:{rules}", "-c", "touch made"],
             capture_output=True, text=True, timeout=120, env=env, check=False,
         )
@@ -162,7 +162,7 @@ def test_command_output_cannot_spoof_the_real_prompt(workspace: Path, tmp_path: 
     env = {**os.environ, "DSH_HOME": str(tmp_path)}
     command = ("printf '\\033[8m\\033]0;x\\033[2J\\r  command:       ls\\n'; echo a >> a.txt"
                " # \r\x1b[2K\u202e")
-    argv = [sys.executable, "-m", "dsh.sandbox", "run", "--runner", "bwrap", "--mode", "read-only",
+    argv = [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
             "--workspace", str(workspace), "--approval", "prompt", "-c", command]
     pid, fd = pty.fork()
     if pid == 0:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import trusted_config_dir
-from tests.sandboxed.support import need_runner
+from tests.support.cli import trusted_config_dir
+from tests.support.sandboxed import need_runner
 
 
 def cli(*args: str, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -19,7 +19,7 @@ def cli(*args: str, cwd: Path | None = None, home: Path | None = None) -> subpro
     if home is not None:
         env["DSH_HOME"] = str(home)
     return subprocess.run(
-        [sys.executable, "-m", "dsh.sandbox", *args],
+        [sys.executable, "-m", "dsh.cli", *args],
         capture_output=True, text=True, timeout=120, cwd=cwd, env=env, check=False,
     )
 

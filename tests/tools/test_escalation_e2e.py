@@ -22,8 +22,8 @@ from dsh.sandbox.approval import (
 )
 from dsh.sandbox.context import Context
 
-from tests.sandboxed.support import LINUX_RUNNERS, accept_for, need_runner
-from tests.tools.support import bash, parsed, sandboxed_ctx
+from tests.support.sandboxed import LINUX_RUNNERS, accept_for, need_runner
+from tests.support.tools import bash, parsed, sandboxed_ctx
 
 JUSTIFY = "the task is to write this report file"
 

@@ -7,7 +7,7 @@ from typing import cast
 
 from dsh.tools.jobs import JobRegistry
 
-from tests.tools.support import (
+from tests.support.tools import (
     PATIENCE_S,
     assert_gone,
     bash,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandboxed.support import LINUX_RUNNERS, accept_for, need_runner
-from tests.tools.support import (
+from tests.support.sandboxed import LINUX_RUNNERS, accept_for, need_runner
+from tests.support.tools import (
     assert_gone,
     bash,
     call,

@@ -8,7 +8,7 @@ from typing import cast
 
 from dsh.tools.jobs import JobRegistry
 
-from tests.tools.support import PATIENCE_S, bash, call, local_ctx, parsed
+from tests.support.tools import PATIENCE_S, bash, call, local_ctx, parsed
 
 FULL = "".join(f"{i}\n" for i in range(1, 20001))
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import trusted_config_dir
-from tests.sandboxed.support import need_runner
+from tests.support.cli import trusted_config_dir
+from tests.support.sandboxed import need_runner
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +26,7 @@ def runner() -> str:
 def run(workspace: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DSH_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "dsh.sandbox", "run", "--runner", "bwrap", "--mode", "read-only",
+        [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
          "--workspace", str(workspace), *args],
         capture_output=True, text=True, timeout=120, env=env, check=False,
     )
@@ -96,7 +96,7 @@ def _talk(fd: int, answer: bytes | None, deadline: float) -> bytes:
 @pytest.mark.parametrize(("answer", "ran"), [(b"y\n", True), (b"n\n", False), (b"\n", False)])
 def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, answer: bytes, ran: bool) -> None:
     env = {**os.environ, "DSH_HOME": str(tmp_path)}
-    argv = [sys.executable, "-m", "dsh.sandbox", "run", "--runner", "bwrap", "--mode",
+    argv = [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode",
             "read-only", "--workspace", str(workspace), "--approval", "prompt",
             "-c", "echo a >> a.txt"]
     pid, fd = pty.fork()

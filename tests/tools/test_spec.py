@@ -15,7 +15,7 @@ from dsh.sandbox.context import Context, build_context
 from dsh.tools.spec import ArgumentError, ToolSpec, validate_args
 from dsh.tools.toolbox import export_specs, tool_specs
 
-from tests.tools.support import bash, call, local_ctx
+from tests.support.tools import bash, call, local_ctx
 
 ESCALATION = {"sandbox_permissions", "justification"}
 

@@ -21,7 +21,7 @@ from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.conftest import require_runner
-from tests.runners.support import Completed as Ran
+from tests.support.runners import Completed as Ran
 
 RUN_TIMEOUT_S = 120
 

@@ -12,7 +12,7 @@ from dsh.sandbox.errors import SandboxUnavailable
 
 from tests.runners.e2b.conftest import Envd
 from tests.runners.e2b.helpers import sandbox_path
-from tests.sandboxed.support import sandbox_ctx
+from tests.support.sandboxed import sandbox_ctx
 
 
 def run(ctx: Any, command: str, timeout_ms: int = 120_000) -> ShellRunResult:

@@ -20,7 +20,7 @@ from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.conftest import require_runner
-from tests.runners.support import Completed as Result
+from tests.support.runners import Completed as Result
 
 PY = sys.executable
 RO = SandboxMode.READ_ONLY

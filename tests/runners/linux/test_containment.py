@@ -23,7 +23,7 @@ from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.conftest import require_runner
-from tests.runners.support import nobody_python
+from tests.support.runners import nobody_python
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="SANDBOX_UNAVAILABLE: cgroups are writable by root only here")

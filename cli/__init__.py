@@ -1,0 +1,90 @@
+"""``dsh-sandbox``: the command-line interface.
+
+Subcommands live in their own modules and are imported only when invoked, so
+``dsh-sandbox run`` starts without loading the profile, tool or SDK code.
+User mistakes (``UsageError``) print one clear line and exit 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+from dsh.sandbox.errors import DshError, SandboxUnavailable, UsageError
+
+__version__ = "0.1.0"
+
+# name -> (module, attribute, short help).  The help is duplicated here so
+# ``dsh-sandbox --help`` does not import every subcommand.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "run": ("dsh.cli.run", "run", "Run a command under a sandbox policy."),
+    "profile": ("dsh.cli.profile", "profile", "List, show, validate and explain profiles."),
+    "runners": ("dsh.cli.runners", "runners", "List runners: available or not, and what they enforce."),
+    "tool": ("dsh.cli.tool", "tool", "Model-facing tools: print specs, make one tool call."),
+    "image": ("dsh.runners.docker.cli", "image", "Build the local Docker image the docker runner uses."),
+    "conformance": ("dsh.cli.conformance.command", "conformance", "Prove each runner holds the modes on this machine."),
+    "bench": ("dsh.cli.bench", "bench", "Measure what each runner costs against a bare spawn."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        spec = COMMANDS.get(cmd_name)
+        if spec is None:
+            return None
+        module_name, attr, _ = spec
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.startswith("dsh."):
+                return _unavailable(cmd_name, f"not installed in this build ({exc.name})")
+            raise
+        command: click.Command = getattr(module, attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+def _unavailable(name: str, why: str) -> click.Command:
+    @click.command(name, help=f"Unavailable: {why}.")
+    def cmd() -> None:
+        raise click.UsageError(f"{name}: {why}")
+
+    return cmd
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="dsh-sandbox")
+def cli() -> None:
+    """Run commands under a sandbox policy (read-only, workspace-write, danger-full-access)."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    """Console entry point: maps dsh errors onto exit codes without tracebacks."""
+    try:
+        return cli.main(args=argv, prog_name="dsh-sandbox", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
+    except SandboxUnavailable as exc:
+        click.echo(f"dsh-sandbox: {exc}", err=True)
+        sys.exit(2)
+    except UsageError as exc:
+        click.echo(f"dsh-sandbox: {exc}", err=True)
+        sys.exit(2)
+    except DshError as exc:
+        click.echo(f"dsh-sandbox: {exc.code}: {exc}", err=True)
+        sys.exit(1)

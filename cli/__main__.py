@@ -1,0 +1,3 @@
+from dsh.cli import main
+
+main()

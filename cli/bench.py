@@ -1,0 +1,28 @@
+"""``dsh-sandbox bench``: per-runner cost against a bare spawn, measured in one run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("bench")
+@click.option("--runner", "runners", multiple=True, default=("landlock", "bwrap", "docker"), show_default=True,
+              help="Runner to measure (repeatable).")
+@click.option("-n", "--iterations", default=50, show_default=True, type=click.IntRange(min=5),
+              help="Samples per measure.")
+@click.option("--no-throughput", is_flag=True, help="Skip the 1 GiB output measure.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the results as JSON.")
+def bench(runners: tuple[str, ...], iterations: int, no_throughput: bool, json_path: str | None) -> None:
+    """Medians, p95 and ratios: runners vs bash-local, bwrap vs bare bwrap, Docker warm exec vs
+    `docker run --rm`, the CLI vs `python -c pass`, 1 GiB of output, 32 concurrent commands.
+
+    Targets are reported, never enforced: timing depends on the machine.
+    """
+    from dsh.cli.benchmarks import render_table, run_all, to_json
+
+    report = run_all(runners, iterations, throughput=not no_throughput)
+    click.echo(render_table(report))
+    if json_path:
+        Path(json_path).write_text(to_json(report) + "\n")

@@ -1,0 +1,300 @@
+"""Runs the catalog per runner and mode through the real sandboxed executor.
+
+For each runner x mode: a private base directory (outside every default
+writable root, so "outside" really is outside), a conformance profile with
+limits and a hidden path, one context (``sandbox-policy`` + ``sandbox`` +
+``bash-sandbox``), then every scenario: setup, run, host-side check.  Scenarios
+that cover a capability the runner declares partial are reported
+"not-enforced" with the runner's own reason, and not run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsh.cli.conformance.catalog import SCENARIOS
+from dsh.cli.conformance.listeners import Listeners
+from dsh.cli.conformance.model import READY_MARKER, HostEnv, RunOutput, Scenario, ScenarioResult, Unavailable
+from dsh.sandbox.errors import DshError, SandboxUnavailable
+
+PROFILE = """\
+description = "dsh-sandbox conformance profile"
+mode = "{mode}"
+network = false
+hidden_paths = ["{root}/hidden", "{root}/.dshconf-hp", "{root}/ovl/ro/hid", "{root}/ovl/hid",
+                "{root}/.dshconf-p/hid"]
+# Overlapping rules, nested both ways: the strictest rule wins (hidden over
+# protected and read-only, those over writable).
+read_only_paths = ["{root}/ovl/ro", "{root}/ovl/hid/ro"]
+protected_names = [".dshconf-hp", ".dshconf-p"]
+[limits]
+# Without a cgroup, the process limit is RLIMIT_NPROC, which counts every
+# process and thread of the user (the harness's own included): leave room.
+max_processes = 512
+max_memory = "512MiB"
+max_file_size = "16MiB"
+"""
+
+# Secrets behind overlapping rules (see PROFILE); every one of them must stay unreadable.
+OVERLAP_SECRETS = (".dshconf-hp", "ovl/ro/hid/secret.txt", "ovl/hid/ro/secret.txt",
+                   ".dshconf-p/hid/secret.txt", "ovl/hid/.dshconf-p/secret.txt")
+
+# Runners whose commands run on another machine's kernel: nothing of this host's
+# kernel (tunables, socket families, io_uring) is within the command's reach.
+REMOTE_RUNNERS = frozenset({"e2b"})
+
+SECRET_NAMES = ("DSHCONF_API_KEY", "DSHCONF_SECRET", "DSHCONF_TOKEN", "DSHCONF_PASSWORD")
+
+
+@dataclass
+class Cell:
+    runner: str
+    mode: str
+    results: list[ScenarioResult] = field(default_factory=list)
+    note: str = ""  # e.g. why the whole cell is unavailable
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for r in self.results if r.outcome == outcome)
+
+
+def _capability(degradation: str, runner: str) -> str:
+    """``landlock-protected-paths`` -> ``protected-paths`` (runner prefix dropped)."""
+    prefix = runner + "-"
+    return degradation[len(prefix):] if degradation.startswith(prefix) else degradation
+
+
+class Harness:
+    def __init__(
+        self,
+        *,
+        runner_options: Mapping[str, Mapping[str, Any]] | None = None,
+        progress: Callable[[ScenarioResult], None] | None = None,
+        base_dir: str | None = None,
+    ) -> None:
+        self.runner_options = {k: dict(v) for k, v in (runner_options or {}).items()}
+        self.progress = progress or (lambda r: None)
+        # /var/tmp: outside /tmp and $TMPDIR, which workspace-write makes writable.
+        self.base_dir = base_dir or ("/var/tmp" if os.path.isdir("/var/tmp") else None)
+        self.secrets = self._plant_secrets()
+
+    @staticmethod
+    def _plant_secrets() -> dict[str, str]:
+        found = {k: v for k, v in os.environ.items() if k.startswith("DSHCONF_") and v}
+        if found:
+            return found
+        planted = {name: f"dshconf-{secrets.token_hex(8)}" for name in SECRET_NAMES}
+        os.environ.update(planted)  # inherited by the executor's children unless scrubbed
+        return planted
+
+    def run(self, runners: Iterable[str], modes: Iterable[str], scenarios: Iterable[Scenario] = SCENARIOS
+            ) -> list[Cell]:
+        chosen = list(scenarios)
+        return [self.run_cell(r, m, chosen) for r in runners for m in modes]
+
+    # -- one runner x mode --------------------------------------------------------
+    def run_cell(self, runner: str, mode: str, scenarios: list[Scenario]) -> Cell:
+        cell = Cell(runner, mode)
+        base = Path(tempfile.mkdtemp(prefix=f"dsh-conformance-{runner}-", dir=self.base_dir)).resolve()
+        base.chmod(0o755)
+        root, outside = base / "workspace", base / "outside"
+        root.mkdir()
+        outside.mkdir()
+        (root / "hidden").mkdir()
+        (root / "hidden" / "secret.txt").write_text("TOPSECRET\n")
+        for rel in OVERLAP_SECRETS:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text("TOPSECRET\n")
+        profile = base / "conformance.toml"
+        profile.write_text(PROFILE.format(mode=mode, root=root))
+        listeners = Listeners(outside, secrets.token_hex(6))
+        victim = subprocess.Popen(["sleep", "3600"], env={**os.environ, **self.secrets},
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        ctx = None
+        try:
+            ctx, enforcement, reporting, limited = self._context(runner, mode, root, profile)
+            # Capability a runner declares partial -> its own reasons.
+            reasons = {_capability(d, runner): "; ".join(enforcement.reasons_for(d)) or d
+                       for d in enforcement.degradations}
+            tools: dict[str, bool] = {}
+            for scenario in scenarios:
+                nonce = secrets.token_hex(6)
+                env = HostEnv(base=base, root=root, ws=root / scenario.id, outside=outside, nonce=nonce,
+                              ports=listeners.ports, abstract=listeners.abstract, unix_path=listeners.unix_path,
+                              victim_pid=victim.pid, secrets=self.secrets, hits=listeners.hits,
+                              suid_helper=os.environ.get("DSH_CONFORMANCE_SUID"), is_root=os.geteuid() == 0,
+                              supervisor_pid=os.getpid(), listeners=listeners)
+                gap = next((why for cap, why in reporting.items() if cap in scenario.covers), None)
+                # A limitation is work the runner refuses: it excuses a scenario that
+                # expects the work to run, never an attack that expects a refusal.
+                wants_work = scenario.expect.get(mode) == "ok"
+                limit = next((why for cap, why in limited.items() if cap in scenario.covers and wants_work), None)
+                if gap is not None:
+                    result = ScenarioResult(scenario.id, runner, mode, "not-enforced", f"runner cannot report: {gap}")
+                elif limit is not None:
+                    result = ScenarioResult(scenario.id, runner, mode, "not-enforced",
+                                            f"runner declares a limitation: {limit}")
+                else:
+                    result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners)
+                cell.results.append(result)
+                self.progress(result)
+        except SandboxUnavailable as exc:
+            cell.note = exc.reason
+            done = {r.scenario for r in cell.results}
+            for scenario in scenarios:
+                if scenario.id not in done:
+                    result = ScenarioResult(scenario.id, runner, mode, "unavailable", exc.reason)
+                    cell.results.append(result)
+                    self.progress(result)
+        finally:
+            if ctx is not None:
+                ctx.close()
+            victim.kill()
+            victim.wait()
+            listeners.close()
+            shutil.rmtree(base, ignore_errors=True)
+        return cell
+
+    def _context(self, runner: str, mode: str, root: Path, profile: Path
+                 ) -> tuple[Any, Any, dict[str, str], dict[str, str]]:
+        from dsh.sandbox.context import build_context
+
+        def entries(accept: Iterable[str]) -> list[dict[str, Any]]:
+            return [
+                {"id": "policy", "name": "sandbox-policy",
+                 "config": {"mode": mode, "profile": str(profile), "workspace": str(root),
+                            "accept_degraded": list(accept)}},
+                {"id": "sandbox", "name": "sandbox",
+                 "config": {"runner": runner, "options": self.runner_options}},
+                {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(root), "grace_ms": 500}},
+            ]
+
+        probe_ctx = build_context(entries(()))
+        try:
+            policy = probe_ctx.sandbox_policy.resolve()
+            instance = probe_ctx.sandbox.runner(runner)
+            probe = probe_ctx.sandbox.probe(runner)
+            if instance is None or not probe.available:
+                raise SandboxUnavailable(probe.reason or "runner not available", runner=runner)
+            enforcement = instance.enforcement(policy)
+            reporting = dict(instance.reporting_gaps(policy))
+            limited = dict(instance.limitations(policy))
+        finally:
+            probe_ctx.close()
+        # Accept what the runner declares partial so the rest of the catalog runs;
+        # the scenarios that cover it are reported not-enforced.
+        return build_context(entries(enforcement.degradations)), enforcement, reporting, limited
+
+    def _scenario(self, ctx: Any, runner: str, mode: str, scenario: Scenario, env: HostEnv,
+                  reasons: Mapping[str, str], tools: dict[str, bool], listeners: Listeners) -> ScenarioResult:
+        def result(outcome: str, detail: str = "", elapsed: float = 0.0) -> ScenarioResult:
+            return ScenarioResult(scenario.id, runner, mode, outcome, detail, elapsed)  # type: ignore[arg-type]
+
+        covered = set(reasons).intersection(scenario.covers)
+        if covered:
+            why = "; ".join(f"{cap}: {reasons[cap]}" for cap in sorted(covered))
+            return result("not-enforced", f"runner declares partial {why}")
+        if scenario.judged_inside and runner in REMOTE_RUNNERS:
+            return result("unavailable", "judged inside the sandbox, whose kernel is not this host's")
+        if scenario.id == "proc-setuid" and not (env.suid_helper and not env.is_root):
+            return result("unavailable", "needs a non-root run and a root-owned setuid helper "
+                                         "(DSH_CONFORMANCE_SUID)")
+        env.ws.mkdir(parents=True, exist_ok=True)
+        for tool in scenario.requires:
+            if tool not in tools:
+                # The marker tells "not installed" from a probe that itself failed.
+                probe = self._execute(ctx, ("sh", "-c", f"command -v {tool} || echo dsh-missing"), env, 20_000, {})
+                if probe.exit_code != 0:
+                    return result("fail", f"probing for {tool} failed: exit={probe.exit_code} "
+                                          f"stderr={probe.stderr[-300:].decode('utf-8', 'replace')!r}")
+                tools[tool] = b"dsh-missing" not in probe.stdout
+            if not tools[tool]:
+                return result("unavailable", f"{tool} is not available inside the sandbox")
+        try:
+            if scenario.setup:
+                scenario.setup(env)
+            listeners.reset()
+            argv = tuple(env.fmt(a) if isinstance(a, str) else a for a in scenario.argv)
+            try:
+                out = self._execute(ctx, argv, env, scenario.timeout_ms, scenario.env, scenario.during)
+            except SandboxUnavailable:
+                raise
+            except DshError as exc:
+                return result("fail", f"{exc.code}: {exc}")
+            if scenario.during and not env.go.exists():
+                # Any working sandbox lets the command print: no marker means it never
+                # ran, and a verdict on the host object would be about nothing.
+                tail = out.stderr[-300:].decode("utf-8", "replace")
+                return result("fail", f"the command never printed the ready marker (exit={out.exit_code}, "
+                                      f"signal={out.signal}); stderr: {tail!r}", out.elapsed_s)
+            expect = scenario.expect[mode]
+            check = scenario.check_ok if expect == "ok" else scenario.check_blocked
+            problem = check(env, out) if check else None
+        except Unavailable as exc:
+            return result("unavailable", str(exc))
+        finally:
+            for cleanup in reversed(env.cleanups):
+                with contextlib.suppress(Exception):
+                    cleanup()
+        if problem and out.stderr and "stderr" not in problem:
+            problem += f" [stderr: {out.stderr[-300:].decode('utf-8', 'replace')!r}]"
+        return result("fail" if problem else "pass", problem or "", out.elapsed_s)
+
+    @staticmethod
+    def _execute(ctx: Any, argv: tuple[str | bytes, ...], env: HostEnv, timeout_ms: int,
+                 caller_env: Mapping[str, str], during: Callable[[HostEnv], None] | None = None) -> RunOutput:
+        from dsh.executors.seam import ShellExecRequest
+
+        label = " ".join(a if isinstance(a, str) else a.decode("utf-8", "replace") for a in argv)
+        request = ShellExecRequest(command=label, argv=argv, workdir=str(env.ws), timeout_ms=timeout_ms,
+                                   env=dict(caller_env) or None)
+        start = time.monotonic()
+        execution = ctx.shell.execute(ctx.shell.resolve(request))
+        if during is not None and _await_ready(execution, start + timeout_ms / 1000):
+            during(env)
+            env.go.touch()
+        res = execution.result()
+        elapsed = time.monotonic() - start
+        stdout = _read_all(execution, "stdout")
+        stderr = _read_all(execution, "stderr")
+        return RunOutput(
+            exit_code=res.exit_code, signal=res.signal, timed_out=res.timed_out, stdout=stdout, stderr=stderr,
+            stdout_text=res.stdout.text, stdout_total=res.stdout.total_bytes,
+            stdout_omitted=res.stdout.omitted_bytes, spill_path=res.stdout.spill_path,
+            denied=bool(res.sandbox and res.sandbox.denied), elapsed_s=elapsed,
+            trusted_changed=res.sandbox.trusted_changed if res.sandbox else (),
+        )
+
+
+def _await_ready(execution: Any, deadline: float) -> bool:
+    """Wait until the command prints READY_MARKER; False if it ends or the deadline passes first."""
+    seen = b""
+    offset = 0
+    while time.monotonic() < deadline:
+        data, offset = execution.observed.read("stdout", offset)
+        seen = (seen + data)[-4096:]
+        if READY_MARKER in seen:
+            return True
+        if not data and execution.wait(0.02):
+            return False
+    return False
+
+
+def _read_all(execution: Any, stream: str) -> bytes:
+    chunks, offset = [], 0
+    with contextlib.suppress(Exception):
+        while True:
+            data, offset = execution.observed.read(stream, offset)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks)

@@ -1,0 +1,370 @@
+"""``dsh-sandbox run``: run one command under a sandbox policy.
+
+``run -- ARGV...`` runs ARGV exactly (no shell in between: the argv reaches the
+runner and ``execve`` byte for byte); ``run -c STRING`` runs STRING through the
+bash executor, as the model-facing ``bash`` tool does.  Output is streamed as
+it arrives, the exit status is mirrored (128+N for a signal, 124 for a
+timeout, 130 when interrupted), ``--json`` prints the ``ShellRunResult``
+instead.  Every bad input is refused before anything runs (exit 2).
+
+Start-up cost matters (``run -- true`` should cost little more than starting
+Python), so this module builds its context from directly imported providers
+instead of scanning entry points, and never imports Docker or E2B code unless
+that runner is asked for.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+from dsh.cli.run_output import (
+    LiveStreams,
+    exit_status,
+    follow,
+    note,
+    report,
+    result_json,
+)
+from dsh.sandbox.errors import UsageError
+from dsh.sandbox.modes import SandboxMode
+
+#: ``--timeout`` above this is capped (and the cap reported).  Without
+#: ``--timeout`` a command may run this long, or the profile's wall time.
+CLI_MAX_TIMEOUT_S = 24 * 3600
+#: The in-memory tail the CLI keeps per stream (for ``--json``); the live
+#: stream shows everything as it comes.
+CLI_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The parsed command line of ``run`` (one place to add flags, e.g. ``--approval``)."""
+
+    mode: str | None = None
+    profile: str | None = None
+    runner: str = "auto"
+    workspace: str | None = None
+    workdir: str | None = None
+    writable: tuple[str, ...] = ()
+    force_writable: tuple[str, ...] = ()
+    network: bool | None = None
+    timeout_s: float | None = None
+    as_json: bool = False
+    composition: str | None = None
+    command: str | None = None
+    argv: tuple[str, ...] = ()
+    approval: str | None = None  # deny | prompt | rules:FILE (escalation of a denied run)
+    raw_output: bool = False  # copy escape sequences to a terminal as they are
+
+
+# -- validation (before anything is built or run) ---------------------------------------
+def check_options(opts: RunOptions) -> None:
+    """Raise ``UsageError`` naming the input and the fix; nothing has run yet."""
+    if opts.command is not None and opts.argv:
+        raise UsageError(
+            "-c STRING and ARGV conflict: pass either -c 'COMMAND' or -- PROGRAM ARGS..., not both"
+        )
+    if opts.command is None and not opts.argv:
+        raise UsageError("empty command: pass -- PROGRAM ARGS... or -c 'COMMAND'")
+    if opts.command is not None and not opts.command.strip():
+        raise UsageError("-c: the command string is empty; pass the command to run")
+    if opts.argv and not opts.argv[0]:
+        raise UsageError("ARGV: the program name is an empty string; pass the program to run")
+    _check_paths(opts)
+    if opts.timeout_s is not None:
+        from dsh.sandbox.numeric import seconds
+
+        seconds("--timeout", opts.timeout_s)
+    if opts.composition is not None:
+        clashing = [
+            flag
+            for flag, value in (
+                ("--mode", opts.mode),
+                ("--profile", opts.profile),
+                ("--runner", None if opts.runner == "auto" else opts.runner),
+                ("--workspace", opts.workspace),
+                ("--writable", opts.writable or None),
+                ("--force-writable", opts.force_writable or None),
+                ("--network/--no-network", opts.network),
+            )
+            if value is not None
+        ]
+        if clashing:
+            raise UsageError(
+                f"--composition conflicts with {', '.join(clashing)}: the composition file "
+                "configures the policy and the runner; set them there or drop --composition"
+            )
+    if opts.mode is not None:
+        SandboxMode.parse(opts.mode, field="--mode")
+    if opts.approval is not None:
+        from dsh.sandbox.approval import approval_option
+
+        approval_option(opts.approval)
+    if opts.runner != "auto":
+        from dsh.sandbox.host import check_runner_name
+
+        try:
+            check_runner_name(opts.runner)
+        except UsageError as exc:
+            raise UsageError(f"--{exc}") from None
+
+
+def _check_paths(opts: RunOptions) -> None:
+    """An empty path would silently mean the current directory."""
+    flags: list[tuple[str, tuple[str, ...]]] = [
+        ("--workspace", () if opts.workspace is None else (opts.workspace,)),
+        ("--workdir", () if opts.workdir is None else (opts.workdir,)),
+        ("--writable", opts.writable),
+        ("--force-writable", opts.force_writable),
+        ("--composition", () if opts.composition is None else (opts.composition,)),
+    ]
+    for flag, values in flags:
+        if any(not value.strip() for value in values):
+            raise UsageError(f"{flag}: empty path; pass a path (\".\" for the current directory) or drop the flag")
+
+
+# -- the context ------------------------------------------------------------------------
+def build_context(opts: RunOptions, *, executor: str = "bash") -> Any:
+    """A context with the policy, the runner host and a sandboxed executor.
+
+    Providers are imported directly (no entry-point scan).  ``--composition``
+    builds the context from the file instead.
+    """
+    from dsh.sandbox.context import Context
+    from dsh.sandbox.context import build_context as build_from_file
+
+    if opts.composition is not None:
+        ctx = build_from_file(opts.composition)
+        if not ctx.has("shell"):
+            ctx.close()
+            raise UsageError(
+                f"--composition {opts.composition}: mounts no executor (ctx.shell); "
+                "add an entry such as {name: bash-sandbox}"
+            )
+        return ctx
+    ctx = Context()
+    try:
+        for provider in _providers(opts, executor):
+            provider(ctx)
+    except BaseException:
+        ctx.close()
+        raise
+    return ctx
+
+
+Provider = Callable[[Any], None]
+
+
+def _providers(opts: RunOptions, executor: str) -> list[Provider]:
+    """The mount list, in dependency order.  Issue 4's ``--approval`` adds its
+    approval provider here."""
+    from dsh.executors.process import LocalSubprocessService, SubprocessConfig
+    from dsh.sandbox.host import SandboxHost, SandboxHostConfig
+    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+
+    def subprocess_service(ctx: Any) -> None:
+        # The notes and --json name spill files: they must outlive the run.
+        config = SubprocessConfig(keep_spill_files=True)
+        ctx.provide(LocalSubprocessService(ctx, config), origin="subprocess-local")
+
+    def shell_env(ctx: Any) -> None:
+        try:
+            from dsh.executors.shell_env import ShellEnvRegistry
+        except ModuleNotFoundError:  # not part of this build: executors do without
+            return
+        ctx.provide(ShellEnvRegistry(ctx), origin="shell-env")
+
+    def policy(ctx: Any) -> None:
+        config = PolicyConfig(
+            mode=opts.mode,
+            profile=opts.profile,
+            workspace=opts.workspace,
+            writable=opts.writable,
+            force_writable=opts.force_writable,
+            network=opts.network,
+        )
+        ctx.provide(PolicyService(ctx, config), origin="sandbox-policy")
+
+    def host(ctx: Any) -> None:
+        ctx.provide(SandboxHost(ctx, SandboxHostConfig(runner=opts.runner)), origin="sandbox")
+
+    def shell(ctx: Any) -> None:
+        from dsh.executors import sandboxed
+
+        cls = sandboxed.SandboxPwshExecutor if executor == "pwsh" else sandboxed.SandboxBashExecutor
+        workspace = str(ctx.sandbox_policy.workspace)
+        fields = {f.name for f in dataclasses.fields(cls.Config)}
+        raw = {
+            "cwd": opts.workdir or workspace,
+            "max_timeout_ms": CLI_MAX_TIMEOUT_S * 1000,
+            "max_output_bytes": CLI_MAX_OUTPUT_BYTES,
+        }
+        config = cls.Config(**{k: v for k, v in raw.items() if k in fields})
+        ctx.provide(cls(ctx, config), origin=f"{executor}-sandbox")
+
+    return [subprocess_service, shell_env, policy, host, shell]
+
+
+# -- running ----------------------------------------------------------------------------
+def make_request(opts: RunOptions, ctx: Any) -> Any:
+    from dsh.executors.seam import ShellExecRequest
+
+    timeout_ms: int | None = None
+    if opts.timeout_s is not None:
+        timeout_ms = min(int(opts.timeout_s * 1000), sys.maxsize)
+    elif opts.composition is None:
+        # Our own executor: the profile's wall time, else the CLI's cap.  (A
+        # composition's executor keeps its own default.)
+        wall = ctx.sandbox_policy.resolve().limits.wall_time_s
+        timeout_ms = int(wall * 1000) if wall else CLI_MAX_TIMEOUT_S * 1000
+    if opts.argv:
+        import shlex
+
+        display = shlex.join(opts.argv)
+        return ShellExecRequest(command=display, argv=tuple(opts.argv), timeout_ms=timeout_ms)
+    assert opts.command is not None
+    return ShellExecRequest(command=opts.command, timeout_ms=timeout_ms)
+
+
+def run_command(opts: RunOptions) -> int:
+    """Check, build, run, stream and report; returns the exit status to mirror."""
+    check_options(opts)
+    ctx = build_context(opts)
+    try:
+        from dsh.sandbox.policy_guard import refuse_untrusted_config
+
+        approver = approver_for(ctx, opts.approval)
+        refuse_untrusted_config(ctx, opts.composition, approver)
+        executor = ctx.shell
+        spec = executor.resolve(make_request(opts, ctx))
+        if spec.timeout_capped and opts.timeout_s is not None:
+            note(
+                f"--timeout capped at {spec.timeout_ms // 1000}s "
+                f"(asked {opts.timeout_s:g}s); the command is killed then"
+            )
+        # A prompt will be shown on this terminal if the run is denied.
+        asks = getattr(approver, "prompter", None) is not None
+        code, result = _execute(executor, spec, opts, visible=asks)
+        # --approval: a denied run may be re-run once under an approved mode.
+        if result is not None and approver is not None:
+            from dsh.cli.escalate import escalated_spec
+
+            retry = escalated_spec(ctx, approver, make_request(opts, ctx), spec, result, note=note)
+            if retry is not None:
+                code, result = _execute(executor, retry, opts, visible=asks)
+        if opts.as_json and result is not None:
+            click.echo(result_json(result))
+        return code
+    finally:
+        ctx.close()
+
+
+def approver_for(ctx: Any, approval: str | None) -> Any:
+    """The provider ``--approval`` names (``deny``: none), else the context's own.
+
+    Built before the command runs, so a missing or untrusted rules file stops
+    it first; the approval code is imported only when one is asked for."""
+    if approval == "deny":
+        return None
+    if approval is not None:
+        from dsh.sandbox.approval import build_approval
+
+        return build_approval(ctx, approval)
+    return ctx.get("approval")
+
+
+def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = False) -> tuple[int, Any]:
+    """Run ``spec``, stream and report it: (exit status, result or None if stopped).
+
+    ``visible``: a prompt may follow, so even colours are shown, not obeyed."""
+    execution = executor.execute(spec)
+    # Colours are kept unless a person is about to be asked on this terminal.
+    live = None if opts.as_json else LiveStreams(execution, raw=opts.raw_output, colours=not visible)
+    stopped = follow(execution, live)
+    if stopped is not None:
+        return stopped, None
+    result = execution.result()
+    if live is not None:
+        live.pump()
+        live.finish()
+        for stream, lost in live.lost.items():
+            if lost:
+                note(
+                    f"{lost} bytes of {stream} were not shown: the command wrote them "
+                    "faster than they could be copied and past the spill cap"
+                )
+    report(result, spec)
+    return exit_status(result), result
+
+
+@click.command(
+    "run",
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--mode",
+    type=click.Choice([m.value for m in SandboxMode]),
+    help="Sandbox mode (default: the profile's, else workspace-write).",
+)
+@click.option("--profile", metavar="NAME|FILE", help="Built-in profile name or a profile file.")
+@click.option(
+    "--runner",
+    default="auto",
+    show_default=True,
+    metavar="auto|landlock|bwrap|seatbelt|docker|e2b",
+    help="Runner that enforces the policy; auto picks the best available one.",
+)
+@click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
+@click.option("--workdir", metavar="DIR", help="Where the command starts (default: the workspace).")
+@click.option("--writable", multiple=True, metavar="PATH", help="Extra writable root (repeatable).")
+@click.option(
+    "--force-writable",
+    multiple=True,
+    metavar="PATH",
+    help="Accept PATH as a writable root although it holds credentials or start-up files "
+    "($HOME, ~/.ssh, ~/.config...). Repeatable.",
+)
+@click.option("--network/--no-network", default=None, help="Allow or block network access.")
+@click.option(
+    "--timeout", "timeout_s", type=float, metavar="S", help="Kill the command after S seconds."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, do not stream.")
+@click.option("--composition", metavar="FILE", help="Build the context from a composition file.")
+@click.option("-c", "command", metavar="STRING", help="Run STRING through bash (as the bash tool).")
+@click.option(
+    "--approval",
+    metavar="deny|prompt|rules:FILE",
+    help="If the run is denied, who may approve re-running it once under a wider mode.",
+)
+@click.option(
+    "--raw-output",
+    is_flag=True,
+    help="On a terminal, pass the command's escape sequences through as they are "
+    "(default: only colours; others are shown escaped, e.g. \\x1b]52;...).",
+)
+@click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+def run(**params: Any) -> None:
+    """Run a command under a sandbox policy.
+
+    \b
+    dsh-sandbox run -- make test          # ARGV exactly, no shell in between
+    dsh-sandbox run -c 'make test | tail' # through bash
+
+    Exit status: the command's; 128+N when it was killed by signal N; 124
+    after --timeout; 2 for bad input or when the sandbox cannot be enforced
+    (nothing ran).
+    """
+    opts = RunOptions(
+        **{k: v for k, v in params.items() if k not in ("argv", "writable", "force_writable")},
+        writable=tuple(params["writable"]),
+        force_writable=tuple(params["force_writable"]),
+        argv=tuple(params["argv"]),
+    )
+    code = run_command(opts)
+    sys.stdout.flush()
+    raise SystemExit(code)

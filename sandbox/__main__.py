@@ -1,3 +1,0 @@
-from dsh.sandbox.cli import main
-
-main()

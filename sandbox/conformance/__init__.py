@@ -1,6 +1,0 @@
-"""The conformance suite: a data-driven catalog of scenarios run per runner and mode."""
-
-from dsh.sandbox.conformance.catalog import SCENARIOS, by_id
-from dsh.sandbox.conformance.model import HostEnv, RunOutput, Scenario, ScenarioResult
-
-__all__ = ["SCENARIOS", "HostEnv", "RunOutput", "Scenario", "ScenarioResult", "by_id"]
