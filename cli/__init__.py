@@ -2,7 +2,8 @@
 
 Subcommands live in their own modules and are imported only when invoked, so
 ``dsh-sandbox run`` starts without loading the profile, tool or SDK code.
-User mistakes (``UsageError``) print one clear line and exit 2, no traceback.
+User mistakes (``UsageError``) print one clear line and exit 2, no traceback;
+a sandbox that cannot be enforced (``SandboxUnavailable``) exits 125.
 """
 
 from __future__ import annotations
@@ -80,8 +81,10 @@ def main(argv: list[str] | None = None) -> Any:
         exc.show()
         sys.exit(2 if isinstance(exc, click.UsageError) else exc.exit_code)
     except SandboxUnavailable as exc:
+        # Not the caller's input and not the command's status: the sandbox
+        # cannot be enforced here, nothing ran (``docker run`` uses 125 too).
         click.echo(f"dsh-sandbox: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(125)
     except UsageError as exc:
         click.echo(f"dsh-sandbox: {exc}", err=True)
         sys.exit(2)

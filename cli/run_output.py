@@ -19,6 +19,10 @@ POLL_S = 0.02
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
 EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE
+#: The sandbox or its runner failed, so the command did not run (or did not
+#: start): distinct from any status of the command itself, as ``docker run``
+#: and ``env`` use it.  126/127 (not executable / not found) are the command's.
+EXIT_RUNNER_FAILED = 125
 
 
 def note(text: str) -> None:
@@ -153,7 +157,9 @@ def exit_status(result: Any) -> int:
     if result.signal is not None:
         number = signal_number(result.signal)
         return 128 + (number if number is not None else int(signal_mod.SIGKILL))
-    return int(result.exit_code or 0)
+    if result.exit_code is None or (result.sandbox is not None and result.sandbox.runner_failed):
+        return EXIT_RUNNER_FAILED  # it never started: not a status of the command
+    return int(result.exit_code)
 
 
 def result_json(result: Any) -> str:
@@ -194,6 +200,9 @@ def report(result: Any, spec: Any) -> None:
     if result.timed_out:
         note(f"timed out after {result.timeout_ms}ms; the command was killed")
     facts = result.sandbox
+    if exit_status(result) == EXIT_RUNNER_FAILED and not result.aborted:
+        why = facts.runner_error if facts is not None and facts.runner_error else "see the error above"
+        note(f"RUNNER_FAILED: the command did not start ({why})")
     if facts is not None and facts.trusted_changed:
         from dsh.tools.render import trusted_changed_note
 

@@ -26,7 +26,7 @@ from dsh.executors.seam import (
     ShellExecutor,
 )
 from dsh.sandbox.errors import SandboxUnavailable, ShellNotFoundError, UsageError, WorkdirError
-from dsh.sandbox.runner import Launch, LocalLaunch
+from dsh.sandbox.runner import Launch, LocalLaunch, exec_failure_status
 
 
 @dataclass(frozen=True)
@@ -204,7 +204,11 @@ class LocalBashExecutor(ShellExecutor):
             execution.spawn_failed(exc.reason, facts=self.failed_facts(spec, exc))
             return execution
         except Exception as exc:  # a failed spawn is a settled handle, not an error
-            execution.spawn_failed(_describe(exc))
+            failed = _exec_failure(exc, argv[0])
+            if failed is not None:
+                execution.exec_failed(*failed)
+            else:
+                execution.spawn_failed(_describe(exc))
             return execution
         execution.attach(pump)
         return execution
@@ -238,6 +242,21 @@ def _check_workdir(path: str) -> None:
 def _cleanup(launch: Launch) -> None:
     if launch.cleanup is not None:
         launch.cleanup()
+
+
+def _exec_failure(exc: BaseException, program: str | bytes) -> tuple[int, str] | None:
+    """``(exit status, message)`` when ``execve`` of ``program`` itself failed,
+    as a shell reports it; ``None`` for any other spawn failure (e.g. the
+    working directory vanished), which is not the command's status."""
+    if not isinstance(exc, OSError) or exc.errno is None or exc.filename is None:
+        return None
+    if os.fsencode(exc.filename) != os.fsencode(program):
+        return None
+    name = os.fsdecode(program)
+    code = exec_failure_status(exc.errno)
+    if code == 127 and "/" not in name:
+        return code, f"dsh-sandbox: {name}: command not found\n"
+    return code, f"dsh-sandbox: {name}: {os.strerror(exc.errno)}\n"
 
 
 def _describe(exc: BaseException) -> str:

@@ -123,6 +123,11 @@ class _LocalTarget(ProcessTarget):
     def wait_exit(self, timeout: float) -> ExitStatus | None:
         raise NotImplementedError  # local targets are woken by their pidfd
 
+    def command_status(self, status: ExitStatus, stderr_tail: bytes) -> ExitStatus:
+        if self.launch.exit_status is None:
+            return status
+        return self.launch.exit_status(status, stderr_tail)
+
     def finish(self) -> None:
         """Reap the leader and every orphan left in the group, then unregister."""
         with self._lock:

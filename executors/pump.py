@@ -50,6 +50,11 @@ class ProcessTarget(abc.ABC):
     def finish(self) -> None:
         """Reap, release and run the launch's cleanup (after the pump is done)."""
 
+    def command_status(self, status: ExitStatus, stderr_tail: bytes) -> ExitStatus:
+        """The command's own status from the process's (a wrapper may report
+        that it could not start the command); called once, before ``finish``."""
+        return status
+
 
 class Pump:
     """Collects one process's output until it ends, then settles it."""
@@ -135,6 +140,11 @@ class Pump:
             self.target.signal_tree(signal.SIGKILL, snapshot=True)
         finally:
             self._close_fds()
+            if self.status is not None:
+                try:
+                    self.status = self.target.command_status(self.status, self.captures[1].read_from(0)[1])
+                except Exception as exc:
+                    self.error = self.error or exc
             try:
                 self.target.finish()
             except BaseException as exc:

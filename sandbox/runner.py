@@ -18,6 +18,7 @@ A runner answers a ``prepare()`` with one of two launches:
 from __future__ import annotations
 
 import abc
+import errno
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
@@ -101,6 +102,18 @@ class ExitStatus:
     signal: int | None = None
 
 
+#: Exit statuses of a command that could not be started, as a shell, ``env``
+#: and ``docker run`` report them: found but not executable (a directory, no
+#: execute permission, not a format the kernel runs), and not found.
+EXIT_NOT_EXECUTABLE = 126
+EXIT_NOT_FOUND = 127
+
+
+def exec_failure_status(err: int) -> int:
+    """The shell's exit status for an ``execve`` that failed with ``err``."""
+    return EXIT_NOT_FOUND if err == errno.ENOENT else EXIT_NOT_EXECUTABLE
+
+
 @dataclass(frozen=True)
 class LocalLaunch:
     """A local argv to spawn, plus what the spawn needs from the runner.
@@ -112,6 +125,10 @@ class LocalLaunch:
     - ``kill_tree``: kills everything the command started (e.g. a cgroup);
       ``None`` means the subprocess service kills the process group and tree.
     - ``cleanup``: called once the process is reaped.
+    - ``exit_status``: the command's status from the wrapper's, given the
+      tail of stderr (bwrap exits 1 when it cannot ``execve`` the command: that
+      becomes 126/127 as a shell reports it, a failure of the runner itself
+      becomes ``ExitStatus(None)``: not started).  ``None``: taken as it is.
     """
 
     argv: tuple[str | bytes, ...]
@@ -120,6 +137,7 @@ class LocalLaunch:
     pass_fds: tuple[int, ...] = ()
     kill_tree: Callable[[int, int], None] | None = None  # (pid, signal)
     cleanup: Callable[[], None] | None = None
+    exit_status: Callable[[ExitStatus, bytes], ExitStatus] | None = None
 
 
 class RemoteProcess(abc.ABC):

@@ -9,13 +9,22 @@ it, bounded), and killing a pid namespace's init kills everything in it.  The pi
 pidfd and checked to be an init of a pid namespace, so a recycled pid is never
 signalled.  Where a limits cgroup exists, every process in it is killed too,
 and the cgroup goes back to the runner's session (``release``).
+
+Whether the command ran at all: bwrap exits 1 both when the command does and
+when it cannot ``execve`` it (``bwrap: execvp X: No such file or directory``).
+Its ``--json-status-fd`` tells them apart: bwrap writes ``{"exit-code": N}``
+there only for a command it did exec.  Without that record, the exec failure
+becomes 127 (not found) or 126 (not executable), as a shell reports it, and
+any other exit of bwrap is its own failure: the command did not start.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import select
 import signal
 import threading
@@ -23,6 +32,13 @@ import time
 
 from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
+from dsh.sandbox.runner import ExitStatus, exec_failure_status
+
+#: bwrap's last words when ``execve`` of the command failed (C locale: bwrap
+#: never calls setlocale, so the error text is the C library's English one).
+_EXEC_FAILED = re.compile(rb"bwrap: execvp [^\n]*: ([^\n]+)\n?\Z")
+#: bwrap's exit status when it dies (setup or exec failure).
+_BWRAP_FAILED = 1
 
 #: How long ``kill_tree`` waits for bwrap to report its pid 1 (it does so
 #: during setup, before the command starts; only a broken bwrap makes it wait).
@@ -61,17 +77,42 @@ class SandboxLifecycle:
         # The cgroup.procs fds the join script writes to (closed at cleanup).
         self.join_fds: list[int] = group.open_procs() if group is not None else []
         self._info_read = self.info_write = -1
-        if bwrap:  # a pipe for bwrap's --info-fd
+        self._status_read = self.status_write = -1
+        if bwrap:  # pipes for bwrap's --info-fd and --json-status-fd
             self._info_read, self.info_write = os.pipe2(os.O_CLOEXEC)
             os.set_blocking(self._info_read, False)
+            self._status_read, self.status_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._info = b""
         self._lock = threading.Lock()
         self._closed = False
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
-        extra = [fd for fd in (self.info_write, self.seccomp_fd) if fd != -1]
+        extra = [fd for fd in (self.info_write, self.status_write, self.seccomp_fd) if fd != -1]
         return (*self.opened.fds, *extra, *self.join_fds)
+
+    def exit_status(self, status: ExitStatus, stderr_tail: bytes) -> ExitStatus:
+        """The command's status from bwrap's (see the module docstring)."""
+        if self._status_read == -1 or status.exit_code != _BWRAP_FAILED or self._command_ran():
+            return status
+        failed = _EXEC_FAILED.search(stderr_tail)
+        if failed is None:
+            return ExitStatus(exit_code=None)  # bwrap failed before the command started
+        not_found = failed.group(1).decode(errors="replace") == os.strerror(errno.ENOENT)
+        return ExitStatus(exit_code=exec_failure_status(errno.ENOENT if not_found else errno.EACCES))
+
+    def _command_ran(self) -> bool:
+        """Did bwrap report an exit code on its status pipe (written before it exits)?"""
+        data = b""
+        while True:
+            try:
+                chunk = os.read(self._status_read, 4096)
+            except (BlockingIOError, OSError):
+                break
+            if not chunk:
+                break
+            data += chunk
+        return b'"exit-code"' in data
 
     def _sandbox_init(self) -> tuple[int, int | None] | None:
         """Host pid of the sandbox's pid 1, waiting (bounded) for bwrap to report it.
@@ -149,11 +190,11 @@ class SandboxLifecycle:
                 return
             self._closed = True
         self.opened.close()
-        for fd in (self._info_read, self.info_write, self.seccomp_fd):
+        for fd in (self._info_read, self.info_write, self._status_read, self.status_write, self.seccomp_fd):
             if fd != -1:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.info_write = self.seccomp_fd = -1
+        self.info_write = self.status_write = self.seccomp_fd = -1
         for fd in self.join_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -362,6 +362,8 @@ class BwrapRunner(Runner):
                 *namespace_args(network=policy.network, is_root=facts.is_root),
                 "--info-fd",
                 str(life.info_write),
+                "--json-status-fd",
+                str(life.status_write),
                 *BASE_MOUNTS,
                 *facts.kernel.args,
                 *opened.args,
@@ -380,6 +382,7 @@ class BwrapRunner(Runner):
             pass_fds=life.pass_fds,
             kill_tree=life.kill_tree,
             cleanup=life.cleanup,
+            exit_status=life.exit_status if policy.constrained else None,
         )
 
     def _cgroup(self, limits: ResourceLimits, facts: HostFacts) -> CommandCgroup | None:

@@ -1,5 +1,5 @@
 """``dsh-sandbox run``: exact argv, exit status, --json, streaming, denial hint,
-fail-closed, and every bad input refused with exit 2 before anything runs."""
+fail-closed (exit 125), and every bad input refused with exit 2 before anything runs."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def test_huge_timeout_is_capped_and_reported(workspace: Path) -> None:
 def test_fails_closed_when_the_runner_is_unavailable(workspace: Path) -> None:
     marker = workspace / "ran"
     done = cli("run", "--runner", "seatbelt", "--", "touch", str(marker), cwd=workspace)
-    assert done.returncode == 2
+    assert done.returncode == 125
     assert b"SANDBOX_UNAVAILABLE" in done.stderr and b"Traceback" not in done.stderr
     assert not marker.exists()
 
@@ -176,7 +176,7 @@ def test_fails_closed_when_the_runner_refuses_the_profile(workspace: Path) -> No
     need_runner("landlock")
     marker = workspace / "ran"
     done = cli("run", "--runner", "landlock", "--", "touch", str(marker), cwd=workspace)
-    assert done.returncode == 2
+    assert done.returncode == 125
     assert b"accept_degraded" in done.stderr
     assert not marker.exists()
 

@@ -143,18 +143,27 @@ def test_runner_failure_foreground_raises_background_settles(tmp_path: Path) -> 
         context.close()
 
 
-def test_spawn_failure_settles_killed_with_a_note(ctx: Context) -> None:
-    spec = ctx.shell.resolve(ShellExecRequest(command="", argv=("/nonexistent/program", "x")))
+@pytest.mark.parametrize(
+    ("program", "status", "message"),
+    [
+        ("/nonexistent/program", 127, "/nonexistent/program: No such file or directory"),
+        ("dsh-no-such-command", 127, "dsh-no-such-command: command not found"),
+        ("/", 126, "/: Permission denied"),  # a directory: found, not executable
+    ],
+)
+def test_exec_failure_settles_with_the_shell_status(
+    ctx: Context, program: str, status: int, message: str
+) -> None:
+    spec = ctx.shell.resolve(ShellExecRequest(command="", argv=(program, "x")))
     execution = ctx.shell.execute(spec)
     assert execution.wait(0)  # never raises, already settled
-    assert execution.status == "killed"
-    assert execution.kill() is False
+    assert execution.status == "completed" and execution.kill() is False
     result = execution.result()
-    assert result.exit_code is None and not result.timed_out
-    assert result.stderr.text.startswith("spawn failed: No such file or directory")
-    assert b"spawn failed" in execution.observed.read("stderr")[0]
+    assert (result.exit_code, result.signal, result.timed_out) == (status, None, False)
+    assert result.stderr.text == f"dsh-sandbox: {message}\n"
+    assert message.encode() in execution.observed.read("stderr")[0]
     read = execution.read_output()
-    assert read.stderr.startswith("spawn failed") and read.status == "killed"
+    assert read.stderr.endswith(message + "\n") and read.exit_code == status
 
 
 def test_read_output_is_consuming_and_observed_is_not(ctx: Context, tmp_path: Path) -> None:
