@@ -4,9 +4,13 @@ A run counts as *denied* only when all of these hold:
 
 1. it failed (a non-zero exit code; never on exit 0, never for a signal);
 2. its output (stderr, then stdout, since ``2>&1`` is common) has a line with
-   the text of EACCES, EPERM or EROFS: ``Permission denied``,
-   ``Operation not permitted``, ``Read-only file system``;
-3. that line names a path (quoted, or the ``prog: PATH: error`` field), and the
+   the text of EACCES, EPERM or EROFS in any common style, case-insensitively:
+   ``Permission denied`` (coreutils, bash, Python, Go, Rust's ``os error 13``),
+   ``Operation not permitted``, ``Read-only file system``, or Node's
+   ``EACCES:`` / ``EROFS:`` / ``EPERM:`` codes;
+3. that line names a path (quoted, or the ``prog: PATH: error`` field, or Go's
+   ``op PATH: error``; for a bare error line such as Rust's ``Permission denied
+   (os error 13)``, a quoted path on one of the few lines before it), and the
    policy forbids the path: not writable under the mode (outside every writable
    root, or inside a protected / read-only path) or hidden;
 4. the host itself would have allowed writing there (the path, or its first
@@ -14,6 +18,14 @@ A run counts as *denied* only when all of these hold:
    plain ``Permission denied`` the host gives anyway (``/etc/shadow`` for a
    normal user, a ``chmod 000`` file) is the command's own failure, not the
    sandbox's.
+
+Which path: a line may name a source and a target (``cannot copy 'A' to 'B'``,
+Go's ``rename A B``).  A hidden path is refused on reading, so it wins; else the
+write target is the last forbidden path on the line, not the template or file
+it was read from.  Not file denials at all: a command that could not be
+executed (exit 126/127: nothing was written, only a hidden program counts), a
+refused ``socket()`` (``bash: socket: Permission denied``; bash's ``/dev/tcp``)
+-- the network, not a file.
 
 Consequences, on purpose: the word "sandbox" in a path, ``false``, or a
 message without a path are never a denial; a ``Permission denied`` on a path
@@ -39,9 +51,20 @@ ERROR_TEXTS: tuple[str, ...] = (
     "Operation not permitted",
     "Read-only file system",
 )
-_ERROR_RE = re.compile("|".join(re.escape(t) for t in ERROR_TEXTS))
-# Quoted names: 'x', "x", `x', and the typographic quotes of UTF-8 locales.
-_QUOTED_RE = re.compile(r"'([^'\n]+)'|\"([^\"\n]+)\"|`([^'\n]+)'|‘([^’\n]+)’|“([^”\n]+)”")
+_ERROR_RE = re.compile(
+    "|".join(re.escape(t) for t in ERROR_TEXTS) + r"|\b(?:EACCES|EPERM|EROFS)\b",
+    re.IGNORECASE,
+)
+# Quoted names: 'x', "x", `x', `x` (Rust), and the typographic quotes of UTF-8 locales.
+_QUOTED_RE = re.compile(
+    r"'([^'\n]+)'|\"([^\"\n]+)\"|`([^`'\n]+)[`']|‘([^’\n]+)’|“([^”\n]+)”"
+)
+#: How far back a bare error line (no path on it) looks for the path it is about.
+_CONTEXT_LINES = 3
+#: Exit statuses of a command that could not be executed: nothing was written.
+_NOT_EXECUTED = (126, 127)
+#: bash's network pseudo-paths: a refused one is a connection, not a file.
+_NETWORK_PATHS = ("/dev/tcp/", "/dev/udp/")
 _NEVER_DENIED = ("/dev/null",)
 #: Only the start of a long output is scanned: the evidence of a failed write
 #: comes early and a run's facts must stay cheap.
@@ -59,6 +82,9 @@ class Denial:
     kind: Literal["write", "read"] = "write"
 
 
+Kind = Literal["write", "read"]
+
+
 def find_denial(
     policy: SandboxPolicy,
     *,
@@ -69,41 +95,75 @@ def find_denial(
     """The first piece of evidence that the policy refused a path, or ``None``."""
     if exit_code is None or exit_code == 0 or not policy.constrained:
         return None
+    reads_only = exit_code in _NOT_EXECUTED
     for text in outputs:
-        for count, line in enumerate(text.splitlines()):
-            if count >= MAX_SCAN_LINES:
-                break
+        lines = text.splitlines()[:MAX_SCAN_LINES]
+        for index, line in enumerate(lines):
             match = _ERROR_RE.search(line)
             if match is None:
                 continue
-            for candidate in path_candidates(line, match.start()):
-                path = _absolute(candidate, workdir)
-                kind = _policy_caused(policy, path) if path is not None else None
-                if path is not None and kind is not None:
-                    return Denial(path, match.group(0), line, kind)
+            candidates = path_candidates(line, match.start())
+            if not candidates:
+                candidates = _context_candidates(lines[max(0, index - _CONTEXT_LINES) : index])
+            found = _blame(policy, candidates, workdir, reads_only=reads_only)
+            if found is not None:
+                path, kind = found
+                return Denial(path, match.group(0), line, kind)
     return None
 
 
+def _blame(
+    policy: SandboxPolicy, candidates: list[str], workdir: str, *, reads_only: bool
+) -> tuple[str, Kind] | None:
+    """The path the policy refused among a line's candidates (in line order):
+    a hidden one first (reading it failed), else the last unwritable one (the
+    write target comes after its source: ``copy A to B``, ``rename A B``)."""
+    write: str | None = None
+    for candidate in candidates:
+        path = _absolute(candidate, workdir)
+        if path is None or path.startswith(_NETWORK_PATHS):
+            continue
+        kind = _policy_caused(policy, path)
+        if kind == "read":
+            return path, kind
+        if kind == "write" and not reads_only:
+            write = path
+    return (write, "write") if write is not None else None
+
+
+def _context_candidates(before: list[str]) -> list[str]:
+    """Quoted paths on the nearest earlier line that has any (Rust's
+    ``failed to create file `/x``` ... ``Permission denied (os error 13)``)."""
+    for line in reversed(before):
+        found = [name for _, name in _quoted(line) if _looks_like_path(name, quoted=True)]
+        if found:
+            return found
+    return []
+
+
+def _quoted(line: str) -> list[tuple[int, str]]:
+    return [(m.start(), next(g for g in m.groups() if g is not None)) for m in _QUOTED_RE.finditer(line)]
+
+
 def path_candidates(line: str, error_at: int) -> list[str]:
-    """Path-like names on an error line: quoted ones first, then the field
-    before the error text (``bash: line 1: /etc/x: Permission denied``)."""
-    found: list[str] = []
-    for m in _QUOTED_RE.finditer(line):
-        name = next(g for g in m.groups() if g is not None)
-        if _looks_like_path(name, quoted=True):
-            found.append(name)
+    """Path-like names on an error line, in line order: quoted ones and the
+    field before the error text (``bash: line 1: /etc/x: Permission denied``,
+    Go's ``open /etc/x: permission denied``)."""
+    found = [(at, name) for at, name in _quoted(line) if _looks_like_path(name, quoted=True)]
     head = line[:error_at].rstrip()
     if head.endswith(":"):
         fields = head[:-1].split(": ")
         name = fields[-1].strip()
+        at = head.rfind(name)
         if not _looks_like_path(name, quoted=False):
             # ``sh: 1: cannot create /etc/x: ...``: the path is the field's last word.
             name = name.split()[-1] if name.split() else ""
+            at = head.rfind(name)
             if not name.startswith(("/", "./", "../", "~")):
                 name = ""
-        if name and name not in found:
-            found.append(name)
-    return found
+        if name and name not in (n for _, n in found):
+            found.append((at, name))
+    return [name for _, name in sorted(found)]
 
 
 def _looks_like_path(name: str, *, quoted: bool) -> bool:
@@ -111,8 +171,11 @@ def _looks_like_path(name: str, *, quoted: bool) -> bool:
         return False
     if name.startswith(("/", "./", "../", "~")):
         return True
-    # An unquoted field with spaces is prose ("connect to host x port 22").
-    return quoted or not any(c.isspace() for c in name)
+    if quoted:
+        return True
+    # An unquoted field with spaces is prose ("connect to host x port 22"); one
+    # without a slash or a dot is a word ("Error", "socket", "fatal"), not a file.
+    return not any(c.isspace() for c in name) and ("/" in name or "." in name)
 
 
 def _absolute(candidate: str, workdir: str) -> str | None:
@@ -155,7 +218,7 @@ def _host_allows_write(path: str) -> bool:
     return os.access(probe, os.W_OK)
 
 
-def _policy_caused(policy: SandboxPolicy, path: str) -> Literal["write", "read"] | None:
+def _policy_caused(policy: SandboxPolicy, path: str) -> Kind | None:
     if _under(path, policy.hidden_paths):
         return "read"
     if not writable_under(policy, path) and _host_allows_write(path):

@@ -1,14 +1,21 @@
-"""``denied`` evidence: true only for a failed write the policy caused."""
+"""``denied`` evidence: true only for a failed write (or hidden read) the policy
+caused, in every common error style, naming the path that was refused."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dsh.executors.denial import find_denial, hint, path_candidates
+from dsh.executors.seam import ShellExecRequest
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+
+from tests.support.sandboxed import need_runner, sandbox_ctx
 
 
 def ws_policy(ws: Path, mode: SandboxMode = SandboxMode.WORKSPACE_WRITE) -> SandboxPolicy:
@@ -118,3 +125,105 @@ def test_symlinked_path_is_canonicalised(workspace: Path, tmp_path: Path) -> Non
 def test_candidates() -> None:
     line = "bash: line 1: /a b/c: Permission denied"
     assert path_candidates(line, line.index("Permission")) == ["/a b/c"]
+
+
+# -- every common error style, naming the right path --------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        # Python
+        "PermissionError: [Errno 13] Permission denied: '/etc/x'",
+        "OSError: [Errno 30] Read-only file system: '/etc/x'",
+        # Node (upper-case codes, lower-case text)
+        "Error: EACCES: permission denied, open '/etc/x'",
+        "Error: EROFS: read-only file system, open '/etc/x'",
+        "Error: EPERM: operation not permitted, mkdir '/etc/x'",
+        # Go (captured: no Go toolchain here)
+        "open /etc/x: permission denied",
+        "mkdir /etc/x: read-only file system",
+        # Rust: the path is in the context above the io::Error
+        "Error: failed to create file `/etc/x`\n\nCaused by:\n    Permission denied (os error 13)",
+        "error: failed to create directory `/etc/x`\n\nCaused by:\n  Read-only file system (os error 30)",
+        # coreutils and bash
+        "touch: cannot touch '/etc/x': Permission denied",
+        "bash: /etc/x: Permission denied",
+    ],
+)
+def test_error_styles(workspace: Path, text: str) -> None:
+    assert denial(ws_policy(workspace), text + "\n") == "/etc/x"
+
+
+def test_the_write_target_is_blamed_not_its_source(workspace: Path) -> None:
+    policy = ws_policy(workspace)
+    target = f"{workspace}/.git/description"
+    git = f"fatal: cannot copy '/usr/share/git-core/templates/description' to '{target}': Read-only file system"
+    assert denial(policy, git) == target
+    python = f"OSError: [Errno 30] Read-only file system: '/etc/a' -> '{workspace}/.git/b'"
+    assert denial(policy, python) == f"{workspace}/.git/b"
+    assert denial(policy, f"rename /etc/a {workspace}/.git/b: permission denied") == f"{workspace}/.git/b"
+    # a hidden source is what failed (reading it), whatever the target
+    found = find_denial(policy, exit_code=1, outputs=("cp: cannot copy 'secret/k' to '/etc/k': Permission denied",),
+                        workdir=str(workspace))
+    assert found is not None and (found.path, found.kind) == (f"{workspace}/secret/k", "read")
+
+
+def test_a_refused_socket_is_not_a_file_write(workspace: Path) -> None:
+    ro = ws_policy(workspace, SandboxMode.READ_ONLY)
+    assert denial(ro, "bash: line 1: socket: Permission denied") is None
+    assert denial(ro, "bash: line 1: /dev/tcp/127.0.0.1/80: Permission denied") is None
+    assert denial(ro, "PermissionError: [Errno 1] Operation not permitted") is None
+    # the word in front of Node's code is not a file either (the quoted path is writable)
+    assert denial(ws_policy(workspace), f"Error: EACCES: permission denied, open '{workspace}/f'") is None
+
+
+def test_a_command_that_could_not_be_executed_wrote_nothing(workspace: Path) -> None:
+    ro = ws_policy(workspace, SandboxMode.READ_ONLY)
+    line = "bash: line 1: ./tool.sh: Permission denied"
+    assert denial(ro, line, exit_code=1) == f"{workspace}/tool.sh"  # a redirect into it
+    assert denial(ro, line, exit_code=126) is None  # exec of a non-executable file
+    assert denial(ro, "sh: 1: exec: ./tool: Permission denied", exit_code=127) is None
+    found = find_denial(ro, exit_code=126, outputs=("bash: secret/tool: Permission denied",),
+                        workdir=str(workspace))
+    assert found is not None and found.kind == "read"
+
+
+# -- real programs under the real runners ---------------------------------------------
+def _blamed(ctx: Any, command: str) -> str | None:
+    """Run ``command``; the path the denial evidence names (None: no denial)."""
+    spec = ctx.shell.resolve(ShellExecRequest(command=command, timeout_ms=60_000))
+    result = ctx.shell.execute(spec).result()
+    found = find_denial(spec.sandbox_policy, exit_code=result.exit_code,
+                        outputs=(result.stderr.text, result.stdout.text), workdir=spec.workdir)
+    assert result.sandbox is not None and result.sandbox.denied == (found is not None)
+    return found.path if found else None
+
+
+WRITERS = {
+    "python": "python3 -c \"open('out.txt', 'w')\"",
+    "node": "node -e \"require('fs').writeFileSync('out.txt', 'x')\"",
+    "coreutils": "touch out.txt",
+    "bash": "echo x > out.txt",
+    "cargo": "cargo new --vcs none --name out out.txt",  # the path is on a line above the io::Error
+}
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_real_programs_name_the_refused_path(workspace: Path, runner: str) -> None:
+    need_runner(runner)
+    missing = [w for w in ("node", "cargo") if shutil.which(w) is None]
+    with sandbox_ctx(workspace, runner=runner, mode="read-only") as ctx:
+        for name, command in WRITERS.items():
+            if name not in missing:
+                assert _blamed(ctx, command) == str(workspace / "out.txt"), name
+        # a refused socket() is the network, not a write to ./socket
+        assert _blamed(ctx, "exec 3<>/dev/tcp/127.0.0.1/9") is None
+    if missing:
+        pytest.skip(f"SANDBOX_UNAVAILABLE: {', '.join(missing)} not installed; the other writers passed")
+
+
+def test_git_init_blames_the_repository_not_its_template(workspace: Path) -> None:
+    need_runner("bwrap")
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    (workspace / ".git" / "description").unlink()
+    with sandbox_ctx(workspace, runner="bwrap", mode="workspace-write") as ctx:
+        assert _blamed(ctx, "git init") == str(workspace / ".git" / "description")
