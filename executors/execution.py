@@ -144,12 +144,11 @@ class LocalShellExecution(ShellExecution):
 
     def exec_failed(self, exit_code: int, message: str) -> None:
         """The program could not be executed (not found, not executable):
-        settled with the exit status a shell gives (126/127), like a command."""
-        self.stop_before_start("spawn_failed")
+        settled with the exit status a shell gives (126/127), like a command
+        that ran and failed, not one we stopped."""
         self._stderr.note(message)
         for capture in (self._stdout, self._stderr):
             capture.finish()
-        self._cause = None  # it ended like a command that ran, not stopped by us
         self.settle(exit_code, None)
 
     def spawn_failed(self, reason: str, *, facts: SandboxFacts | None = None) -> None:

@@ -123,10 +123,10 @@ class _LocalTarget(ProcessTarget):
     def wait_exit(self, timeout: float) -> ExitStatus | None:
         raise NotImplementedError  # local targets are woken by their pidfd
 
-    def command_status(self, status: ExitStatus, stderr_tail: bytes) -> ExitStatus:
+    def command_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
         if self.launch.exit_status is None:
             return status
-        return self.launch.exit_status(status, stderr_tail)
+        return self.launch.exit_status(status, stderr)
 
     def finish(self) -> None:
         """Reap the leader and every orphan left in the group, then unregister."""

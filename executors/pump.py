@@ -50,9 +50,10 @@ class ProcessTarget(abc.ABC):
     def finish(self) -> None:
         """Reap, release and run the launch's cleanup (after the pump is done)."""
 
-    def command_status(self, status: ExitStatus, stderr_tail: bytes) -> ExitStatus:
+    def command_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
         """The command's own status from the process's (a wrapper may report
-        that it could not start the command); called once, before ``finish``."""
+        that it could not start the command); called once, before ``finish``.
+        ``stderr()`` gives the retained stderr, only when a wrapper asks."""
         return status
 
 
@@ -142,7 +143,8 @@ class Pump:
             self._close_fds()
             if self.status is not None:
                 try:
-                    self.status = self.target.command_status(self.status, self.captures[1].read_from(0)[1])
+                    stderr = self.captures[1]
+                    self.status = self.target.command_status(self.status, lambda: stderr.read_from(0)[1])
                 except Exception as exc:
                     self.error = self.error or exc
             try:

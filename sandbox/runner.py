@@ -125,8 +125,8 @@ class LocalLaunch:
     - ``kill_tree``: kills everything the command started (e.g. a cgroup);
       ``None`` means the subprocess service kills the process group and tree.
     - ``cleanup``: called once the process is reaped.
-    - ``exit_status``: the command's status from the wrapper's, given the
-      tail of stderr (bwrap exits 1 when it cannot ``execve`` the command: that
+    - ``exit_status``: the command's status from the wrapper's, given a
+      reader of the retained stderr (bwrap exits 1 when it cannot ``execve`` the command: that
       becomes 126/127 as a shell reports it, a failure of the runner itself
       becomes ``ExitStatus(None)``: not started).  ``None``: taken as it is.
     """
@@ -137,7 +137,7 @@ class LocalLaunch:
     pass_fds: tuple[int, ...] = ()
     kill_tree: Callable[[int, int], None] | None = None  # (pid, signal)
     cleanup: Callable[[], None] | None = None
-    exit_status: Callable[[ExitStatus, bytes], ExitStatus] | None = None
+    exit_status: Callable[[ExitStatus, Callable[[], bytes]], ExitStatus] | None = None
 
 
 class RemoteProcess(abc.ABC):

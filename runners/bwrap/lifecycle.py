@@ -29,6 +29,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
@@ -37,6 +38,7 @@ from dsh.sandbox.runner import ExitStatus, exec_failure_status
 #: bwrap's last words when ``execve`` of the command failed (C locale: bwrap
 #: never calls setlocale, so the error text is the C library's English one).
 _EXEC_FAILED = re.compile(rb"bwrap: execvp [^\n]*: ([^\n]+)\n?\Z")
+_MESSAGE_MAX = 8192
 #: bwrap's exit status when it dies (setup or exec failure).
 _BWRAP_FAILED = 1
 
@@ -91,11 +93,12 @@ class SandboxLifecycle:
         extra = [fd for fd in (self.info_write, self.status_write, self.seccomp_fd) if fd != -1]
         return (*self.opened.fds, *extra, *self.join_fds)
 
-    def exit_status(self, status: ExitStatus, stderr_tail: bytes) -> ExitStatus:
+    def exit_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
         """The command's status from bwrap's (see the module docstring)."""
         if self._status_read == -1 or status.exit_code != _BWRAP_FAILED or self._command_ran():
             return status
-        failed = _EXEC_FAILED.search(stderr_tail)
+        # Nothing ran: bwrap's own message is all of stderr, and its last line.
+        failed = _EXEC_FAILED.search(stderr()[-_MESSAGE_MAX:])
         if failed is None:
             return ExitStatus(exit_code=None)  # bwrap failed before the command started
         not_found = failed.group(1).decode(errors="replace") == os.strerror(errno.ENOENT)
@@ -107,7 +110,7 @@ class SandboxLifecycle:
         while True:
             try:
                 chunk = os.read(self._status_read, 4096)
-            except (BlockingIOError, OSError):
+            except OSError:  # nothing (more) written: EAGAIN
                 break
             if not chunk:
                 break
