@@ -3,9 +3,11 @@
 ``run -- ARGV...`` runs ARGV exactly (no shell in between: the argv reaches the
 runner and ``execve`` byte for byte); ``run -c STRING`` runs STRING through the
 bash executor, as the model-facing ``bash`` tool does.  Output is streamed as
-it arrives, the exit status is mirrored (128+N for a signal, 124 for a
-timeout, 130 when interrupted), ``--json`` prints the ``ShellRunResult``
-instead.  Every bad input is refused before anything runs (exit 2).
+it arrives, the exit status is mirrored like a shell's (127 not found, 126
+not executable, 128+N for a signal, 124 for a timeout, 130 when interrupted,
+125 when the sandbox failed and nothing ran), ``--json`` prints the
+``ShellRunResult`` instead.  Every bad input is refused before anything runs
+(exit 2).
 
 Start-up cost matters (``run -- true`` should cost little more than starting
 Python), so this module builds its context from directly imported providers
@@ -355,9 +357,9 @@ def run(**params: Any) -> None:
     dsh-sandbox run -- make test          # ARGV exactly, no shell in between
     dsh-sandbox run -c 'make test | tail' # through bash
 
-    Exit status: the command's; 128+N when it was killed by signal N; 124
-    after --timeout; 2 for bad input or when the sandbox cannot be enforced
-    (nothing ran).
+    Exit status: the command's; 127 not found; 126 not executable; 128+N
+    when it was killed by signal N; 124 after --timeout; 125 when the sandbox
+    cannot be enforced or the runner failed (nothing ran); 2 for bad input.
     """
     opts = RunOptions(
         **{k: v for k, v in params.items() if k not in ("argv", "writable", "force_writable")},

@@ -105,3 +105,17 @@ def test_tool_call_reports_an_exec_failure_without_a_denial(programs: Path) -> N
     done = cli("tool", "call", "bash", args, "--runner", "bwrap", "--mode", "read-only", cwd=programs)
     assert b"[exit code: 126]" in done.stdout, done.stdout
     assert b"denied under" not in done.stdout
+
+
+def test_a_run_that_never_started_is_the_runners_failure(capsys: pytest.CaptureFixture[str]) -> None:
+    # What bwrap's status pipe yields for its own setup failure (see
+    # tests/runners/bwrap/test_exit_status.py): no exit code and no signal.
+    from dsh.cli.run_output import exit_status, report
+    from dsh.executors.seam import CollectedOutput, ShellRunResult
+
+    empty = CollectedOutput(text="")
+    result = ShellRunResult(exit_code=None, signal=None, timed_out=False, aborted=False,
+                            timeout_ms=1000, stdout=empty, stderr=empty)
+    assert exit_status(result) == 125
+    report(result, spec=None)
+    assert "RUNNER_FAILED: the command did not start" in capsys.readouterr().err
