@@ -8,8 +8,8 @@ import click
 
 
 @click.command("bench")
-@click.option("--runner", "runners", multiple=True, default=("landlock", "bwrap", "docker"), show_default=True,
-              help="Runner to measure (repeatable).")
+@click.option("--runner", "runners", multiple=True, metavar="NAME",
+              help="Runner to measure (repeatable; default: every registered runner).")
 @click.option("-n", "--iterations", default=50, show_default=True, type=click.IntRange(min=5),
               help="Samples per measure.")
 @click.option("--no-throughput", is_flag=True, help="Skip the 1 GiB output measure.")
@@ -21,8 +21,9 @@ def bench(runners: tuple[str, ...], iterations: int, no_throughput: bool, json_p
     Targets are reported, never enforced: timing depends on the machine.
     """
     from dsh.cli.benchmarks import render_table, run_all, to_json
+    from dsh.sandbox.host import known_runner_names
 
-    report = run_all(runners, iterations, throughput=not no_throughput)
+    report = run_all(runners or tuple(known_runner_names()), iterations, throughput=not no_throughput)
     click.echo(render_table(report))
     if json_path:
         Path(json_path).write_text(to_json(report) + "\n")

@@ -6,7 +6,6 @@ the project's speed targets; nothing here fails on timing.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -20,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from dsh.sandbox.errors import DshError
 
 # ratio targets: (row name, baseline row name, target ratio, "<=" or ">=")
 TARGETS: tuple[tuple[str, str, float, str], ...] = (
@@ -65,13 +66,16 @@ def _measure(name: str, fn: Callable[[], object], n: int, warmup: int = 3) -> Ti
 
 def _context(runner: str | None, workspace: Path) -> Any:
     from dsh.sandbox.context import build_context
+    from dsh.sandbox.host import load_runner_class
 
     if runner is None:
         return build_context([{"id": "shell", "name": "bash-local", "config": {"cwd": str(workspace)}}])
+    # The cost of the sandbox is measured, not its completeness: accept whatever
+    # this machine cannot enforce.
+    accept = list(load_runner_class(runner).DEGRADATION_NAMES)
     return build_context([
         {"id": "policy", "name": "sandbox-policy",
-         "config": {"mode": "workspace-write", "workspace": str(workspace),
-                    "accept_degraded": ["landlock-protected-paths", "landlock-metadata"]}},
+         "config": {"mode": "workspace-write", "workspace": str(workspace), "accept_degraded": accept}},
         {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
         {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(workspace)}},
     ])
@@ -102,44 +106,27 @@ def bench_runners(report: Report, runners: Sequence[str], n: int, workspace: Pat
             continue
         try:
             report.timings.append(_measure(f"{runner} true", _runner_true(ctx), n))
-            if runner == "bwrap":
-                bench_bare_bwrap(report, ctx, n, workspace)
-            if runner == "docker":
-                bench_docker_run(report, ctx, max(5, n // 5))
+            bench_baseline(report, ctx, runner, n, workspace)
         except Exception as exc:
             report.skipped[runner] = f"{type(exc).__name__}: {exc}"
         finally:
             ctx.close()
 
 
-def bench_bare_bwrap(report: Report, ctx: Any, n: int, workspace: Path) -> None:
-    """The same bwrap argv the runner builds, spawned bare (no executor around it)."""
-    policy = ctx.sandbox_policy.resolve()
-    launch = ctx.sandbox.runner("bwrap").prepare(("true",), policy, cwd=str(workspace), env={})
-    argv = list(launch.argv)
-
-    def spawn() -> None:
-        # A launch is made for one spawn: bwrap reads its --seccomp fd to the
-        # end, so rewind what can be rewound to reuse the same argv.
-        for fd in launch.pass_fds:
-            with contextlib.suppress(OSError):
-                os.lseek(fd, 0, os.SEEK_SET)
-        subprocess.run(argv, check=True, pass_fds=launch.pass_fds)
-
+def bench_baseline(report: Report, ctx: Any, runner: str, n: int, workspace: Path) -> None:
+    """The runner's own bare equivalent (bare bwrap, ``docker run --rm``), if it has one."""
+    baseline = ctx.sandbox.runner(runner).baseline(ctx.sandbox_policy.resolve(), str(workspace))
+    if baseline is None:
+        return
+    samples, warmup = (max(5, n // 5), 1) if baseline.slow else (n, 3)
     try:
-        report.timings.append(_measure("bare bwrap true", spawn, n))
+        report.timings.append(_measure(baseline.label, baseline.run, samples, warmup))
     finally:
-        if launch.cleanup is not None:
-            launch.cleanup()
-
-
-def bench_docker_run(report: Report, ctx: Any, n: int) -> None:
-    runner = ctx.sandbox.runner("docker")
-    image = str(getattr(runner, "options", {}).get("image") or "dsh-sandbox/runtime:latest")
-    argv = ["docker", "run", "--rm", "--network", "none", image, "true"]
-    report.timings.append(_measure("docker run --rm true", lambda: subprocess.run(argv, check=True,
-                                                                                 stdout=subprocess.DEVNULL), n, 1))
-    report.timings.append(_measure("docker warm exec true", _runner_true(ctx), n, 1))
+        if baseline.close is not None:
+            baseline.close()
+    if baseline.slow:
+        # Measured right after the slow baseline, under the same conditions.
+        report.timings.append(_measure(f"{runner} warm exec true", _runner_true(ctx), samples, warmup))
 
 
 def bench_cli(report: Report, n: int, workspace: Path) -> None:
@@ -237,6 +224,20 @@ def compute_ratios(report: Report) -> None:
                               "target": f"{op} {target}x", "met": met})
 
 
+def _local(runners: Sequence[str]) -> list[str]:
+    """The runners that wrap a local process (concurrency is measured on this host)."""
+    from dsh.sandbox.host import RunnerLoadError, load_runner_class
+
+    local = []
+    for name in runners:
+        try:
+            if not load_runner_class(name).remote:
+                local.append(name)
+        except (RunnerLoadError, DshError):
+            continue
+    return local
+
+
 def run_all(runners: Sequence[str], n: int, *, throughput: bool = True, per_thread: int = 10) -> Report:
     report = Report()
     workspace = Path(tempfile.mkdtemp(prefix="dsh-bench-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
@@ -245,7 +246,7 @@ def run_all(runners: Sequence[str], n: int, *, throughput: bool = True, per_thre
         ("cli", lambda: bench_cli(report, n, workspace)),
         ("1 GiB stdout", lambda: bench_throughput(report, workspace) if throughput else None),
         ("32 concurrent", lambda: bench_concurrency(
-            report, [r for r in runners if r in ("landlock", "bwrap")], workspace, per_thread)),
+            report, _local(runners), workspace, per_thread)),
     ]
     try:
         for name, section in sections:

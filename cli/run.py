@@ -318,7 +318,7 @@ def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = Fals
     "--runner",
     default="auto",
     show_default=True,
-    metavar="auto|landlock|bwrap|seatbelt|docker|e2b",
+    metavar="auto|NAME",
     help="Runner that enforces the policy; auto picks the best available one.",
 )
 @click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")

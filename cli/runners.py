@@ -24,7 +24,7 @@ from dsh.sandbox.modes import SandboxMode
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option("--profile", metavar="NAME|FILE", help="Profile for the enforcement columns.")
 @click.option("--workspace", metavar="DIR", help="Workspace for the enforcement columns.")
-@click.option("--prune", is_flag=True, help="Remove leftover dsh-sandbox Docker containers.")
+@click.option("--prune", is_flag=True, help="Remove what runners left behind (e.g. Docker containers).")
 @click.option("--all", "prune_all", is_flag=True, help="With --prune: also live sessions' ones.")
 def runners(
     as_json: bool, profile: str | None, workspace: str | None, prune: bool, prune_all: bool
@@ -144,21 +144,14 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def _prune(prune_all: bool, as_json: bool) -> None:
-    import importlib
+    from dsh.sandbox.host import runner_classes
 
-    try:
-        prune_containers = importlib.import_module("dsh.runners.docker").prune_containers
-    except (ImportError, AttributeError) as exc:
-        raise SandboxUnavailable(
-            f"cannot load the docker runner ({exc}); pip install 'dsh-sandbox[docker]'",
-            runner="docker",
-        ) from None
-    removed = prune_containers(all=prune_all)
-    names = [str(r) for r in removed] if isinstance(removed, (list, tuple)) else None
-    count = len(names) if names is not None else int(removed or 0)
+    names: list[str] = []
+    for cls in runner_classes().values():
+        names += cls.prune(everything=prune_all) or []
     if as_json:
-        click.echo(json.dumps({"removed": names if names is not None else count}))
+        click.echo(json.dumps({"removed": names}))
         return
-    click.echo(f"removed {count} container(s)")
-    for name in names or []:
+    click.echo(f"removed {len(names)} container(s)")
+    for name in names:
         click.echo(f"  {name}")

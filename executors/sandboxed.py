@@ -61,9 +61,6 @@ ESSENTIAL_ENV: tuple[str, ...] = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "LC_*", "TZ", "TMPDIR",
 )
 
-#: Runners whose commands run on another machine or image.
-REMOTE_RUNNERS = frozenset({"docker", "e2b"})
-
 #: ``SandboxFacts.enforcement`` of a run that never started.
 NOT_ENFORCED = "none"
 
@@ -159,7 +156,7 @@ class SandboxedExecutor(_MixinBase):
     def require_shell(self, argv: tuple[str | bytes, ...], env: Mapping[str, str]) -> None:
         # A remote runner runs the shell in its own image or machine: whether it
         # is installed there is the runner's to report, not this host's PATH.
-        if self.host.runner_name in REMOTE_RUNNERS:
+        if self.host.remote:
             return
         super().require_shell(argv, env)
 

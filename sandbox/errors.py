@@ -59,11 +59,14 @@ class SandboxUnavailable(DshError):
 
     code = "SANDBOX_UNAVAILABLE"
 
-    def __init__(self, reason: str, *, runner: str | None = None) -> None:
+    def __init__(self, reason: str, *, runner: str | None = None, degradations: tuple[str, ...] = ()) -> None:
         prefix = f"{runner}: " if runner else ""
         super().__init__(f"SANDBOX_UNAVAILABLE: {prefix}{reason}")
         self.reason = reason
         self.runner = runner
+        #: Degradation names that, accepted (``--accept-degraded NAME`` or a
+        #: profile's ``accept_degraded``), would let the run go ahead.
+        self.degradations = degradations
 
 
 class ExecutionError(DshError):

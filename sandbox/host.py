@@ -6,76 +6,43 @@ session), picks the runner for a policy, and hands the *exact* argv to it:
 - an explicitly configured runner must be available here and allowed by the
   policy, else ``SandboxUnavailable`` with the runner's own probe reason;
 - ``auto`` prefers, among available allowed runners, one that enforces the
-  policy fully (order: landlock, bwrap, seatbelt), else a partial one whose
-  degradations the policy accepts by name, else ``SandboxUnavailable`` naming
-  every runner it looked at and why it was not used.  Docker and E2B cross a
-  machine boundary (workspace sync, image), so ``auto`` only considers them
-  when the policy's ``allowed_runners`` names them.
+  policy fully (in the runners' declared ``auto_priority`` order), else a
+  partial one whose degradations the policy accepts by name, else
+  ``SandboxUnavailable`` naming every runner it looked at and why it was not
+  used.  A runner with no ``auto_priority`` (those that cross a machine
+  boundary: workspace sync, image) is only considered when the policy's
+  ``allowed_runners`` names it.
 
-Runner classes are found by name: the built-in ones by importing
-``dsh.runners.<name>`` directly (scanning every installed distribution's entry
-points costs tens of milliseconds, which ``dsh-sandbox run`` cannot afford),
-every other name through the ``dsh_sandbox.runners`` entry-point group, so a
-third-party runner is still a ``pip install`` away.
+Runners are the entry points of ``dsh_sandbox.runners`` (``registry``), or the
+instances a caller injects (``SandboxHost(ctx, config, runners=[...])``, e.g.
+a ``FakeRunner`` in tests), which then are the only ones the host knows.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+from dsh.sandbox.gate import accept_hint, check_accepted, refusal_lines, unaccepted
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.registry import runner_entry_points
 from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
-
-if TYPE_CHECKING:
-    from importlib import metadata
-
-RUNNER_GROUP = "dsh_sandbox.runners"
-
-#: Built-in runners: name -> (module, class).  Same targets as pyproject's
-#: entry points; imported directly to keep start-up fast.
-BUILTIN_RUNNERS: Mapping[str, tuple[str, str]] = {
-    "landlock": ("dsh.runners.landlock", "LandlockRunner"),
-    "bwrap": ("dsh.runners.bwrap", "BwrapRunner"),
-    "seatbelt": ("dsh.runners.seatbelt", "SeatbeltRunner"),
-    "docker": ("dsh.runners.docker", "DockerRunner"),
-    "e2b": ("dsh.runners.e2b", "E2BRunner"),
-}
-
-#: The runners ``auto`` tries, best first.  All wrap a local argv.
-AUTO_ORDER: tuple[str, ...] = ("landlock", "bwrap", "seatbelt")
 
 AUTO = "auto"
 
 
-def _third_party_entry_points() -> dict[str, metadata.EntryPoint]:
-    from importlib import metadata  # only when a non-built-in name is asked for
-
-    return {
-        ep.name: ep
-        for ep in metadata.entry_points(group=RUNNER_GROUP)
-        if ep.name not in BUILTIN_RUNNERS
-    }
-
-
-def known_runner_names(*, scan: bool = True) -> list[str]:
-    """Built-in runner names, plus (with ``scan``) installed third-party ones."""
-    names = list(BUILTIN_RUNNERS)
-    if scan:
-        names += sorted(_third_party_entry_points())
-    return names
+def known_runner_names() -> list[str]:
+    """The registered runner names, in the order their distributions declare them."""
+    return list(runner_entry_points())
 
 
 def check_runner_name(name: str) -> str:
     """Return ``name`` if it names a runner (or ``auto``); else a ``ConfigError``."""
-    if name == AUTO or name in BUILTIN_RUNNERS:
-        return name
-    if name in _third_party_entry_points():
+    if name == AUTO or name in runner_entry_points():
         return name
     known = ", ".join([AUTO, *known_runner_names()])
     raise ConfigError(f"runner: unknown runner {name!r}; use one of: {known}")
@@ -93,11 +60,7 @@ def load_runner_class(name: str) -> type[Runner]:
     """
     check_runner_name(name)
     try:
-        if name in BUILTIN_RUNNERS:
-            module_name, attr = BUILTIN_RUNNERS[name]
-            cls = getattr(importlib.import_module(module_name), attr)
-        else:
-            cls = _third_party_entry_points()[name].load()
+        cls = runner_entry_points()[name].load()
     except ImportError as exc:
         raise RunnerLoadError(f"runner code cannot be imported: {exc}") from exc
     except AttributeError as exc:
@@ -105,6 +68,23 @@ def load_runner_class(name: str) -> type[Runner]:
     if not (isinstance(cls, type) and issubclass(cls, Runner)):
         raise RunnerLoadError(f"{name!r} does not name a Runner subclass")
     return cls
+
+
+def runner_classes() -> dict[str, type[Runner]]:
+    """Every registered runner class that imports here (for listings and checks)."""
+    classes = {}
+    for name in known_runner_names():
+        try:
+            classes[name] = load_runner_class(name)
+        except RunnerLoadError:
+            continue
+    return classes
+
+
+def auto_order(runners: Mapping[str, type[Runner] | Runner]) -> list[str]:
+    """Names of the runners ``auto`` may pick, best (lowest ``auto_priority``) first."""
+    ranked = [(r.auto_priority, name) for name, r in runners.items() if r.auto_priority is not None]
+    return [name for _, name in sorted(ranked)]
 
 
 def _safe_probe(runner: Runner) -> RunnerProbe:
@@ -120,7 +100,7 @@ def _safe_probe(runner: Runner) -> RunnerProbe:
 @dataclass(frozen=True)
 class SandboxHostConfig:
     """``runner``: ``auto`` or a runner name.  ``options``: per-runner options,
-    e.g. ``{"docker": {"image": "dsh-sandbox:local"}}``."""
+    e.g. ``{"<runner name>": {"image": "dsh-sandbox:local"}}``."""
 
     runner: str = AUTO
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -140,26 +120,56 @@ class SandboxHost(Service):
     key: ClassVar[str] = "sandbox"
     Config: ClassVar[type[Any]] = SandboxHostConfig
 
-    def __init__(self, ctx: Context, config: SandboxHostConfig | None = None) -> None:
+    def __init__(
+        self, ctx: Context, config: SandboxHostConfig | None = None, *, runners: Sequence[Runner] | None = None
+    ) -> None:
         super().__init__(ctx, config)
         self.config: SandboxHostConfig
+        #: Injected runner instances: then the only runners this host knows.
+        self._injected = {r.name: r for r in runners} if runners is not None else None
         try:
-            self.runner_name = check_runner_name(self.config.runner)
+            self.runner_name = self._check(self.config.runner)
         except ConfigError as exc:
             raise ConfigError(f"sandbox config: {exc}") from None
         for name in self.config.options:
             if not isinstance(self.config.options[name], Mapping):
                 raise ConfigError(f"sandbox config: options[{name!r}] must be a mapping")
             try:
-                check_runner_name(name)
+                self._check(name)
             except ConfigError as exc:
                 raise ConfigError(f"sandbox config: options: {exc}") from None
-        self._runners: dict[str, Runner] = {}
+        self._runners: dict[str, Runner] = dict(self._injected or {})
         self._load_errors: dict[str, str] = {}
         self._lock = threading.Lock()
         self._closed = False
 
     # -- runner instances -------------------------------------------------------------
+    def names(self) -> list[str]:
+        """The runners this host knows, in display order."""
+        return list(self._injected) if self._injected is not None else known_runner_names()
+
+    def _check(self, name: str) -> str:
+        if self._injected is None:
+            return check_runner_name(name)
+        if name == AUTO or name in self._injected:
+            return name
+        raise ConfigError(f"runner: unknown runner {name!r}; use one of: {', '.join([AUTO, *self._injected])}")
+
+    def runner_class(self, name: str) -> type[Runner] | Runner | None:
+        """What declares runner ``name``'s facts (remote, auto_priority); ``None`` if it does not load."""
+        if self._injected is not None:
+            return self._injected.get(name)
+        try:
+            return load_runner_class(name)
+        except (RunnerLoadError, ConfigError):
+            return None
+
+    @property
+    def remote(self) -> bool:
+        """Does the configured runner run commands in its own image or machine?"""
+        declared = None if self.runner_name == AUTO else self.runner_class(self.runner_name)
+        return bool(declared is not None and declared.remote)
+
     def runner(self, name: str) -> Runner | None:
         """This host's instance of runner ``name``; ``None`` if its code does not load.
 
@@ -188,8 +198,8 @@ class SandboxHost(Service):
         return _safe_probe(runner)
 
     def probe_all(self) -> list[RunnerProbe]:
-        """A probe for every known runner (built-in and installed), in display order."""
-        return [self.probe(name) for name in known_runner_names()]
+        """A probe for every known runner, in display order."""
+        return [self.probe(name) for name in self.names()]
 
     # -- selection ----------------------------------------------------------------------
     def select(self, policy: SandboxPolicy) -> Runner:
@@ -200,36 +210,42 @@ class SandboxHost(Service):
         allowed = policy.allowed_runners
         if self.runner_name != AUTO:
             return self._choose_named(self.runner_name, policy)
-        candidates = list(AUTO_ORDER) + [n for n in allowed if n not in AUTO_ORDER]
+        declared = {n: c for n in self.names() if (c := self.runner_class(n)) is not None}
+        order = auto_order(declared)
+        candidates = order + [n for n in allowed if n not in order]
         if allowed:
             candidates = [n for n in candidates if n in allowed]
         why_not: list[str] = []
+        refused: list[str] = []
         partial: Selection | None = None
         for name in candidates:
             try:
-                name = check_runner_name(name)
+                name = self._check(name)
             except ConfigError:
-                why_not.append(f"{name}: not installed")
+                why_not.append(f"  {name}: not installed")
                 continue
             probe = self.probe(name)
             runner = self.runner(name)
             if not probe.available or runner is None:
-                why_not.append(f"{name}: {probe.reason or 'not available'}")
+                why_not.append(f"  {name}: not available: {probe.reason or 'no reason given'}")
                 continue
             enforcement = self._enforcement(runner, policy)
             if enforcement.level == "full":
                 return Selection(runner, enforcement)
             if enforcement.accepted_by(policy):
                 partial = partial or Selection(runner, enforcement)
-            else:
-                why_not.append(f"{name}: {_refusal(enforcement, policy)}")
+                continue
+            why_not.append(f"  {name}: enforces {policy.mode} only partially:")
+            why_not += refusal_lines(enforcement, policy, indent="    ")
+            refused += [d for d in unaccepted(enforcement, policy) if d not in refused]
         if partial is not None:
             return partial
         if not candidates:
-            why_not.append(f"the profile allows only {', '.join(allowed)}")
-        raise SandboxUnavailable(
-            f"no runner can enforce {policy.mode} here: " + "; ".join(why_not)
-        )
+            why_not.append(f"  the profile allows only {', '.join(allowed)}")
+        lines = [f"no runner can enforce {policy.mode} here; nothing ran:", *why_not]
+        if refused:
+            lines.append(accept_hint(refused))
+        raise SandboxUnavailable("\n".join(lines), degradations=tuple(refused))
 
     def _choose_named(self, name: str, policy: SandboxPolicy) -> Selection:
         if policy.allowed_runners and name not in policy.allowed_runners:
@@ -243,8 +259,7 @@ class SandboxHost(Service):
         if not probe.available or runner is None:
             raise SandboxUnavailable(probe.reason or "not available here", runner=name)
         enforcement = self._enforcement(runner, policy)
-        if not enforcement.accepted_by(policy):
-            raise SandboxUnavailable(_refusal(enforcement, policy), runner=name)
+        check_accepted(enforcement, policy, runner=name)
         return Selection(runner, enforcement)
 
     @staticmethod
@@ -318,15 +333,3 @@ def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcemen
         + " (too many entries, unreadable or too deep): any there stay writable",
     )
     return Enforcement.partial((*enforcement.gaps, gap))
-
-
-def _refusal(enforcement: Enforcement, policy: SandboxPolicy) -> str:
-    """Why a partial enforcement is refused, and how a profile can accept it."""
-    unaccepted = [d for d in enforcement.degradations if d not in policy.accept_degraded]
-    missing = "; ".join(enforcement.missing) or "partial enforcement"
-    if not unaccepted:
-        return f"enforces {policy.mode} only partially ({missing})"
-    return (
-        f"enforces {policy.mode} only partially ({missing}); a profile may accept this with "
-        f"accept_degraded = {unaccepted!r}"
-    )

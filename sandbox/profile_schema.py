@@ -19,8 +19,6 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import MAX_BYTES, MIN_MEMORY_BYTES, NumberError, byte_count, processes, seconds
 from dsh.sandbox.protected_scan import GIT_ACCESS
 
-RUNNER_GROUP = "dsh_sandbox.runners"
-
 LIST_KEYS = (
     "writable_roots",
     "read_only_paths",
@@ -90,11 +88,9 @@ class ProfileError(ConfigError):
 
 def known_runners() -> list[str]:
     """Runner names registered in the ``dsh_sandbox.runners`` entry-point group."""
-    # Imported here: scanning installed distributions costs the CLI's start-up,
-    # and only a profile that names allowed_runners needs it.
-    from importlib import metadata
+    from dsh.sandbox.registry import runner_entry_points
 
-    return sorted({ep.name for ep in metadata.entry_points(group=RUNNER_GROUP)})
+    return sorted(runner_entry_points())
 
 
 def known_degradations() -> dict[str, str]:
@@ -312,7 +308,6 @@ def degradation_problem(item: str) -> tuple[str, str] | None:
     here is trusted by name, so a profile stays valid on machines without it.
     """
     from dsh.sandbox.host import (
-        BUILTIN_RUNNERS,
         HOST_DEGRADATIONS,
         RunnerLoadError,
         known_runner_names,
@@ -326,7 +321,7 @@ def degradation_problem(item: str) -> tuple[str, str] | None:
         return [name for name in names if item.startswith(f"{name}-")]
 
     if _DEGRADED_NAME.match(item):
-        for owner in owned(BUILTIN_RUNNERS) or owned(known_runner_names()):
+        for owner in owned(known_runner_names()):
             try:
                 declared = load_runner_class(owner).DEGRADATION_NAMES
             except RunnerLoadError:

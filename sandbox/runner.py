@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
+from dsh.sandbox.capability import Capability
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 
@@ -178,16 +179,60 @@ class RemoteLaunch:
 Launch = LocalLaunch | RemoteLaunch
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What a runner's cost is measured against (``dsh-sandbox bench``): the same
+    isolation started the cheapest way, without dsh around it.  ``run`` starts
+    ``true`` once; ``close`` releases what it holds; ``slow`` asks for fewer samples."""
+
+    label: str
+    run: Callable[[], object]
+    close: Callable[[], None] | None = None
+    slow: bool = False
+
+
 class Runner(abc.ABC):
-    """A sandbox technology.  One instance per ``SandboxHost`` (per session)."""
+    """A sandbox technology.  One instance per ``SandboxHost`` (per session).
+
+    A runner is registered as an entry point of ``dsh_sandbox.runners`` and
+    declares what the host needs to know before it runs anything (class
+    attributes, so nothing is probed to learn them).
+    """
 
     name: ClassVar[str]
     #: Name of the pip extra that provides the runner's SDK, if any.
     extra: ClassVar[str | None] = None
-    #: Every degradation name ``enforcement`` can report: a profile's
-    #: ``accept_degraded`` is checked against the union over the runners, so a
-    #: misspelt name is an error instead of a silent no-op.
+    #: ``runner=auto`` tries runners in increasing priority; ``None`` means only
+    #: when configured by name or listed in a profile's ``allowed_runners``.
+    auto_priority: ClassVar[int | None] = None
+    #: Commands run in the runner's own image or machine (a workspace copy or
+    #: bind): this host's PATH says nothing about which programs they find.
+    remote: ClassVar[bool] = False
+    #: Commands run on another kernel: nothing of this host's kernel is in reach.
+    separate_kernel: ClassVar[bool] = False
+    #: Every degradation name ``enforcement`` can report -> the capabilities it
+    #: weakens.  A profile's ``accept_degraded`` is checked against the union over
+    #: the runners, so a misspelt name is an error instead of a silent no-op.
+    DEGRADATIONS: ClassVar[Mapping[str, tuple[Capability, ...]]] = {}
+    #: The names of ``DEGRADATIONS`` (derived).
     DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.DEGRADATION_NAMES = tuple(cls.DEGRADATIONS)
+
+    @classmethod
+    def prune(cls, *, everything: bool = False) -> list[str] | None:
+        """Remove what earlier sessions left behind (containers...); the names removed.
+
+        ``None``: this runner leaves nothing behind.  ``everything`` also removes
+        what live sessions still use.
+        """
+        return None
+
+    def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline | None:
+        """The bare equivalent of a run, for ``dsh-sandbox bench``; ``None`` if none."""
+        return None
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})

@@ -12,7 +12,6 @@ import click
 from dsh.cli.conformance.model import MODES, ScenarioResult
 from dsh.sandbox.errors import ConfigError
 
-ALL_RUNNERS = ("landlock", "bwrap", "seatbelt", "docker", "e2b")
 MARK = {"pass": ".", "fail": "F", "not-enforced": "n", "unavailable": "u"}
 
 
@@ -60,10 +59,13 @@ def conformance(runners: tuple[str, ...], modes: tuple[str, ...], scenario_ids: 
     if unknown:
         raise click.UsageError(f"--scenario: unknown id(s) {', '.join(unknown)}; see --list")
     chosen = [catalog[s] for s in scenario_ids] if scenario_ids else list(SCENARIOS)
-    names = list(ALL_RUNNERS) if "all" in runners else list(dict.fromkeys(runners))
-    bad = [r for r in names if r not in ALL_RUNNERS]
+    from dsh.sandbox.host import known_runner_names
+
+    registered = known_runner_names()
+    names = registered if "all" in runners else list(dict.fromkeys(runners))
+    bad = [r for r in names if r not in registered]
     if bad:
-        raise click.UsageError(f"--runner: unknown runner(s) {', '.join(bad)}; use {', '.join(ALL_RUNNERS)} or all")
+        raise click.UsageError(f"--runner: unknown runner(s) {', '.join(bad)}; use {', '.join(registered)} or all")
     options = _runner_options(options_path)
 
     current: list[str] = []

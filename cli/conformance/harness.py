@@ -49,10 +49,6 @@ max_file_size = "16MiB"
 OVERLAP_SECRETS = (".dshconf-hp", "ovl/ro/hid/secret.txt", "ovl/hid/ro/secret.txt",
                    ".dshconf-p/hid/secret.txt", "ovl/hid/.dshconf-p/secret.txt")
 
-# Runners whose commands run on another machine's kernel: nothing of this host's
-# kernel (tunables, socket families, io_uring) is within the command's reach.
-REMOTE_RUNNERS = frozenset({"e2b"})
-
 SECRET_NAMES = ("DSHCONF_API_KEY", "DSHCONF_SECRET", "DSHCONF_TOKEN", "DSHCONF_PASSWORD")
 
 
@@ -67,10 +63,15 @@ class Cell:
         return sum(1 for r in self.results if r.outcome == outcome)
 
 
-def _capability(degradation: str, runner: str) -> str:
-    """``landlock-protected-paths`` -> ``protected-paths`` (runner prefix dropped)."""
-    prefix = runner + "-"
-    return degradation[len(prefix):] if degradation.startswith(prefix) else degradation
+def partial_capabilities(declared: Any, enforcement: Any) -> dict[str, str]:
+    """Capability name -> the runner's own reasons, for each capability a
+    degradation of ``enforcement`` weakens (as the runner declares it)."""
+    reasons: dict[str, list[str]] = {}
+    for degradation in enforcement.degradations:
+        why = "; ".join(enforcement.reasons_for(degradation)) or degradation
+        for capability in declared.DEGRADATIONS.get(degradation, ()):
+            reasons.setdefault(capability.name, []).append(why)
+    return {name: "; ".join(dict.fromkeys(whys)) for name, whys in reasons.items()}
 
 
 class Harness:
@@ -122,9 +123,8 @@ class Harness:
         ctx = None
         try:
             ctx, enforcement, reporting, limited = self._context(runner, mode, root, profile)
-            # Capability a runner declares partial -> its own reasons.
-            reasons = {_capability(d, runner): "; ".join(enforcement.reasons_for(d)) or d
-                       for d in enforcement.degradations}
+            separate_kernel = bool(getattr(ctx.sandbox.runner_class(runner), "separate_kernel", False))
+            reasons = partial_capabilities(ctx.sandbox.runner_class(runner), enforcement)
             tools: dict[str, bool] = {}
             for scenario in scenarios:
                 nonce = secrets.token_hex(6)
@@ -144,7 +144,8 @@ class Harness:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced",
                                             f"runner declares a limitation: {limit}")
                 else:
-                    result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners)
+                    result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners,
+                                            separate_kernel)
                 cell.results.append(result)
                 self.progress(result)
         except SandboxUnavailable as exc:
@@ -195,7 +196,8 @@ class Harness:
         return build_context(entries(enforcement.degradations)), enforcement, reporting, limited
 
     def _scenario(self, ctx: Any, runner: str, mode: str, scenario: Scenario, env: HostEnv,
-                  reasons: Mapping[str, str], tools: dict[str, bool], listeners: Listeners) -> ScenarioResult:
+                  reasons: Mapping[str, str], tools: dict[str, bool], listeners: Listeners,
+                  separate_kernel: bool = False) -> ScenarioResult:
         def result(outcome: str, detail: str = "", elapsed: float = 0.0) -> ScenarioResult:
             return ScenarioResult(scenario.id, runner, mode, outcome, detail, elapsed)  # type: ignore[arg-type]
 
@@ -203,7 +205,7 @@ class Harness:
         if covered:
             why = "; ".join(f"{cap}: {reasons[cap]}" for cap in sorted(covered))
             return result("not-enforced", f"runner declares partial {why}")
-        if scenario.judged_inside and runner in REMOTE_RUNNERS:
+        if scenario.judged_inside and separate_kernel:
             return result("unavailable", "judged inside the sandbox, whose kernel is not this host's")
         if scenario.id == "proc-setuid" and not (env.suid_helper and not env.is_root):
             return result("unavailable", "needs a non-root run and a root-owned setuid helper "

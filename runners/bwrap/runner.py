@@ -18,6 +18,7 @@ setuid binaries gain nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -41,10 +42,13 @@ from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import plan_mounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args
 from dsh.runners.linux.ipc import namespaced_limitations
+from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
+from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
+    Baseline,
     Enforcement,
     Launch,
     LocalLaunch,
@@ -219,17 +223,17 @@ def limit_lines(limits: ResourceLimits, facts: HostFacts) -> list[str]:
 
 class BwrapRunner(Runner):
     name = "bwrap"
-    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
-    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
-        "bwrap-limit-file-size",
-        "bwrap-limit-memory",
-        "bwrap-limit-memory-per-process",
-        "bwrap-limit-processes",
-        "bwrap-limit-wall-time",
-        "bwrap-protected-symlink",
-        "bwrap-syscall-filter",
-        "bwrap-wall-time-orphan",
-    )
+    auto_priority: ClassVar[int | None] = 20
+    DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
+        "bwrap-limit-file-size": (cap.LIMITS_FILE_SIZE,),
+        "bwrap-limit-memory": (cap.LIMITS_MEMORY,),
+        "bwrap-limit-memory-per-process": (cap.LIMITS_MEMORY,),
+        "bwrap-limit-processes": (cap.LIMITS_PROCESSES,),
+        "bwrap-limit-wall-time": (cap.LIMITS_WALL_TIME,),
+        "bwrap-protected-symlink": (cap.PROTECTED_PATHS,),
+        "bwrap-syscall-filter": (cap.SYSCALL_FILTER, cap.SOCKET_FAMILIES, cap.IO_URING, cap.KEYRING),
+        "bwrap-wall-time-orphan": (cap.PROCESS_ESCAPE,),
+    }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -314,6 +318,22 @@ class BwrapRunner(Runner):
             self.name, policy.mode, tuple(rules), network, tuple(limit_lines(policy.limits, facts)), tuple(cannot)
         )
 
+    def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline:
+        """The same bwrap argv ``prepare`` builds, spawned bare (no executor around it)."""
+        launch = self.prepare(("true",), policy, cwd=cwd, env={})
+        assert isinstance(launch, LocalLaunch)
+        argv = list(launch.argv)
+
+        def spawn() -> None:
+            # A launch is made for one spawn: bwrap reads its --seccomp fd to the
+            # end, so rewind what can be rewound to reuse the same argv.
+            for fd in launch.pass_fds:
+                with contextlib.suppress(OSError):
+                    os.lseek(fd, 0, os.SEEK_SET)
+            subprocess.run(argv, check=True, pass_fds=launch.pass_fds)
+
+        return Baseline("bare bwrap true", spawn, launch.cleanup)
+
     def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
         return namespaced_limitations(policy.constrained)
 
@@ -333,14 +353,7 @@ class BwrapRunner(Runner):
         facts = self.facts()
         if not facts.works or facts.bwrap is None:
             raise SandboxUnavailable(facts.reason or "bwrap unavailable", runner=self.name)
-        enforcement = self.enforcement(policy)
-        if not enforcement.accepted_by(policy):
-            names = ", ".join(repr(d) for d in enforcement.degradations)
-            raise SandboxUnavailable(
-                f"cannot fully enforce {policy.mode} here: {enforcement.describe()}; nothing ran "
-                f"(a profile may accept this with accept_degraded = [{names}])",
-                runner=self.name,
-            )
+        check_accepted(self.enforcement(policy), policy, runner=self.name)
         filter_fd = -1
         if policy.constrained and facts.syscalls.memfd is not None:
             filter_fd = facts.syscalls.open_for_launch()

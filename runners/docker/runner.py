@@ -39,12 +39,14 @@ from dsh.runners.docker.spec import (
 )
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.runners.linux.seccomp import FILE_RULES_TEXT
+from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count, processes
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
+    Baseline,
     Enforcement,
     RemoteLaunch,
     RemoteProcess,
@@ -152,14 +154,14 @@ class _Warm:
 
 class DockerRunner(Runner):
     name: ClassVar[str] = "docker"
-    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
-    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
-        "docker-memory-limit",
-        "docker-pids-limit",
-        "docker-protected-symlink",
-        "docker-ro-submounts",
-        "docker-syscall-filter",
-    )
+    remote: ClassVar[bool] = True
+    DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
+        "docker-memory-limit": (cap.LIMITS_MEMORY,),
+        "docker-pids-limit": (cap.LIMITS_PROCESSES,),
+        "docker-protected-symlink": (cap.PROTECTED_PATHS,),
+        "docker-ro-submounts": (cap.PROTECTED_PATHS,),
+        "docker-syscall-filter": (cap.SYSCALL_FILTER, cap.SOCKET_FAMILIES, cap.IO_URING, cap.KEYRING),
+    }
     extra: ClassVar[str | None] = "docker"
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
@@ -258,6 +260,20 @@ class DockerRunner(Runner):
         if not gaps:
             return Enforcement.full()
         return Enforcement.partial(gaps)
+
+    @classmethod
+    def prune(cls, *, everything: bool = False) -> list[str] | None:
+        from dsh.runners.docker.prune import prune_containers
+
+        return prune_containers(all=everything)
+
+    def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline:
+        """A fresh container per command, the way ``docker run`` is used without dsh."""
+        import subprocess
+
+        argv = ["docker", "run", "--rm", "--network", "none", self.image, "true"]
+        return Baseline("docker run --rm true",
+                        lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL), slow=True)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         spec = self._spec(policy)

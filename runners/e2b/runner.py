@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from dsh.runners.e2b.command import process_argv, remote_env, shell_script
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.session import E2BSession, import_sdk, user_for
+from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -50,10 +51,11 @@ DEBUG_DEGRADATION = "e2b-debug"
 
 class E2BRunner(Runner):
     name: ClassVar[str] = "e2b"
-    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
-    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
-        "e2b-debug",
-    )
+    remote: ClassVar[bool] = True
+    separate_kernel: ClassVar[bool] = True
+    DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
+        "e2b-debug": (cap.SANDBOX_BOUNDARY, cap.NETWORK),
+    }
     extra: ClassVar[str | None] = "e2b"
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

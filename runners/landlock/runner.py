@@ -21,7 +21,9 @@ from dsh.runners.landlock.rules import Gap, ProtectedStrategy, RulePlan, build_r
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
 from dsh.runners.linux import seccomp
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, join_args
+from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
+from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import Argv, Enforcement, LocalLaunch, Runner, RunnerPlan, RunnerProbe
@@ -84,17 +86,17 @@ class LandlockRunner(Runner):
     """
 
     name: ClassVar[str] = NAME
-    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
-    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
-        "landlock-hidden-metadata",
-        "landlock-hidden-paths",
-        "landlock-limits",
-        "landlock-metadata",
-        "landlock-no-scopes",
-        "landlock-no-truncate",
-        "landlock-process-escape",
-        "landlock-protected-paths",
-    )
+    auto_priority: ClassVar[int | None] = 10
+    DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
+        "landlock-hidden-metadata": (cap.HIDDEN_METADATA,),
+        "landlock-hidden-paths": (cap.HIDDEN_PATHS,),
+        "landlock-limits": cap.LIMITS,
+        "landlock-metadata": (cap.METADATA,),
+        "landlock-no-scopes": (cap.NO_SCOPES, cap.SIGNAL_SCOPE),
+        "landlock-no-truncate": (cap.TRUNCATE,),
+        "landlock-process-escape": (cap.PROCESS_ESCAPE,),
+        "landlock-protected-paths": (cap.PROTECTED_PATHS,),
+    }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -318,15 +320,7 @@ class LandlockRunner(Runner):
         for item in exact:
             if not isinstance(item, str | bytes):
                 raise UsageError(f"argv: item {item!r} is {type(item).__name__}; use str or bytes")
-        enforcement = self.enforcement(policy)
-        if not enforcement.accepted_by(policy):
-            missing = set(enforcement.degradations) - set(policy.accept_degraded)
-            raise SandboxUnavailable(
-                f"cannot fully enforce {policy.mode.value}: {enforcement.describe()}; "
-                "a profile may "
-                f"accept this with accept_degraded = {sorted(missing)!r}",
-                runner=NAME,
-            )
+        check_accepted(self.enforcement(policy), policy, runner=NAME)
         limits = self._limit_plan(policy)
         if not policy.constrained and limits == LimitPlan():
             return LocalLaunch(argv=exact)  # danger-full-access: nothing to apply

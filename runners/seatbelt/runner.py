@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from dsh.runners.seatbelt.profile import _SAFE_NAME, build_profile, protected_names
+from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
+from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
@@ -46,14 +48,14 @@ def limit_gaps(limits: ResourceLimits) -> list[tuple[str, str]]:
 
 class SeatbeltRunner(Runner):
     name = "seatbelt"
-    #: Every degradation name ``enforcement`` can report (profiles accept them by name).
-    DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = (
-        "seatbelt-limit-file-size",
-        "seatbelt-limit-memory",
-        "seatbelt-limit-processes",
-        "seatbelt-limit-wall-time",
-        "seatbelt-protected-rename",
-    )
+    auto_priority: ClassVar[int | None] = 30
+    DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
+        "seatbelt-limit-file-size": (cap.LIMITS_FILE_SIZE,),
+        "seatbelt-limit-memory": (cap.LIMITS_MEMORY,),
+        "seatbelt-limit-processes": (cap.LIMITS_PROCESSES,),
+        "seatbelt-limit-wall-time": (cap.LIMITS_WALL_TIME,),
+        "seatbelt-protected-rename": (cap.PROTECTED_PATHS,),
+    }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -102,11 +104,7 @@ class SeatbeltRunner(Runner):
         gaps = self._gaps(policy)
         if not gaps:
             return Enforcement.full()
-        return Enforcement(
-            "partial",
-            missing=tuple(msg for _, msg in gaps),
-            degradations=tuple(dict.fromkeys(name for name, _ in gaps)),
-        )
+        return Enforcement.partial(gaps)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         probe = self.probe()
@@ -134,14 +132,7 @@ class SeatbeltRunner(Runner):
             raise SandboxUnavailable(probe.reason or "seatbelt unavailable", runner=self.name)
         if not policy.constrained:
             return LocalLaunch(argv=command)
-        enforcement = self.enforcement(policy)
-        if not enforcement.accepted_by(policy):
-            names = ", ".join(repr(d) for d in enforcement.degradations)
-            raise SandboxUnavailable(
-                f"cannot fully enforce {policy.mode} here: {enforcement.describe()}; nothing ran "
-                f"(a profile may accept this with accept_degraded = [{names}])",
-                runner=self.name,
-            )
+        check_accepted(self.enforcement(policy), policy, runner=self.name)
         return LocalLaunch(argv=wrap_argv(self.sandbox_exec, policy, command))
 
 

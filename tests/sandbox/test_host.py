@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
-from dsh.sandbox.host import BUILTIN_RUNNERS, SandboxHost, SandboxHostConfig
+from dsh.sandbox.host import SandboxHost, SandboxHostConfig, known_runner_names
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.runner import LocalLaunch
@@ -37,7 +37,7 @@ def test_unknown_runner_lists_known_ones(ctx: Context) -> None:
     with pytest.raises(ConfigError) as info:
         host(ctx, "chroot")
     assert "chroot" in str(info.value)
-    for name in ("auto", *BUILTIN_RUNNERS):
+    for name in ("auto", *known_runner_names()):
         assert name in str(info.value)
     with pytest.raises(ConfigError, match="options"):
         host(ctx, "auto", chroot={})
@@ -56,7 +56,7 @@ def test_one_instance_per_runner_and_close(ctx: Context) -> None:
 
 def test_probe_all_names_every_runner(ctx: Context) -> None:
     probes = {p.name: p for p in host(ctx).probe_all()}
-    assert set(BUILTIN_RUNNERS) <= set(probes)
+    assert set(known_runner_names()) <= set(probes)
     for probe in probes.values():
         assert probe.available or probe.reason
 
