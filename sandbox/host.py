@@ -29,7 +29,7 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.gate import accept_hint, check_accepted, refusal_lines, unaccepted
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.registry import runner_entry_points
+from dsh.sandbox.registry import read_priorities, runner_entry_points, write_priorities
 from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
 
 AUTO = "auto"
@@ -164,6 +164,18 @@ class SandboxHost(Service):
         except (RunnerLoadError, ConfigError):
             return None
 
+    def _auto_order(self) -> list[str]:
+        if self._injected is not None:
+            return auto_order(self._injected)
+        points = runner_entry_points()
+        hinted = read_priorities(points)
+        if hinted is None:
+            classes = {n: c for n in self.names() if (c := self.runner_class(n)) is not None}
+            hinted = {n: (c.auto_priority if (c := classes.get(n)) else None) for n in points}
+            write_priorities(points, hinted)
+        ranked = [(priority, name) for name, priority in hinted.items() if priority is not None]
+        return [name for _, name in sorted(ranked)]
+
     @property
     def remote(self) -> bool:
         """Does the configured runner run commands in its own image or machine?"""
@@ -210,8 +222,7 @@ class SandboxHost(Service):
         allowed = policy.allowed_runners
         if self.runner_name != AUTO:
             return self._choose_named(self.runner_name, policy)
-        declared = {n: c for n in self.names() if (c := self.runner_class(n)) is not None}
-        order = auto_order(declared)
+        order = self._auto_order()
         candidates = order + [n for n in allowed if n not in order]
         if allowed:
             candidates = [n for n in candidates if n in allowed]
@@ -224,6 +235,9 @@ class SandboxHost(Service):
             except ConfigError:
                 why_not.append(f"  {name}: not installed")
                 continue
+            declared = self.runner_class(name)
+            if declared is not None and declared.auto_priority is None and name not in allowed:
+                continue  # a stale priority hint: the class has the last word
             probe = self.probe(name)
             runner = self.runner(name)
             if not probe.available or runner is None:

@@ -102,3 +102,50 @@ def entry_points_of(group: str) -> Mapping[str, EntryPoint]:
 
 def runner_entry_points() -> Mapping[str, EntryPoint]:
     return entry_points_of(RUNNER_GROUP)
+
+
+def _hint_file() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "dsh-sandbox", "auto-order.json")
+
+
+def _fingerprint(points: Mapping[str, EntryPoint]) -> str:
+    return repr((sys.version, sorted((p.name, p.value, p.dist) for p in points.values())))
+
+
+def read_priorities(points: Mapping[str, EntryPoint]) -> dict[str, int | None] | None:
+    """The ``auto_priority`` each runner declared when these entry points were last seen.
+
+    Only a hint that spares importing every runner (an SDK import can cost
+    more than the command) to learn its priority: the host checks the class of
+    every runner it tries, so a stale or edited file can only change which
+    fully-enforcing runner is tried first, or leave one out (fail closed).
+    """
+    import json
+
+    try:
+        with open(_hint_file(), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != _fingerprint(points):
+        return None
+    found = data.get("priorities")
+    if not isinstance(found, dict) or set(found) != set(points):
+        return None
+    return {str(k): v if isinstance(v, int) and not isinstance(v, bool) else None for k, v in found.items()}
+
+
+def write_priorities(points: Mapping[str, EntryPoint], priorities: Mapping[str, int | None]) -> None:
+    import json
+    import tempfile
+
+    path = _hint_file()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".auto-order-")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"key": _fingerprint(points), "priorities": dict(priorities)}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only home only costs the imports next time

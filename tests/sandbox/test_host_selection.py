@@ -160,6 +160,7 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     (info / "entry_points.txt").write_text("[dsh_sandbox.runners]\ndemo = dsh_plugin_demo:DemoRunner\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "dsh_plugin_demo", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     return "demo"
 
 
@@ -174,3 +175,18 @@ def test_without_the_plugin_its_name_is_unknown(ctx: Context) -> None:
     assert "demo" not in known_runner_names()
     with pytest.raises(ConfigError, match="demo"):
         SandboxHost(ctx, SandboxHostConfig(runner="demo"))
+
+
+def test_a_stale_priority_hint_cannot_make_auto_pick_a_runner_never_auto(
+    ctx: Context, workspace: Path, plugin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh.sandbox import registry
+
+    points = runner_entry_points()
+    # An edited hint claims the plugin is never auto and e2b (remote) comes first.
+    registry.write_priorities(points, {**dict.fromkeys(points), "e2b": 0, plugin: None})
+    h = SandboxHost(ctx, SandboxHostConfig(runner="auto"))
+    with pytest.raises(SandboxUnavailable) as info:  # nothing left to try: fail closed
+        h.choose(policy(ctx, workspace))
+    assert "e2b" not in str(info.value) and h._runners == {}  # e2b was never even instantiated
+    assert registry.read_priorities(points) is not None  # the hint spared the imports
