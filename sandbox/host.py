@@ -30,7 +30,7 @@ from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.gate import accept_hint, check_accepted, refusal_lines, unaccepted
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.registry import read_priorities, runner_entry_points, write_priorities
-from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
+from dsh.sandbox.runner import Argv, Enforcement, Gap, Launch, Runner, RunnerProbe
 
 AUTO = "auto"
 
@@ -340,7 +340,7 @@ def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcemen
     a repository or protected name deeper in them is writable."""
     if not policy.unscanned_roots:
         return enforcement
-    gap = (
+    gap = Gap(
         SCAN_DEGRADATION,
         "nested repositories and protected names were not searched for in "
         + ", ".join(map(str, policy.unscanned_roots))

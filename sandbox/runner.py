@@ -43,38 +43,50 @@ class RunnerProbe:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """One part of a policy a runner cannot enforce here.
+
+    ``degradation`` is the name a profile lists in ``accept_degraded`` (or the
+    user passes to ``--accept-degraded``) to run anyway; ``reason`` says what
+    stays open and why.
+    """
+
+    degradation: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Enforcement:
     """How completely a runner enforces a mode here.
 
-    ``level`` is ``full`` or ``partial``; ``missing`` names each part it cannot
-    enforce (with the reason); ``degradations`` are the machine names a profile
-    lists in ``accept_degraded`` to accept them.  A partial enforcement whose
-    degradations are not all accepted is refused (fail closed).
+    ``level`` is ``full`` or ``partial``; ``gaps`` are the parts it cannot
+    enforce.  A partial enforcement whose degradations are not all accepted is
+    refused (fail closed; see ``dsh.sandbox.gate``).
     """
 
     level: Literal["full", "partial"]
-    missing: tuple[str, ...] = ()
-    degradations: tuple[str, ...] = ()
-    #: (degradation or None, reason) per missing part, so each degradation's own
-    #: reasons can be shown (``missing`` and ``degradations`` are deduplicated lists).
-    gaps: tuple[tuple[str | None, str], ...] = ()
+    gaps: tuple[Gap, ...] = ()
 
     @classmethod
     def full(cls) -> Enforcement:
         return cls("full")
 
     @classmethod
-    def partial(cls, gaps: Sequence[tuple[str | None, str]]) -> Enforcement:
-        """Build a partial enforcement from (degradation, reason) pairs."""
-        return cls(
-            "partial",
-            missing=tuple(reason for _, reason in gaps),
-            degradations=tuple(dict.fromkeys(d for d, _ in gaps if d)),
-            gaps=tuple(gaps),
-        )
+    def partial(cls, gaps: Sequence[Gap]) -> Enforcement:
+        return cls("partial", tuple(gaps))
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Each gap's reason, in order."""
+        return tuple(g.reason for g in self.gaps)
+
+    @property
+    def degradations(self) -> tuple[str, ...]:
+        """The distinct degradation names, in order."""
+        return tuple(dict.fromkeys(g.degradation for g in self.gaps))
 
     def reasons_for(self, degradation: str) -> tuple[str, ...]:
-        return tuple(reason for d, reason in self.gaps if d == degradation)
+        return tuple(g.reason for g in self.gaps if g.degradation == degradation)
 
     def accepted_by(self, policy: SandboxPolicy) -> bool:
         return self.level == "full" or set(self.degradations) <= set(policy.accept_degraded)

@@ -39,6 +39,7 @@ from typing import Literal
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import fixed_symlink
+from dsh.sandbox.runner import Gap
 
 MountKind = Literal["bind", "pin", "ro-bind", "placeholder", "mask-dir", "mask-file"]
 
@@ -75,15 +76,9 @@ class Mount:
 
 
 @dataclass(frozen=True)
-class Degradation:
-    name: str
-    message: str
-
-
-@dataclass(frozen=True)
 class MountPlan:
     mounts: tuple[Mount, ...]
-    degradations: tuple[Degradation, ...] = ()
+    degradations: tuple[Gap, ...] = ()
     #: Rules a hidden path overrides, for ``explain``.
     overridden: tuple[str, ...] = ()
 
@@ -105,7 +100,7 @@ def ancestors(path: str) -> list[str]:
 class _Planner:
     def __init__(self, hidden: Iterable[str] = ()) -> None:
         self.mounts: dict[str, Mount] = {}
-        self.degradations: list[Degradation] = []
+        self.degradations: list[Gap] = []
         self.hidden = tuple(hidden)
         self.overridden: list[str] = []
 
@@ -152,7 +147,7 @@ class _Planner:
             # itself stays replaceable (mount(2) follows a trailing symlink).
             if self.writable_at(path) and not fixed_symlink(path, os.geteuid()):
                 self.degradations.append(
-                    Degradation(
+                    Gap(
                         SYMLINK_DEGRADATION,
                         f"{why} {path} is reached through a symlink inside a writable root: "
                         f"its target {real} is read-only, but the link can be replaced "
@@ -226,5 +221,5 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     return MountPlan(tuple(mounts), _dedupe(planner.degradations), tuple(dict.fromkeys(planner.overridden)))
 
 
-def _dedupe(items: Iterable[Degradation]) -> tuple[Degradation, ...]:
+def _dedupe(items: Iterable[Gap]) -> tuple[Gap, ...]:
     return tuple(dict.fromkeys(items))

@@ -50,6 +50,7 @@ from dsh.sandbox.runner import (
     Argv,
     Baseline,
     Enforcement,
+    Gap,
     Launch,
     LocalLaunch,
     Runner,
@@ -76,14 +77,6 @@ class HostFacts:
     kernel: KernelCover
     syscalls: SyscallFilter
     setpriv: str | None
-
-
-@dataclass(frozen=True)
-class LimitGap:
-    """A limit that cannot be enforced as asked: its degradation name and why."""
-
-    degradation: str
-    message: str
 
 
 def namespace_args(*, network: bool, is_root: bool) -> list[str]:
@@ -163,36 +156,36 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
     return HostFacts(bwrap, version, True, None, **facts)
 
 
-def limit_gaps(limits: ResourceLimits, facts: HostFacts) -> list[LimitGap]:
-    gaps: list[LimitGap] = []
+def limit_gaps(limits: ResourceLimits, facts: HostFacts) -> list[Gap]:
+    gaps: list[Gap] = []
     cg = facts.cgroups
     if limits.max_processes is not None and cg.pids_parent is None:
         if facts.is_root or facts.prlimit is None:
             why = "RLIMIT_NPROC does not apply to root" if facts.is_root else "prlimit missing"
             gaps.append(
-                LimitGap(
+                Gap(
                     "bwrap-limit-processes",
                     f"process limit {limits.max_processes}: no pids cgroup ({cg.reason}) and {why}",
                 )
             )
     if limits.max_memory_bytes is not None and cg.memory_parent is None:
         if facts.prlimit is None:
-            gaps.append(LimitGap("bwrap-limit-memory", "memory limit: no memory cgroup, no prlimit"))
+            gaps.append(Gap("bwrap-limit-memory", "memory limit: no memory cgroup, no prlimit"))
         else:
             gaps.append(
-                LimitGap(
+                Gap(
                     "bwrap-limit-memory-per-process",
                     "memory limit applies per process (RLIMIT_AS), not to the whole sandbox: "
                     f"no memory cgroup ({cg.reason})",
                 )
             )
     if limits.max_file_size_bytes is not None and facts.prlimit is None:
-        gaps.append(LimitGap("bwrap-limit-file-size", "file size limit: prlimit (util-linux) missing"))
+        gaps.append(Gap("bwrap-limit-file-size", "file size limit: prlimit (util-linux) missing"))
     if limits.wall_time_s is not None and facts.timeout is None:
-        gaps.append(LimitGap("bwrap-limit-wall-time", "wall time limit: timeout (coreutils) missing"))
+        gaps.append(Gap("bwrap-limit-wall-time", "wall time limit: timeout (coreutils) missing"))
     elif limits.wall_time_s is not None and facts.setpriv is None:
         gaps.append(
-            LimitGap(
+            Gap(
                 "bwrap-wall-time-orphan",
                 "with a wall time limit, timeout(1) is bwrap's parent and would outlive a killed supervisor "
                 "(so would the sandbox): setpriv (util-linux) is missing to tie it to the supervisor",
@@ -273,10 +266,9 @@ class BwrapRunner(Runner):
             return Enforcement.full()
         plan = plan_mounts(policy)
         facts = self.facts()
-        gaps = [(d.name, d.message) for d in plan.degradations]
-        gaps += [(g.degradation, g.message) for g in limit_gaps(policy.limits, facts)]
+        gaps = [*plan.degradations, *limit_gaps(policy.limits, facts)]
         if facts.works and facts.syscalls.memfd is None:
-            gaps.append((
+            gaps.append(Gap(
                 syscall_filter.DEGRADATION,
                 f"no seccomp filter ({facts.syscalls.reason}): keyrings, io_uring, AF_VSOCK, netlink "
                 "and host unix sockets stay reachable",

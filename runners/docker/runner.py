@@ -48,6 +48,7 @@ from dsh.sandbox.runner import (
     Argv,
     Baseline,
     Enforcement,
+    Gap,
     RemoteLaunch,
     RemoteProcess,
     Runner,
@@ -229,30 +230,30 @@ class DockerRunner(Runner):
         return build_spec(policy, image=self.image, user=self.user, pids=self.pids,
                           memory=self.memory, machine=machine)
 
-    def _gaps(self, policy: SandboxPolicy, spec: ContainerSpec) -> list[tuple[str, str]]:
-        """(degradation, why) for each part of ``policy`` this daemon cannot hold."""
-        gaps: list[tuple[str, str]] = []
+    def _gaps(self, policy: SandboxPolicy, spec: ContainerSpec) -> list[Gap]:
+        """Each part of ``policy`` this daemon cannot hold."""
+        gaps: list[Gap] = []
         if not policy.constrained:
             return gaps
         ro_roots = [m.target for m in spec.mounts if m.kind == "bind" and m.read_only]
         below = mount_points_below(ro_roots) if self.daemon_is_local() else []
         if below:
-            gaps.append(("docker-ro-submounts", "host mounts inside read-only binds stay "
+            gaps.append(Gap("docker-ro-submounts", "host mounts inside read-only binds stay "
                          f"writable (daemon API < 1.44 has no recursive read-only): {below[:3]}"))
         uid = self.user.split(":")[0]
         for path in symlinked_protected(policy, int(uid) if uid.isdigit() else None):
-            gaps.append(("docker-protected-symlink", f"protected path {path} is a symlink (or goes "
+            gaps.append(Gap("docker-protected-symlink", f"protected path {path} is a symlink (or goes "
                          f"through one) inside a writable root: its target {os.path.realpath(path)} "
                          "is read-only, but the link can be replaced (a bind cannot cover a symlink)"))
         if spec.seccomp_profile is None:
-            gaps.append(("docker-syscall-filter", f"no seccomp table for the daemon's machine "
+            gaps.append(Gap("docker-syscall-filter", f"no seccomp table for the daemon's machine "
                          f"{spec.syscall_machine}: keyrings, io_uring, AF_VSOCK, netlink and unix "
                          "sockets are only as Docker's default profile leaves them"))
         if self._info:
             if spec.mem_limit is not None and not self._info.get("MemoryLimit"):
-                gaps.append(("docker-memory-limit", "the daemon has no memory cgroup"))
+                gaps.append(Gap("docker-memory-limit", "the daemon has no memory cgroup"))
             if spec.pids_limit is not None and not self._info.get("PidsLimit"):
-                gaps.append(("docker-pids-limit", "the daemon has no pids cgroup"))
+                gaps.append(Gap("docker-pids-limit", "the daemon has no pids cgroup"))
         return gaps
 
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
@@ -295,7 +296,7 @@ class DockerRunner(Runner):
             limits.append(f"file size {spec.fsize_limit} bytes (ulimit fsize)")
         if policy.limits.wall_time_s is not None:
             limits.append(f"wall time {policy.limits.wall_time_s}s (killed by the runner)")
-        cannot = [why for _, why in self._gaps(policy, spec)]
+        cannot = [g.reason for g in self._gaps(policy, spec)]
         cannot += [
             "a command that clears its environment AND leaves its process tree (env -i + "
             "double fork) survives its kill; it dies when the container is removed",

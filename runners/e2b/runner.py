@@ -38,6 +38,7 @@ from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
     Enforcement,
+    Gap,
     Launch,
     RemoteLaunch,
     RemoteProcess,
@@ -99,10 +100,10 @@ class E2BRunner(Runner):
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
         if not (self.config.debug and policy.constrained):
             return Enforcement.full()
-        gaps = [(DEBUG_DEGRADATION, f"debug mode: commands run wherever the envd at "
+        gaps = [Gap(DEBUG_DEGRADATION, f"debug mode: commands run wherever the envd at "
                  f"{self.config.sandbox_url} runs; no E2B sandbox boundary is verified")]
         if not policy.network:
-            gaps.append((DEBUG_DEGRADATION, "debug mode makes no E2B API call, so "
+            gaps.append(Gap(DEBUG_DEGRADATION, "debug mode makes no E2B API call, so "
                          "allow_internet_access=False (network off) is not applied"))
         return Enforcement.partial(gaps)
 

@@ -16,6 +16,7 @@ from dsh.sandbox.runner import (
     Argv,
     Enforcement,
     ExitStatus,
+    Gap,
     Launch,
     LocalLaunch,
     RemoteLaunch,
@@ -77,7 +78,7 @@ class FakeRunner(Runner):
         *,
         available: bool = True,
         reason: str | None = None,
-        gaps: Mapping[str, Sequence[tuple[str | None, str]]] | None = None,
+        gaps: Mapping[str, Sequence[tuple[str, str]]] | None = None,
         degradations: Mapping[str, tuple[Capability, ...]] | None = None,
         remote: bool = False,
         auto_priority: int | None = None,
@@ -97,7 +98,7 @@ class FakeRunner(Runner):
         self.DEGRADATION_NAMES = tuple(self.DEGRADATIONS)  # type: ignore[misc]
         self.available = available
         self.reason = reason if not available else None
-        self.gaps = {mode: tuple(pairs) for mode, pairs in (gaps or {}).items()}
+        self.gaps = {mode: tuple(Gap(d, why) for d, why in pairs) for mode, pairs in (gaps or {}).items()}
         self.on_run = on_run
         self.canned = (stdout, stderr, exit_code)
         self.calls: list[Call] = []
@@ -116,7 +117,7 @@ class FakeRunner(Runner):
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         return RunnerPlan(self.name, policy.mode, ("fake: enforces nothing",), "unchanged", (),
-                          tuple(reason for _, reason in self.gaps.get(policy.mode.value, ())))
+                          tuple(g.reason for g in self.gaps.get(policy.mode.value, ())))
 
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
         exact = tuple(argv)

@@ -25,9 +25,9 @@ import signal
 import threading
 from dataclasses import dataclass
 
-from dsh.runners.landlock.rules import Gap
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, no_cgroup_reason
 from dsh.sandbox.policy import ResourceLimits
+from dsh.sandbox.runner import Gap
 
 DEGRADE_LIMITS = "landlock-limits"
 
@@ -50,9 +50,9 @@ DEGRADE_ESCAPE = "landlock-process-escape"
 
 def _escape_gap(why: str) -> Gap:
     return Gap(
+        DEGRADE_ESCAPE,
         "a process that leaves the command's session (setsid, a daemon) can outlive the command "
         f"and its supervisor: {why}",
-        DEGRADE_ESCAPE,
     )
 
 
@@ -86,7 +86,7 @@ def plan_limits(limits: ResourceLimits, cgroups: CgroupSession | None, *, is_roo
     gaps: list[Gap] = []
 
     def missing(what: str, why: str) -> None:
-        gaps.append(Gap(f"{what} is not enforced: {why}", DEGRADE_LIMITS))
+        gaps.append(Gap(DEGRADE_LIMITS, f"{what} is not enforced: {why}"))
 
     if limits.max_processes is not None:
         if pids_v is not None:

@@ -23,6 +23,7 @@ from typing import Literal
 from dsh.runners.landlock import abi
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.runner import Gap
 
 ProtectedStrategy = Literal["parent", "siblings"]
 
@@ -48,14 +49,6 @@ _DEV_READABLE = tuple(_DEV / name for name in ("zero", "full", "random", "urando
 class PathRule:
     path: Path
     rights: int
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Something the rules cannot enforce; ``degradation`` is its accept name."""
-
-    text: str
-    degradation: str | None
 
 
 @dataclass(frozen=True)
@@ -151,18 +144,18 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
         root = next(r for r in open_roots if _beneath(path, r))
         gaps.append(
             Gap(
+                DEGRADE_HIDDEN_IN_ROOT,
                 f"cannot hide {path}: it lies inside {root}, which stays readable as a whole so that "
                 "entries created there later are readable, and Landlock only grants access",
-                DEGRADE_HIDDEN_IN_ROOT,
             )
         )
     if hidden:
         gaps.append(
             Gap(
+                DEGRADE_HIDDEN,
                 "hidden paths " + ", ".join(map(str, hidden)) + ": contents are unreadable, but their "
                 "names, metadata (stat) and directory listings stay visible: Landlock only grants "
                 "access and never mediates path lookup or stat",
-                DEGRADE_HIDDEN,
             )
         )
     notes.append(
@@ -184,29 +177,29 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
         _plan_writes(policy, strategy, rules, gaps, notes)
         gaps.append(
             Gap(
+                DEGRADE_METADATA,
                 "cannot stop chmod, chgrp, utime or xattr changes to files outside the writable roots that the "
                 "command's uid owns (every root-owned file when the caller is root): Landlock has no rights for "
                 "file metadata (seccomp refuses them in read-only mode only); chown to another uid fails, as no "
                 "capability is left",
-                DEGRADE_METADATA,
             )
         )
 
     if abi_version < 6:
         gaps.append(
             Gap(
+                DEGRADE_SCOPES,
                 f"Landlock ABI {abi_version} has no scopes (ABI 6): "
                 "the command can signal processes "
                 "outside the sandbox and connect to abstract unix sockets outside it",
-                DEGRADE_SCOPES,
             )
         )
     if abi_version < 3 and policy.mode is not SandboxMode.DANGER_FULL_ACCESS:
         gaps.append(
             Gap(
+                DEGRADE_TRUNCATE,
                 f"Landlock ABI {abi_version} has no TRUNCATE right (ABI 3): truncate(2) of files "
                 "outside the writable roots is not prevented",
-                DEGRADE_TRUNCATE,
             )
         )
     if abi_version < 2:
@@ -255,8 +248,8 @@ def _plan_writes(
         for path in inside:
             gaps.append(
                 Gap(
-                    f"cannot keep {path} read-only inside writable root {root}: Landlock only grants access",
                     DEGRADE_PROTECTED,
+                    f"cannot keep {path} read-only inside writable root {root}: Landlock only grants access",
                 )
             )
 

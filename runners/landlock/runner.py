@@ -17,7 +17,7 @@ from dsh.runners.landlock.limits import (
     plan_containment,
     plan_limits,
 )
-from dsh.runners.landlock.rules import Gap, ProtectedStrategy, RulePlan, build_ruleset, plan_rules
+from dsh.runners.landlock.rules import ProtectedStrategy, RulePlan, build_ruleset, plan_rules
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
 from dsh.runners.linux import seccomp
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, join_args
@@ -26,7 +26,7 @@ from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
 from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.runner import Argv, Enforcement, LocalLaunch, Runner, RunnerPlan, RunnerProbe
+from dsh.sandbox.runner import Argv, Enforcement, Gap, LocalLaunch, Runner, RunnerPlan, RunnerProbe
 
 NAME = "landlock"
 
@@ -206,7 +206,7 @@ class LandlockRunner(Runner):
         gaps = self._gaps(policy)
         if not gaps:
             return Enforcement.full()
-        return Enforcement.partial([(g.degradation, g.text) for g in gaps])
+        return Enforcement.partial(gaps)
 
     def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
         if not policy.constrained:
@@ -225,7 +225,7 @@ class LandlockRunner(Runner):
                 ("no restriction (danger-full-access)",),
                 "on (unrestricted)",
                 limit_lines,
-                tuple(g.text for g in limits.gaps),
+                tuple(g.reason for g in limits.gaps),
             )
         probe = self.probe()
         if not probe.available:
@@ -257,7 +257,7 @@ class LandlockRunner(Runner):
         if plan.scoped:
             network += "; abstract unix sockets and signals are scoped to the sandbox"
         rules += _HARDENING + (_ROOT_HARDENING if os.geteuid() == 0 else _USER_HARDENING)
-        cannot = tuple(g.text for g in plan.gaps + limits.gaps)
+        cannot = tuple(g.reason for g in plan.gaps + limits.gaps)
         cannot += tuple(f"right not known to ABI {plan.abi}, dropped: {d}" for d in plan.dropped)
         if not policy.network and self._unix_connect:
             cannot += (

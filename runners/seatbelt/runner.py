@@ -24,6 +24,7 @@ from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
     Enforcement,
+    Gap,
     Launch,
     LocalLaunch,
     Runner,
@@ -35,7 +36,7 @@ SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 _TRIAL_TIMEOUT_S = 60
 
 
-def limit_gaps(limits: ResourceLimits) -> list[tuple[str, str]]:
+def limit_gaps(limits: ResourceLimits) -> list[Gap]:
     why = "not enforced by the Seatbelt runner (macOS has no cgroups)"
     asked = [
         ("seatbelt-limit-processes", limits.max_processes, "process limit"),
@@ -43,7 +44,7 @@ def limit_gaps(limits: ResourceLimits) -> list[tuple[str, str]]:
         ("seatbelt-limit-file-size", limits.max_file_size_bytes, "file size limit"),
         ("seatbelt-limit-wall-time", limits.wall_time_s, "wall time limit"),
     ]
-    return [(name, f"{label} {value}: {why}") for name, value, label in asked if value is not None]
+    return [Gap(name, f"{label} {value}: {why}") for name, value, label in asked if value is not None]
 
 
 class SeatbeltRunner(Runner):
@@ -85,12 +86,12 @@ class SeatbeltRunner(Runner):
         return RunnerProbe(self.name, True, version="seatbelt (sandbox-exec)")
 
     # -- enforcement --------------------------------------------------------------------
-    def _gaps(self, policy: SandboxPolicy) -> list[tuple[str, str]]:
+    def _gaps(self, policy: SandboxPolicy) -> list[Gap]:
         gaps = limit_gaps(policy.limits)
         unsafe = [n for n in protected_names(policy) if not _SAFE_NAME.match(n)]
         if unsafe:
             gaps.append(
-                (
+                Gap(
                     "seatbelt-protected-rename",
                     f"protected names {unsafe} have characters outside [A-Za-z0-9._-]: no name "
                     "rule, so a copy moved by renaming its parent directory is not protected",
@@ -111,7 +112,7 @@ class SeatbeltRunner(Runner):
         cannot = list(self.enforcement(policy).missing)
         if not probe.available:
             cannot.insert(0, f"seatbelt unavailable: {probe.reason}")
-        limits = tuple(msg for _, msg in limit_gaps(policy.limits))
+        limits = tuple(g.reason for g in limit_gaps(policy.limits))
         if not policy.constrained:
             return RunnerPlan(
                 self.name, policy.mode, ("no sandbox: command runs as is",), "on: host network", limits, tuple(cannot)
