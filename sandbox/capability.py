@@ -43,5 +43,27 @@ LIMITS_MEMORY = Capability("limits-memory", "the memory limit holds for the whol
 LIMITS_FILE_SIZE = Capability("limits-file-size", "the file size limit holds")
 LIMITS_WALL_TIME = Capability("limits-wall-time", "the wall time limit holds")
 SANDBOX_BOUNDARY = Capability("sandbox-boundary", "the command runs inside a verified isolation boundary")
+IPC = Capability("ipc", "the host's SysV IPC, POSIX queues and shared memory are out of reach")
+PROCESS_CONTROL = Capability("process-control", "processes outside the sandbox cannot be traced or inspected")
+TERMINAL = Capability("terminal", "the caller's terminal cannot be driven (TIOCSTI, job control)")
+# Legitimate work a runner may refuse (``Runner.limitations``) or not report
+# exactly (``Runner.reporting_gaps``): the other side of the same vocabulary.
+LOCAL_IPC = Capability("local-ipc", "the command's own local IPC works")
+LOOPBACK = Capability("loopback", "the command's own loopback servers work")
+POSIX_SHM = Capability("posix-shm", "the command's own POSIX shared memory works")
+SIGNAL_STATUS = Capability("signal-status", "a command killed by a signal is reported as such")
 
 LIMITS = (LIMITS_PROCESSES, LIMITS_MEMORY, LIMITS_FILE_SIZE, LIMITS_WALL_TIME)
+
+#: Every capability by name.
+VOCABULARY: dict[str, Capability] = {
+    c.name: c for c in list(globals().values()) if isinstance(c, Capability)
+}
+
+
+def by_name(name: str) -> Capability:
+    """The capability called ``name``; ``KeyError`` names the known ones."""
+    try:
+        return VOCABULARY[name]
+    except KeyError:
+        raise KeyError(f"unknown capability {name!r}; known: {', '.join(sorted(VOCABULARY))}") from None

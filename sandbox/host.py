@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.gate import accept_hint, check_accepted, refusal_lines, unaccepted
@@ -331,8 +332,9 @@ class SandboxHost(Service):
 
 
 SCAN_DEGRADATION = "protected-scan-incomplete"
-#: Degradations the host reports for every runner (profiles accept them by name).
-HOST_DEGRADATIONS: tuple[str, ...] = (SCAN_DEGRADATION,)
+#: Degradations the host reports for every runner (profiles accept them by name),
+#: with the capabilities they weaken.
+HOST_DEGRADATIONS: Mapping[str, tuple[Capability, ...]] = {SCAN_DEGRADATION: (PROTECTED_PATHS,)}
 
 
 def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcement:

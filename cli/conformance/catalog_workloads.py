@@ -22,14 +22,15 @@ from pathlib import Path
 
 from dsh.cli.conformance import checks as c
 from dsh.cli.conformance.model import Check, Expect, HostEnv, RunOutput, Scenario, Setup
+from dsh.sandbox import capability as cap
 
 OK: dict[str, Expect] = {"read-only": "ok", "workspace-write": "ok"}
 WRITE_ONLY_IN_WW: dict[str, Expect] = {"read-only": "blocked", "workspace-write": "ok"}
 # Runner capabilities these workloads depend on (a runner may declare them limited).
-LOCAL_IPC = "local-ipc"
-POSIX_SHM = "posix-shm"
-UNIX_SOCKETS = "unix-sockets"
-LOOPBACK = "loopback"
+LOCAL_IPC = cap.LOCAL_IPC.name
+POSIX_SHM = cap.POSIX_SHM.name
+UNIX_SOCKETS = cap.UNIX_SOCKETS.name
+LOOPBACK = cap.LOOPBACK.name
 
 
 def _sh(script: str) -> tuple[str, ...]:

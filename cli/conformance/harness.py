@@ -26,6 +26,7 @@ from dsh.cli.conformance.catalog import SCENARIOS
 from dsh.cli.conformance.listeners import Listeners
 from dsh.cli.conformance.model import READY_MARKER, HostEnv, RunOutput, Scenario, ScenarioResult, Unavailable
 from dsh.sandbox.errors import DshError, SandboxUnavailable
+from dsh.sandbox.runner import Enforcement, Runner
 
 PROFILE = """\
 description = "dsh-sandbox conformance profile"
@@ -63,13 +64,17 @@ class Cell:
         return sum(1 for r in self.results if r.outcome == outcome)
 
 
-def partial_capabilities(declared: Any, enforcement: Any) -> dict[str, str]:
+def partial_capabilities(declared: type[Runner] | Runner | None, enforcement: Enforcement) -> dict[str, str]:
     """Capability name -> the runner's own reasons, for each capability a
     degradation of ``enforcement`` weakens (as the runner declares it)."""
+    from dsh.sandbox.gate import summarize
+    from dsh.sandbox.host import HOST_DEGRADATIONS
+
+    covers = {**HOST_DEGRADATIONS, **(declared.DEGRADATIONS if declared is not None else {})}
     reasons: dict[str, list[str]] = {}
     for degradation in enforcement.degradations:
-        why = "; ".join(enforcement.reasons_for(degradation)) or degradation
-        for capability in declared.DEGRADATIONS.get(degradation, ()):
+        why = "; ".join(summarize(enforcement.reasons_for(degradation))) or degradation
+        for capability in covers.get(degradation, ()):
             reasons.setdefault(capability.name, []).append(why)
     return {name: "; ".join(dict.fromkeys(whys)) for name, whys in reasons.items()}
 

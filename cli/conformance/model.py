@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from dsh.sandbox.capability import by_name
+
 Expect = Literal["ok", "blocked"]
 Outcome = Literal["pass", "fail", "not-enforced", "unavailable"]
 MODES: tuple[str, ...] = ("read-only", "workspace-write")
@@ -109,6 +111,12 @@ class Scenario:
     # Judged from what the command saw, not from host state (opening a tunable,
     # creating a socket): meaningless where the command runs on another kernel.
     judged_inside: bool = False
+
+    def __post_init__(self) -> None:
+        # A misspelt capability would never match what a runner declares
+        # partial, and the scenario would fail instead of reading not-enforced.
+        for name in self.covers:
+            by_name(name)
 
 
 @dataclass(frozen=True)

@@ -333,7 +333,7 @@ class BwrapRunner(Runner):
         if not policy.constrained:
             return {}
         return {
-            "signal-status": "bwrap reports a command killed by signal N as exit status 128+N "
+            cap.SIGNAL_STATUS.name: "bwrap reports a command killed by signal N as exit status 128+N "
             "(its monitor exits; it cannot die by the same signal)"
         }
 

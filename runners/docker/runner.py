@@ -312,7 +312,7 @@ class DockerRunner(Runner):
         return namespaced_limitations(self._spec(policy).seccomp_profile is not None)
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
-        return {"signal-status": _SIGNAL_STATUS_GAP}
+        return {cap.SIGNAL_STATUS.name: _SIGNAL_STATUS_GAP}
 
     # -- commands --------------------------------------------------------------------
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,

@@ -213,7 +213,7 @@ class LandlockRunner(Runner):
             return {}
         # Without namespaces the host's /dev/shm, unix sockets and loopback are
         # the command's only ones, so they stay closed and this work cannot run.
-        return {"local-ipc": LOCAL_IPC}
+        return {cap.LOCAL_IPC.name: LOCAL_IPC}
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         limits = self._limit_plan(policy)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dsh.sandbox.capability import UNIX_SOCKETS as _UNIX_SOCKETS
+
 #: The capability name conformance scenarios use in ``covers``.
-UNIX_SOCKETS = "unix-sockets"
+UNIX_SOCKETS = _UNIX_SOCKETS.name
 
 UNIX_SOCKET_LIMITATION = (
     "unix socket servers the command starts itself (socket(AF_UNIX): multiprocessing Manager, a test "
