@@ -1,0 +1,72 @@
+"""The runner registry: entry points read without importlib.metadata, first distribution wins."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from dsh.sandbox.registry import RUNNER_GROUP, runner_entry_points, scan_entry_points
+
+
+def dist(site: Path, dirname: str, entry_points: str) -> None:
+    info = site / dirname
+    info.mkdir(parents=True)
+    (info / "entry_points.txt").write_text(textwrap.dedent(entry_points))
+
+
+def test_scan_reads_only_the_group_and_the_first_distribution_of_a_name(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    dist(first, "jail_runner-1.0.dist-info", """
+        [console_scripts]
+        jail = jail:main
+        # a comment
+        [dsh_sandbox.runners]
+        jail = jail.runner:JailRunner
+        """)
+    dist(second, "Jail.Runner-0.9.dist-info", "[dsh_sandbox.runners]\njail = old.jail:JailRunner\nold = old:Old\n")
+    dist(second, "other-2.0.egg-info", "[dsh_sandbox.runners]\nother = other:Runner\n")
+    (tmp_path / "c.zip").write_bytes(b"")
+    points = scan_entry_points(RUNNER_GROUP, [str(first), str(second), str(tmp_path / "c.zip"), "/nonexistent"])
+    assert [(p.name, p.value, p.dist) for p in points] == [
+        ("jail", "jail.runner:JailRunner", "jail-runner"),  # the older Jail.Runner is shadowed whole
+        ("other", "other:Runner", "other"),
+    ]
+
+
+def test_builtin_runners_come_from_this_package_entry_points() -> None:
+    points = runner_entry_points()
+    assert {"landlock", "bwrap", "seatbelt", "docker", "e2b"} <= set(points)
+    assert all(p.dist == "dsh-sandbox" for n, p in points.items() if n in ("landlock", "bwrap"))
+    assert points["landlock"].load().__name__ == "LandlockRunner"
+
+
+CHILD = """
+import sys
+from dsh.sandbox.context import Context
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.host import SandboxHost, SandboxHostConfig
+from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+with Context() as ctx:
+    policy = PolicyService(ctx, PolicyConfig(mode="workspace-write", workspace=sys.argv[1])).resolve()
+    try:
+        SandboxHost(ctx, SandboxHostConfig()).choose(policy)
+    except SandboxUnavailable:
+        pass
+print(sorted(m for m in ("importlib.metadata", "dsh.runners.docker", "dsh.runners.e2b") if m in sys.modules))
+"""
+
+
+def test_auto_selection_imports_no_remote_runner_and_no_importlib_metadata(tmp_path: Path, workspace: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def imported() -> str:
+        done = subprocess.run([sys.executable, "-c", CHILD, str(workspace)], env=env, capture_output=True,
+                              text=True, timeout=120, check=True)
+        return done.stdout.strip()
+
+    imported()  # the first run learns the priorities (imports every runner once)
+    assert (tmp_path / "cache" / "dsh-sandbox" / "auto-order.json").is_file()
+    assert imported() == "[]"
