@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+from dsh.sandbox.gate import summarize
 from dsh.sandbox.modes import SandboxMode
 
 
@@ -99,7 +100,7 @@ def _enforcement(runner: Any, policy: Any) -> str:
         return f"refused: {type(exc).__name__}: {exc}"
     if enforcement.accepted_by(policy):
         return str(enforcement.describe())
-    return "refused: " + "; ".join(enforcement.missing)
+    return "refused: " + "; ".join(summarize(enforcement.missing))
 
 
 def _plain(value: Any) -> Any:

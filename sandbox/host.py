@@ -211,8 +211,9 @@ class SandboxHost(Service):
         return _safe_probe(runner)
 
     def probe_all(self) -> list[RunnerProbe]:
-        """A probe for every known runner, in display order."""
-        return [self.probe(name) for name in self.names()]
+        """A probe for every known runner: those ``auto`` tries first, in its order."""
+        order = self._auto_order()
+        return [self.probe(name) for name in [*order, *(n for n in self.names() if n not in order)]]
 
     # -- selection ----------------------------------------------------------------------
     def select(self, policy: SandboxPolicy) -> Runner:
