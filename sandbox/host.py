@@ -156,7 +156,7 @@ class SandboxHost(Service):
             return name
         raise ConfigError(f"runner: unknown runner {name!r}; use one of: {', '.join([AUTO, *self._injected])}")
 
-    def runner_class(self, name: str) -> type[Runner] | Runner | None:
+    def declared(self, name: str) -> type[Runner] | Runner | None:
         """What declares runner ``name``'s facts (remote, auto_priority); ``None`` if it does not load."""
         if self._injected is not None:
             return self._injected.get(name)
@@ -171,7 +171,7 @@ class SandboxHost(Service):
         points = runner_entry_points()
         hinted = read_priorities(points)
         if hinted is None:
-            classes = {n: c for n in self.names() if (c := self.runner_class(n)) is not None}
+            classes = {n: c for n in self.names() if (c := self.declared(n)) is not None}
             hinted = {n: (c.auto_priority if (c := classes.get(n)) else None) for n in points}
             write_priorities(points, hinted)
         ranked = [(priority, name) for name, priority in hinted.items() if priority is not None]
@@ -180,7 +180,7 @@ class SandboxHost(Service):
     @property
     def remote(self) -> bool:
         """Does the configured runner run commands in its own image or machine?"""
-        declared = None if self.runner_name == AUTO else self.runner_class(self.runner_name)
+        declared = None if self.runner_name == AUTO else self.declared(self.runner_name)
         return bool(declared is not None and declared.remote)
 
     def runner(self, name: str) -> Runner | None:
@@ -237,7 +237,7 @@ class SandboxHost(Service):
             except ConfigError:
                 why_not.append(f"  {name}: not installed")
                 continue
-            declared = self.runner_class(name)
+            declared = self.declared(name)
             if declared is not None and declared.auto_priority is None and name not in allowed:
                 continue  # a stale priority hint: the class has the last word
             probe = self.probe(name)

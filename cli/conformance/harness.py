@@ -128,8 +128,8 @@ class Harness:
         ctx = None
         try:
             ctx, enforcement, reporting, limited = self._context(runner, mode, root, profile)
-            separate_kernel = bool(getattr(ctx.sandbox.runner_class(runner), "separate_kernel", False))
-            reasons = partial_capabilities(ctx.sandbox.runner_class(runner), enforcement)
+            separate_kernel = bool(getattr(ctx.sandbox.declared(runner), "separate_kernel", False))
+            reasons = partial_capabilities(ctx.sandbox.declared(runner), enforcement)
             tools: dict[str, bool] = {}
             for scenario in scenarios:
                 nonce = secrets.token_hex(6)
