@@ -171,9 +171,12 @@ class SandboxHost(Service):
         points = runner_entry_points()
         hinted = read_priorities(points)
         if hinted is None:
-            classes = {n: c for n in self.names() if (c := self.declared(n)) is not None}
-            hinted = {n: (c.auto_priority if (c := classes.get(n)) else None) for n in points}
-            write_priorities(points, hinted)
+            classes = {n: self.declared(n) for n in points}
+            hinted = {n: (c.auto_priority if c is not None else None) for n, c in classes.items()}
+            if all(c is not None for c in classes.values()):
+                # A runner that did not import (a missing extra) is asked again
+                # next time, once it may have been installed.
+                write_priorities(points, hinted)
         ranked = [(priority, name) for name, priority in hinted.items() if priority is not None]
         return [name for _, name in sorted(ranked)]
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+from dsh.sandbox.context import Context
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.host import SandboxHost, SandboxHostConfig
+from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.registry import RUNNER_GROUP, runner_entry_points, scan_entry_points
 
 
@@ -70,3 +76,16 @@ def test_auto_selection_imports_no_remote_runner_and_no_importlib_metadata(tmp_p
     imported()  # the first run learns the priorities (imports every runner once)
     assert (tmp_path / "cache" / "dsh-sandbox" / "auto-order.json").is_file()
     assert imported() == "[]"
+
+
+def test_a_runner_that_does_not_import_is_not_remembered_as_never_auto(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dist(tmp_path / "site", "broken_runner-1.0.dist-info", "[dsh_sandbox.runners]\nbroken = dsh_no_such:Runner\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with Context() as ctx:
+        policy = PolicyService(ctx, PolicyConfig(mode="workspace-write", workspace=str(workspace))).resolve()
+        with contextlib.suppress(SandboxUnavailable):
+            SandboxHost(ctx, SandboxHostConfig()).choose(policy)
+    assert not (tmp_path / "cache" / "dsh-sandbox" / "auto-order.json").exists()
