@@ -140,3 +140,14 @@ def test_death_by_signal_is_a_declared_reporting_gap(runner: BwrapRunner, layout
     assert result.returncode == 128 + 9
     assert "signal-status" in runner.reporting_gaps(policy(layout.ws))
     assert runner.reporting_gaps(policy(layout.ws, SandboxMode.DANGER_FULL_ACCESS)) == {}
+
+
+def test_baseline_is_the_same_bwrap_argv_spawned_bare_and_reusable(runner: BwrapRunner, layout: Layout) -> None:
+    baseline = runner.baseline(policy(layout.ws), str(layout.ws))
+    assert baseline.label == "bare bwrap true" and not baseline.slow
+    try:
+        baseline.run()
+        baseline.run()  # the seccomp fd is rewound between spawns
+    finally:
+        if baseline.close is not None:
+            baseline.close()
