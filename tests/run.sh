@@ -50,41 +50,6 @@ python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]" --con
 # An editable install compiles nothing; with PYTHONDONTWRITEBYTECODE set (as on
 # these machines) every CLI start would recompile the package from source.
 python3 -m compileall -q cli sandbox runners executors tools profiles >/dev/null
-
-# Docker daemon, then runs ruff, mypy --strict, pytest and the conformance suite.
-#
-# Runners CI has must run, not skip: DSH_REQUIRE_RUNNERS turns a missing
-# runner into a test failure.  Set DSH_REQUIRE_RUNNERS= (empty) to allow skips
-# on a machine without them.
-set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
-cd "$root"
-
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-need_apt=()
-command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
-command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
-command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
-command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
-command -v git >/dev/null 2>&1 || need_apt+=(git)
-# The workload scenarios build C, make a venv and run git under landlock and
-# bwrap (host programs); mmdebstrap builds the docker runner's Debian image.
-command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
-command -v make >/dev/null 2>&1 || need_apt+=(make)
-/usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
-command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
-if [ "${#need_apt[@]}" -gt 0 ]; then
-  echo "tests/run.sh: installing ${need_apt[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
-
-python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]"
-# An editable install compiles nothing; with PYTHONDONTWRITEBYTECODE set (as on
-# these machines) every CLI start would recompile the package from source.
-python3 -m compileall -q sandbox runners executors tools profiles >/dev/null
-
 # Docker daemon + the locally built runner image (never pulled).
 bash "$root/.ci/docker-setup.sh"
 
