@@ -163,8 +163,7 @@ Provider = Callable[[Any], None]
 
 
 def _providers(opts: RunOptions, executor: str) -> list[Provider]:
-    """The mount list, in dependency order.  Issue 4's ``--approval`` adds its
-    approval provider here."""
+    """The mount list, in dependency order."""
     from dsh.executors.process import LocalSubprocessService, SubprocessConfig
     from dsh.sandbox.host import SandboxHost, SandboxHostConfig
     from dsh.sandbox.policy_service import PolicyConfig, PolicyService

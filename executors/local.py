@@ -19,6 +19,11 @@ from typing import Any, ClassVar
 from dsh.executors.execution import LocalShellExecution
 from dsh.executors.process import LocalSubprocessService
 from dsh.executors.seam import (
+    DEFAULT_TIMEOUT_MS,
+    GRACE_MS,
+    MAX_OUTPUT_BYTES,
+    MAX_SPILL_BYTES,
+    MAX_TIMEOUT_MS,
     SandboxFacts,
     ShellExecRequest,
     ShellExecSpec,
@@ -32,11 +37,11 @@ from dsh.sandbox.runner import Launch, LocalLaunch, exec_failure_status
 @dataclass(frozen=True)
 class LocalShellConfig:
     cwd: str | None = None
-    timeout_ms: int = 120000
-    max_timeout_ms: int = 600000
-    max_output_bytes: int = 64000
-    max_spill_bytes: int = 67108864
-    grace_ms: int = 3000
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    max_timeout_ms: int = MAX_TIMEOUT_MS
+    max_output_bytes: int = MAX_OUTPUT_BYTES
+    max_spill_bytes: int = MAX_SPILL_BYTES
+    grace_ms: int = GRACE_MS
 
     def __post_init__(self) -> None:
         for name in ("timeout_ms", "max_timeout_ms", "max_output_bytes", "grace_ms"):

@@ -11,7 +11,7 @@ No zombie, no orphan:
 - the service makes this process a child subreaper (``reap_orphans``), so those
   orphans come back to us and are reaped by process group (``waitid(P_PGID)``),
   never touching children that other code owns;
-- if this process dies (even by SIGKILL), a watchdog process started once per
+- if this process dies (even by SIGKILL), an orphan killer (a process) started once per
   service sees its pipe hit EOF and SIGKILLs every process group still
   registered.
 """
@@ -36,7 +36,7 @@ from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
 from dsh.executors.spill import SpillDir
-from dsh.executors.watchdog import Watchdog
+from dsh.executors.watchdog import OrphanKiller
 from dsh.sandbox.context import Service
 from dsh.sandbox.runner import ExitStatus, Launch, LocalLaunch, RemoteLaunch, RemoteProcess
 
@@ -154,7 +154,7 @@ class _LocalTarget(ProcessTarget):
             pending = {p: s for p, s in pending.items() if not proctree.reap_adopted(p, s)}
             if pending:
                 time.sleep(0.005)
-        self.service.watchdog.unregister(self.pgid)
+        self.service.orphan_killer.unregister(self.pgid)
         if self.launch.cleanup is not None:
             self.launch.cleanup()
 
@@ -197,7 +197,7 @@ class LocalSubprocessService(Service):
 
     def __init__(self, ctx: Any, config: Any = None) -> None:
         super().__init__(ctx, config)
-        self.watchdog = Watchdog()
+        self.orphan_killer = OrphanKiller()
         self._live: set[Pump] = set()
         self._lock = threading.Lock()
         self._spill_dir: SpillDir | None = None
@@ -327,7 +327,7 @@ class LocalSubprocessService(Service):
             raise
         for fd in child_ends:
             os.close(fd)
-        self.watchdog.register(popen.pid)
+        self.orphan_killer.register(popen.pid)
         try:
             target = _LocalTarget(popen, launch, self)
         except OSError:  # pidfd_open failed: do not leave the command running
@@ -365,7 +365,7 @@ class LocalSubprocessService(Service):
             if not pump.wait(pump.grace_s + 10):
                 pump.force_kill()
                 pump.wait(30)
-        self.watchdog.close()
+        self.orphan_killer.close()
         with self._lock:
             spill_dir, self._spill_dir = self._spill_dir, None
             captures = list(self._captures)

@@ -38,7 +38,7 @@ ENV_OVERRIDES: Mapping[str, str] = {
 
 
 class AbortSignal:
-    """A caller-owned abort flag (the seed's AbortSignal).  Thread-safe."""
+    """A caller-owned abort flag, set once to stop an execution.  Thread-safe."""
 
     def __init__(self) -> None:
         self._event = threading.Event()

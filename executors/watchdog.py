@@ -1,4 +1,4 @@
-"""The watchdog: the executor's death must not leave its commands running.
+"""The orphan killer: the executor's death must not leave its commands running.
 
 One tiny process per subprocess service (started at the first spawn) holds the
 read end of a pipe from us.  We write ``<pgid>`` when a command starts and
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 
-_WATCHDOG = r"""
+_ORPHAN_KILLER = r"""
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -33,7 +33,7 @@ for pgid in groups:
 """
 
 
-class Watchdog:
+class OrphanKiller:
     """A tiny process that SIGKILLs registered process groups when we die."""
 
     def __init__(self) -> None:
@@ -44,7 +44,7 @@ class Watchdog:
         with self._lock:
             if self._proc is None:
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", "-c", _WATCHDOG],
+                    [sys.executable, "-I", "-S", "-c", _ORPHAN_KILLER],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
                     start_new_session=True,  # a Ctrl-C to our group must not kill it

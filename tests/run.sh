@@ -7,9 +7,9 @@
 # python3-venv, git) -- installs the project with its test extras, starts the
 # Docker daemon, then runs ruff, mypy --strict, pytest and the conformance suite.
 #
-# Runners CI has must run, not skip: DSH_REQUIRE_RUNNERS turns a missing
-# runner into a test failure.  Set DSH_REQUIRE_RUNNERS= (empty) to allow skips
-# on a machine without them.
+# What CI has must run, not skip: DSH_REQUIRE (runners, and the cgroups the
+# limit tests need) turns a missing one into a test failure.  Set DSH_REQUIRE=
+# (empty) to allow skips on a machine without them.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -53,7 +53,9 @@ python3 -m compileall -q cli sandbox runners executors tools profiles >/dev/null
 # Docker daemon + the locally built runner image (never pulled).
 bash "$root/.ci/docker-setup.sh"
 
-export DSH_REQUIRE_RUNNERS="${DSH_REQUIRE_RUNNERS-landlock,bwrap,docker,e2b}"
+# cgroup-v1 and cgroup-v2: a writable hierarchy of each version, as CI's hybrid
+# machine has (the v2 one at /sys/fs/cgroup/unified, without controllers).
+export DSH_REQUIRE="${DSH_REQUIRE-landlock,bwrap,docker,e2b,cgroup,cgroup-v1,cgroup-v2}"
 
 # Tests that run the CLI as nobody need an interpreter and an install nobody can
 # read: this python3 may live under /root (mode 0700), a venv too.  A copy in a

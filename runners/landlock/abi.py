@@ -20,7 +20,6 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
-LANDLOCK_RULE_NET_PORT = 2
 
 
 # Filesystem rights, with the ABI that introduced each one.
@@ -100,10 +99,6 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-class _NetPortAttr(ctypes.Structure):
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
-
-
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
@@ -157,18 +152,6 @@ def add_path_rule(ruleset_fd: int, path_fd: int, allowed: int) -> None:
         ctypes.c_uint32(0),
     )
     _check(result, "landlock_add_rule(PATH_BENEATH)")
-
-
-def add_port_rule(ruleset_fd: int, port: int, allowed: int) -> None:
-    attr = _NetPortAttr(allowed, port)
-    result = _syscall(
-        ctypes.c_long(SYS_LANDLOCK_ADD_RULE),
-        ctypes.c_int(ruleset_fd),
-        ctypes.c_int(LANDLOCK_RULE_NET_PORT),
-        ctypes.byref(attr),
-        ctypes.c_uint32(0),
-    )
-    _check(result, "landlock_add_rule(NET_PORT)")
 
 
 def restrict_self(ruleset_fd: int) -> None:

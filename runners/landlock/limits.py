@@ -135,7 +135,7 @@ def plan_limits(limits: ResourceLimits, cgroups: CgroupSession | None, *, is_roo
     return LimitPlan(tuple(prefix), cgroup, limits.wall_time_s, tuple(described), tuple(gaps))
 
 
-class Watchdog:
+class WallTimeKiller:
     """Kills a command after ``wall_time_s``; cancelled by the launch's cleanup."""
 
     def __init__(self, seconds: float, cgroup: CommandCgroup | None, pid: int | None) -> None:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from dsh.runners.landlock import abi
 from dsh.runners.landlock.limits import (
     LimitPlan,
-    Watchdog,
+    WallTimeKiller,
     plan_containment,
     plan_limits,
 )
@@ -358,7 +358,7 @@ class LandlockRunner(Runner):
 
 
 class _LimitedSpawn:
-    """One command's cgroup, watchdog and teardown.
+    """One command's cgroup, wall-time killer and teardown.
 
     The cgroup is taken when the launch is prepared.  v1 membership is per
     thread: the spawner thread moves itself in, forks (the child is born
@@ -371,7 +371,7 @@ class _LimitedSpawn:
         self._cgroups = cgroups
         self._limits = limits
         self.cgroup: CommandCgroup | None = None
-        self.watchdog: Watchdog | None = None
+        self.wall_time_killer: WallTimeKiller | None = None
         self.join_fds: list[int] = []
         if cgroups is not None:
             self.cgroup = cgroups.command(limits.cgroup)
@@ -392,7 +392,9 @@ class _LimitedSpawn:
             self._close_join_fds()  # the child has its copies (or never ran)
         if self._limits.wall_time_s is not None:
             pid = getattr(result, "pid", None)
-            self.watchdog = Watchdog(self._limits.wall_time_s, self.cgroup, pid if isinstance(pid, int) else None)
+            self.wall_time_killer = WallTimeKiller(
+                self._limits.wall_time_s, self.cgroup, pid if isinstance(pid, int) else None
+            )
         return result
 
     def _close_join_fds(self) -> None:
@@ -423,8 +425,8 @@ class _LimitedSpawn:
             self.cgroup.kill(sig)
 
     def cleanup(self) -> None:
-        if self.watchdog is not None:
-            self.watchdog.cancel()
+        if self.wall_time_killer is not None:
+            self.wall_time_killer.cancel()
         self._close_join_fds()
         if self.cgroup is not None and self._cgroups is not None:
             self._cgroups.release(self.cgroup)  # kills what is left (double forks, setsid) first
@@ -432,7 +434,7 @@ class _LimitedSpawn:
 
     @property
     def timed_out(self) -> bool:
-        return self.watchdog is not None and self.watchdog.fired
+        return self.wall_time_killer is not None and self.wall_time_killer.fired
 
 
 __all__ = ["LandlockRunner", "signal"]

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_runner
 from tests.runners.test_trusted_files import LANDLOCK_ACCEPT, NOBODY, cli
+from tests.support.require import require_runner
 
 USERS = ["caller", "nobody"]
 BIG = 5 * 1024 * 1024  # past the CLI's 4 MiB in-memory tail: the host spills

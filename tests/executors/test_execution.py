@@ -17,7 +17,8 @@ from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.runner import Launch, LocalLaunch
 
-from tests.support.executors import PATIENCE_S, make_context, run, start, wait_until
+from tests.support.executors import make_context, run, start
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 @pytest.fixture
@@ -45,7 +46,7 @@ def test_on_expiry_none_has_no_deadline(ctx: Context) -> None:
 def test_abort_stops_the_command(ctx: Context) -> None:
     signal = AbortSignal()
     execution = start(ctx, "echo started; sleep 1000", signal=signal, on_expiry="kill")
-    assert wait_until(lambda: b"started" in execution.observed.read("stdout")[0])
+    wait_until(lambda: b"started" in execution.observed.read("stdout")[0])
     signal.abort()
     result = execution.result(timeout=PATIENCE_S)
     assert result.aborted and not result.timed_out
@@ -58,7 +59,7 @@ def test_first_cause_wins_timeout_then_abort(ctx: Context) -> None:
     # still in its grace period: the timeout stays the cause.
     signal = AbortSignal()
     execution = start(ctx, "trap '' TERM; echo $$; sleep 1000", signal=signal, on_expiry="kill", timeout_ms=200)
-    assert wait_until(lambda: execution.status != "running" or _cause(execution) == "timeout")
+    wait_until(lambda: execution.status != "running" or _cause(execution) == "timeout")
     signal.abort()
     result = execution.result(timeout=PATIENCE_S)
     assert result.timed_out and not result.aborted
@@ -168,7 +169,7 @@ def test_exec_failure_settles_with_the_shell_status(
 
 def test_read_output_is_consuming_and_observed_is_not(ctx: Context, tmp_path: Path) -> None:
     execution = start(ctx, "echo first; while [ ! -e go ]; do sleep 0.01; done; echo second >&2")
-    assert wait_until(lambda: b"first" in execution.observed.read("stdout")[0])
+    wait_until(lambda: b"first" in execution.observed.read("stdout")[0])
     first = execution.read_output()
     assert (first.stdout, first.stderr, first.status, first.lossy) == ("first\n", "", "running", False)
     again = execution.read_output()
@@ -200,7 +201,7 @@ def test_lossy_read_names_the_spill_files(ctx: Context) -> None:
 def test_read_output_holds_back_a_split_code_point(ctx: Context, tmp_path: Path) -> None:
     # The first half of "é" arrives, then the rest after a handshake.
     execution = start(ctx, "printf 'x\\303'; while [ ! -e go ]; do sleep 0.01; done; printf '\\251y'")
-    assert wait_until(lambda: execution.observed.read("stdout")[1] == 2)
+    wait_until(lambda: execution.observed.read("stdout")[1] == 2)
     assert execution.read_output().stdout == "x"
     (tmp_path / "go").touch()
     assert execution.wait(PATIENCE_S)

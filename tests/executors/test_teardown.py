@@ -13,16 +13,8 @@ from pathlib import Path
 import pytest
 from dsh.sandbox.context import Context
 
-from tests.support.executors import (
-    PATIENCE_S,
-    first_line_int,
-    group_members,
-    make_context,
-    proc_stat,
-    start,
-    wait_group_gone,
-    wait_until,
-)
+from tests.support.executors import first_line_int, group_members, make_context, proc_stat, start, wait_group_gone
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 @pytest.fixture
@@ -39,7 +31,7 @@ def test_timeout_kills_the_whole_group(ctx: Context) -> None:
     result = execution.result(timeout=PATIENCE_S)
     assert result.timed_out and not result.aborted
     assert result.exit_code is None and result.signal in ("SIGTERM", "SIGKILL")
-    assert wait_group_gone(pgid) == []
+    wait_group_gone(pgid)
 
 
 def test_double_fork_is_killed_when_the_command_exits(ctx: Context) -> None:
@@ -49,17 +41,17 @@ def test_double_fork_is_killed_when_the_command_exits(ctx: Context) -> None:
     result = execution.result(timeout=PATIENCE_S)
     assert result.exit_code == 0
     assert result.stdout.text.endswith("leader-done\n")
-    assert wait_group_gone(pgid) == []  # no orphan and no zombie left
+    wait_group_gone(pgid)  # no orphan and no zombie left
 
 
 def test_double_fork_is_killed_on_kill(ctx: Context) -> None:
     execution = start(ctx, "echo $$; ( ( sleep 1000 & ) & ); ( ( sleep 1000 & ) & ); sleep 1000")
     pgid = first_line_int(execution)
-    assert wait_until(lambda: len(group_members(pgid)) >= 3)
+    wait_until(lambda: len(group_members(pgid)) >= 3)
     assert execution.kill() is True
     assert execution.wait(PATIENCE_S)
     assert execution.status == "killed"
-    assert wait_group_gone(pgid) == []
+    wait_group_gone(pgid)
 
 
 def test_sigterm_ignoring_command_gets_sigkill_after_grace(ctx: Context) -> None:
@@ -69,18 +61,18 @@ def test_sigterm_ignoring_command_gets_sigkill_after_grace(ctx: Context) -> None
     result = execution.result(timeout=PATIENCE_S)
     assert result.signal == "SIGKILL"
     assert execution.status == "killed"
-    assert wait_group_gone(pgid) == []
+    wait_group_gone(pgid)
 
 
 def test_sigterm_ignoring_child_of_an_obedient_leader(ctx: Context) -> None:
     # The leader dies at SIGTERM; its child ignores SIGTERM and must still go.
     execution = start(ctx, "echo $$; bash -c \"trap '' TERM; sleep 1000\" & wait")
     pgid = first_line_int(execution)
-    assert wait_until(lambda: len(group_members(pgid)) >= 2)
+    wait_until(lambda: len(group_members(pgid)) >= 2)
     execution.kill()
     result = execution.result(timeout=PATIENCE_S)
     assert result.signal == "SIGTERM"
-    assert wait_group_gone(pgid) == []
+    wait_group_gone(pgid)
 
 
 def test_kill_is_idempotent_and_false_once_done(ctx: Context) -> None:
@@ -130,12 +122,12 @@ def test_executor_sigkill_does_not_leave_the_command_running(tmp_path: Path) -> 
     try:
         assert executor.stdout is not None
         pgid = int(executor.stdout.readline())
-        assert wait_until(lambda: len(group_members(pgid, include_zombies=False)) >= 2)
+        wait_until(lambda: len(group_members(pgid, include_zombies=False)) >= 2)
         os.kill(executor.pid, signal.SIGKILL)
         executor.wait()
         # Killed processes whose parent is gone may stay zombies when PID 1 does
         # not reap (as in this VM); what matters is that nothing still runs.
-        assert wait_group_gone(pgid, include_zombies=False) == []
+        wait_group_gone(pgid, include_zombies=False)
     finally:
         if executor.poll() is None:
             executor.kill()
@@ -147,7 +139,7 @@ def test_descendant_that_left_the_group_is_killed_and_reaped(ctx: Context) -> No
     execution = start(ctx, "setsid sleep 1000 & echo $!; sleep 1000")
     escaped = first_line_int(execution)
     # Wait until it really is outside the command's group (its own session).
-    assert wait_until(lambda: (proc_stat(escaped) or ("", 0, 0))[2] == escaped)
+    wait_until(lambda: (proc_stat(escaped) or ("", 0, 0))[2] == escaped)
     assert execution.kill()
     assert execution.wait(PATIENCE_S)
-    assert wait_group_gone(escaped) == []  # killed, and reaped: not even a zombie
+    wait_group_gone(escaped)  # killed, and reaped: not even a zombie

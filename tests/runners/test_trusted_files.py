@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_runner
+from tests.support.require import require_runner
 from tests.support.runners import nobody_python
 
 NOBODY = 65534

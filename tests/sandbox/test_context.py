@@ -1,11 +1,10 @@
-"""Context, services and compositions (issue 2 item 2)."""
+"""Context, services and compositions."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import textwrap
-import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,6 +19,8 @@ from dsh.sandbox.context import (
     plugin_names,
 )
 from dsh.sandbox.errors import CompositionError, DuplicateServiceError, MissingServiceError
+
+from tests.support.wait import wait_until
 
 
 class Greeter(Service):
@@ -177,9 +178,7 @@ def test_context_teardown_kills_and_waits_for_every_process(tmp_path: Path) -> N
         on_expiry="none",
     ))
     execution = ctx.shell.execute(spec)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(pidfile.read_text().split() if pidfile.exists() else []) < 2:
-        time.sleep(0.05)
+    wait_until(lambda: pidfile.exists() and len(pidfile.read_text().split()) >= 2, "both pids")
     pids = [int(p) for p in pidfile.read_text().split()]
     assert all(_alive(p) for p in pids)
     ctx.close()

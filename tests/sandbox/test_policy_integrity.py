@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,7 @@ from dsh.sandbox.policy_guard import refuse_untrusted_config
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.profiles import ProfileError, load_profile
 
-
-@pytest.fixture(autouse=True)
-def _no_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("TMPDIR", raising=False)
-    yield
+pytestmark = pytest.mark.usefixtures("no_tmpdir")
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,7 @@ from dsh.sandbox.profiles import ProfileError
 TMP = Path(os.path.realpath("/tmp"))
 
 
-@pytest.fixture(autouse=True)
-def _no_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    # $TMPDIR is part of the policy; tests that want it set it themselves.
-    monkeypatch.delenv("TMPDIR", raising=False)
-    yield
+pytestmark = pytest.mark.usefixtures("no_tmpdir")
 
 
 def service(workspace: Path | str, **config: Any) -> PolicyService:

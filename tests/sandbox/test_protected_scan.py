@@ -21,11 +21,7 @@ from dsh.sandbox.protected_scan import TreeIndex
 from dsh.sandbox.runner import Enforcement
 from dsh.sandbox.trusted_changes import Baseline, trusted_changes
 
-
-@pytest.fixture(autouse=True)
-def _no_tmpdir(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv("TMPDIR", raising=False)
-    yield
+pytestmark = pytest.mark.usefixtures("no_tmpdir")
 
 
 def service(workspace: Path, **config: Any) -> PolicyService:

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dsh.executors.seam import ShellExecRequest, ShellExecution, ShellRunResult
 from dsh.sandbox.context import Context, build_context
 
-#: Generous: 8 helpers share 2 cores while these tests run.
-PATIENCE_S = 60.0
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 def make_context(cwd: Path, name: str = "bash-local", **config: Any) -> Context:
@@ -57,19 +54,12 @@ def group_members(pgid: int, *, include_zombies: bool = True) -> list[tuple[int,
     return out
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = PATIENCE_S) -> bool:
-    give_up = time.monotonic() + timeout
-    while time.monotonic() < give_up:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
-def wait_group_gone(pgid: int, *, include_zombies: bool = True) -> list[tuple[int, str]]:
-    """Wait until the group is empty; return what is left (empty on success)."""
-    wait_until(lambda: not group_members(pgid, include_zombies=include_zombies))
-    return group_members(pgid, include_zombies=include_zombies)
+def wait_group_gone(pgid: int, *, include_zombies: bool = True) -> None:
+    """Wait until the process group is empty; fail naming what is left."""
+    wait_until(
+        lambda: not group_members(pgid, include_zombies=include_zombies),
+        lambda: f"process group {pgid} to be empty: {group_members(pgid, include_zombies=include_zombies)}",
+    )
 
 
 def first_line_int(execution: ShellExecution) -> int:
@@ -83,5 +73,5 @@ def first_line_int(execution: ShellExecution) -> int:
         holder.append(int(data.split(b"\n", 1)[0]))
         return True
 
-    assert wait_until(ready), "the command never printed its pid"
+    wait_until(ready, "the command to print its pid")
     return holder[0]

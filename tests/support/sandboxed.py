@@ -7,11 +7,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pytest
 from dsh.sandbox.context import Context, build_context
 from dsh.sandbox.host import SandboxHost, SandboxHostConfig
 
-from tests.conftest import require_runner, required_runners
+from tests.support.require import require_runner, unavailable
 
 #: The Linux runners these tests run for real.
 LINUX_RUNNERS = ("landlock", "bwrap")
@@ -26,10 +25,7 @@ def need_runner(name: str) -> None:
         host = SandboxHost(ctx, SandboxHostConfig())
         runner = host.runner(name)
         if runner is None:
-            message = f"SANDBOX_UNAVAILABLE: {name}: {host.probe(name).reason}"
-            if name in required_runners():
-                pytest.fail(f"{message} (required by DSH_REQUIRE_RUNNERS)")
-            pytest.skip(message)
+            unavailable(name, host.probe(name).reason or "the probe failed")
         require_runner(name, runner)
 
 

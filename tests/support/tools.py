@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -15,8 +13,8 @@ from dsh.sandbox.context import Context, build_context
 from dsh.tools.base import ToolResult
 from dsh.tools.toolbox import call_tool
 
-#: Generous bounds: 2 cores shared by many test runs.
-PATIENCE_S = 60.0
+from tests.support.processes import describe, pids_with
+from tests.support.wait import wait_until
 
 
 @contextmanager
@@ -90,49 +88,8 @@ def marker() -> str:
     return str(uuid.uuid4().int % 10**12)
 
 
-def pids_with(mark: str) -> list[int]:
-    """Live processes whose command line contains ``mark`` (zombies have none)."""
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                cmdline = fh.read()
-        except OSError:
-            continue
-        if mark.encode() in cmdline:
-            found.append(int(entry))
-    return found
 
 
-def wait_until(predicate: Any, timeout: float = PATIENCE_S, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout}s")
-        time.sleep(0.05)
-
-
-def describe(pids: list[int]) -> str:
-    """What is left, for a failure message: pid, state, parent, pgid, cmdline."""
-    parts = []
-    for pid in pids:
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        state = next((x for x in status.splitlines() if x.startswith("State:")), "")
-        parts.append(f"pid {pid} {state} ppid {stat[1]} pgid {stat[2]}: {cmd}")
-    return "; ".join(parts) or "(gone meanwhile)"
-
-
-def assert_gone(mark: str, timeout: float = PATIENCE_S) -> None:
+def assert_gone(mark: str) -> None:
     """Every process whose command line has ``mark`` is gone (bounded wait)."""
-    deadline = time.monotonic() + timeout
-    while pids_with(mark):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"processes left after {timeout}s: {describe(pids_with(mark))}")
-        time.sleep(0.05)
+    wait_until(lambda: not pids_with(mark), lambda: f"every process of {mark} to end: {describe(pids_with(mark))}")

@@ -7,17 +7,9 @@ from typing import cast
 
 from dsh.tools.jobs import JobRegistry
 
-from tests.support.tools import (
-    PATIENCE_S,
-    assert_gone,
-    bash,
-    call,
-    local_ctx,
-    marker,
-    parsed,
-    pids_with,
-    wait_until,
-)
+from tests.support.processes import pids_with
+from tests.support.tools import assert_gone, bash, call, local_ctx, marker, parsed
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 def test_foreground_outliving_the_wait_continues_as_its_job(workspace: Path) -> None:

@@ -8,17 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import pids_with
 from tests.support.sandboxed import LINUX_RUNNERS, accept_for, need_runner
-from tests.support.tools import (
-    assert_gone,
-    bash,
-    call,
-    marker,
-    parsed,
-    pids_with,
-    sandboxed_ctx,
-    wait_until,
-)
+from tests.support.tools import assert_gone, bash, call, marker, parsed, sandboxed_ctx
+from tests.support.wait import wait_until
 
 
 @pytest.fixture(params=LINUX_RUNNERS)

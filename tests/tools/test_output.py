@@ -8,7 +8,8 @@ from typing import cast
 
 from dsh.tools.jobs import JobRegistry
 
-from tests.support.tools import PATIENCE_S, bash, call, local_ctx, parsed
+from tests.support.tools import bash, call, local_ctx, parsed
+from tests.support.wait import PATIENCE_S
 
 FULL = "".join(f"{i}\n" for i in range(1, 20001))
 

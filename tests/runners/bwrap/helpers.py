@@ -20,11 +20,9 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
-from tests.conftest import require_runner
-from tests.support.runners import Completed as Ran
-
-RUN_TIMEOUT_S = 120
-
+from tests.support.require import require_runner
+from tests.support.runners import Completed
+from tests.support.wait import PATIENCE_S
 
 _RUNNER: BwrapRunner | None = None
 
@@ -119,8 +117,8 @@ def run(
     *,
     cwd: Path | None = None,
     stdin: bytes | None = None,
-    timeout: float = RUN_TIMEOUT_S,
-) -> Ran:
+    timeout: float = PATIENCE_S,
+) -> Completed:
     launch = runner.prepare(argv, pol, cwd=str(cwd or pol.workspace), env={})
     assert isinstance(launch, LocalLaunch)
     try:
@@ -139,13 +137,13 @@ def run(
             except subprocess.TimeoutExpired:
                 pytest.fail(f"killing the sandbox left processes holding its output: {argv!r}")
             pytest.fail(f"sandboxed command did not finish within {timeout} s: {argv!r}")
-        return Ran(proc.returncode, out, err)
+        return Completed.from_returncode(proc.returncode, out, err)
     finally:
         if launch.cleanup is not None:
             launch.cleanup()
 
 
-def sh(runner: BwrapRunner, script: str, pol: SandboxPolicy, **kw: object) -> Ran:
+def sh(runner: BwrapRunner, script: str, pol: SandboxPolicy, **kw: object) -> Completed:
     return run(runner, ["/bin/sh", "-c", script], pol, **kw)  # type: ignore[arg-type]
 
 

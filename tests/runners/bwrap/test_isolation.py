@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -18,48 +17,16 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.runners.bwrap.helpers import BOTH_MODES, Layout, policy, run, sh, spawn
+from tests.support.processes import pids_where, pids_with
+from tests.support.wait import wait_until
 
 PY = sys.executable
-POLL_S = 30.0
-
-
-def wait_until(predicate: object, what: str, limit: float = POLL_S) -> None:
-    """Poll (not measure): generous limit, fails with ``what`` if never true."""
-    deadline = time.monotonic() + limit
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for: {what}")
-        time.sleep(0.05)
 
 
 def host_pids_with(marker: str) -> list[int]:
     """Host pids of processes running ``sleep <marker>`` (not of shells naming it)."""
     wanted = b"sleep\0" + marker.encode() + b"\0"
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    cmdline = fh.read()
-            except OSError:
-                continue
-            if cmdline == wanted or cmdline.endswith(b"/" + wanted):
-                found.append(int(entry))
-    return found
-
-
-def host_pids_mentioning(marker: str) -> list[int]:
-    """Host pids whose command line mentions ``marker`` anywhere (bwrap included)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
+    return pids_where(lambda cmdline: cmdline == wanted or cmdline.endswith(b"/" + wanted))
 
 
 @pytest.fixture
@@ -291,7 +258,7 @@ def test_kill_tree_right_after_spawn_leaves_nothing(runner: BwrapRunner, layout:
             assert launch.cleanup is not None
             launch.cleanup()
     for marker in markers:
-        wait_until(lambda m=marker: not host_pids_mentioning(m), f"everything of {marker} gone")
+        wait_until(lambda m=marker: not pids_with(m), f"everything of {marker} gone")
 
 
 def test_exact_argv_round_trips(runner: BwrapRunner, layout: Layout) -> None:

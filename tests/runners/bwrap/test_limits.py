@@ -18,7 +18,9 @@ from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.runners.bwrap.helpers import Layout, policy, run, sh
-from tests.runners.bwrap.test_isolation import host_pids_with, wait_until
+from tests.runners.bwrap.test_isolation import host_pids_with
+from tests.support.require import unavailable
+from tests.support.wait import wait_until
 
 PY = sys.executable
 
@@ -40,7 +42,7 @@ def needs_cgroup(runner: BwrapRunner, controller: str) -> None:
     cg = runner.facts().cgroups
     parent = cg.pids_parent if controller == "pids" else cg.memory_parent
     if parent is None:
-        pytest.skip(f"no writable {controller} cgroup here ({cg.reason}); see the degradation tests")
+        unavailable("cgroup", f"bwrap found no writable {controller} cgroup ({cg.reason}); see the degradation tests")
 
 
 def leftover_cgroups() -> list[str]:

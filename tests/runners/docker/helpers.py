@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsh.runners.docker import DockerRunner
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
-from dsh.sandbox.runner import ExitStatus, RemoteLaunch, RemoteProcess
+from dsh.sandbox.runner import RemoteLaunch, RemoteProcess
 
-from tests.conftest import require_runner
+from tests.support.require import require_runner
+from tests.support.runners import Completed, RemoteReader
 
 ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C"}
-WAIT_S = 120.0  # generous: 2 cores shared by many test runs
-
-
-@dataclass(frozen=True)
-class Result:
-    status: ExitStatus
-    stdout: bytes
-    stderr: bytes
 
 
 def policy(workspace: Path, mode: SandboxMode = SandboxMode.WORKSPACE_WRITE,
@@ -46,59 +36,23 @@ def docker_runner(options: Mapping[str, Any] | None = None) -> Iterator[DockerRu
         runner.close()
 
 
-class Reader:
-    """Reads both fds of a ``RemoteProcess`` in threads (no pipe-full deadlock)."""
-
-    def __init__(self, proc: RemoteProcess) -> None:
-        self.data = {proc.stdout_fd: bytearray(), proc.stderr_fd: bytearray()}
-        self.threads = [threading.Thread(target=self._read, args=(fd,), daemon=True)
-                        for fd in self.data]
-        self.first_line = threading.Event()
-        for thread in self.threads:
-            thread.start()
-        self.proc = proc
-
-    def _read(self, fd: int) -> None:
-        try:
-            while chunk := os.read(fd, 65536):
-                self.data[fd] += chunk
-                if b"\n" in chunk:
-                    self.first_line.set()
-        finally:
-            os.close(fd)
-
-    def finish(self) -> tuple[bytes, bytes]:
-        for thread in self.threads:
-            thread.join(WAIT_S)
-            assert not thread.is_alive(), "output stream did not end"
-        return bytes(self.data[self.proc.stdout_fd]), bytes(self.data[self.proc.stderr_fd])
-
-
 def start(runner: DockerRunner, argv: Sequence[str | bytes], pol: SandboxPolicy, *,
           cwd: Path | str | None = None, env: Mapping[str, str] = ENV,
-          stdin: bytes | None = None) -> tuple[RemoteProcess, Reader]:
+          stdin: bytes | None = None) -> tuple[RemoteProcess, RemoteReader]:
     launch = runner.prepare(argv, pol, cwd=str(cwd or pol.workspace), env=env)
     assert isinstance(launch, RemoteLaunch)
     proc = launch.start(stdin, None)
-    return proc, Reader(proc)
-
-
-def finish(proc: RemoteProcess, reader: Reader) -> Result:
-    status = proc.wait(WAIT_S)
-    assert status is not None, "command did not finish"
-    out, err = reader.finish()
-    proc.close()
-    return Result(status, out, err)
+    return proc, RemoteReader(proc)
 
 
 def run(runner: DockerRunner, argv: Sequence[str | bytes], pol: SandboxPolicy, *,
         cwd: Path | str | None = None, env: Mapping[str, str] = ENV,
-        stdin: bytes | None = None) -> Result:
-    proc, reader = start(runner, argv, pol, cwd=cwd, env=env, stdin=stdin)
-    return finish(proc, reader)
+        stdin: bytes | None = None) -> Completed:
+    _, reader = start(runner, argv, pol, cwd=cwd, env=env, stdin=stdin)
+    return reader.finish()
 
 
-def sh(runner: DockerRunner, script: str, pol: SandboxPolicy, **kwargs: Any) -> Result:
+def sh(runner: DockerRunner, script: str, pol: SandboxPolicy, **kwargs: Any) -> Completed:
     return run(runner, ["/bin/bash", "-c", script], pol, **kwargs)
 
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from dsh.sandbox.modes import SandboxMode
 
 from tests.runners import file_attacks as attacks
-from tests.runners.docker.helpers import WAIT_S, docker_runner, finish, policy, run, start
+from tests.runners.docker.helpers import docker_runner, policy, run, start
+from tests.support.wait import PATIENCE_S
 
 RO = SandboxMode.READ_ONLY
 
@@ -49,11 +50,11 @@ def test_no_lease_held_against_a_host_writer(workspace: Path) -> None:
     with docker_runner() as runner:
         proc, reader = start(runner, ["python3", "-c", attacks.HOLD, str(victim), name], policy(workspace, RO))
         try:
-            assert reader.first_line.wait(WAIT_S), "the command never got ready"
+            assert reader.first_line.wait(PATIENCE_S), "the command never got ready"
             attacks.host_is_not_held(victim, name)
         finally:
             proc.kill(signal.SIGKILL)
-            held = finish(proc, reader)
+            held = reader.finish()
     line = held.stdout.decode().split()
     # bind and listen stay: the abstract names are the container's own network namespace's.
     assert line == ["lease", f"errno={errno.EPERM}", "bind", "ok", "listen", f"errno={errno.EINVAL}"], held.stderr

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -11,16 +10,8 @@ from dsh.runners.docker import DockerRunner
 from dsh.runners.docker import process as docker_process
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 
-from tests.runners.docker.helpers import (
-    WAIT_S,
-    container_of,
-    docker_runner,
-    finish,
-    policy,
-    run,
-    sh,
-    start,
-)
+from tests.runners.docker.helpers import container_of, docker_runner, policy, run, sh, start
+from tests.support.wait import PATIENCE_S, wait_until
 
 # A tree that ignores SIGTERM, double-forks a daemon into its own session, and
 # has a child that cleared its environment (so no marker variable).
@@ -42,24 +33,21 @@ def _processes(runner: DockerRunner, pol: SandboxPolicy, wanted: list[str]) -> l
 
 
 def _await_processes(runner: DockerRunner, pol: SandboxPolicy, wanted: list[str]) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while _processes(runner, pol, wanted) != sorted(wanted):
-        assert time.monotonic() < deadline, f"{wanted} never all ran"
-        time.sleep(0.1)
+    wait_until(lambda: _processes(runner, pol, wanted) == sorted(wanted), f"{wanted} all to run")
 
 
 def test_kill_takes_the_whole_tree(workspace: Path) -> None:
     pol = policy(workspace)
     with docker_runner() as runner:
         proc, reader = start(runner, ["/bin/bash", "-c", STUBBORN], pol)
-        assert reader.first_line.wait(WAIT_S), "the tree never got ready"
+        assert reader.first_line.wait(PATIENCE_S), "the tree never got ready"
         _await_processes(runner, pol, SLEEPS)
         assert proc.wait(0) is None
         proc.kill(signal.SIGTERM)  # ignored by every member
         assert proc.wait(0.5) is None
         assert _processes(runner, pol, SLEEPS) == SLEEPS
         proc.kill(signal.SIGKILL)
-        result = finish(proc, reader)
+        result = reader.finish()
         assert result.status.exit_code is None and result.status.signal == signal.SIGKILL
         assert result.stdout == b"ready\n"
         assert _processes(runner, pol, SLEEPS) == []
@@ -69,9 +57,9 @@ def test_sigterm_is_reported_as_a_signal(workspace: Path) -> None:
     with docker_runner() as runner:
         proc, reader = start(runner, ["/bin/sh", "-c", "echo ready; exec sleep 4250"],
                              policy(workspace))
-        assert reader.first_line.wait(WAIT_S)
+        assert reader.first_line.wait(PATIENCE_S)
         proc.kill(signal.SIGTERM)
-        result = finish(proc, reader)
+        result = reader.finish()
     assert result.status.exit_code is None and result.status.signal == signal.SIGTERM
 
 
@@ -82,11 +70,11 @@ def test_kill_touches_only_its_own_command(workspace: Path) -> None:
         other, other_reader = start(runner, ["/bin/sh", "-c", "exec sleep 4261"], pol)
         _await_processes(runner, pol, ["sleep 4260", "sleep 4261"])
         victim.kill(signal.SIGKILL)
-        assert finish(victim, victim_reader).status.signal == signal.SIGKILL
+        assert victim_reader.finish().status.signal == signal.SIGKILL
         _await_processes(runner, pol, ["sleep 4261"])
         assert other.wait(0) is None
         other.kill(signal.SIGKILL)
-        assert finish(other, other_reader).status.signal == signal.SIGKILL
+        assert other_reader.finish().status.signal == signal.SIGKILL
 
 
 def test_exit_code_137_without_a_kill_stays_an_exit_code(workspace: Path) -> None:
@@ -101,10 +89,10 @@ def test_exit_code_137_without_a_kill_stays_an_exit_code(workspace: Path) -> Non
 def test_kill_after_exit_is_harmless(workspace: Path) -> None:
     with docker_runner() as runner:
         proc, reader = start(runner, ["true"], policy(workspace))
-        status = proc.wait(WAIT_S)
+        status = proc.wait(PATIENCE_S)
         proc.kill(signal.SIGKILL)
         assert proc.wait(0) == status
-        finish(proc, reader)
+        reader.finish()
         assert run(runner, ["echo", "still up"], policy(workspace)).stdout == b"still up\n"
 
 
@@ -116,7 +104,7 @@ def test_kill_finds_a_command_that_cleared_its_environment(workspace: Path) -> N
         proc, reader = start(runner, argv, pol)
         _await_processes(runner, pol, ["sleep 4270", "sleep 4271"])
         proc.kill(signal.SIGKILL)
-        assert finish(proc, reader).status.signal == signal.SIGKILL
+        assert reader.finish().status.signal == signal.SIGKILL
         assert _processes(runner, pol, ["sleep 4270", "sleep 4271"]) == []
 
 
@@ -128,11 +116,11 @@ def test_kill_works_when_every_pid_is_taken(workspace: Path) -> None:
            "for ((i = cur; i < max; i++)); do sleep 4290 & done; echo ready; wait")
     with docker_runner() as runner:
         proc, reader = start(runner, ["/bin/bash", "-c", hog], pol)
-        assert reader.first_line.wait(WAIT_S)
+        assert reader.first_line.wait(PATIENCE_S)
         no_fork = run(runner, ["/bin/sh", "-c", "/bin/true & wait"], pol)
         assert no_fork.status.exit_code != 0, no_fork  # really no pid left
         proc.kill(signal.SIGKILL)
-        assert finish(proc, reader).status.signal == signal.SIGKILL
+        assert reader.finish().status.signal == signal.SIGKILL
         assert _processes(runner, pol, ["sleep 4290"]) == []
 
 
@@ -148,7 +136,7 @@ def test_unkillable_exec_takes_its_container_down(workspace: Path,
         monkeypatch.setattr(docker_process, "KILLER", "exit 3")  # a killer that always fails
         proc.kill(signal.SIGKILL)
         monkeypatch.undo()
-        assert finish(proc, reader).status.signal == signal.SIGKILL
+        assert reader.finish().status.signal == signal.SIGKILL
         assert run(runner, ["echo", "alive"], pol).stdout == b"alive\n"
         assert container_of(runner) != first
 

@@ -17,16 +17,9 @@ from dsh.runners.docker.spec import OWN_PROCESSES
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.policy import ResourceLimits
 
-from tests.conftest import require_runner
-from tests.runners.docker.helpers import (
-    WAIT_S,
-    container_of,
-    docker_runner,
-    finish,
-    policy,
-    run,
-    start,
-)
+from tests.runners.docker.helpers import container_of, docker_runner, policy, run, start
+from tests.support.require import require_runner
+from tests.support.wait import PATIENCE_S
 
 
 def _exists(container_id: str) -> bool:
@@ -87,7 +80,7 @@ def test_prune_removes_the_leftovers_of_a_killed_executor(workspace: Path) -> No
             names = json.loads(crasher.stdout.readline())
         finally:
             crasher.send_signal(signal.SIGKILL)  # no close(): the container stays behind
-            crasher.wait(WAIT_S)
+            crasher.wait(PATIENCE_S)
         assert len(names) == 1 and _exists(names[0])
         assert (workspace / ".git").is_dir()  # its placeholder, left behind too
         removed = prune_containers()
@@ -99,13 +92,13 @@ def test_prune_removes_the_leftovers_of_a_killed_executor(workspace: Path) -> No
 
 def test_container_gone_mid_command_gives_a_clear_result(workspace: Path) -> None:
     with docker_runner() as runner:
-        proc, reader = start(runner, ["/bin/sh", "-c", "echo ready; exec sleep 4280"],
+        _, reader = start(runner, ["/bin/sh", "-c", "echo ready; exec sleep 4280"],
                              policy(workspace))
-        assert reader.first_line.wait(WAIT_S)
+        assert reader.first_line.wait(PATIENCE_S)
         client = connect()
         client.api.remove_container(container_of(runner), force=True)
         client.close()
-        result = finish(proc, reader)
+        result = reader.finish()
         assert result.status.exit_code is None and result.status.signal == signal.SIGKILL
         # The next command gets a fresh container.
         assert run(runner, ["echo", "again"], policy(workspace)).stdout == b"again\n"

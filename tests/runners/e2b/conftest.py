@@ -10,17 +10,13 @@ from pathlib import Path
 import pytest
 from dsh.runners.e2b import E2BRunner
 
-from tests.conftest import require_runner, required_runners
-
-NO_SDK = "SANDBOX_UNAVAILABLE: e2b: the e2b SDK is not installed; pip install 'dsh-sandbox[e2b]'"
+from tests.support.require import require_runner, unavailable
 
 
 def need_sdk() -> None:
     """The double speaks the SDK's own messages: without the SDK, skip (or fail in CI)."""
     if importlib.util.find_spec("e2b") is None:
-        if "e2b" in required_runners():
-            pytest.fail(f"{NO_SDK} (required by DSH_REQUIRE_RUNNERS)")
-        pytest.skip(NO_SDK)
+        unavailable("e2b", "the e2b SDK is not installed; pip install 'dsh-sandbox[e2b]'")
 
 
 @dataclass

@@ -16,14 +16,8 @@ from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import ExitStatus
 
 from tests.runners.e2b.conftest import Envd
-from tests.runners.e2b.helpers import (
-    WAIT_S,
-    policy,
-    run,
-    sandbox_path,
-    start,
-    wait_for,
-)
+from tests.runners.e2b.helpers import policy, run, sandbox_path, start
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 def machine_running(envd: Envd, pid: int) -> bool:
@@ -117,15 +111,15 @@ def test_kill_kills_the_whole_tree(runner: E2BRunner, envd: Envd, workspace: Pat
     script = f"sh -c 'echo $$ > {pidfile}; exec sleep 300' & echo started; wait"
     proc, out = start(runner, ["sh", "-c", script], pol)
     seen = envd.root / pidfile.lstrip("/")
-    wait_for(lambda: out.stdout_so_far() == b"started\n" and seen.exists()
+    wait_until(lambda: out.stdout_so_far() == b"started\n" and seen.exists()
              and seen.read_text().strip(), "the command to start")
     grandchild = int(seen.read_text())
     assert machine_running(envd, grandchild)
     assert proc.wait(0) is None
     proc.kill(signal.SIGKILL)
-    status = proc.wait(WAIT_S)
+    status = proc.wait(PATIENCE_S)
     assert status == ExitStatus(None, signal.SIGKILL)
-    wait_for(lambda: not machine_running(envd, grandchild), "the grandchild to die")
+    wait_until(lambda: not machine_running(envd, grandchild), "the grandchild to die")
 
 
 def test_death_by_signal_is_reported_as_the_signal(runner: E2BRunner, workspace: Path) -> None:
@@ -141,18 +135,18 @@ def test_nothing_outlives_the_command(runner: E2BRunner, envd: Envd, workspace: 
     ran = run(runner, ["sh", "-c", script], policy("workspace-write", workspace))
     assert ran.status == ExitStatus(0)
     daemon = int((envd.root / pidfile.lstrip("/")).read_text())
-    wait_for(lambda: not machine_running(envd, daemon), "the setsid daemon to die")
+    wait_until(lambda: not machine_running(envd, daemon), "the setsid daemon to die")
 
 
 def test_background_start_read_then_terminate(runner: E2BRunner, workspace: Path) -> None:
     proc, out = start(runner, ["sh", "-c", "echo ready; sleep 300; echo never"],
                       policy("read-only", workspace))
-    wait_for(lambda: out.stdout_so_far() == b"ready\n", "the first line")
+    wait_until(lambda: out.stdout_so_far() == b"ready\n", "the first line")
     assert proc.wait(0.2) is None
     proc.kill(signal.SIGTERM)
-    status = proc.wait(WAIT_S)
+    status = proc.wait(PATIENCE_S)
     assert status == ExitStatus(None, signal.SIGTERM)
-    assert out.result(status).stdout == b"ready\n"
+    assert out.finish().stdout == b"ready\n"
     proc.kill(signal.SIGKILL)  # after the end: a no-op, not an error
 
 
@@ -167,10 +161,10 @@ def test_stream_deadline_kills_the_command(runner: E2BRunner, envd: Envd, worksp
     pidfile = envd.root / "tmp/child.pid"
     script = "sh -c 'echo $$ > /tmp/child.pid; exec sleep 300' & wait"
     proc, _out = start(runner, ["sh", "-c", script], pol, deadline_s=0.5)
-    status = proc.wait(WAIT_S)
+    status = proc.wait(PATIENCE_S)
     assert status == ExitStatus(None, signal.SIGKILL)
-    wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), "the child pid")
-    wait_for(lambda: not machine_running(envd, int(pidfile.read_text())), "the child to die")
+    wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), "the child pid")
+    wait_until(lambda: not machine_running(envd, int(pidfile.read_text())), "the child to die")
 
 
 def test_missing_cwd_is_reported(runner: E2BRunner, workspace: Path, tmp_path: Path) -> None:
@@ -221,4 +215,4 @@ def test_wait_timeout_returns_none(runner: E2BRunner, workspace: Path) -> None:
     proc, _out = start(runner, ["sleep", "300"], policy("read-only", workspace))
     assert proc.wait(0.3) is None
     proc.kill(signal.SIGKILL)
-    assert proc.wait(WAIT_S) == ExitStatus(None, signal.SIGKILL)
+    assert proc.wait(PATIENCE_S) == ExitStatus(None, signal.SIGKILL)

@@ -11,9 +11,10 @@ from dsh.runners.e2b.session import unavailable
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.runner import ExitStatus
 
-from tests.conftest import load_runner_class, require_runner
 from tests.runners.e2b.conftest import Envd, need_sdk
-from tests.runners.e2b.helpers import WAIT_S, policy, run, start, wait_for
+from tests.runners.e2b.helpers import policy, run, start
+from tests.support.require import load_runner_class, require_runner
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 def test_entry_point_loads_the_runner() -> None:
@@ -136,9 +137,9 @@ def test_close_kills_running_commands(envd: Envd, workspace: Path) -> None:
     runner = E2BRunner({"sandbox_url": envd.url})
     proc, out = start(runner, ["sh", "-c", "echo x > late.txt; echo up; sleep 300"],
                       policy("workspace-write", workspace))
-    wait_for(lambda: out.stdout_so_far() == b"up\n", "the command to start")
+    wait_until(lambda: out.stdout_so_far() == b"up\n", "the command to start")
     runner.close()
-    assert proc.wait(WAIT_S) == ExitStatus(None, signal.SIGKILL)
+    assert proc.wait(PATIENCE_S) == ExitStatus(None, signal.SIGKILL)
     assert not (workspace / "late.txt").exists()  # killed by teardown: not synced back
     with pytest.raises(SandboxUnavailable, match="closed"):
         run(runner, ["true"], policy("read-only", workspace))
@@ -147,11 +148,11 @@ def test_close_kills_running_commands(envd: Envd, workspace: Path) -> None:
 def test_sandbox_dying_mid_command(envd: Envd, runner: E2BRunner, workspace: Path) -> None:
     proc, out = start(runner, ["sh", "-c", "echo up; sleep 300"],
                       policy("workspace-write", workspace))
-    wait_for(lambda: out.stdout_so_far() == b"up\n", "the command to start")
+    wait_until(lambda: out.stdout_so_far() == b"up\n", "the command to start")
     envd.stop()
-    status = proc.wait(WAIT_S)
+    status = proc.wait(PATIENCE_S)
     assert status is not None and status.exit_code is None
-    ran = out.result(status)
+    ran = out.finish()
     assert b"dsh: e2b:" in ran.stderr and b"mid-command" in ran.stderr
     with pytest.raises(SandboxUnavailable):  # the next command needs a new sandbox: none
         run(runner, ["true"], policy("workspace-write", workspace))

@@ -1,7 +1,7 @@
 """Live tests against the real E2B service; they run only when E2B_API_KEY is set.
 
 They skip (never fail) without a key, even when CI lists ``e2b`` in
-``DSH_REQUIRE_RUNNERS``: CI's e2b requirement is met by the offline tests
+``DSH_REQUIRE``: CI's e2b requirement is met by the offline tests
 against the envd double, and a secret key cannot be required of every CI.
 """
 
@@ -15,7 +15,8 @@ import pytest
 from dsh.runners.e2b import E2BRunner
 from dsh.sandbox.runner import ExitStatus
 
-from tests.runners.e2b.helpers import WAIT_S, policy, run, start, wait_for
+from tests.runners.e2b.helpers import policy, run, start
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 @pytest.fixture
@@ -58,6 +59,6 @@ def test_live_workspace_write_syncs_back(live_runner: E2BRunner, workspace: Path
 def test_live_kill(live_runner: E2BRunner, workspace: Path) -> None:
     proc, out = start(live_runner, ["sh", "-c", "echo up; sleep 300"],
                       policy("read-only", workspace))
-    wait_for(lambda: out.stdout_so_far() == b"up\n", "the command to start")
+    wait_until(lambda: out.stdout_so_far() == b"up\n", "the command to start")
     proc.kill(signal.SIGKILL)
-    assert proc.wait(WAIT_S) == ExitStatus(None, signal.SIGKILL)
+    assert proc.wait(PATIENCE_S) == ExitStatus(None, signal.SIGKILL)

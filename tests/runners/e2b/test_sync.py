@@ -17,7 +17,8 @@ from dsh.runners.e2b import E2BRunner
 from dsh.sandbox.runner import ExitStatus
 
 from tests.runners.e2b.conftest import Envd
-from tests.runners.e2b.helpers import WAIT_S, policy, run, sandbox_path, start
+from tests.runners.e2b.helpers import policy, run, sandbox_path, start
+from tests.support.wait import PATIENCE_S
 
 REFUSED = b"sync-back refused, nothing was written to the host"
 # The envd double runs commands on this machine: use this interpreter, not
@@ -124,7 +125,7 @@ def test_host_edits_during_a_command_are_not_overwritten(
     proc, _out = start(runner, ["sh", "-c", script], pol)
     (workspace / "a.txt").write_text("edited on the host meanwhile")
     (envd.root / "tmp/go").touch()
-    assert proc.wait(WAIT_S) == ExitStatus(0)
+    assert proc.wait(PATIENCE_S) == ExitStatus(0)
     assert (workspace / "a.txt").read_text() == "edited on the host meanwhile"
     assert (workspace / "b.txt").read_text() == "out\n"
     assert run(runner, ["cat", "a.txt"], pol).stdout == b"edited on the host meanwhile"
@@ -352,7 +353,7 @@ def test_ten_thousand_files_sync_back(runner: E2BRunner, workspace: Path) -> Non
               "for p in pathlib.Path('.').glob('d*/f*.txt'): p.write_text(p.read_text() + 'x')\n"
               "for i in range(100): pathlib.Path(f'new{i}.txt').write_text(str(i))\n")
     ran = run(runner, ["python3", "-c", script], policy("workspace-write", workspace),
-              deadline_s=WAIT_S)
+              deadline_s=PATIENCE_S)
     assert ran.status == ExitStatus(0), ran.stderr
     assert b"dsh: e2b" not in ran.stderr
     assert (workspace / "d42/f17.txt").read_text() == "42/17\nx"

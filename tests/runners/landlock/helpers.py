@@ -19,13 +19,13 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
-from tests.conftest import require_runner
-from tests.support.runners import Completed as Result
+from tests.support.require import require_runner
+from tests.support.runners import Completed
+from tests.support.wait import PATIENCE_S
 
 PY = sys.executable
 RO = SandboxMode.READ_ONLY
 WW = SandboxMode.WORKSPACE_WRITE
-TIMEOUT = 120.0  # generous: up to 8 helpers share 2 cores
 
 
 def make_policy(
@@ -82,7 +82,7 @@ def start(
     return (launch.spawn_in(spawn) if launch.spawn_in else spawn()), launch
 
 
-def finish(proc: subprocess.Popen[bytes], launch: LocalLaunch, timeout: float = TIMEOUT) -> Result:
+def finish(proc: subprocess.Popen[bytes], launch: LocalLaunch, timeout: float = PATIENCE_S) -> Completed:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -94,7 +94,7 @@ def finish(proc: subprocess.Popen[bytes], launch: LocalLaunch, timeout: float = 
     finally:
         if launch.cleanup is not None:
             launch.cleanup()
-    return Result(proc.returncode, out, err)
+    return Completed.from_returncode(proc.returncode, out, err)
 
 
 def run(
@@ -105,18 +105,18 @@ def run(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     stdin: int | None = subprocess.DEVNULL,
-    timeout: float = TIMEOUT,
-) -> Result:
+    timeout: float = PATIENCE_S,
+) -> Completed:
     proc, launch = start(runner, policy, argv, cwd=cwd, env=env, stdin=stdin)
     return finish(proc, launch, timeout)
 
 
-def py(runner: LandlockRunner, policy: SandboxPolicy, code: str, *args: str, **kw: object) -> Result:
+def py(runner: LandlockRunner, policy: SandboxPolicy, code: str, *args: str, **kw: object) -> Completed:
     """Run ``python -c code args...`` in the sandbox."""
     return run(runner, policy, [PY, "-c", code, *args], **kw)  # type: ignore[arg-type]
 
 
-def sh(runner: LandlockRunner, policy: SandboxPolicy, script: str, **kw: object) -> Result:
+def sh(runner: LandlockRunner, policy: SandboxPolicy, script: str, **kw: object) -> Completed:
     return run(runner, policy, ["bash", "-c", script], **kw)  # type: ignore[arg-type]
 
 

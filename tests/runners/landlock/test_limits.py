@@ -16,18 +16,11 @@ from dsh.runners.linux.cgroups import CgroupSession
 from dsh.sandbox.policy import ResourceLimits
 
 from tests.runners.landlock.helpers import PY, RO, WW, make_policy, run
+from tests.support.require import need_cgroup
 
 Layout = tuple[Path, Path]
 MiB = 1024 * 1024
 
-
-def _cgroups_usable(*controllers: str) -> None:
-    session = CgroupSession("dsh-test-probe", keeper=False)
-    try:
-        if not session.holds or not all(session.version_of(c) for c in controllers):
-            pytest.skip(f"SANDBOX_UNAVAILABLE: no writable {'/'.join(controllers) or 'holding'} cgroup here")
-    finally:
-        session.close()
 
 
 def _host_responsive() -> None:
@@ -39,7 +32,7 @@ FORK_BOMB = "import os, time\nwhile True:\n    try:\n        os.fork()\n    exce
 
 
 def test_fork_bomb_is_contained(runner: LandlockRunner, layout: Layout) -> None:
-    _cgroups_usable("pids")
+    need_cgroup("pids")
     limits = ResourceLimits(max_processes=64, wall_time_s=5)
     policy = make_policy(WW, layout[0], limits=limits)
     assert runner.enforcement(policy).degradations == (DEGRADE_METADATA,)  # limits held: no limits gap
@@ -60,7 +53,7 @@ def test_fork_bomb_is_contained(runner: LandlockRunner, layout: Layout) -> None:
 
 
 def test_memory_hog_is_killed(runner: LandlockRunner, layout: Layout) -> None:
-    _cgroups_usable("memory")
+    need_cgroup("memory")
     hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(16 * 1024 * 1024))\n"
     policy = make_policy(WW, layout[0], limits=ResourceLimits(max_memory_bytes=256 * MiB))
     result = run(runner, policy, [PY, "-c", hog])
@@ -81,7 +74,7 @@ def test_file_size_limit(runner: LandlockRunner, layout: Layout) -> None:
 
 
 def test_wall_time_kills_the_command_and_its_escaped_children(runner: LandlockRunner, layout: Layout) -> None:
-    _cgroups_usable()
+    need_cgroup()
     ws, _ = layout
     marker = f"dsh-landlock-escape-{os.getpid()}"
     script = f"setsid bash -c 'exec -a {marker} sleep 300' & sleep 300"
@@ -130,7 +123,7 @@ def test_without_a_pids_cgroup_escape_is_declared(monkeypatch: pytest.MonkeyPatc
 
 
 def test_setsid_daemon_dies_with_the_command_even_without_limits(runner: LandlockRunner, layout: Layout) -> None:
-    _cgroups_usable("pids")
+    need_cgroup("pids")
     policy = make_policy(RO, layout[0])  # no limits in the policy
     assert DEGRADE_ESCAPE not in runner.enforcement(policy).degradations
     marker = f"dsh-escape-{os.getpid()}"

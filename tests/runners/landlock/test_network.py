@@ -16,8 +16,8 @@ import pytest
 from dsh.runners.landlock import LandlockRunner
 from dsh.sandbox.modes import SandboxMode
 
-from tests.conftest import require_runner
 from tests.runners.landlock.helpers import RO, WW, make_policy, py
+from tests.support.require import require_runner
 
 MODES = [pytest.param(RO, id="read-only"), pytest.param(WW, id="workspace-write")]
 Layout = tuple[Path, Path]

@@ -18,6 +18,7 @@ from dsh.runners.landlock import LandlockRunner
 from dsh.sandbox.modes import SandboxMode
 
 from tests.runners.landlock.helpers import PY, RO, WW, make_policy, py, run, sh
+from tests.support.wait import wait_until
 
 MODES = [pytest.param(RO, id="read-only"), pytest.param(WW, id="workspace-write")]
 Layout = tuple[Path, Path]
@@ -26,6 +27,21 @@ Layout = tuple[Path, Path]
 def _status(path: str) -> dict[str, str]:
     with open(path, encoding="utf-8") as f:
         return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def _task_statuses(tids: list[str]) -> list[dict[str, str]]:
+    """The status of each listed thread of this process that still exists.
+
+    A thread may exit between listing ``/proc/self/task`` and opening its
+    entry (ENOENT, or ESRCH once opened); a thread that is gone holds no filter.
+    """
+    found = []
+    for tid in tids:
+        try:
+            found.append(_status(f"/proc/self/task/{tid}/status"))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -139,12 +155,18 @@ def test_child_is_restricted_and_the_parent_is_not(runner: LandlockRunner, layou
     worker.join()
     assert errors == []
     # Only the runner's spawner threads carry the filter.
-    restricted = []
-    for task in os.listdir("/proc/self/task"):
-        status = _status(f"/proc/self/task/{task}/status")
-        if status["Seccomp"] != "0":
-            restricted.append(status["Name"])
+    restricted = [s["Name"] for s in _task_statuses(os.listdir("/proc/self/task")) if s["Seccomp"] != "0"]
     assert restricted and all(name.startswith("dsh-landlock") for name in restricted), restricted
+
+
+def test_a_thread_gone_since_the_listing_is_skipped() -> None:
+    gone = threading.Thread(target=lambda: None)
+    gone.start()
+    gone.join()  # the Python thread is done; the kernel's may linger a moment
+    assert gone.native_id is not None
+    wait_until(lambda: not os.path.exists(f"/proc/self/task/{gone.native_id}"), "the thread to exit")
+    listing = [str(threading.get_native_id()), str(gone.native_id)]
+    assert [s["Pid"] for s in _task_statuses(listing)] == [listing[0]]
 
 
 def test_spawn_errors_are_re_raised(runner: LandlockRunner, layout: Layout) -> None:

@@ -22,46 +22,33 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
-from tests.conftest import require_runner
+from tests.support.processes import pids_where
+from tests.support.require import need_cgroup, require_runner
 from tests.support.runners import nobody_python
+from tests.support.wait import wait_until
 
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
-ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="SANDBOX_UNAVAILABLE: cgroups are writable by root only here")
 # (runner, limits, cgroup versions): every way a command ends up held.  Without a
-# writable cgroup (non-root here) bwrap still holds (pid namespace, --die-with-parent,
-# setpriv --pdeathsig); Landlock declares the gap instead (tested below).
+# writable cgroup bwrap still holds (pid namespace, --die-with-parent, setpriv
+# --pdeathsig); Landlock declares the gap instead (tested below).
 SETUPS = [
-    pytest.param("landlock", "-", "1,2", id="landlock", marks=ROOT_ONLY),
-    pytest.param("landlock", "-", "2", id="landlock-v2-only", marks=ROOT_ONLY),
+    pytest.param("landlock", "-", "1,2", id="landlock"),
+    pytest.param("landlock", "-", "2", id="landlock-v2-only"),
     pytest.param("bwrap", "-", "1,2", id="bwrap"),
     pytest.param("bwrap", "wall_time_s=600", "1,2", id="bwrap-wall-time"),
-    # Non-root, a process limit is RLIMIT_NPROC, shared with every process of the user.
-    pytest.param("bwrap", "max_processes=50", "1,2", id="bwrap-pids-cgroup", marks=ROOT_ONLY),
-    pytest.param("bwrap", "max_processes=50,wall_time_s=600", "1,2", id="bwrap-pids-cgroup-wall-time", marks=ROOT_ONLY),
+    # Without a pids cgroup, a process limit is RLIMIT_NPROC, shared with every process of the user.
+    pytest.param("bwrap", "max_processes=50", "1,2", id="bwrap-pids-cgroup"),
+    pytest.param("bwrap", "max_processes=50,wall_time_s=600", "1,2", id="bwrap-pids-cgroup-wall-time"),
 ]
+
+
+def _versions(listed: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in listed.split(","))
 
 
 def _marked(marker: str) -> list[int]:
     """Host pids whose argv[0] is ``marker`` (``exec -a``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                    if fh.read().startswith(marker.encode() + b"\0"):
-                        found.append(int(entry))
-            except OSError:
-                continue
-    return found
-
-
-def _wait(predicate: object, limit: float) -> float:
-    start = time.monotonic()
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() - start > limit:
-            break
-        time.sleep(0.05)
-    return time.monotonic() - start
+    return pids_where(lambda cmdline: cmdline.startswith(marker.encode() + b"\0"))
 
 
 def _session_dirs(tag: str) -> list[Path]:
@@ -80,6 +67,10 @@ def _daemons(marker: str) -> str:
 @pytest.mark.parametrize(("name", "limits", "versions"), SETUPS)
 def test_nothing_outlives_a_killed_supervisor(name: str, limits: str, versions: str, tmp_path: Path) -> None:
     require_runner(name)
+    if name == "landlock":
+        need_cgroup(versions=_versions(versions))
+    elif "max_processes" in limits:
+        need_cgroup("pids", versions=_versions(versions))
     marker = f"dsh-orphan-{uuid.uuid4().hex[:10]}"
     supervisor = subprocess.Popen(
         [sys.executable, str(SUPERVISOR), name, str(tmp_path), limits, versions, "--", "bash", "-c", _daemons(marker)],
@@ -88,15 +79,12 @@ def test_nothing_outlives_a_killed_supervisor(name: str, limits: str, versions: 
     )
     try:
         assert supervisor.stdout is not None and supervisor.stdout.readline().strip().isdigit()
-        _wait(lambda: len(_marked(marker)) >= 4, 60)
-        assert len(_marked(marker)) >= 4, "the command did not start its daemons"
+        wait_until(lambda: len(_marked(marker)) >= 4, "the command to start its daemons")
         supervisor.send_signal(signal.SIGKILL)
         supervisor.wait(timeout=60)
-        took = _wait(lambda: not _marked(marker), 20)
-        assert _marked(marker) == [], f"survived the supervisor by {took:.1f}s"
+        wait_until(lambda: not _marked(marker), lambda: f"the daemons to die with the supervisor: {_marked(marker)}")
         prefix = f"dsh-{name}-{supervisor.pid}"
-        _wait(lambda: not _session_dirs(prefix), 20)
-        assert _session_dirs(prefix) == []  # the keeper removed the session too
+        wait_until(lambda: not _session_dirs(prefix), "the keeper to remove the session too")
     finally:
         for pid in _marked(marker):
             os.kill(pid, signal.SIGKILL)
@@ -129,6 +117,7 @@ os.execvp("sleep", [sys.argv[1], "300"])
 def held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, object]]:
     """A runner whose commands get a cgroup (bwrap: through a process limit)."""
     name = str(request.param)
+    need_cgroup(*(("pids",) if name == "bwrap" else ()), versions=(2,) if name == "landlock-v2-only" else (1, 2))
     if name == "landlock-v2-only":
         import dsh.runners.landlock.runner as module
 
@@ -139,7 +128,6 @@ def held(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Ite
     runner.close()
 
 
-@ROOT_ONLY
 def test_the_command_cannot_leave_its_cgroup(held: tuple[str, LandlockRunner | BwrapRunner], tmp_path: Path) -> None:
     name, runner = held
     marker = f"dsh-stay-{uuid.uuid4().hex[:10]}"
@@ -156,7 +144,7 @@ def test_the_command_cannot_leave_its_cgroup(held: tuple[str, LandlockRunner | B
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
         assert line.startswith("MOVED []"), line
-        _wait(lambda: _marked(marker), 30)
+        wait_until(lambda: _marked(marker), "the command to start")
         (pid,) = _marked(marker)
         group = launch.cleanup.__self__.group if name == "bwrap" else launch.cleanup.__self__.cgroup  # type: ignore[union-attr]
         assert group.dirs  # held at all
@@ -201,9 +189,9 @@ def _escape_gap(workspace: str) -> tuple[str, ...]:
         runner.close()
 
 
-@ROOT_ONLY
 def test_the_keeper_is_out_of_the_commands_reach(tmp_path: Path) -> None:
     """The command cannot stop or kill the process that would clean up after a dead supervisor."""
+    need_cgroup()
     runner = LandlockRunner()
     require_runner("landlock", runner)
     try:

@@ -20,7 +20,7 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
-from tests.conftest import require_runner
+from tests.support.require import require_runner
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="checks the non-macOS behaviour")
