@@ -50,6 +50,7 @@ python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]" --con
 # An editable install compiles nothing; with PYTHONDONTWRITEBYTECODE set (as on
 # these machines) every CLI start would recompile the package from source.
 python3 -m compileall -q cli sandbox runners executors tools profiles >/dev/null
+
 # Docker daemon + the locally built runner image (never pulled).
 bash "$root/.ci/docker-setup.sh"
 
