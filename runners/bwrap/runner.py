@@ -77,6 +77,24 @@ class HostFacts:
     kernel: KernelCover
     syscalls: SyscallFilter
     setpriv: str | None
+    unshare: str | None = None
+
+
+def snapshot_args(unshare: str, *, is_root: bool) -> list[str]:
+    """Run bwrap in a private copy of the host's mount table.
+
+    bwrap binds ``/`` recursively into a namespace that stays a slave of the
+    host's: a host mount that comes or goes during setup makes its read-only
+    remount fail (the run dies before the command starts), and one that appears
+    later under a shared mount propagates in with the host's flags, writable
+    inside a read-only sandbox.  A private copy taken first, in one syscall,
+    receives nothing from the host afterwards.  Unprivileged, the copy needs a
+    user namespace of its own, mapping the caller to itself.
+    """
+    args = [unshare, "--mount", "--propagation", "private"]
+    if not is_root:
+        args += ["--user", "--map-current-user"]
+    return args
 
 
 def namespace_args(*, network: bool, is_root: bool) -> list[str]:
@@ -127,9 +145,14 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
         kernel=kernel_cover(),
         syscalls=build_filter(),
         setpriv=shutil.which("setpriv"),
+        unshare=shutil.which("unshare"),
     )
     if bwrap is None:
         return HostFacts(None, None, False, f"bwrap not found; {INSTALL_HINT}", **facts)
+    if facts["unshare"] is None:
+        why = "unshare not found (it gives bwrap a private mount table); install util-linux"
+        return HostFacts(bwrap, None, False, why, **facts)
+    snapshot = snapshot_args(facts["unshare"], is_root=is_root)
     try:
         version = _run([bwrap, "--version"]).stdout.strip() or None
         true = shutil.which("true") or "/bin/true"
@@ -137,11 +160,11 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
         if facts["syscalls"].memfd is not None:
             trial_fd = facts["syscalls"].open_for_launch()
             try:
-                trial = _run_with([bwrap, *isolation, "--seccomp", str(trial_fd), true], trial_fd)
+                trial = _run_with([*snapshot, bwrap, *isolation, "--seccomp", str(trial_fd), true], trial_fd)
             finally:
                 os.close(trial_fd)
         else:
-            trial = _run([bwrap, *isolation, true])
+            trial = _run([*snapshot, bwrap, *isolation, true])
     except (OSError, subprocess.SubprocessError) as exc:
         return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
     if trial.returncode != 0:
@@ -362,7 +385,10 @@ class BwrapRunner(Runner):
             raise
         inner: list[str] = []
         if policy.constrained:
+            if facts.unshare is None:  # the probe already refuses such a host
+                raise SandboxUnavailable("unshare not found; install util-linux", runner=self.name)
             inner = [
+                *snapshot_args(facts.unshare, is_root=facts.is_root),
                 facts.bwrap,
                 *namespace_args(network=policy.network, is_root=facts.is_root),
                 "--info-fd",
