@@ -13,7 +13,7 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from dsh.executors.execution import LocalShellExecution
@@ -30,6 +30,8 @@ from dsh.executors.seam import (
     ShellExecution,
     ShellExecutor,
 )
+from dsh.executors.shell_env import ShellEnvRegistry
+from dsh.sandbox.context import Service
 from dsh.sandbox.errors import SandboxUnavailable, ShellNotFoundError, UsageError, WorkdirError
 from dsh.sandbox.runner import Launch, LocalLaunch, exec_failure_status
 
@@ -42,6 +44,8 @@ class LocalShellConfig:
     max_output_bytes: int = MAX_OUTPUT_BYTES
     max_spill_bytes: int = MAX_SPILL_BYTES
     grace_ms: int = GRACE_MS
+    #: Variables set for every command (a request's ``env`` wins over them).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("timeout_ms", "max_timeout_ms", "max_output_bytes", "grace_ms"):
@@ -55,6 +59,7 @@ class LocalBashExecutor(ShellExecutor):
     """``bash -c <command>`` in a fresh process per call (plugin ``bash-local``)."""
 
     Config: ClassVar[type[Any]] = LocalShellConfig
+    requires: ClassVar[tuple[type[Service], ...]] = (LocalSubprocessService, ShellEnvRegistry)
     shell_kind: ClassVar[str] = "bash"
     #: The binary ``shell_argv`` runs; checked on PATH before each run.
     shell_binary: ClassVar[str] = "bash"
@@ -63,8 +68,7 @@ class LocalBashExecutor(ShellExecutor):
 
     @property
     def subprocess(self) -> LocalSubprocessService:
-        service: LocalSubprocessService = self.ctx.require("subprocess")  # type: ignore[assignment]
-        return service
+        return self.ctx.require(LocalSubprocessService)
 
     # -- the overridable seam -------------------------------------------------------
     def shell_argv(self, command: str) -> tuple[str, ...]:
@@ -134,22 +138,27 @@ class LocalBashExecutor(ShellExecutor):
             grace_ms=cfg.grace_ms,
             signal=request.signal,
             stdin=request.stdin,
-            env=dict(request.env or {}),
+            env={**cfg.env, **(request.env or {})},
             dsh_env=self._managed_env(request.dsh_env),
             requested_timeout_ms=requested,
             timeout_capped=capped,
             argv=tuple(request.argv) if request.argv is not None else None,
         )
 
+    def default_workdir(self) -> str:
+        """Where a request without ``workdir`` runs: the configured ``cwd``, else here."""
+        return self.config.cwd or os.getcwd()
+
     def _resolve_workdir(self, workdir: str | None) -> str:
-        base = self.config.cwd or os.getcwd()
+        base = self.default_workdir()
         path = os.path.abspath(os.path.join(base, os.path.expanduser(workdir)) if workdir else base)
         _check_workdir(path)
         return path
 
     def _managed_env(self, requested: Mapping[str, str] | None) -> dict[str, str]:
         # The trusted snapshot: managed facts win over anything the caller passes.
-        managed = self.ctx.shell_env.collect() if self.ctx.has("shell_env") else {}
+        registry = self.ctx.get(ShellEnvRegistry)
+        managed = registry.collect() if registry is not None else {}
         return {**(requested or {}), **managed}
 
     # -- execute ----------------------------------------------------------------------

@@ -194,6 +194,7 @@ class LocalSubprocessService(Service):
 
     key: ClassVar[str] = "subprocess"
     Config: ClassVar[type[Any]] = SubprocessConfig
+    auto_mount: ClassVar[bool] = True
 
     def __init__(self, ctx: Any, config: Any = None) -> None:
         super().__init__(ctx, config)
@@ -222,9 +223,11 @@ class LocalSubprocessService(Service):
             return self._spill_dir
 
     def _writable_roots(self) -> list[Path]:
-        policy = self.ctx.get("sandbox_policy")
-        trusted = getattr(policy, "trusted_roots", None)
-        return list(trusted()) if trusted is not None else []
+        # Imported here: a local executor's session has no policy to load.
+        from dsh.sandbox.policy_service import PolicyService
+
+        policy = self.ctx.get(PolicyService)
+        return list(policy.trusted_roots()) if policy is not None else []
 
     def capture(self, name: str, *, max_bytes: int, max_spill_bytes: int) -> StreamCapture:
         capture = StreamCapture(name, max_bytes=max_bytes, max_spill_bytes=max_spill_bytes, spill_dir=self.spill_dir)

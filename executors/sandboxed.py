@@ -29,10 +29,11 @@ import functools
 import re
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.executors.denial import find_denial
 from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
+from dsh.executors.process import LocalSubprocessService
 from dsh.executors.seam import (
     CollectedOutput,
     SandboxFacts,
@@ -40,16 +41,17 @@ from dsh.executors.seam import (
     ShellExecSpec,
     ShellExecution,
 )
+from dsh.executors.shell_env import ShellEnvRegistry
+from dsh.sandbox.context import Service
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.host import SandboxHost
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_service import PolicyService
 from dsh.sandbox.runner import Enforcement, Launch
 from dsh.sandbox.trusted_changes import Baseline, Changes
 
 if TYPE_CHECKING:
-    from dsh.sandbox.host import SandboxHost
-    from dsh.sandbox.policy_service import PolicyService
-
     # The mixin is typed as the local executor it is always combined with.
     _MixinBase = LocalBashExecutor
 else:
@@ -89,6 +91,10 @@ class SandboxedExecutor(_MixinBase):
     """The overrides shared by both sandboxed executors (a mixin placed before
     the local executor class, so ``super()`` reaches the local behaviour)."""
 
+    requires: ClassVar[tuple[type[Service], ...]] = (
+        LocalSubprocessService, ShellEnvRegistry, PolicyService, SandboxHost,
+    )
+
     def __init__(self, ctx: Any, config: Any = None) -> None:
         super().__init__(ctx, config)
         # What actually wrapped each policy, for the facts at settlement.  Keyed
@@ -102,15 +108,19 @@ class SandboxedExecutor(_MixinBase):
     # -- services -------------------------------------------------------------------
     @property
     def policy_service(self) -> PolicyService:
-        return cast("PolicyService", self.ctx.require("sandbox_policy"))
+        return self.ctx.require(PolicyService)
 
     @property
     def host(self) -> SandboxHost:
-        return cast("SandboxHost", self.ctx.require("sandbox"))
+        return self.ctx.require(SandboxHost)
 
     @property
     def sandbox_mode(self) -> SandboxMode:
         return self.policy_service.default_mode
+
+    def default_workdir(self) -> str:
+        """Without a configured ``cwd``, commands start in the policy's workspace."""
+        return self.config.cwd or str(self.policy_service.workspace)
 
     def policy_of(self, spec: ShellExecSpec) -> SandboxPolicy:
         if spec.sandbox_policy is not None:

@@ -42,6 +42,7 @@ class ShellEnvRegistry(Service):
     """Built-in ``DSH_HOME`` plus facts registered by plugins."""
 
     key: ClassVar[str] = "shell_env"
+    auto_mount: ClassVar[bool] = True
 
     def __init__(self, ctx: Context, config: object = None) -> None:
         super().__init__(ctx, config)

@@ -2,8 +2,12 @@
 
 A seam has three roles: a *service definition* (an abstract ``Service`` subclass
 with a ``key``), *providers* (concrete subclasses found by name through the
-``dsh_sandbox.plugins`` entry-point group) and *consumers* (code that reads
-``ctx.<key>`` and never names a provider).  One provider per key per context.
+``dsh_sandbox.plugins`` entry-point group) and *consumers* (code that calls
+``ctx.require(Definition)`` and never names a provider).  One provider per key
+per context.  A service lists the definitions it needs in ``requires``; a
+composition is mounted in that dependency order, and a definition marked
+``auto_mount`` is mounted with its default config when something needs it and
+no entry provides it (so the smallest composition is just an executor).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from dsh.sandbox.errors import CompositionError, DuplicateServiceError, MissingServiceError
 
@@ -22,13 +26,6 @@ if TYPE_CHECKING:
     from importlib import metadata
 
 PLUGIN_GROUP = "dsh_sandbox.plugins"
-
-# Core services every composition gets when it does not name a provider for them,
-# so the smallest composition is just an executor.
-DEFAULT_PROVIDERS: Mapping[str, str] = {
-    "subprocess": "subprocess-local",
-    "shell_env": "shell-env",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +44,12 @@ class Service:
     key: ClassVar[str]
     plugin_name: ClassVar[str] = ""
     Config: ClassVar[type[Any]] = NoConfig
+    #: The service definitions this one looks up; they are mounted before it.
+    requires: ClassVar[tuple[type[Service], ...]] = ()
+    #: True: mounted with its default config when a mounted service requires
+    #: it and no provider of its key is named.  Only for services whose
+    #: default is safe whatever the session (never a policy or a runner).
+    auto_mount: ClassVar[bool] = False
 
     def __init__(self, ctx: Context, config: Any = None) -> None:
         self.ctx = ctx
@@ -79,36 +82,32 @@ class Context:
             self._origin[key] = name
         return service
 
-    def mount(self, name: str, config: Mapping[str, Any] | None = None, *, entry_id: str | None = None) -> Service:
-        """Build the provider registered as ``name`` with ``config`` and mount it."""
-        cls = load_plugin(name, entry_id=entry_id)
-        cfg = build_config(cls, config or {}, entry=entry_id or name)
-        return self.provide(cls(self, cfg), origin=entry_id or name)
-
-    def ensure_defaults(self) -> None:
-        for key, name in DEFAULT_PROVIDERS.items():
-            if key not in self._services:
-                self.mount(name)
-
     # -- access -----------------------------------------------------------
-    def has(self, key: str) -> bool:
-        return key in self._services
+    def has(self, definition: type[Service]) -> bool:
+        return self.get(definition) is not None
 
-    def get(self, key: str) -> Service | None:
-        return self._services.get(key)
+    def get(self, definition: type[S]) -> S | None:
+        """The provider of ``definition``'s key, or None when none is mounted.
 
-    def require(self, key: str) -> Service:
-        try:
-            return self._services[key]
-        except KeyError:
+        A provider of that key that is not a ``definition`` is an error, not
+        None: the composition mounted something else under the same key."""
+        service = self._services.get(definition.key)
+        if service is None or isinstance(service, definition):
+            return service
+        raise MissingServiceError(
+            f"ctx.{definition.key} is {self._origin[definition.key]!r} "
+            f"({type(service).__name__}), not a {definition.__name__}; mount a "
+            f"{definition.__name__} provider for it"
+        )
+
+    def require(self, definition: type[S]) -> S:
+        service = self.get(definition)
+        if service is None:
             raise MissingServiceError(
-                f"ctx.{key} is not mounted; add a provider for it to the composition"
-            ) from None
-
-    def __getattr__(self, key: str) -> Any:
-        if key.startswith("_"):
-            raise AttributeError(key)
-        return self.require(key)
+                f"ctx.{definition.key} ({definition.__name__}) is not mounted; "
+                "add a provider for it to the composition"
+            )
+        return service
 
     def services(self) -> dict[str, Service]:
         return dict(self._services)
@@ -135,6 +134,9 @@ class Context:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+S = TypeVar("S", bound=Service)
 
 
 # -- plugin lookup --------------------------------------------------------------
@@ -330,12 +332,17 @@ def load_composition_file(path: str | Path) -> list[CompositionEntry]:
     return parse_composition(data, source=str(p))
 
 
+Loader = Callable[[str], type[Service]]
+
+
 def build_context(
     entries: Iterable[CompositionEntry | Mapping[str, Any]] | str | Path,
     *,
-    defaults: bool = True,
+    load: Loader | None = None,
 ) -> Context:
-    """Build a context from a composition (entries, or a YAML/TOML file path)."""
+    """Build a context from a composition (entries, or a YAML/TOML file path).
+
+    ``load`` finds a provider class by name (default: the entry points)."""
     if isinstance(entries, (str, Path)):
         parsed = load_composition_file(entries)
     else:
@@ -344,45 +351,76 @@ def build_context(
         raw = [e for e in items if not isinstance(e, CompositionEntry)]
         if raw:
             parsed = parse_composition(raw) if not parsed else parsed + parse_composition(raw)
+    planned: list[Planned] = []
+    for entry in parsed:
+        cls = load(entry.name) if load is not None else load_plugin(entry.name, entry_id=entry.id)
+        planned.append(Planned(cls, build_config(cls, entry.config, entry=entry.id), entry.id))
+    return mount_all(planned)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """One provider to mount: its class, its validated config, its entry id."""
+
+    cls: type[Service]
+    config: Any
+    origin: str
+
+
+def mount_all(planned: Iterable[Planned]) -> Context:
+    """Mount ``planned`` in dependency order (``requires``) into a new context.
+
+    Raises ``CompositionError`` naming what is missing or circular before
+    anything is built."""
     ctx = Context()
     try:
-        # Core services first: executors look them up when they are built.
-        names = {e.name for e in parsed}
-        if defaults:
-            for key, name in DEFAULT_PROVIDERS.items():
-                provides_key = any(_provides(e.name) == key for e in parsed)
-                if not provides_key and name not in names:
-                    ctx.mount(name)
-        for entry in sorted(parsed, key=lambda e: _order(e.name)):
-            ctx.mount(entry.name, entry.config, entry_id=entry.id)
+        for item in dependency_order(list(planned)):
+            ctx.provide(item.cls(ctx, item.config), origin=item.origin)
     except BaseException:
         ctx.close()
         raise
     return ctx
 
 
-def _provides(name: str) -> str | None:
-    try:
-        return load_plugin(name).key
-    except CompositionError:
-        return None
+def dependency_order(planned: list[Planned]) -> list[Planned]:
+    """``planned`` plus auto-mounted requirements, each after what it requires."""
+    by_key: dict[str, Planned] = {}
+    for item in planned:
+        if item.cls.key in by_key:
+            raise DuplicateServiceError(
+                f"duplicate service ctx.{item.cls.key}: {by_key[item.cls.key].origin!r} and "
+                f"{item.origin!r} both provide it (one provider per key)"
+            )
+        by_key[item.cls.key] = item
+    ordered: list[Planned] = []
+    done: set[str] = set()
 
+    def visit(item: Planned, path: tuple[str, ...]) -> None:
+        key = item.cls.key
+        if key in done:
+            return
+        if key in path:
+            cycle = " -> ".join((*path[path.index(key):], key))
+            raise CompositionError(f"entry {item.origin!r}: circular requirement: {cycle}")
+        for needed in item.cls.requires:
+            dep = by_key.get(needed.key)
+            if dep is None:
+                if not needed.auto_mount:
+                    raise CompositionError(
+                        f"entry {item.origin!r}: {item.cls.__name__} requires ctx.{needed.key} "
+                        f"({needed.__name__}) but no entry provides it; add a provider of "
+                        f"{needed.__name__} to the composition"
+                    )
+                dep = by_key[needed.key] = Planned(needed, needed.Config(), needed.plugin_name or needed.key)
+            elif not issubclass(dep.cls, needed):
+                raise CompositionError(
+                    f"entry {item.origin!r}: {item.cls.__name__} requires ctx.{needed.key} to be a "
+                    f"{needed.__name__}, but entry {dep.origin!r} mounts {dep.cls.__name__}"
+                )
+            visit(dep, (*path, key))
+        done.add(key)
+        ordered.append(item)
 
-# Mount order: infrastructure, then policy and runners, then executors, then tools.
-_ORDER: Mapping[str, int] = {
-    "subprocess": 0,
-    "shell_env": 1,
-    "jobs": 2,
-    "approval": 3,
-    "sandbox_policy": 4,
-    "sandbox": 5,
-    "shell": 6,
-}
-
-
-def _order(name: str) -> int:
-    key = _provides(name)
-    return _ORDER.get(key or "", 10)
-
-
-ServiceFactory = Callable[[Context], Service]
+    for item in planned:
+        visit(item, ())
+    return ordered

@@ -16,12 +16,16 @@ from __future__ import annotations
 import functools
 import os
 import stat
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.policy_paths import home_dir, is_within, system_dir_reason
+
+if TYPE_CHECKING:
+    from dsh.sandbox.context import Context
 
 # Below a home directory: what the user's shell, ssh, gpg, cloud CLIs,
 # editors and agents read or run later as that user.  ~/.config holds systemd
@@ -223,12 +227,15 @@ def refuse_writable_config_file(what: str, shown: str, roots: Sequence[Path]) ->
     )
 
 
-def refuse_untrusted_config(ctx: Any, composition: str | None, approval: Any = None) -> None:
+def refuse_untrusted_config(ctx: Context, composition: str | None, approval: Any = None) -> None:
     """Refuse ``run``/``tool call`` when the composition, the profile (and each
     file it extends) or the approval rules file lies inside a writable root of
     the session's policy (its workspace-write roots, whatever the mode: an
     earlier workspace-write run could have written there)."""
-    service = ctx.get("sandbox_policy")
+    # Imported here: the policy service itself imports this module.
+    from dsh.sandbox.policy_service import PolicyService
+
+    service = ctx.get(PolicyService)
     if service is None:
         return
     roots = service.trusted_roots()
@@ -236,7 +243,14 @@ def refuse_untrusted_config(ctx: Any, composition: str | None, approval: Any = N
         refuse_writable_config_file("--composition", composition, roots)
     for source in service.profile.sources:
         refuse_writable_config_file("profile", source, roots)
-    approver = approval if approval is not None else ctx.get("approval")
+    approver = approval if approval is not None else _mounted_approval(ctx)
     rules = getattr(getattr(approver, "config", None), "path", None)
     if isinstance(rules, str):
         refuse_writable_config_file("approval rules file", rules, roots)
+
+
+def _mounted_approval(ctx: Context) -> Any:
+    # No approval provider can be mounted unless its definition's module was
+    # imported, and ``run`` without --approval must not pay for importing it.
+    module = sys.modules.get("dsh.sandbox.approval")
+    return None if module is None else ctx.get(module.Approval)

@@ -6,7 +6,7 @@ read or stop another agent's job.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from dsh.executors.seam import MAX_TIMEOUT_MS
 from dsh.sandbox.context import Context
@@ -19,14 +19,14 @@ _JOB_ID = {"type": "string", "minLength": 1, "description": "The job id, e.g. jo
 
 
 def _jobs(ctx: Context) -> JobRegistry:
-    return cast(JobRegistry, ctx.require("jobs"))
+    return ctx.require(JobRegistry)
 
 
 class JobOutputTool(Tool):
     name = "job_output"
 
     def available(self, ctx: Context) -> bool:
-        return ctx.has("jobs")
+        return ctx.has(JobRegistry)
 
     def spec(self, ctx: Context) -> ToolSpec:
         return ToolSpec(
@@ -66,7 +66,7 @@ class JobKillTool(Tool):
     name = "job_kill"
 
     def available(self, ctx: Context) -> bool:
-        return ctx.has("jobs")
+        return ctx.has(JobRegistry)
 
     def spec(self, ctx: Context) -> ToolSpec:
         return ToolSpec(

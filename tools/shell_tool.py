@@ -10,7 +10,7 @@ deadline kills it instead (``[timed out after Nms]``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 from dsh.executors.seam import (
     DEFAULT_TIMEOUT_MS,
@@ -73,8 +73,8 @@ class ShellTool(Tool):
 
     # -- what the model is told -------------------------------------------------------
     def shell(self, ctx: Context) -> ShellExecutor | None:
-        shell = ctx.get("shell")
-        if isinstance(shell, ShellExecutor) and shell.shell_kind == self.dialect.tool:
+        shell = ctx.get(ShellExecutor)
+        if shell is not None and shell.shell_kind == self.dialect.tool:
             return shell
         return None
 
@@ -127,7 +127,7 @@ class ShellTool(Tool):
         shell = self.shell(ctx)
         if shell is None:
             raise LookupError(f"the {self.name} tool needs a {self.name} executor in ctx.shell")
-        jobs = ctx.has("jobs")
+        jobs = ctx.has(JobRegistry)
         _, cap = timeout_bounds(shell)
         props: dict[str, dict[str, Any]] = {
             "command": {"type": "string", "minLength": 1, "description": "The command to run."},
@@ -170,7 +170,7 @@ class ShellTool(Tool):
         shell = self.shell(ctx)
         if shell is None:
             return ToolResult.error(f"the {self.name} tool is not available here (no {self.name} executor).")
-        jobs = cast(JobRegistry | None, ctx.get("jobs"))
+        jobs = ctx.get(JobRegistry)
         background = bool(args.get("run_in_background", False))
         if background and jobs is None:
             return ToolResult.error("run_in_background needs a job registry (ctx.jobs); none is mounted.")

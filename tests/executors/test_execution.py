@@ -11,8 +11,8 @@ from typing import ClassVar
 
 import pytest
 from dsh.executors.local import LocalBashExecutor
-from dsh.executors.seam import AbortSignal, SandboxFacts, ShellExecRequest, ShellExecSpec
-from dsh.sandbox.context import Context, build_context
+from dsh.executors.seam import AbortSignal, SandboxFacts, ShellExecRequest, ShellExecSpec, ShellExecutor
+from dsh.sandbox.context import Context, Planned, mount_all
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.runner import Launch, LocalLaunch
@@ -101,10 +101,8 @@ class SlowPrepareExecutor(LocalBashExecutor):
 
 
 def _mount(tmp_path: Path, executor: type[LocalBashExecutor], **config: object) -> Context:
-    context = build_context([])
     cfg = LocalBashExecutor.Config(cwd=str(tmp_path), **config)
-    context.provide(executor(context, cfg))
-    return context
+    return mount_all([Planned(executor, cfg, "shell")])
 
 
 def test_preparation_time_counts_against_the_deadline(tmp_path: Path) -> None:
@@ -155,8 +153,8 @@ def test_runner_failure_foreground_raises_background_settles(tmp_path: Path) -> 
 def test_exec_failure_settles_with_the_shell_status(
     ctx: Context, program: str, status: int, message: str
 ) -> None:
-    spec = ctx.shell.resolve(ShellExecRequest(command="", argv=(program, "x")))
-    execution = ctx.shell.execute(spec)
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="", argv=(program, "x")))
+    execution = ctx.require(ShellExecutor).execute(spec)
     assert execution.wait(0)  # never raises, already settled
     assert execution.status == "completed" and execution.kill() is False
     result = execution.result()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
-from dsh.executors.seam import ShellExecRequest
+from dsh.executors.seam import ShellExecRequest, ShellExecutor
 from dsh.sandbox.context import Context, build_context
 from dsh.sandbox.errors import CompositionError, ShellNotFoundError, UsageError, WorkdirError
 
@@ -23,7 +23,7 @@ def ctx(tmp_path: Path) -> Iterator[Context]:
 
 
 def test_resolve_fills_every_default(ctx: Context, tmp_path: Path) -> None:
-    spec = ctx.shell.resolve(ShellExecRequest(command="true"))
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true"))
     assert spec.workdir == str(tmp_path)
     assert (spec.timeout_ms, spec.on_expiry, spec.max_output_bytes, spec.stdout_max_bytes) == (
         120000,
@@ -44,7 +44,7 @@ def test_relative_workdir_is_under_the_configured_cwd(ctx: Context, tmp_path: Pa
 
 
 def test_huge_timeout_is_capped_and_the_cap_reported(ctx: Context) -> None:
-    spec = ctx.shell.resolve(ShellExecRequest(command="true", timeout_ms=10**12))
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", timeout_ms=10**12))
     assert spec.timeout_ms == 600000 and spec.timeout_capped and spec.requested_timeout_ms == 10**12
     assert run(ctx, "true", timeout_ms=10**12).timeout_ms == 600000
 
@@ -52,36 +52,36 @@ def test_huge_timeout_is_capped_and_the_cap_reported(ctx: Context) -> None:
 @pytest.mark.parametrize("timeout", [0, -1, -120000])
 def test_zero_or_negative_timeout_is_a_usage_error(ctx: Context, timeout: int) -> None:
     with pytest.raises(UsageError, match="timeout_ms must be a positive number"):
-        ctx.shell.resolve(ShellExecRequest(command="true", timeout_ms=timeout))
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", timeout_ms=timeout))
 
 
 def test_non_integer_timeout_is_a_usage_error(ctx: Context) -> None:
     with pytest.raises(UsageError, match="timeout_ms must be a whole number"):
-        ctx.shell.resolve(ShellExecRequest(command="true", timeout_ms="10"))  # type: ignore[arg-type]
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", timeout_ms="10"))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("command", ["", "   ", "\n\t"])
 def test_empty_command_is_a_usage_error(ctx: Context, command: str) -> None:
     with pytest.raises(UsageError, match="command is empty"):
-        ctx.shell.resolve(ShellExecRequest(command=command))
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command=command))
 
 
 def test_empty_argv_is_a_usage_error(ctx: Context) -> None:
     with pytest.raises(UsageError, match="argv is empty"):
-        ctx.shell.resolve(ShellExecRequest(command="", argv=()))
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command="", argv=()))
 
 
 def test_bad_on_expiry_and_output_cap(ctx: Context) -> None:
     with pytest.raises(UsageError, match="on_expiry"):
-        ctx.shell.resolve(ShellExecRequest(command="true", on_expiry="later"))  # type: ignore[arg-type]
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", on_expiry="later"))  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="stdout_max_bytes"):
-        ctx.shell.resolve(ShellExecRequest(command="true", stdout_max_bytes=0))
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", stdout_max_bytes=0))
 
 
 def test_missing_workdir_names_the_path(ctx: Context, tmp_path: Path) -> None:
     missing = tmp_path / "does-not-exist"
     with pytest.raises(WorkdirError, match=r"does-not-exist.*does not exist") as info:
-        ctx.shell.resolve(ShellExecRequest(command="true", workdir=str(missing)))
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", workdir=str(missing)))
     assert info.value.code == "WORKDIR_INVALID"
     assert isinstance(info.value, UsageError)
 
@@ -90,23 +90,23 @@ def test_non_directory_workdir_names_the_path(ctx: Context, tmp_path: Path) -> N
     afile = tmp_path / "a-file"
     afile.write_text("x")
     with pytest.raises(WorkdirError, match=r"a-file.*is not a directory"):
-        ctx.shell.resolve(ShellExecRequest(command="true", workdir=str(afile)))
+        ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", workdir=str(afile)))
 
 
 def test_workdir_removed_between_resolve_and_execute(ctx: Context, tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     gone.mkdir()
-    spec = ctx.shell.resolve(ShellExecRequest(command="true", workdir=str(gone)))
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true", workdir=str(gone)))
     gone.rmdir()
     with pytest.raises(WorkdirError, match="gone"):
-        ctx.shell.execute(spec)
+        ctx.require(ShellExecutor).execute(spec)
 
 
 def test_configured_cwd_missing(tmp_path: Path) -> None:
     context = make_context(tmp_path / "nope")
     try:
         with pytest.raises(WorkdirError, match="nope"):
-            context.shell.resolve(ShellExecRequest(command="true"))
+            context.require(ShellExecutor).resolve(ShellExecRequest(command="true"))
     finally:
         context.close()
 
@@ -121,15 +121,15 @@ def test_bad_config_names_the_entry_and_field(tmp_path: Path) -> None:
 
 
 def test_shell_argv_is_the_one_place_the_argv_is_built(ctx: Context) -> None:
-    assert ctx.shell.shell_argv("echo 'a b' $x") == ("bash", "-c", "echo 'a b' $x")
-    assert isinstance(ctx.shell, LocalBashExecutor) and ctx.shell.shell_kind == "bash"
+    assert ctx.require(ShellExecutor).shell_argv("echo 'a b' $x") == ("bash", "-c", "echo 'a b' $x")
+    assert isinstance(ctx.require(ShellExecutor), LocalBashExecutor) and ctx.require(ShellExecutor).shell_kind == "bash"
 
 
 def test_missing_shell_binary_is_a_clear_error(ctx: Context, monkeypatch: pytest.MonkeyPatch) -> None:
-    spec = ctx.shell.resolve(ShellExecRequest(command="true"))
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="true"))
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ShellNotFoundError, match="bash is not installed"):
-        ctx.shell.execute(spec)
+        ctx.require(ShellExecutor).execute(spec)
 
 
 @pytest.fixture
@@ -140,8 +140,9 @@ def pwsh(tmp_path: Path) -> Iterator[Context]:
 
 
 def test_pwsh_argv(pwsh: Context) -> None:
-    assert isinstance(pwsh.shell, LocalPwshExecutor) and pwsh.shell.shell_kind == "pwsh"
-    assert pwsh.shell.shell_argv("Get-Date; 'a b'") == (
+    shell = pwsh.require(ShellExecutor)
+    assert isinstance(shell, LocalPwshExecutor) and shell.shell_kind == "pwsh"
+    assert shell.shell_argv("Get-Date; 'a b'") == (
         "pwsh",
         "-NoLogo",
         "-NoProfile",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dsh.executors.sandboxed import SandboxBashExecutor
-from dsh.executors.seam import ShellExecRequest, ShellRunResult
+from dsh.executors.seam import ShellExecRequest, ShellExecutor, ShellRunResult
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 
@@ -37,14 +37,14 @@ def outside() -> Iterator[Path]:
 
 
 def run(ctx: Any, command: str, **kw: Any) -> ShellRunResult:
-    spec = ctx.shell.resolve(ShellExecRequest(command=command, timeout_ms=TIMEOUT_MS, **kw))
-    result: ShellRunResult = ctx.shell.execute(spec).result()
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=command, timeout_ms=TIMEOUT_MS, **kw))
+    result: ShellRunResult = ctx.require(ShellExecutor).execute(spec).result()
     return result
 
 
 def test_facts_on_every_result(workspace: Path, runner: str) -> None:
     with sandbox_ctx(workspace, runner=runner, mode="read-only") as ctx:
-        shell = ctx.shell
+        shell = ctx.require(ShellExecutor)
         assert isinstance(shell, SandboxBashExecutor)
         assert shell.sandbox_mode is SandboxMode.READ_ONLY and shell.constraining
         result = run(ctx, "echo hello")
@@ -97,9 +97,9 @@ def test_foreground_fails_closed_when_runner_unavailable(workspace: Path) -> Non
     marker = workspace / "ran"
     # seatbelt exists only on macOS: on Linux it is registered but unavailable.
     with sandbox_ctx(workspace, runner="seatbelt", mode="read-only") as ctx:
-        spec = ctx.shell.resolve(ShellExecRequest(command=f"touch {marker}"))
+        spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=f"touch {marker}"))
         with pytest.raises(SandboxUnavailable) as info:
-            ctx.shell.execute(spec)
+            ctx.require(ShellExecutor).execute(spec)
     assert info.value.code == "SANDBOX_UNAVAILABLE"
     assert not marker.exists()
 
@@ -110,9 +110,9 @@ def test_foreground_fails_closed_when_runner_refuses_profile(workspace: Path) ->
     # Landlock cannot keep .git read-only inside the workspace; the policy does
     # not accept that degradation, so the run is refused.
     with sandbox_ctx(workspace, runner="landlock") as ctx:
-        spec = ctx.shell.resolve(ShellExecRequest(command=f"touch {marker}"))
+        spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=f"touch {marker}"))
         with pytest.raises(SandboxUnavailable) as info:
-            ctx.shell.execute(spec)
+            ctx.require(ShellExecutor).execute(spec)
     assert "landlock-protected-paths" in str(info.value)
     assert not marker.exists()
 
@@ -120,8 +120,8 @@ def test_foreground_fails_closed_when_runner_refuses_profile(workspace: Path) ->
 def test_background_settles_with_runner_failed(workspace: Path) -> None:
     marker = workspace / "ran"
     with sandbox_ctx(workspace, runner="seatbelt", mode="read-only") as ctx:
-        spec = ctx.shell.resolve(ShellExecRequest(command=f"touch {marker}", on_expiry="none"))
-        execution = ctx.shell.execute(spec)
+        spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=f"touch {marker}", on_expiry="none"))
+        execution = ctx.require(ShellExecutor).execute(spec)
         assert execution.wait(30)
         result = execution.result()
     assert execution.status == "killed"
@@ -170,7 +170,7 @@ WEIRD_ARGS: tuple[str | bytes, ...] = (
 
 def test_exact_argv_round_trips(workspace: Path, runner: str) -> None:
     with sandbox_ctx(workspace, runner=runner, mode="read-only") as ctx:
-        shell = ctx.shell
+        shell = ctx.require(ShellExecutor)
         spec = shell.resolve(
             ShellExecRequest(
                 command="printf", argv=("printf", "<%s>\n", *WEIRD_ARGS), timeout_ms=TIMEOUT_MS

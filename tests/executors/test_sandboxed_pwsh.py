@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh.executors.process import LocalSubprocessService
 from dsh.executors.sandboxed import SandboxPwshExecutor
-from dsh.executors.seam import ShellExecRequest
+from dsh.executors.seam import ShellExecRequest, ShellExecutor
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.host import SandboxHost
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.runner import LocalLaunch, RemoteLaunch
 
@@ -41,11 +43,11 @@ def wrapped_argv(launch: Any) -> tuple[Any, ...] | None:
 def test_wrapped_argv_ends_with_the_exact_pwsh_argv(workspace: Path, runner: str) -> None:
     need_runner(runner)
     with sandbox_ctx(workspace, runner=runner, mode="read-only", executor="pwsh-sandbox") as ctx:
-        shell = ctx.shell
+        shell = ctx.require(ShellExecutor)
         assert isinstance(shell, SandboxPwshExecutor)
         assert shell.shell_argv(COMMAND) == PWSH_ARGV
         spec = shell.resolve(ShellExecRequest(command=COMMAND))
-        env = ctx.subprocess.build_env(shell.base_env(spec), spec.env, spec.dsh_env)
+        env = ctx.require(LocalSubprocessService).build_env(shell.base_env(spec), spec.env, spec.dsh_env)
         launch = shell.prepare_launch(shell.shell_argv(COMMAND), spec, env)
         try:
             argv = wrapped_argv(launch)
@@ -109,8 +111,8 @@ def test_pwsh_argv_reaches_the_program(
             workspace, runner=runner, mode="read-only", executor="pwsh-sandbox",
             options=options, accept_degraded=accept,
         ) as ctx:
-            spec = ctx.shell.resolve(ShellExecRequest(command=COMMAND, timeout_ms=120_000))
-            result = ctx.shell.execute(spec).result()
+            spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=COMMAND, timeout_ms=120_000))
+            result = ctx.require(ShellExecutor).execute(spec).result()
     finally:
         if stop is not None:
             stop()
@@ -122,11 +124,11 @@ def test_pwsh_argv_reaches_the_program(
 def test_seatbelt_argv_on_this_machine(workspace: Path) -> None:
     # On Linux the host refuses seatbelt (fail closed) before any argv is built.
     with sandbox_ctx(workspace, runner="seatbelt", mode="read-only", executor="pwsh-sandbox") as ctx:
-        if ctx.sandbox.probe("seatbelt").available:
+        if ctx.require(SandboxHost).probe("seatbelt").available:
             pytest.skip("seatbelt is available here: covered by the per-runner test")
-        spec = ctx.shell.resolve(ShellExecRequest(command=COMMAND))
+        spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=COMMAND))
         with pytest.raises(SandboxUnavailable):
-            ctx.shell.prepare_launch(ctx.shell.shell_argv(COMMAND), spec, {})
+            ctx.require(ShellExecutor).prepare_launch(ctx.require(ShellExecutor).shell_argv(COMMAND), spec, {})
 
 
 @pytest.mark.parametrize("runner", ["landlock", "bwrap"])
@@ -135,10 +137,10 @@ def test_pwsh_runs_for_real(workspace: Path, runner: str) -> None:
         pytest.skip("pwsh is not installed here: only the argv is tested")
     need_runner(runner)
     with sandbox_ctx(workspace, runner=runner, mode="read-only", executor="pwsh-sandbox") as ctx:
-        spec = ctx.shell.resolve(
+        spec = ctx.require(ShellExecutor).resolve(
             ShellExecRequest(command="Write-Output 'a b'; Set-Content x.txt 1", timeout_ms=120_000)
         )
-        result = ctx.shell.execute(spec).result()
+        result = ctx.require(ShellExecutor).execute(spec).result()
     assert result.stdout.text.startswith("a b\n")
     assert result.sandbox is not None and result.sandbox.mode is SandboxMode.READ_ONLY
     assert result.exit_code != 0 and result.sandbox.denied
@@ -150,7 +152,7 @@ def test_pwsh_missing_is_a_clear_error(workspace: Path) -> None:
         pytest.skip("pwsh is installed here")
     need_runner("bwrap")
     with sandbox_ctx(workspace, runner="bwrap", mode="read-only", executor="pwsh-sandbox") as ctx:
-        spec = ctx.shell.resolve(ShellExecRequest(command="Write-Output hi"))
+        spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="Write-Output hi"))
         with pytest.raises(Exception) as info:
-            ctx.shell.execute(spec)
+            ctx.require(ShellExecutor).execute(spec)
     assert getattr(info.value, "code", "") == "SHELL_NOT_FOUND"

@@ -1,4 +1,4 @@
-"""ctx.shell_env: managed DSH_* facts that no caller can override."""
+"""ctx.require(ShellEnvRegistry): managed DSH_* facts that no caller can override."""
 
 from __future__ import annotations
 
@@ -28,15 +28,15 @@ def _child_env(ctx: Context, **request: object) -> dict[str, str]:
 
 def test_dsh_home_from_env_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DSH_HOME", "/opt/dsh-home")
-    with build_context([]) as context:
-        assert context.shell_env.collect() == {"DSH_HOME": "/opt/dsh-home"}
+    with build_context([{"name": "shell-env"}]) as context:
+        assert context.require(ShellEnvRegistry).collect() == {"DSH_HOME": "/opt/dsh-home"}
     monkeypatch.delenv("DSH_HOME")
-    with build_context([]) as context:
-        assert context.shell_env.collect() == {"DSH_HOME": os.path.expanduser("~/.dsh")}
+    with build_context([{"name": "shell-env"}]) as context:
+        assert context.require(ShellEnvRegistry).collect() == {"DSH_HOME": os.path.expanduser("~/.dsh")}
 
 
 def test_register_and_scoped_removal(ctx: Context) -> None:
-    registry: ShellEnvRegistry = ctx.shell_env
+    registry: ShellEnvRegistry = ctx.require(ShellEnvRegistry)
     handle = registry.register("DSH_AGENT", "agent-1")
     with registry.register("DSH_TURN", lambda: "7"):
         assert registry.collect()["DSH_TURN"] == "7"
@@ -55,28 +55,28 @@ def test_register_and_scoped_removal(ctx: Context) -> None:
 
 def test_callable_fact_is_evaluated_per_collect_and_none_omits(ctx: Context) -> None:
     values = iter(["1", None, "3"])
-    with ctx.shell_env.register("DSH_COUNTER", lambda: next(values)):
-        assert ctx.shell_env.collect()["DSH_COUNTER"] == "1"
-        assert "DSH_COUNTER" not in ctx.shell_env.collect()
-        assert ctx.shell_env.collect()["DSH_COUNTER"] == "3"
+    with ctx.require(ShellEnvRegistry).register("DSH_COUNTER", lambda: next(values)):
+        assert ctx.require(ShellEnvRegistry).collect()["DSH_COUNTER"] == "1"
+        assert "DSH_COUNTER" not in ctx.require(ShellEnvRegistry).collect()
+        assert ctx.require(ShellEnvRegistry).collect()["DSH_COUNTER"] == "3"
 
 
 @pytest.mark.parametrize("name", ["HOME", "dsh_lower", "DSH_", "DSH_A-B", "XDSH_A"])
 def test_names_must_start_with_dsh(ctx: Context, name: str) -> None:
     with pytest.raises(UsageError, match="DSH_"):
-        ctx.shell_env.register(name, "x")
+        ctx.require(ShellEnvRegistry).register(name, "x")
 
 
 def test_duplicates_and_builtins_cannot_be_replaced(ctx: Context) -> None:
     with pytest.raises(UsageError, match="already registered"):
-        ctx.shell_env.register("DSH_HOME", "/evil")
-    with ctx.shell_env.register("DSH_X", "1"), pytest.raises(UsageError, match="already registered"):
-        ctx.shell_env.register("DSH_X", "2")
+        ctx.require(ShellEnvRegistry).register("DSH_HOME", "/evil")
+    with ctx.require(ShellEnvRegistry).register("DSH_X", "1"), pytest.raises(UsageError, match="already registered"):
+        ctx.require(ShellEnvRegistry).register("DSH_X", "2")
 
 
 def test_caller_env_never_overrides_a_managed_fact(ctx: Context) -> None:
-    managed = ctx.shell_env.collect()["DSH_HOME"]
-    with ctx.shell_env.register("DSH_SESSION", "s-1"):
+    managed = ctx.require(ShellEnvRegistry).collect()["DSH_HOME"]
+    with ctx.require(ShellEnvRegistry).register("DSH_SESSION", "s-1"):
         env = _child_env(
             ctx,
             env={"DSH_HOME": "/caller", "DSH_SESSION": "forged"},
@@ -91,5 +91,5 @@ def test_inherited_stale_dsh_vars_never_leak(ctx: Context, monkeypatch: pytest.M
     monkeypatch.setenv("DSH_HOME", "/stale")
     env = _child_env(ctx)
     assert "DSH_STALE_FACT" not in env
-    assert env["DSH_HOME"] == ctx.shell_env.collect()["DSH_HOME"]
-    assert {k for k in env if k.startswith("DSH_")} == set(ctx.shell_env.collect())
+    assert env["DSH_HOME"] == ctx.require(ShellEnvRegistry).collect()["DSH_HOME"]
+    assert {k for k in env if k.startswith("DSH_")} == set(ctx.require(ShellEnvRegistry).collect())

@@ -18,6 +18,8 @@ import pytest
 from dsh.executors.capture import StreamCapture
 from dsh.executors.process import LocalSubprocessService, layer_env, scrub_environ
 from dsh.executors.pump import Pump
+from dsh.executors.seam import ShellExecutor
+from dsh.executors.shell_env import ShellEnvRegistry
 from dsh.sandbox.context import Context
 from dsh.sandbox.runner import ExitStatus, LocalLaunch, RemoteLaunch, RemoteProcess
 
@@ -85,7 +87,7 @@ def test_env_scrub_and_layering(ctx: Context, monkeypatch: pytest.MonkeyPatch) -
     assert env["KEEP_ME"] == "kept" and env["CALLER"] == "1"
     assert (env["NO_COLOR"], env["TERM"], env["GIT_PAGER"]) == ("1", "dumb", "cat")
     assert env["PAGER"] == "less"  # the caller's env layers over ENV_OVERRIDES
-    assert env["DSH_HOME"] == ctx.shell_env.collect()["DSH_HOME"] != "/caller/home"
+    assert env["DSH_HOME"] == ctx.require(ShellEnvRegistry).collect()["DSH_HOME"] != "/caller/home"
     assert "DSH_EXTRA" not in env  # the DSH_ namespace comes from the trusted snapshot only
 
 
@@ -130,8 +132,8 @@ def test_command_that_closes_stdout_early(ctx: Context) -> None:
 
 def test_exact_bytes_argv(ctx: Context) -> None:
     # No shell in between: spaces, "$" and non-UTF-8 bytes arrive unchanged.
-    spec = ctx.shell.resolve(_request(argv=(b"printf", b"%s|", "a b", "$x", b"\xff")))
-    result = ctx.shell.execute(spec).result(timeout=PATIENCE_S)
+    spec = ctx.require(ShellExecutor).resolve(_request(argv=(b"printf", b"%s|", "a b", "$x", b"\xff")))
+    result = ctx.require(ShellExecutor).execute(spec).result(timeout=PATIENCE_S)
     assert result.exit_code == 0
     assert result.stdout.text == "a b|$x|\ufffd|"
 
@@ -146,10 +148,10 @@ GIB_SCRIPT = textwrap.dedent(
     """
     import sys
     from dsh.sandbox.context import build_context
-    from dsh.executors.seam import ShellExecRequest
+    from dsh.executors.seam import ShellExecRequest, ShellExecutor
     ctx = build_context([{"id": "b", "name": "bash-local", "config": {"cwd": sys.argv[1]}}])
-    spec = ctx.shell.resolve(ShellExecRequest(command="head -c 3G /dev/zero; echo tail"))
-    result = ctx.shell.execute(spec).result()
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="head -c 3G /dev/zero; echo tail"))
+    result = ctx.require(ShellExecutor).execute(spec).result()
     ctx.close()
     print(result.stdout.total_bytes, result.exit_code, repr(result.stdout.text[-6:]),
           result.stdout.spill_truncated,
@@ -183,7 +185,7 @@ def _spawn(
 
 
 def test_local_launch_spawn_in_env_pass_fds_cleanup_and_kill_tree(ctx: Context, tmp_path: Path) -> None:
-    service: LocalSubprocessService = ctx.subprocess
+    service: LocalSubprocessService = ctx.require(LocalSubprocessService)
     calls: dict[str, Any] = {"spawn_threads": [], "kills": [], "cleanups": 0}
     read_end, write_end = os.pipe()
 
@@ -268,7 +270,7 @@ def test_remote_process_is_driven_like_a_local_one(ctx: Context, tmp_path: Path)
 
         return RemoteLaunch(start=begin)
 
-    service: LocalSubprocessService = ctx.subprocess
+    service: LocalSubprocessService = ctx.require(LocalSubprocessService)
     pump, out, err = _spawn(service, starter(3), tmp_path)
     assert pump.wait(PATIENCE_S)
     assert pump.status == ExitStatus(exit_code=0)

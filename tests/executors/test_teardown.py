@@ -103,11 +103,11 @@ EXECUTOR = textwrap.dedent(
     """
     import sys, time
     from dsh.sandbox.context import build_context
-    from dsh.executors.seam import ShellExecRequest
+    from dsh.executors.seam import ShellExecRequest, ShellExecutor
     ctx = build_context([{"id": "b", "name": "bash-local", "config": {"cwd": sys.argv[1]}}])
-    spec = ctx.shell.resolve(ShellExecRequest(
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(
         command="echo $$; ( ( trap '' TERM; sleep 1000 & ) & ); sleep 1000", on_expiry="none"))
-    execution = ctx.shell.execute(spec)
+    execution = ctx.require(ShellExecutor).execute(spec)
     while b"\\n" not in execution.observed.read("stdout", 0)[0]:
         time.sleep(0.01)
     sys.stdout.write(execution.observed.read("stdout", 0)[0].decode())

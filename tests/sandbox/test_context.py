@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from dsh.executors.process import LocalSubprocessService
+from dsh.executors.seam import ShellExecutor
+from dsh.executors.shell_env import ShellEnvRegistry
 from dsh.sandbox.context import (
     Context,
     Service,
@@ -19,6 +22,7 @@ from dsh.sandbox.context import (
     plugin_names,
 )
 from dsh.sandbox.errors import CompositionError, DuplicateServiceError, MissingServiceError
+from dsh.tools.jobs import JobRegistry
 
 from tests.support.wait import wait_until
 
@@ -53,13 +57,15 @@ def test_duplicate_service_names_both_providers() -> None:
     assert "ctx.greeter" in str(err.value)
 
 
-def test_attribute_access_and_missing_service() -> None:
+def test_typed_lookup_and_missing_service() -> None:
     ctx = Context()
     g = ctx.provide(Greeter(ctx))
-    assert ctx.greeter is g
+    assert ctx.require(Greeter) is g and ctx.get(Greeter) is g and ctx.has(Greeter)
+    assert ctx.get(JobRegistry) is None and not ctx.has(JobRegistry)
     with pytest.raises(MissingServiceError) as err:
-        _ = ctx.jobs
-    assert err.value.code == "MISSING_SERVICE" and "ctx.jobs" in str(err.value)
+        ctx.require(JobRegistry)
+    assert err.value.code == "MISSING_SERVICE"
+    assert "ctx.jobs" in str(err.value) and "JobRegistry" in str(err.value)
 
 
 def test_close_tears_down_once_in_reverse() -> None:
@@ -148,7 +154,7 @@ def test_yaml_and_toml_compositions_build(tmp_path: Path) -> None:
     for path in (yml, toml):
         assert [e.name for e in load_composition_file(path)] == ["bash-local"]
         with build_context(path) as ctx:
-            assert ctx.has("shell") and ctx.has("subprocess") and ctx.has("shell_env")
+            assert ctx.has(ShellExecutor) and ctx.has(LocalSubprocessService) and ctx.has(ShellEnvRegistry)
 
 
 def test_unreadable_or_invalid_composition(tmp_path: Path) -> None:
@@ -173,11 +179,11 @@ def test_context_teardown_kills_and_waits_for_every_process(tmp_path: Path) -> N
 
     ctx = build_context([{"id": "bash", "name": "bash-local", "config": {"cwd": str(tmp_path)}}])
     pidfile = tmp_path / "pids"
-    spec = ctx.shell.resolve(ShellExecRequest(
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(
         command=f"sleep 300 & echo $! >> {pidfile}; echo $$ >> {pidfile}; wait",
         on_expiry="none",
     ))
-    execution = ctx.shell.execute(spec)
+    execution = ctx.require(ShellExecutor).execute(spec)
     wait_until(lambda: pidfile.exists() and len(pidfile.read_text().split()) >= 2, "both pids")
     pids = [int(p) for p in pidfile.read_text().split()]
     assert all(_alive(p) for p in pids)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh.sandbox.context import Context
+from dsh.sandbox.context import Context, build_context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy_service import (
@@ -48,17 +48,16 @@ def test_defaults(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_mounts_through_the_entry_point(workspace: Path) -> None:
-    ctx = Context()
-    ctx.mount(
-        "sandbox-policy",
-        {
+    ctx = build_context([{
+        "name": "sandbox-policy",
+        "config": {
             "mode": "read-only",
             "workspace": str(workspace),
             "writable": [],
             "accept_degraded": ["bwrap-limit-memory"],
         },
-    )
-    svc = ctx.sandbox_policy
+    }])
+    svc = ctx.require(PolicyService)
     assert isinstance(svc, PolicyService)
     assert svc.resolve().mode is SandboxMode.READ_ONLY
     assert svc.resolve().accept_degraded == ("bwrap-limit-memory",)

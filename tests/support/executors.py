@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from dsh.executors.seam import ShellExecRequest, ShellExecution, ShellRunResult
+from dsh.executors.seam import ShellExecRequest, ShellExecution, ShellExecutor, ShellRunResult
 from dsh.sandbox.context import Context, build_context
 
 from tests.support.wait import PATIENCE_S, wait_until
@@ -17,15 +17,15 @@ def make_context(cwd: Path, name: str = "bash-local", **config: Any) -> Context:
 
 
 def run(ctx: Context, command: str, **request: Any) -> ShellRunResult:
-    spec = ctx.shell.resolve(ShellExecRequest(command=command, **request))
-    result: ShellRunResult = ctx.shell.execute(spec).result(timeout=PATIENCE_S)
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=command, **request))
+    result: ShellRunResult = ctx.require(ShellExecutor).execute(spec).result(timeout=PATIENCE_S)
     return result
 
 
 def start(ctx: Context, command: str, **request: Any) -> ShellExecution:
     request.setdefault("on_expiry", "none")
-    spec = ctx.shell.resolve(ShellExecRequest(command=command, **request))
-    execution: ShellExecution = ctx.shell.execute(spec)
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=command, **request))
+    execution: ShellExecution = ctx.require(ShellExecutor).execute(spec)
     return execution
 
 

@@ -306,5 +306,5 @@ def test_providers_mount_through_entry_points(rules_file: Path) -> None:
                          ("approval-rules", {"path": str(rules_file), "fallback": "deny"})):
         ctx = build_context([{"name": "bash-local"}, {"name": name, "config": config}])
         with ctx:
-            assert isinstance(ctx.approval, Approval)
-            assert ctx.approval.provider_name == name
+            assert isinstance(ctx.require(Approval), Approval)
+            assert ctx.require(Approval).provider_name == name

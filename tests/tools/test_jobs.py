@@ -1,4 +1,4 @@
-"""Jobs through the tools and ``ctx.jobs`` with the real local executor."""
+"""Jobs through the tools and ``ctx.require(JobRegistry)`` with the real local executor."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def test_foreground_outliving_the_wait_continues_as_its_job(workspace: Path) -> 
         job_id = result.job_id
         assert job_id is not None
         (workspace / "go").touch()
-        jobs = cast(JobRegistry, ctx.jobs)
+        jobs = cast(JobRegistry, ctx.require(JobRegistry))
         assert jobs.wait(job_id, "agent-a", PATIENCE_S)
         # Byte-exact completeness through the registry's consuming read.
         _, read = jobs.read(job_id, "agent-a")
@@ -77,7 +77,7 @@ def test_kill_of_a_finished_job_says_so(workspace: Path) -> None:
     with local_ctx(workspace) as ctx:
         job_id = bash(ctx, "echo bye", run_in_background=True).job_id
         assert job_id
-        assert cast(JobRegistry, ctx.jobs).wait(job_id, "agent-a", PATIENCE_S)
+        assert cast(JobRegistry, ctx.require(JobRegistry)).wait(job_id, "agent-a", PATIENCE_S)
         result = call(ctx, "job_kill", {"job_id": job_id})
         assert "already finished" in result.content
         assert parsed(result).body == "bye" and parsed(result).exit_code == 0
@@ -108,7 +108,7 @@ def test_finished_jobs_are_reaped_after_the_configured_time(workspace: Path) -> 
         command = "while [ ! -e go ]; do sleep 0.05; done; echo hi"
         job_id = bash(ctx, command, run_in_background=True).job_id
         assert job_id
-        jobs = cast(JobRegistry, ctx.jobs)
+        jobs = cast(JobRegistry, ctx.require(JobRegistry))
         job = jobs.get(job_id, "agent-a")
         assert len(jobs) == 1  # running jobs are never reaped
         (workspace / "go").touch()
@@ -119,7 +119,7 @@ def test_finished_jobs_are_reaped_after_the_configured_time(workspace: Path) -> 
     with local_ctx(workspace, jobs={"reap_after_s": 3600}) as ctx:
         job_id = bash(ctx, "echo hi", run_in_background=True).job_id
         assert job_id
-        assert cast(JobRegistry, ctx.jobs).wait(job_id, "agent-a", PATIENCE_S)
+        assert cast(JobRegistry, ctx.require(JobRegistry)).wait(job_id, "agent-a", PATIENCE_S)
         first = call(ctx, "job_output", {"job_id": job_id})
         assert parsed(first).body == "hi" and parsed(first).job_state == "completed"
         assert not call(ctx, "job_output", {"job_id": job_id}).is_error  # still there
@@ -145,7 +145,7 @@ def test_foreground_that_finishes_does_not_keep_a_slot(workspace: Path) -> None:
     with local_ctx(workspace, jobs={"max_jobs": 1}) as ctx:
         for _ in range(3):
             assert bash(ctx, "true").content == ""
-        assert len(cast(JobRegistry, ctx.jobs)) == 0
+        assert len(cast(JobRegistry, ctx.require(JobRegistry))) == 0
 
 
 def test_teardown_kills_every_job(workspace: Path) -> None:

@@ -31,7 +31,7 @@ def test_lossy_job_read_is_flagged_with_the_spill_path(workspace: Path) -> None:
     with local_ctx(workspace) as ctx:
         started = bash(ctx, "seq 1 20000", run_in_background=True)
         assert started.job_id
-        assert cast(JobRegistry, ctx.jobs).wait(started.job_id, "agent-a", PATIENCE_S)
+        assert cast(JobRegistry, ctx.require(JobRegistry)).wait(started.job_id, "agent-a", PATIENCE_S)
         first = call(ctx, "job_output", {"job_id": started.job_id})
         p = parsed(first)
         assert p.job_state == "completed" and p.spill_paths, first.content[-300:]

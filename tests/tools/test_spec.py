@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh.executors.seam import ShellExecutor
 from dsh.sandbox.context import Context, build_context
 from dsh.tools.spec import ArgumentError, ToolSpec, validate_args
 from dsh.tools.toolbox import export_specs, tool_specs
@@ -77,7 +78,7 @@ def test_escalation_fields_only_with_a_constraining_executor(workspace: Path) ->
     assert not props(local) & ESCALATION
     assert "sandbox_permissions" not in local.description
     with sandbox_spec_ctx(workspace, "bash-sandbox", "workspace-write") as ctx:
-        assert ctx.shell.constraining
+        assert ctx.require(ShellExecutor).constraining
         sandboxed = by_name(ctx)["bash"]
     assert ESCALATION <= props(sandboxed)
     assert sandboxed.parameters["required"] == ["command", "description"]
@@ -85,7 +86,7 @@ def test_escalation_fields_only_with_a_constraining_executor(workspace: Path) ->
                    "sandbox_permissions", "justification", "danger-full-access"):
         assert needle in sandboxed.description
     with sandbox_spec_ctx(workspace, "bash-sandbox", "danger-full-access") as ctx:
-        assert not ctx.shell.constraining
+        assert not ctx.require(ShellExecutor).constraining
         assert not props(by_name(ctx)["bash"]) & ESCALATION
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dsh.executors.seam import ShellExecRequest, ShellRunResult
+from dsh.executors.seam import ShellExecRequest, ShellExecutor, ShellRunResult
 from dsh.sandbox.errors import SandboxUnavailable
 
 from tests.runners.e2b.conftest import Envd
@@ -16,8 +16,8 @@ from tests.support.sandboxed import sandbox_ctx
 
 
 def run(ctx: Any, command: str, timeout_ms: int = 120_000) -> ShellRunResult:
-    spec = ctx.shell.resolve(ShellExecRequest(command=command, timeout_ms=timeout_ms))
-    result: ShellRunResult = ctx.shell.execute(spec).result()
+    spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=command, timeout_ms=timeout_ms))
+    result: ShellRunResult = ctx.require(ShellExecutor).execute(spec).result()
     return result
 
 
