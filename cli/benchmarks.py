@@ -18,9 +18,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.sandbox.errors import DshError
+
+if TYPE_CHECKING:
+    from dsh.sandbox.context import Context
 
 # ratio targets: (row name, baseline row name, target ratio, "<=" or ">=")
 TARGETS: tuple[tuple[str, str, float, str], ...] = (
@@ -64,30 +67,31 @@ def _measure(name: str, fn: Callable[[], object], n: int, warmup: int = 3) -> Ti
     return Timing(name, n, statistics.median(samples), p95)
 
 
-def _context(runner: str | None, workspace: Path) -> Any:
-    from dsh.sandbox.context import build_context
+def _context(runner: str | None, workspace: Path) -> Context:
+    from dsh.cli.session import open_session
     from dsh.sandbox.host import load_runner_class
+    from dsh.sandbox.session import SessionSpec
 
     if runner is None:
-        return build_context([{"id": "shell", "name": "bash-local", "config": {"cwd": str(workspace)}}])
+        return open_session(SessionSpec(sandboxed=False, executor="bash-local",
+                                        executor_config={"cwd": str(workspace)}))
     # The cost of the sandbox is measured, not its completeness: accept whatever
     # this machine cannot enforce.
-    accept = list(load_runner_class(runner).DEGRADATION_NAMES)
-    return build_context([
-        {"id": "policy", "name": "sandbox-policy",
-         "config": {"mode": "workspace-write", "workspace": str(workspace), "accept_degraded": accept}},
-        {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
-        {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(workspace)}},
-    ])
+    accept = tuple(load_runner_class(runner).DEGRADATION_NAMES)
+    return open_session(SessionSpec(
+        mode="workspace-write", workspace=str(workspace), accept_degraded=accept,
+        runner=runner, executor="bash-sandbox", executor_config={"cwd": str(workspace)},
+    ))
 
 
-def _runner_true(ctx: Any) -> Callable[[], object]:
-    from dsh.executors.seam import ShellExecRequest
+def _runner_true(ctx: Context) -> Callable[[], object]:
+    from dsh.executors.seam import ShellExecRequest, ShellExecutor
 
-    spec = ctx.shell.resolve(ShellExecRequest(command="true", argv=("true",)))
+    shell = ctx.require(ShellExecutor)
+    spec = shell.resolve(ShellExecRequest(command="true", argv=("true",)))
 
     def run() -> object:
-        result = ctx.shell.execute(spec).result()
+        result = shell.execute(spec).result()
         if result.exit_code != 0:
             raise RuntimeError(f"`true` failed: {result.stderr.text[-200:]}")
         return result
@@ -113,9 +117,15 @@ def bench_runners(report: Report, runners: Sequence[str], n: int, workspace: Pat
             ctx.close()
 
 
-def bench_baseline(report: Report, ctx: Any, runner: str, n: int, workspace: Path) -> None:
+def bench_baseline(report: Report, ctx: Context, runner: str, n: int, workspace: Path) -> None:
     """The runner's own bare equivalent (bare bwrap, ``docker run --rm``), if it has one."""
-    baseline = ctx.sandbox.runner(runner).baseline(ctx.sandbox_policy.resolve(), str(workspace))
+    from dsh.sandbox.host import SandboxHost
+    from dsh.sandbox.policy_service import PolicyService
+
+    instance = ctx.require(SandboxHost).runner(runner)
+    if instance is None:
+        raise RuntimeError(f"runner {runner} did not load")
+    baseline = instance.baseline(ctx.require(PolicyService).resolve(), str(workspace))
     if baseline is None:
         return
     samples, warmup = (max(5, n // 5), 1) if baseline.slow else (n, 3)
@@ -146,12 +156,14 @@ def bench_cli(report: Report, n: int, workspace: Path) -> None:
 
 _THROUGHPUT_CHILD = """
 import sys, time
-from dsh.sandbox.context import build_context
-from dsh.executors.seam import ShellExecRequest
-ctx = build_context([{"id": "shell", "name": "bash-local", "config": {"cwd": sys.argv[1]}}])
-spec = ctx.shell.resolve(ShellExecRequest(command="head -c 1073741824 /dev/zero", timeout_ms=600000))
+from dsh.cli.session import open_session
+from dsh.executors.seam import ShellExecRequest, ShellExecutor
+from dsh.sandbox.session import SessionSpec
+ctx = open_session(SessionSpec(sandboxed=False, executor="bash-local", executor_config={"cwd": sys.argv[1]}))
+shell = ctx.require(ShellExecutor)
+spec = shell.resolve(ShellExecRequest(command="head -c 1073741824 /dev/zero", timeout_ms=600000))
 t0 = time.perf_counter()
-r = ctx.shell.execute(spec).result()
+r = shell.execute(spec).result()
 dt = time.perf_counter() - t0
 ctx.close()
 # VmHWM: this image's own peak (ru_maxrss would include the forking parent's size).

@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.modes import SandboxMode
 
+if TYPE_CHECKING:
+    from dsh.sandbox.session import SessionSpec
 
-def build_tool_context(
+
+def tool_session(
     *,
     composition: str | None,
     shell: str,
@@ -29,9 +32,10 @@ def build_tool_context(
     workspace: str | None,
     runner: str,
     approval: str | None,
-) -> Context:
-    from dsh.sandbox.approval import approval_option
-    from dsh.sandbox.context import build_context
+) -> SessionSpec:
+    """The session the tool options describe (the executor starts in the workspace)."""
+    from dsh.sandbox.context import CompositionEntry
+    from dsh.sandbox.session import SessionSpec
 
     if composition is not None:
         if mode or workspace or runner != "auto" or approval:
@@ -39,26 +43,24 @@ def build_tool_context(
                 "--composition conflicts with --mode/--workspace/--runner/--approval: "
                 "configure them in the composition file, or drop --composition"
             )
-        ctx = build_context(composition)
-    else:
-        policy: dict[str, Any] = {}
-        if mode is not None:
-            policy["mode"] = SandboxMode.parse(mode, field="--mode").value
-        if workspace is not None:
-            policy["workspace"] = workspace
-        name, config = approval_option(approval or "deny")
-        ctx = build_context(
-            [
-                {"id": "sandbox-policy", "name": "sandbox-policy", "config": policy},
-                {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
-                # The executor starts where the policy's workspace is (default: cwd).
-                {"id": "shell", "name": f"{shell}-sandbox",
-                 "config": {"cwd": workspace} if workspace is not None else {}},
-                {"id": "jobs", "name": "jobs"},
-                {"id": "approval", "name": name, "config": config},
-            ]
-        )
-    if not ctx.has("shell"):
+        return SessionSpec(composition=composition)
+    return SessionSpec(
+        mode=None if mode is None else SandboxMode.parse(mode, field="--mode").value,
+        workspace=workspace,
+        runner=runner,
+        executor=f"{shell}-sandbox",
+        approval=approval or "deny",
+        services=(CompositionEntry("jobs", "jobs", {}),),
+    )
+
+
+def build_tool_context(**options: Any) -> Context:
+    from dsh.cli.session import open_session
+    from dsh.executors.seam import ShellExecutor
+
+    composition: str | None = options.get("composition")
+    ctx = open_session(tool_session(**options))
+    if not ctx.has(ShellExecutor):
         ctx.close()
         raise UsageError(
             f"--composition {composition}: mounts no executor (ctx.shell); add e.g. {{name: bash-sandbox}}"

@@ -69,18 +69,18 @@ def _no_planted_git(env: HostEnv, out: RunOutput) -> str | None:
 
 def _later_policy_refuses(env: HostEnv, out: RunOutput) -> str | None:
     """A later run naming the planted link as a writable root must not write outside through it."""
-    from dsh.sandbox.context import build_context
+    from dsh.cli.session import open_session
     from dsh.sandbox.errors import DshError
+    from dsh.sandbox.policy_service import PolicyService
+    from dsh.sandbox.session import SessionSpec
 
     link = env.ws / "plink"
     try:
-        ctx = build_context([{"id": "policy", "name": "sandbox-policy",
-                              "config": {"mode": "workspace-write", "workspace": str(env.root),
-                                         "writable": [str(link)]}}])
+        ctx = open_session(SessionSpec(mode="workspace-write", workspace=str(env.root), writable=(str(link),)))
     except DshError:
         return None
     try:
-        roots = ctx.sandbox_policy.resolve().writable_roots
+        roots = ctx.require(PolicyService).resolve().writable_roots
     finally:
         ctx.close()
     outside = env.outside.resolve()
@@ -90,18 +90,15 @@ def _later_policy_refuses(env: HostEnv, out: RunOutput) -> str | None:
 
 def _rules_file_refused(env: HostEnv, out: RunOutput) -> str | None:
     """An approval rules file inside a writable root must not be trusted."""
-    from dsh.sandbox.context import build_context
+    from dsh.cli.session import open_session
     from dsh.sandbox.errors import DshError
+    from dsh.sandbox.session import SessionSpec
 
     rules = env.ws / "approvals.toml"
     if not rules.exists():
         return None
     try:
-        ctx = build_context([
-            {"id": "policy", "name": "sandbox-policy",
-             "config": {"mode": "workspace-write", "workspace": str(env.root)}},
-            {"id": "approval", "name": "approval-rules", "config": {"path": str(rules)}},
-        ])
+        ctx = open_session(SessionSpec(mode="workspace-write", workspace=str(env.root), approval=f"rules:{rules}"))
     except DshError:
         return None
     ctx.close()

@@ -20,13 +20,16 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.cli.conformance.catalog import SCENARIOS
 from dsh.cli.conformance.listeners import Listeners
 from dsh.cli.conformance.model import READY_MARKER, HostEnv, RunOutput, Scenario, ScenarioResult, Unavailable
 from dsh.sandbox.errors import DshError, SandboxUnavailable
 from dsh.sandbox.runner import Enforcement, Runner
+
+if TYPE_CHECKING:
+    from dsh.sandbox.context import Context
 
 PROFILE = """\
 description = "dsh-sandbox conformance profile"
@@ -172,23 +175,24 @@ class Harness:
 
     def _context(self, runner: str, mode: str, root: Path, profile: Path
                  ) -> tuple[Any, Any, dict[str, str], dict[str, str]]:
-        from dsh.sandbox.context import build_context
+        from dsh.cli.session import open_session
+        from dsh.sandbox.host import SandboxHost
+        from dsh.sandbox.policy_service import PolicyService
+        from dsh.sandbox.session import SessionSpec
 
-        def entries(accept: Iterable[str]) -> list[dict[str, Any]]:
-            return [
-                {"id": "policy", "name": "sandbox-policy",
-                 "config": {"mode": mode, "profile": str(profile), "workspace": str(root),
-                            "accept_degraded": list(accept)}},
-                {"id": "sandbox", "name": "sandbox",
-                 "config": {"runner": runner, "options": self.runner_options}},
-                {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(root), "grace_ms": 500}},
-            ]
+        def session(accept: Iterable[str]) -> Context:
+            return open_session(SessionSpec(
+                mode=mode, profile=str(profile), workspace=str(root), accept_degraded=tuple(accept),
+                runner=runner, runner_options=self.runner_options,
+                executor="bash-sandbox", executor_config={"cwd": str(root), "grace_ms": 500},
+            ))
 
-        probe_ctx = build_context(entries(()))
+        probe_ctx = session(())
         try:
-            policy = probe_ctx.sandbox_policy.resolve()
-            instance = probe_ctx.sandbox.runner(runner)
-            probe = probe_ctx.sandbox.probe(runner)
+            policy = probe_ctx.require(PolicyService).resolve()
+            host = probe_ctx.require(SandboxHost)
+            instance = host.runner(runner)
+            probe = host.probe(runner)
             if instance is None or not probe.available:
                 raise SandboxUnavailable(probe.reason or "runner not available", runner=runner)
             enforcement = instance.enforcement(policy)
@@ -198,7 +202,7 @@ class Harness:
             probe_ctx.close()
         # Accept what the runner declares partial so the rest of the catalog runs;
         # the scenarios that cover it are reported not-enforced.
-        return build_context(entries(enforcement.degradations)), enforcement, reporting, limited
+        return session(enforcement.degradations), enforcement, reporting, limited
 
     def _scenario(self, ctx: Any, runner: str, mode: str, scenario: Scenario, env: HostEnv,
                   reasons: Mapping[str, str], tools: dict[str, bool], listeners: Listeners,
@@ -259,13 +263,14 @@ class Harness:
     @staticmethod
     def _execute(ctx: Any, argv: tuple[str | bytes, ...], env: HostEnv, timeout_ms: int,
                  caller_env: Mapping[str, str], during: Callable[[HostEnv], None] | None = None) -> RunOutput:
-        from dsh.executors.seam import ShellExecRequest
+        from dsh.executors.seam import ShellExecRequest, ShellExecutor
 
         label = " ".join(a if isinstance(a, str) else a.decode("utf-8", "replace") for a in argv)
         request = ShellExecRequest(command=label, argv=argv, workdir=str(env.ws), timeout_ms=timeout_ms,
                                    env=dict(caller_env) or None)
         start = time.monotonic()
-        execution = ctx.shell.execute(ctx.shell.resolve(request))
+        shell = ctx.require(ShellExecutor)
+        execution = shell.execute(shell.resolve(request))
         if during is not None and _await_ready(execution, start + timeout_ms / 1000):
             during(env)
             env.go.touch()
