@@ -17,11 +17,9 @@ that runner is asked for.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from dsh.cli.run_output import (
@@ -34,6 +32,11 @@ from dsh.cli.run_output import (
 )
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.modes import SandboxMode
+
+if TYPE_CHECKING:
+    from dsh.sandbox.approval import Approval
+    from dsh.sandbox.context import Context
+    from dsh.sandbox.session import SessionSpec
 
 #: ``--timeout`` above this is capped (and the cap reported).  Without
 #: ``--timeout`` a command may run this long, or the profile's wall time.
@@ -131,88 +134,57 @@ def _check_paths(opts: RunOptions) -> None:
 
 
 # -- the context ------------------------------------------------------------------------
-def build_context(opts: RunOptions, *, executor: str = "bash") -> Any:
-    """A context with the policy, the runner host and a sandboxed executor.
+def _keep_spill() -> Any:
+    from dsh.sandbox.context import CompositionEntry
 
-    Providers are imported directly (no entry-point scan).  ``--composition``
-    builds the context from the file instead.
-    """
-    from dsh.sandbox.context import Context
-    from dsh.sandbox.context import build_context as build_from_file
+    return CompositionEntry("subprocess", "subprocess-local", {"keep_spill_files": True})
+
+
+def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
+    """The session ``opts`` describe: the policy, the runner host, a sandboxed
+    executor and (``--approval prompt|rules:FILE``) the approval provider."""
+    from dsh.sandbox.session import SessionSpec
 
     if opts.composition is not None:
-        ctx = build_from_file(opts.composition)
-        if not ctx.has("shell"):
-            ctx.close()
-            raise UsageError(
-                f"--composition {opts.composition}: mounts no executor (ctx.shell); "
-                "add an entry such as {name: bash-sandbox}"
-            )
-        return ctx
-    ctx = Context()
-    try:
-        for provider in _providers(opts, executor):
-            provider(ctx)
-    except BaseException:
+        return SessionSpec(composition=opts.composition)
+    return SessionSpec(
+        mode=opts.mode,
+        profile=opts.profile,
+        workspace=opts.workspace,
+        writable=opts.writable,
+        force_writable=opts.force_writable,
+        network=opts.network,
+        runner=opts.runner,
+        executor=f"{executor}-sandbox",
+        # Without --workdir the executor starts in the policy's workspace.
+        executor_config={
+            **({"cwd": opts.workdir} if opts.workdir is not None else {}),
+            "max_timeout_ms": CLI_MAX_TIMEOUT_S * 1000,
+            "max_output_bytes": CLI_MAX_OUTPUT_BYTES,
+        },
+        approval=None if opts.approval in (None, "deny") else opts.approval,
+        # The notes and --json name spill files: they must outlive the run.
+        services=(_keep_spill(),),
+    )
+
+
+def build_context(opts: RunOptions, *, executor: str = "bash") -> Context:
+    """The context of a ``run``; ``--composition`` builds it from the file."""
+    from dsh.cli.session import open_session
+    from dsh.executors.seam import ShellExecutor
+
+    ctx = open_session(session_spec(opts, executor=executor))
+    if not ctx.has(ShellExecutor):
         ctx.close()
-        raise
+        raise UsageError(
+            f"--composition {opts.composition}: mounts no executor (ctx.shell); "
+            "add an entry such as {name: bash-sandbox}"
+        )
     return ctx
 
 
-Provider = Callable[[Any], None]
-
-
-def _providers(opts: RunOptions, executor: str) -> list[Provider]:
-    """The mount list, in dependency order."""
-    from dsh.executors.process import LocalSubprocessService, SubprocessConfig
-    from dsh.sandbox.host import SandboxHost, SandboxHostConfig
-    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
-
-    def subprocess_service(ctx: Any) -> None:
-        # The notes and --json name spill files: they must outlive the run.
-        config = SubprocessConfig(keep_spill_files=True)
-        ctx.provide(LocalSubprocessService(ctx, config), origin="subprocess-local")
-
-    def shell_env(ctx: Any) -> None:
-        try:
-            from dsh.executors.shell_env import ShellEnvRegistry
-        except ModuleNotFoundError:  # not part of this build: executors do without
-            return
-        ctx.provide(ShellEnvRegistry(ctx), origin="shell-env")
-
-    def policy(ctx: Any) -> None:
-        config = PolicyConfig(
-            mode=opts.mode,
-            profile=opts.profile,
-            workspace=opts.workspace,
-            writable=opts.writable,
-            force_writable=opts.force_writable,
-            network=opts.network,
-        )
-        ctx.provide(PolicyService(ctx, config), origin="sandbox-policy")
-
-    def host(ctx: Any) -> None:
-        ctx.provide(SandboxHost(ctx, SandboxHostConfig(runner=opts.runner)), origin="sandbox")
-
-    def shell(ctx: Any) -> None:
-        from dsh.executors import sandboxed
-
-        cls = sandboxed.SandboxPwshExecutor if executor == "pwsh" else sandboxed.SandboxBashExecutor
-        workspace = str(ctx.sandbox_policy.workspace)
-        fields = {f.name for f in dataclasses.fields(cls.Config)}
-        raw = {
-            "cwd": opts.workdir or workspace,
-            "max_timeout_ms": CLI_MAX_TIMEOUT_S * 1000,
-            "max_output_bytes": CLI_MAX_OUTPUT_BYTES,
-        }
-        config = cls.Config(**{k: v for k, v in raw.items() if k in fields})
-        ctx.provide(cls(ctx, config), origin=f"{executor}-sandbox")
-
-    return [subprocess_service, shell_env, policy, host, shell]
-
-
 # -- running ----------------------------------------------------------------------------
-def make_request(opts: RunOptions, ctx: Any) -> Any:
+def make_request(opts: RunOptions, ctx: Context) -> Any:
     from dsh.executors.seam import ShellExecRequest
 
     timeout_ms: int | None = None
@@ -221,7 +193,9 @@ def make_request(opts: RunOptions, ctx: Any) -> Any:
     elif opts.composition is None:
         # Our own executor: the profile's wall time, else the CLI's cap.  (A
         # composition's executor keeps its own default.)
-        wall = ctx.sandbox_policy.resolve().limits.wall_time_s
+        from dsh.sandbox.policy_service import PolicyService
+
+        wall = ctx.require(PolicyService).resolve().limits.wall_time_s
         timeout_ms = int(wall * 1000) if wall else CLI_MAX_TIMEOUT_S * 1000
     if opts.argv:
         import shlex
@@ -237,11 +211,12 @@ def run_command(opts: RunOptions) -> int:
     check_options(opts)
     ctx = build_context(opts)
     try:
+        from dsh.executors.seam import ShellExecutor
         from dsh.sandbox.policy_guard import refuse_untrusted_config
 
-        approver = approver_for(ctx, opts.approval)
+        approver = approver_for(ctx, opts)
         refuse_untrusted_config(ctx, opts.composition, approver)
-        executor = ctx.shell
+        executor = ctx.require(ShellExecutor)
         spec = executor.resolve(make_request(opts, ctx))
         if spec.timeout_capped and opts.timeout_s is not None:
             note(
@@ -253,10 +228,21 @@ def run_command(opts: RunOptions) -> int:
         code, result = _execute(executor, spec, opts, visible=asks)
         # --approval: a denied run may be re-run once under an approved mode.
         if result is not None and approver is not None:
-            from dsh.cli.escalate import escalated_spec
+            import getpass
 
-            retry = escalated_spec(ctx, approver, make_request(opts, ctx), spec, result, note=note)
-            if retry is not None:
+            from dsh.executors.escalation import after_denial
+
+            grant = after_denial(
+                ctx, executor, spec, result, tool="dsh-sandbox run", owner=getpass.getuser(),
+                requested_by="at the terminal", approval=approver,
+            )
+            if grant is not None and not grant.approved:
+                note(f"escalation to {grant.mode.value} denied by {grant.decision.provider}: "
+                     f"{grant.decision.reason}")
+            elif grant is not None:
+                note(f"escalation approved by {grant.decision.provider}: "
+                     f"re-running once under {grant.mode.value}")
+                retry = grant.resolve(executor, make_request(opts, ctx))
                 code, result = _execute(executor, retry, opts, visible=asks)
         if opts.as_json and result is not None:
             click.echo(result_json(result))
@@ -265,18 +251,20 @@ def run_command(opts: RunOptions) -> int:
         ctx.close()
 
 
-def approver_for(ctx: Any, approval: str | None) -> Any:
-    """The provider ``--approval`` names (``deny``: none), else the context's own.
+def approver_for(ctx: Context, opts: RunOptions) -> Approval | None:
+    """Who may approve re-running a denied run: none for ``--approval deny``
+    (never asks); the provider ``--approval`` names beside a composition; else
+    the context's own (``--approval`` without a composition mounted it).
 
     Built before the command runs, so a missing or untrusted rules file stops
-    it first; the approval code is imported only when one is asked for."""
-    if approval == "deny":
+    it first; the approval code is imported only when one can be asked."""
+    if opts.approval == "deny" or (opts.approval is None and opts.composition is None):
         return None
-    if approval is not None:
-        from dsh.sandbox.approval import build_approval
+    from dsh.sandbox.approval import Approval, build_approval
 
-        return build_approval(ctx, approval)
-    return ctx.get("approval")
+    if opts.approval is not None and opts.composition is not None:
+        return build_approval(ctx, opts.approval)
+    return ctx.get(Approval)
 
 
 def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = False) -> tuple[int, Any]:

@@ -3,8 +3,9 @@
 A call that carries ``sandbox_permissions`` asks to run *its exact command*
 once under a strictly more permissive mode than the session's.  The request
 is refused before anything runs when the mode is unknown, equal or stricter,
-or the justification is missing; otherwise ``ctx.approval`` decides (the
-deny-all provider when none is mounted).  Only an approval lets the tool run,
+or the justification is missing; otherwise the shared escalation flow
+(``dsh.executors.escalation``) asks the approval seam (deny-all when no
+provider is mounted).  Only an approval lets the tool run,
 and only that command, once, under that mode; session approvals are the
 approval seam's, keyed by the exact command, its workdir and the mode.
 """
@@ -12,10 +13,10 @@ approval seam's, keyed by the exact command, its workdir and the mode.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
+from dsh.executors.escalation import ask
 from dsh.executors.seam import ShellExecutor
-from dsh.sandbox.approval import Approval, DenyAllApproval, EscalationRequest
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
@@ -76,13 +77,6 @@ def requested_mode(shell: ShellExecutor, args: dict[str, Any]) -> SandboxMode | 
     return mode
 
 
-def approval_of(ctx: Context) -> Approval:
-    service = ctx.get("approval")
-    if service is None:
-        return DenyAllApproval(ctx)
-    return cast(Approval, service)
-
-
 def authorize(
     ctx: Context,
     shell: ShellExecutor,
@@ -94,21 +88,12 @@ def authorize(
     tool: str,
     owner: str,
 ) -> Escalation:
-    """Ask ``ctx.approval`` about this exact call; raise ``EscalationRejected`` on deny."""
-    current = shell.sandbox_mode
-    assert current is not None  # requested_mode() checked it
-    decision = approval_of(ctx).approve_escalation(
-        EscalationRequest(
-            command=command,
-            workdir=workdir,
-            current_mode=current,
-            requested_mode=mode,
-            justification=justification.strip(),
-            tool=tool,
-            owner=owner,
-        )
+    """Ask the approval seam about this exact call; raise ``EscalationRejected`` on deny."""
+    grant = ask(
+        ctx, shell, mode=mode, command=command, workdir=workdir,
+        justification=justification, tool=tool, owner=owner,
     )
-    if not decision.approved:
-        by = f" by {decision.provider}" if decision.provider else ""
-        raise _reject(f"running this command under {mode.value} was denied{by}: {decision.reason}.")
-    return Escalation(mode, "session" if decision.outcome == "approve_session" else "once")
+    if not grant.approved:
+        by = f" by {grant.decision.provider}" if grant.decision.provider else ""
+        raise _reject(f"running this command under {mode.value} was denied{by}: {grant.decision.reason}.")
+    return Escalation(mode, grant.scope)
