@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dsh.executors.escalation import ask
+from dsh.executors import escalation as flow
 from dsh.executors.seam import ShellExecutor
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
@@ -89,7 +89,7 @@ def authorize(
     owner: str,
 ) -> Escalation:
     """Ask the approval seam about this exact call; raise ``EscalationRejected`` on deny."""
-    grant = ask(
+    grant = flow.ask(
         ctx, shell, mode=mode, command=command, workdir=workdir,
         justification=justification, tool=tool, owner=owner,
     )
