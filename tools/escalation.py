@@ -17,7 +17,6 @@ from typing import Any
 
 from dsh.executors import escalation as flow
 from dsh.executors.seam import ShellExecutor
-from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.tools.render import escalation_line
@@ -77,23 +76,10 @@ def requested_mode(shell: ShellExecutor, args: dict[str, Any]) -> SandboxMode | 
     return mode
 
 
-def authorize(
-    ctx: Context,
-    shell: ShellExecutor,
-    *,
-    mode: SandboxMode,
-    command: str,
-    workdir: str,
-    justification: str,
-    tool: str,
-    owner: str,
-) -> Escalation:
-    """Ask the approval seam about this exact call; raise ``EscalationRejected`` on deny."""
-    grant = flow.ask(
-        ctx, shell, mode=mode, command=command, workdir=workdir,
-        justification=justification, tool=tool, owner=owner,
-    )
+def granted(grant: flow.Grant) -> Escalation:
+    """What the shared flow's answer means to the model: the escalation to mark
+    on the result, or ``EscalationRejected`` on deny."""
     if not grant.approved:
         by = f" by {grant.decision.provider}" if grant.decision.provider else ""
-        raise _reject(f"running this command under {mode.value} was denied{by}: {grant.decision.reason}.")
-    return Escalation(mode, grant.scope)
+        raise _reject(f"running this command under {grant.mode.value} was denied{by}: {grant.decision.reason}.")
+    return Escalation(grant.mode, grant.scope)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.executors import escalation as flow
 from dsh.executors.seam import (
     DEFAULT_TIMEOUT_MS,
     MAX_TIMEOUT_MS,
@@ -22,7 +23,7 @@ from dsh.executors.seam import (
 from dsh.sandbox.context import Context
 from dsh.sandbox.modes import SandboxMode
 from dsh.tools.base import Tool, ToolResult
-from dsh.tools.escalation import Escalation, EscalationRejected, authorize, requested_mode
+from dsh.tools.escalation import Escalation, EscalationRejected, granted, requested_mode
 from dsh.tools.jobs import JobError, JobRegistry
 from dsh.tools.render import render_job_read, render_result, render_started, render_still_running
 from dsh.tools.spec import ToolSpec, object_schema
@@ -193,10 +194,10 @@ class ShellTool(Tool):
         escalation: Escalation | None = None
         if mode is not None:
             try:
-                escalation = authorize(
+                escalation = granted(flow.ask(
                     ctx, shell, mode=mode, command=command, workdir=spec.workdir,
                     justification=str(args.get("justification", "")), tool=self.name, owner=owner,
-                )
+                ))
             except EscalationRejected as exc:
                 return ToolResult.error(exc.message)
         marker = escalation.marker if escalation else None

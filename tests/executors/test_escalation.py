@@ -24,9 +24,9 @@ COMMAND = "echo a >> a.txt"
 
 @pytest.fixture(autouse=True)
 def dsh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "dsh-home"
-    monkeypatch.setenv("DSH_HOME", str(home))
-    return home
+    """Where the escalation log of each test goes."""
+    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh-home"))
+    return tmp_path / "dsh-home"
 
 
 @pytest.fixture

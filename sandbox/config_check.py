@@ -1,0 +1,120 @@
+"""Validation of a provider's config against its ``Config`` dataclass.
+
+Composition entries come from YAML/TOML files people write, so every mistake
+is a ``CompositionError`` naming the entry, the field and what it must be.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from dsh.sandbox.errors import CompositionError
+
+if TYPE_CHECKING:
+    from dsh.sandbox.context import Service
+
+
+def build_config(cls: type[Service], raw: Mapping[str, Any], *, entry: str) -> Any:
+    """Validate ``raw`` against ``cls.Config`` (a dataclass) and build it.
+
+    Unknown fields and wrong types are errors naming the entry and the field.
+    """
+    config_cls = cls.Config
+    if not isinstance(raw, Mapping):
+        raise CompositionError(f"entry {entry!r}: config must be a mapping, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    hints = typing.get_type_hints(config_cls)
+    for key in raw:
+        if key not in fields:
+            known = ", ".join(sorted(fields)) or "(none)"
+            raise CompositionError(
+                f"entry {entry!r}: unknown config field {key!r} for {cls.plugin_name or cls.__name__}; "
+                f"known fields: {known}"
+            )
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        values[key] = _coerce(value, hints.get(key, Any), entry=entry, field=key)
+    try:
+        return config_cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise CompositionError(f"entry {entry!r}: invalid config: {exc}") from None
+
+
+def _coerce(value: Any, hint: Any, *, entry: str, field: str) -> Any:
+    ok, coerced = _check(value, hint)
+    if not ok:
+        raise CompositionError(
+            f"entry {entry!r}: config field {field!r} must be {_describe(hint)}, got {value!r}"
+        )
+    if isinstance(coerced, (int, float)) and not isinstance(coerced, bool):
+        from dsh.sandbox.numeric import NumberError, config_number
+
+        try:
+            config_number(field, coerced)
+        except NumberError as exc:
+            raise CompositionError(f"entry {entry!r}: config field {exc}") from None
+    return coerced
+
+
+def _check(value: Any, hint: Any) -> tuple[bool, Any]:
+    if hint is Any:
+        return True, value
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            ok, coerced = _check(value, arg)
+            if ok:
+                return True, coerced
+        return False, value
+    if origin is typing.Literal:
+        return (value in args), value
+    if hint is type(None):
+        return value is None, value
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if hint is str:
+        return isinstance(value, str), value
+    if origin in (tuple, list) or hint in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            return False, value
+        inner = args[0] if args else Any
+        out = []
+        for item in value:
+            ok, coerced = _check(item, inner)
+            if not ok:
+                return False, value
+            out.append(coerced)
+        return True, tuple(out) if origin is tuple or hint is tuple else out
+    if origin in (dict, Mapping) or hint in (dict,):
+        if not isinstance(value, Mapping):
+            return False, value
+        return True, dict(value)
+    if isinstance(hint, type):
+        return isinstance(value, hint), value
+    return True, value
+
+
+def _describe(hint: Any) -> str:
+    if hint is Any:
+        return "any value"
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if hint is type(None):
+        return "null"
+    if origin in (tuple, list):
+        return f"a list of {_describe(args[0]) if args else 'values'}"
+    return getattr(hint, "__name__", str(hint))
