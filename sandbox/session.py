@@ -36,8 +36,9 @@ class SessionSpec:
     for a session without one; ``executor_config`` is its config.
     ``sandboxed``: False mounts no policy and no runner host (for an
     unsandboxed executor such as ``bash-local``; the policy fields must then
-    keep their defaults).  ``runner_options``: per-runner options, by runner name.  ``approval``:
-    ``deny``, ``prompt`` or ``rules:FILE``; None mounts no approval provider.
+    keep their defaults).  ``runner_options``: per-runner options, by runner
+    name.  ``env``: variables set for every command.  ``approval``: ``deny``,
+    ``prompt`` or ``rules:FILE``; None mounts no approval provider.
     ``services``: further providers to mount (e.g. the job registry).
     """
 
