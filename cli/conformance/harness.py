@@ -131,8 +131,11 @@ class Harness:
         ctx = None
         try:
             ctx, enforcement, reporting, limited = self._context(runner, mode, root, profile)
-            separate_kernel = bool(getattr(ctx.sandbox.declared(runner), "separate_kernel", False))
-            reasons = partial_capabilities(ctx.sandbox.declared(runner), enforcement)
+            from dsh.sandbox.host import SandboxHost
+
+            declared = ctx.require(SandboxHost).declared(runner)
+            separate_kernel = bool(getattr(declared, "separate_kernel", False))
+            reasons = partial_capabilities(declared, enforcement)
             tools: dict[str, bool] = {}
             for scenario in scenarios:
                 nonce = secrets.token_hex(6)
@@ -174,7 +177,7 @@ class Harness:
         return cell
 
     def _context(self, runner: str, mode: str, root: Path, profile: Path
-                 ) -> tuple[Any, Any, dict[str, str], dict[str, str]]:
+                 ) -> tuple[Context, Any, dict[str, str], dict[str, str]]:
         from dsh.cli.session import open_session
         from dsh.sandbox.host import SandboxHost
         from dsh.sandbox.policy_service import PolicyService

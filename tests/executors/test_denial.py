@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from dsh.executors.denial import find_denial, hint, path_candidates
-from dsh.executors.seam import ShellExecRequest
+from dsh.executors.seam import ShellExecRequest, ShellExecutor
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 
@@ -190,8 +190,9 @@ def test_a_command_that_could_not_be_executed_wrote_nothing(workspace: Path) -> 
 # -- real programs under the real runners ---------------------------------------------
 def _blamed(ctx: Any, command: str) -> str | None:
     """Run ``command``; the path the denial evidence names (None: no denial)."""
-    spec = ctx.shell.resolve(ShellExecRequest(command=command, timeout_ms=60_000))
-    result = ctx.shell.execute(spec).result()
+    shell = ctx.require(ShellExecutor)
+    spec = shell.resolve(ShellExecRequest(command=command, timeout_ms=60_000))
+    result = shell.execute(spec).result()
     found = find_denial(spec.sandbox_policy, exit_code=result.exit_code,
                         outputs=(result.stderr.text, result.stdout.text), workdir=spec.workdir)
     assert result.sandbox is not None and result.sandbox.denied == (found is not None)
