@@ -4,9 +4,13 @@
 through a composition and prints exactly what the model would see.  Without
 ``--composition`` the context is the sandboxed default: the policy service
 (``--mode``, ``--workspace``), the runner host (``--runner``), a sandboxed
-bash (or ``--shell pwsh``) executor, the job registry and the approval
-provider (``--approval deny|prompt|rules:FILE``).  The context is torn down
-when the command ends, so a job started here is killed then.
+bash (or ``--shell pwsh``) executor and the approval provider (``--approval
+deny|prompt|rules:FILE``).  The context is torn down when the command ends, so
+no job could outlive the call: the default context mounts no job registry (a
+command still running at ``timeout_ms`` is killed and says so, and the spec
+offers no ``run_in_background``), ``run_in_background`` and the job tools are
+refused with exit 2, and so is a composition that mounts ``jobs``.  Jobs need
+a long-lived process that embeds the tools.
 """
 
 from __future__ import annotations
@@ -23,6 +27,13 @@ from dsh.sandbox.modes import SandboxMode
 if TYPE_CHECKING:
     from dsh.sandbox.session import SessionSpec
 
+#: What to use instead of a job in a one-shot call (every refusal names it).
+LONG_LIVED = (
+    "jobs need a long-lived session: embed the tools in your own process "
+    "(dsh.tools.toolbox.call_tool on a context that mounts jobs) and keep it open"
+)
+JOB_TOOLS = ("job_output", "job_kill")
+
 
 def tool_session(
     *,
@@ -34,7 +45,6 @@ def tool_session(
     approval: str | None,
 ) -> SessionSpec:
     """The session the tool options describe (the executor starts in the workspace)."""
-    from dsh.sandbox.context import CompositionEntry
     from dsh.sandbox.session import SessionSpec
 
     if composition is not None:
@@ -50,7 +60,6 @@ def tool_session(
         runner=runner,
         executor=f"{shell}-sandbox",
         approval=approval or "deny",
-        services=(CompositionEntry("jobs", "jobs", {}),),
     )
 
 
@@ -73,6 +82,21 @@ def build_tool_context(**options: Any) -> Context:
         ctx.close()
         raise
     return ctx
+
+
+def refuse_jobs(name: str, args: Any) -> None:
+    """A one-shot call cannot start or reach a job: its session ends when it returns."""
+    if name in JOB_TOOLS:
+        raise UsageError(
+            f"{name}: no job outlives a one-shot tool call (each call is its own session), so "
+            f"there is no job to reach; {LONG_LIVED}"
+        )
+    if isinstance(args, dict) and args.get("run_in_background"):
+        raise UsageError(
+            "run_in_background: a one-shot tool call ends its session when it returns, which "
+            "would kill the job at once; run the command in the foreground (raise timeout_ms), "
+            f"or {LONG_LIVED}"
+        )
 
 
 def _context_options(fn: Any) -> Any:
@@ -105,7 +129,12 @@ def tool() -> None:
               show_default=True, help="Tool spec style.")
 @_context_options
 def spec_cmd(fmt: str, **context: Any) -> None:
-    """Print the tool definitions (JSON) as the model would get them."""
+    """Print the tool definitions (JSON) as the model would get them.
+
+    Without --composition: the context ``tool call`` uses, which mounts no job
+    registry (no job outlives a one-shot call), so no run_in_background and no
+    job tools.  With --composition: whatever that composition mounts.
+    """
     from dsh.tools.toolbox import export_specs
 
     ctx = build_tool_context(**context)
@@ -135,8 +164,17 @@ def call_cmd(name: str, arguments: str, owner: str, as_json: bool, **context: An
     except json.JSONDecodeError as exc:
         raise UsageError(f"JSON: the tool arguments are not valid JSON ({exc}); "
                          'pass e.g. \'{"command": "ls", "description": "list files"}\'') from None
+    refuse_jobs(name, args)
     ctx = build_tool_context(**context)
     try:
+        from dsh.tools.jobs import JobRegistry
+
+        if ctx.has(JobRegistry):
+            raise UsageError(
+                f"--composition {context['composition']}: mounts a job registry (jobs), but every job "
+                "is killed when a one-shot tool call returns, so a command outliving timeout_ms would "
+                f"be announced as running and then killed; drop the jobs entry for tool call ({LONG_LIVED})"
+            )
         result = call_tool(ctx, name, args, owner=owner)
     finally:
         ctx.close()

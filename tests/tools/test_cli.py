@@ -33,6 +33,14 @@ def local_composition(tmp_path: Path, workspace: Path) -> Path:
     return path
 
 
+@pytest.fixture
+def call_composition(tmp_path: Path, workspace: Path) -> Path:
+    """A one-shot call's composition: no job registry (no job outlives the call)."""
+    path = tmp_path / "call.yaml"
+    path.write_text(f"- id: shell\n  name: bash-local\n  config:\n    cwd: {workspace}\n")
+    return path
+
+
 def test_spec_both_formats(local_composition: Path) -> None:
     openai = json.loads(cli("tool", "spec", "--composition", str(local_composition)).stdout)
     assert [t["function"]["name"] for t in openai] == ["bash", "job_output", "job_kill"]
@@ -49,26 +57,52 @@ def test_spec_of_the_sandboxed_default(workspace: Path) -> None:
     bash = json.loads(done.stdout)[0]
     assert {"sandbox_permissions", "justification"} <= set(bash["input_schema"]["properties"])
     assert "read-only mode" in bash["description"]
+    # What `tool call` refuses is not offered: no job outlives a one-shot call.
+    assert [t["name"] for t in json.loads(done.stdout)] == ["bash"]
+    assert "run_in_background" not in bash["input_schema"]["properties"]
+    assert "job" not in bash["description"]
 
 
-def test_call_prints_what_the_model_sees(local_composition: Path, workspace: Path) -> None:
+def test_one_shot_call_never_announces_a_job(workspace: Path, local_composition: Path) -> None:
+    """Each call is its own session: a job would be killed when it returns."""
+    args = json.dumps({"command": "touch ran", "description": "x", "run_in_background": True})
+    background = cli("tool", "call", "bash", args, "--mode", "danger-full-access", cwd=workspace)
+    assert background.returncode == 2, background.stdout + background.stderr
+    assert "run_in_background: a one-shot tool call" in background.stderr
+    assert "long-lived" in background.stderr and "Traceback" not in background.stderr
+    for name in ("job_output", "job_kill"):
+        done = cli("tool", "call", name, '{"job_id": "job-1"}', cwd=workspace)
+        assert done.returncode == 2 and f"{name}: no job outlives" in done.stderr, done.stderr
+    jobs = cli("tool", "call", "bash", '{"command": "touch ran", "description": "x"}',
+               "--composition", str(local_composition), cwd=workspace)
+    assert jobs.returncode == 2 and "mounts a job registry (jobs)" in jobs.stderr, jobs.stderr
+    assert not (workspace / "ran").exists()
+    # A command outliving timeout_ms is killed and says so; no job id is handed out.
+    slow = json.dumps({"command": "sleep 30", "description": "x", "timeout_ms": 300})
+    done = cli("tool", "call", "bash", slow, "--mode", "danger-full-access", "--json", cwd=workspace)
+    result = json.loads(done.stdout)
+    assert result["job_id"] is None and "[timed out after 300ms]" in result["content"], result
+    assert "job" not in result["content"]
+
+
+def test_call_prints_what_the_model_sees(call_composition: Path, workspace: Path) -> None:
     done = cli("tool", "call", "bash", '{"command": "echo hi; exit 3", "description": "x"}',
-               "--composition", str(local_composition))
+               "--composition", str(call_composition))
     assert done.returncode == 0 and done.stdout == "hi\n[exit code: 3]\n"
     as_json = cli("tool", "call", "bash", '{"command": "echo hi", "description": "x"}',
-                  "--composition", str(local_composition), "--json")
+                  "--composition", str(call_composition), "--json")
     assert json.loads(as_json.stdout) == {"content": "hi", "is_error": False, "job_id": None}
 
 
-def test_call_bad_input(local_composition: Path, workspace: Path) -> None:
-    bad_json = cli("tool", "call", "bash", "{command", "--composition", str(local_composition))
+def test_call_bad_input(call_composition: Path, workspace: Path) -> None:
+    bad_json = cli("tool", "call", "bash", "{command", "--composition", str(call_composition))
     assert bad_json.returncode == 2 and "not valid JSON" in bad_json.stderr
     assert "Traceback" not in bad_json.stderr
     bad_args = cli("tool", "call", "bash", '{"command": "touch ran", "timeout_ms": -1}',
-                   "--composition", str(local_composition))
+                   "--composition", str(call_composition))
     assert bad_args.returncode == 1 and "timeout_ms: must be between" in bad_args.stdout
     assert not (workspace / "ran").exists()
-    clash = cli("tool", "call", "bash", "{}", "--composition", str(local_composition),
+    clash = cli("tool", "call", "bash", "{}", "--composition", str(call_composition),
                 "--mode", "read-only")
     assert clash.returncode == 2 and "conflicts" in clash.stderr
     approval = cli("tool", "call", "bash", "{}", "--approval", "maybe")
@@ -124,7 +158,6 @@ def test_landlock_partial_enforcement_fails_closed_as_a_result(
                                               "accept_degraded": ["landlock-protected-paths", "landlock-metadata"]}},
         {"name": "sandbox", "config": {"runner": "landlock"}},
         {"name": "bash-sandbox", "config": {"cwd": str(workspace)}},
-        {"name": "jobs"},
         {"name": "approval-rules", "config": {"path": str(rules)}},
     ]
     composition.write_text(json.dumps(entries))  # JSON is YAML
