@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "image": ("dsh.runners.docker.cli", "image", "Build the local Docker image the docker runner uses."),
     "conformance": ("dsh.cli.conformance.command", "conformance", "Prove each runner holds the modes on this machine."),
     "bench": ("dsh.cli.bench", "bench", "Measure what each runner costs against a bare spawn."),
+    "config": ("dsh.cli.config_cmd", "config", "Show the effective configuration and where each value came from."),
 }
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
+from dsh.cli.options import settings_options
 from dsh.cli.run_output import (
     LiveStreams,
     exit_status,
@@ -52,7 +53,7 @@ class RunOptions:
 
     mode: str | None = None
     profile: str | None = None
-    runner: str = "auto"
+    runner: str | None = None  # None: not given (the config files or "auto" decide)
     workspace: str | None = None
     workdir: str | None = None
     writable: tuple[str, ...] = ()
@@ -65,6 +66,12 @@ class RunOptions:
     argv: tuple[str, ...] = ()
     approval: str | None = None  # deny | prompt | rules:FILE (escalation of a denied run)
     raw_output: bool = False  # copy escape sequences to a terminal as they are
+    env: tuple[tuple[str, str], ...] = ()  # --env K=V, then the config files' [env]
+    image: str | None = None  # --image: the docker runner's image
+    accept_degraded: tuple[str, ...] = ()
+    trust_project: bool = False  # the project config may weaken the sandbox
+    runner_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()  # from the config files
+    user_config: str | None = None  # the user's config file, when one was read
 
 
 # -- validation (before anything is built or run) ---------------------------------------
@@ -91,11 +98,15 @@ def check_options(opts: RunOptions) -> None:
             for flag, value in (
                 ("--mode", opts.mode),
                 ("--profile", opts.profile),
-                ("--runner", None if opts.runner == "auto" else opts.runner),
+                ("--runner", None if opts.runner in (None, "auto") else opts.runner),
                 ("--workspace", opts.workspace),
                 ("--writable", opts.writable or None),
                 ("--force-writable", opts.force_writable or None),
                 ("--network/--no-network", opts.network),
+                ("--env", opts.env or None),
+                ("--image", opts.image),
+                ("--accept-degraded", opts.accept_degraded or None),
+                ("--trust-project", opts.trust_project or None),
             )
             if value is not None
         ]
@@ -110,7 +121,7 @@ def check_options(opts: RunOptions) -> None:
         from dsh.sandbox.approval import approval_option
 
         approval_option(opts.approval)
-    if opts.runner != "auto":
+    if opts.runner not in (None, "auto"):
         from dsh.sandbox.host import check_runner_name
 
         try:
@@ -154,7 +165,10 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
         writable=opts.writable,
         force_writable=opts.force_writable,
         network=opts.network,
-        runner=opts.runner,
+        accept_degraded=opts.accept_degraded,
+        runner=opts.runner or "auto",
+        runner_options={name: dict(values) for name, values in opts.runner_options},
+        env=dict(opts.env),
         executor=f"{executor}-sandbox",
         # Without --workdir the executor starts in the policy's workspace.
         executor_config={
@@ -209,6 +223,10 @@ def make_request(opts: RunOptions, ctx: Context) -> Any:
 def run_command(opts: RunOptions) -> int:
     """Check, build, run, stream and report; returns the exit status to mirror."""
     check_options(opts)
+    if opts.composition is None:  # a composition is the whole configuration of its context
+        from dsh.cli.settings import apply_to_run
+
+        opts = apply_to_run(opts)
     ctx = build_context(opts)
     try:
         from dsh.executors.seam import ShellExecutor
@@ -216,6 +234,13 @@ def run_command(opts: RunOptions) -> int:
 
         approver = approver_for(ctx, opts)
         refuse_untrusted_config(ctx, opts.composition, approver)
+        if opts.user_config is not None:
+            # Trusted in full (it may trust projects): a command must not be able to write it.
+            from dsh.sandbox.policy_guard import refuse_writable_config_file
+            from dsh.sandbox.policy_service import PolicyService
+
+            roots = ctx.require(PolicyService).trusted_roots()
+            refuse_writable_config_file("user config", opts.user_config, roots)
         executor = ctx.require(ShellExecutor)
         spec = executor.resolve(make_request(opts, ctx))
         if spec.timeout_capped and opts.timeout_s is not None:
@@ -303,10 +328,8 @@ def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = Fals
 @click.option("--profile", metavar="NAME|FILE", help="Built-in profile name or a profile file.")
 @click.option(
     "--runner",
-    default="auto",
-    show_default=True,
     metavar="auto|NAME",
-    help="Runner that enforces the policy; auto picks the best available one.",
+    help="Runner that enforces the policy (default: the config files', else auto: the best available one).",
 )
 @click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
 @click.option("--workdir", metavar="DIR", help="Where the command starts (default: the workspace).")
@@ -336,6 +359,7 @@ def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = Fals
     help="On a terminal, pass the command's escape sequences through as they are "
     "(default: only colours; others are shown escaped, e.g. \\x1b]52;...).",
 )
+@settings_options
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
 def run(**params: Any) -> None:
     """Run a command under a sandbox policy.
@@ -348,12 +372,9 @@ def run(**params: Any) -> None:
     when it was killed by signal N; 124 after --timeout; 125 when the sandbox
     cannot be enforced or the runner failed (nothing ran); 2 for bad input.
     """
-    opts = RunOptions(
-        **{k: v for k, v in params.items() if k not in ("argv", "writable", "force_writable")},
-        writable=tuple(params["writable"]),
-        force_writable=tuple(params["force_writable"]),
-        argv=tuple(params["argv"]),
-    )
+    many = ("argv", "writable", "force_writable", "env", "accept_degraded")
+    repeated: dict[str, Any] = {k: tuple(params[k]) for k in many}
+    opts = RunOptions(**{k: v for k, v in params.items() if k not in many}, **repeated)
     code = run_command(opts)
     sys.stdout.flush()
     raise SystemExit(code)

@@ -20,6 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
+from dsh.cli.options import settings_flags
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.modes import SandboxMode
@@ -40,26 +41,51 @@ def tool_session(
     composition: str | None,
     shell: str,
     mode: str | None,
+    profile: str | None,
     workspace: str | None,
-    runner: str,
+    runner: str | None,
     approval: str | None,
+    env: tuple[tuple[str, str], ...] = (),
+    accept_degraded: tuple[str, ...] = (),
+    image: str | None = None,
+    trust_project: bool = False,
 ) -> SessionSpec:
-    """The session the tool options describe (the executor starts in the workspace)."""
+    """The session the tool options and the config files describe (the executor
+    starts in the workspace); a composition describes the whole session instead."""
+    import os
+    from pathlib import Path
+
+    from dsh.cli.settings import Flags, resolve
     from dsh.sandbox.session import SessionSpec
 
+    flags = Flags(profile=profile, mode=mode, runner=runner, approval=approval, env=tuple(env),
+                  accept_degraded=tuple(accept_degraded), image=image, trust_project=trust_project)
     if composition is not None:
-        if mode or workspace or runner != "auto" or approval:
+        given = {"--mode": mode, "--profile": profile, "--workspace": workspace, "--runner": runner,
+                 "--approval": approval, "--env": env or None, "--accept-degraded": accept_degraded or None,
+                 "--image": image, "--trust-project": trust_project or None}
+        clashing = [flag for flag, value in given.items() if value is not None]
+        if clashing:
             raise UsageError(
-                "--composition conflicts with --mode/--workspace/--runner/--approval: "
+                f"--composition conflicts with {', '.join(clashing)}: "
                 "configure them in the composition file, or drop --composition"
             )
         return SessionSpec(composition=composition)
+    if mode is not None:
+        SandboxMode.parse(mode, field="--mode")
+    settings = resolve(flags, os.environ, Path(workspace or "."))
+    settings.check_image_flag(image)
     return SessionSpec(
-        mode=None if mode is None else SandboxMode.parse(mode, field="--mode").value,
+        mode=settings["mode"],
+        profile=settings["profile"],
         workspace=workspace,
-        runner=runner,
+        network=settings["network"],
+        accept_degraded=settings.accepted(),
+        runner=settings["runner"],
+        runner_options=settings.runner_options(os.environ),
+        env=dict(settings.env_pairs()),
         executor=f"{shell}-sandbox",
-        approval=approval or "deny",
+        approval=settings["approval"] or "deny",
     )
 
 
@@ -108,11 +134,13 @@ def _context_options(fn: Any) -> Any:
                 help="Executor family of the default context.",
             ),
             click.option("--mode", type=click.Choice([m.value for m in SandboxMode]),
-                         help="Session sandbox mode (default: workspace-write)."),
+                         help="Session sandbox mode (default: the profile's, else workspace-write)."),
+            click.option("--profile", metavar="NAME|FILE", help="Built-in profile name or a profile file."),
             click.option("--workspace", metavar="DIR", help="Workspace root (default: cwd)."),
-            click.option("--runner", default="auto", show_default=True, help="Runner to use."),
+            click.option("--runner", help="Runner to use (default: the config files', else auto)."),
             click.option("--approval", metavar="deny|prompt|rules:FILE",
-                         help="Who approves escalations (default: deny)."),
+                         help="Who approves escalations (default: the config files', else deny)."),
+            *settings_flags(),
         ]
     ):
         fn = option(fn)

@@ -164,3 +164,15 @@ def test_landlock_partial_enforcement_fails_closed_as_a_result(
     done = cli("tool", "call", "bash", args, "--composition", str(composition), home=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (workspace / "a.txt").read_text() == "a\n"
+
+
+def test_call_with_a_profile(workspace: Path, tmp_path: Path) -> None:
+    need_runner("bwrap")
+    args = json.dumps({"command": "echo a > a.txt", "description": "x"})
+    done = cli("tool", "call", "bash", args, "--profile", "read-only", "--runner", "bwrap",
+               "--workspace", str(workspace), home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("[sandbox: file access denied under read-only mode]\n")
+    assert not (workspace / "a.txt").exists()
+    missing = cli("tool", "call", "bash", args, "--profile", "no-such-profile", "--workspace", str(workspace))
+    assert missing.returncode == 2 and "no-such-profile" in missing.stderr, missing.stderr

@@ -1,0 +1,52 @@
+"""Flags shared by ``run``, ``tool call`` and ``config show`` (the settings the
+config files can also hold; ``dsh.cli.settings`` merges them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+def _env_pair(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    from dsh.cli.config_files import env_problem
+
+    pairs: list[tuple[str, str]] = []
+    for raw in values:
+        name, sep, value = raw.partition("=")
+        if not sep:
+            raise click.BadParameter(f"{raw!r}: write NAME=VALUE (e.g. --env NODE_ENV=test)", ctx, param)
+        problem = env_problem(name, value)
+        if problem is not None:
+            raise click.BadParameter(f"{problem[0]}; {problem[1]}", ctx, param)
+        pairs.append((name, value))
+    return tuple(pairs)
+
+
+def _non_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("empty; name an image (e.g. dsh-sandbox/runtime:latest) or drop the flag", ctx, param)
+    return value
+
+
+def settings_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(settings_flags()):
+        fn = option(fn)
+    return fn
+
+
+def settings_flags() -> list[Callable[[Any], Any]]:
+    return [
+        click.option(
+            "--env", "env", multiple=True, metavar="NAME=VALUE", callback=_env_pair,
+            help="Set a variable for the command (repeatable). Credential-shaped names "
+            "(*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) reach the command only this way.",
+        ),
+        click.option("--image", metavar="IMAGE", callback=_non_empty,
+                     help="The docker runner's image (needs --runner docker or runner = \"docker\")."),
+        click.option("--accept-degraded", "accept_degraded", multiple=True, metavar="NAME",
+                     help="Accept this named degradation of the runner (repeatable); see dsh-sandbox runners."),
+        click.option("--trust-project", is_flag=True,
+                     help="Let .dsh/config.toml of this project weaken the sandbox (wider mode, network...)."),
+    ]

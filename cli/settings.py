@@ -1,0 +1,326 @@
+"""The effective configuration of one ``run`` or ``tool call``, with provenance.
+
+Precedence, highest first: flags, ``DSH_SANDBOX_*`` environment variables, the
+project's ``.dsh/config.toml``, the user's config file, built-in defaults.
+Each value remembers where it came from (``flag --mode``, ``env
+DSH_SANDBOX_MODE``, ``FILE:LINE``, ``default``) for ``config show``.
+
+The project file lives in the workspace, which is whoever wrote the
+repository: an agent run on a cloned repository must not have its sandbox
+widened by that repository.  So a value the project file sets that would
+weaken the sandbox (a wider mode, network on, an accepted degradation, a
+profile, rules-file approval, environment variables, the E2B key's source) is
+refused unless the user trusts the project: ``--trust-project``, or the
+project's directory listed in ``trusted_projects`` of the user's own file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dsh.cli.config_files import ConfigFile, project_config_path, read_config, user_config_path
+from dsh.sandbox.errors import ConfigError, UsageError
+from dsh.sandbox.modes import SandboxMode
+
+if TYPE_CHECKING:
+    from dsh.cli.run import RunOptions
+
+#: Single-valued keys and their built-in defaults (``None``: the profile decides).
+DEFAULTS: Mapping[str, Any] = {
+    "profile": None,
+    "mode": None,
+    "runner": "auto",
+    "approval": None,
+    "network": None,
+    "runners.docker.image": None,
+    "runners.e2b.template": None,
+    "runners.e2b.api_key_env": None,
+}
+ENV_VARS: Mapping[str, str] = {
+    "profile": "DSH_SANDBOX_PROFILE",
+    "mode": "DSH_SANDBOX_MODE",
+    "runner": "DSH_SANDBOX_RUNNER",
+    "approval": "DSH_SANDBOX_APPROVAL",
+    "network": "DSH_SANDBOX_NETWORK",
+    "accept_degraded": "DSH_SANDBOX_ACCEPT_DEGRADED",
+}
+_FLAG_NAMES: Mapping[str, str] = {
+    "network": "--network/--no-network",
+    "runners.docker.image": "--image",
+    "accept_degraded": "--accept-degraded",
+}
+_BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
+
+
+@dataclass(frozen=True)
+class Value:
+    value: Any
+    source: str  # "default", "flag --mode", "env DSH_SANDBOX_MODE" or "FILE:LINE"
+
+
+@dataclass(frozen=True)
+class Flags:
+    """What the command line set (``None``/empty: not given)."""
+
+    profile: str | None = None
+    mode: str | None = None
+    runner: str | None = None
+    approval: str | None = None
+    network: bool | None = None
+    accept_degraded: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    image: str | None = None
+    trust_project: bool = False
+
+
+@dataclass(frozen=True)
+class Settings:
+    values: Mapping[str, Value]  # every key of DEFAULTS
+    accept_degraded: tuple[tuple[str, Value], ...]
+    env: tuple[tuple[str, Value], ...]
+    user_file: Path
+    user_found: bool
+    project_file: Path | None
+    trusted: Value  # may the project file weaken the sandbox?
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key].value
+
+    def accepted(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.accept_degraded)
+
+    def env_pairs(self) -> tuple[tuple[str, str], ...]:
+        return tuple((name, value.value) for name, value in self.env)
+
+    def runner_options(self, environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+        """Options for the runner host: only what was configured."""
+        options: dict[str, dict[str, Any]] = {}
+        if self["runners.docker.image"] is not None:
+            options["docker"] = {"image": self["runners.docker.image"]}
+        e2b: dict[str, Any] = {}
+        if self["runners.e2b.template"] is not None:
+            e2b["template"] = self["runners.e2b.template"]
+        key_env = self["runners.e2b.api_key_env"]
+        if key_env is not None and environ.get(key_env):
+            e2b["api_key"] = environ[key_env]
+        if e2b:
+            options["e2b"] = e2b
+        return options
+
+    def check_image_flag(self, image: str | None) -> None:
+        """``--image`` names the docker runner's image: any other runner is a mistake."""
+        if image is not None and self["runner"] != "docker":
+            raise UsageError(
+                f"--image: sets the docker runner's image, but the runner is {self['runner']} "
+                f"({self.values['runner'].source}); add --runner docker or drop --image"
+            )
+
+    def rows(self) -> list[tuple[str, Any, str]]:
+        """(key, value, source) for every setting, in display order."""
+        out: list[tuple[str, Any, str]] = [(k, v.value, v.source) for k, v in self.values.items()]
+        out += [("accept_degraded", name, v.source) for name, v in self.accept_degraded]
+        out += [(f"env.{name}", v.value, v.source) for name, v in self.env]
+        return out
+
+
+def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path) -> Settings:
+    """Read both files and merge every layer; ``ConfigError`` names file, key and fix."""
+    user_path = user_config_path(environ)
+    user = read_config(user_path, "user") if user_path.is_file() else None
+    project_path = project_config_path(Path(os.path.realpath(os.path.expanduser(workspace))))
+    project = read_config(project_path, "project") if project_path is not None else None
+    # Highest precedence first: each layer is (source of a key, its values).
+    layers = [_flag_layer(flags), _env_layer(environ)]
+    layers += [_file_layer(f) for f in (project, user) if f is not None]
+    for layer in layers:
+        _check(layer)
+    values = {key: _first(layers, key, default) for key, default in DEFAULTS.items()}
+    accepted: dict[str, Value] = {}
+    env: dict[str, Value] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if key == "accept_degraded":
+                for name in value.value:
+                    accepted.setdefault(name, Value(name, value.source))
+            elif key.startswith("env."):
+                env.setdefault(key[4:], value)
+    settings = Settings(
+        values, tuple(accepted.items()), tuple(sorted(env.items())),
+        user_path, user is not None, project_path, _trust(flags, user, project),
+    )
+    if project is not None and not settings.trusted.value:
+        _refuse_weakening(settings, project, user)
+    return settings
+
+
+def apply_to_run(opts: RunOptions) -> RunOptions:
+    """``run``'s options with the config files and ``DSH_SANDBOX_*`` applied under its flags."""
+    flags = Flags(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(Flags)})
+    settings = resolve(flags, os.environ, Path(opts.workspace or "."))
+    settings.check_image_flag(opts.image)
+    options = settings.runner_options(os.environ)
+    return dataclasses.replace(
+        opts, profile=settings["profile"], mode=settings["mode"], runner=settings["runner"],
+        approval=settings["approval"], network=settings["network"],
+        accept_degraded=settings.accepted(), env=settings.env_pairs(),
+        runner_options=tuple((name, tuple(values.items())) for name, values in options.items()),
+        user_config=str(settings.user_file) if settings.user_found else None,
+    )
+
+
+# -- layers ----------------------------------------------------------------------------
+Layer = dict[str, Value]
+
+
+def _flag_layer(flags: Flags) -> Layer:
+    layer: Layer = {}
+    for key in ("profile", "mode", "runner", "approval", "network"):
+        value = getattr(flags, key)
+        if value is not None:
+            layer[key] = Value(value, f"flag {_FLAG_NAMES.get(key, '--' + key)}")
+    if flags.image is not None:
+        layer["runners.docker.image"] = Value(flags.image, "flag --image")
+    if flags.accept_degraded:
+        layer["accept_degraded"] = Value(flags.accept_degraded, "flag --accept-degraded")
+    for name, value in flags.env:
+        layer[f"env.{name}"] = Value(value, f"flag --env {name}")
+    return layer
+
+
+def _env_layer(environ: Mapping[str, str]) -> Layer:
+    layer: Layer = {}
+    for key, var in ENV_VARS.items():
+        raw = environ.get(var)
+        if raw is None or raw == "":
+            continue
+        source = f"env {var}"
+        if key == "network":
+            if raw.lower() not in _BOOLS:
+                raise ConfigError(f"{var}={raw!r}: not a boolean; set it to 1 or 0 (true/false) or unset it")
+            layer[key] = Value(_BOOLS[raw.lower()], source)
+        elif key == "accept_degraded":
+            layer[key] = Value(tuple(n.strip() for n in raw.split(",") if n.strip()), source)
+        else:
+            layer[key] = Value(raw, source)
+    return layer
+
+
+def _file_layer(config: ConfigFile) -> Layer:
+    return {key: Value(value, config.where(key)) for key, value in config.values.items()}
+
+
+def _first(layers: list[Layer], key: str, default: Any) -> Value:
+    for layer in layers:
+        if key in layer:
+            return layer[key]
+    return Value(default, "default")
+
+
+def _check(layer: Layer) -> None:
+    """Each value is checked where it was written, so the error names that place
+    (``--mode``, ``env DSH_SANDBOX_MODE: mode``, ``FILE:LINE: mode``)."""
+    for key, value in layer.items():
+        flag = value.source.startswith("flag ")
+        label = value.source[len("flag "):] if flag else f"{value.source}: {key}"
+        if key == "mode":
+            SandboxMode.parse(value.value, field=label)
+        elif key == "runner":
+            from dsh.sandbox.host import check_runner_name
+
+            try:
+                check_runner_name(value.value)
+            except ConfigError as exc:
+                raise ConfigError(f"--{exc}" if flag else f"{value.source}: {exc}") from None
+        elif key == "approval":
+            from dsh.sandbox.approval import approval_option
+
+            approval_option(value.value, flag=label)
+        elif key == "accept_degraded":
+            for name in value.value:
+                check_degradation(name, label)
+
+
+def check_degradation(name: str, label: str) -> None:
+    """Unknown names are refused with every name a registered runner reports."""
+    from dsh.sandbox.profile_schema import degradation_problem, known_degradations
+
+    if degradation_problem(name) is None:
+        return
+    from dsh.sandbox.host import HOST_DEGRADATIONS
+
+    valid = sorted({*known_degradations(), *HOST_DEGRADATIONS})
+    raise ConfigError(
+        f"{label}: {name!r} is not a degradation any runner reports; "
+        f"use one of: {', '.join(valid)} (dsh-sandbox runners shows which apply here)"
+    )
+
+
+# -- the project file may not widen the sandbox on its own --------------------------------
+def _trust(flags: Flags, user: ConfigFile | None, project: ConfigFile | None) -> Value:
+    if flags.trust_project:
+        return Value(True, "flag --trust-project")
+    if user is not None and project is not None:
+        root = project.path.parent.parent
+        for raw in user.values.get("trusted_projects", ()):
+            if Path(os.path.realpath(os.path.expanduser(raw))) == Path(os.path.realpath(root)):
+                return Value(True, user.where("trusted_projects"))
+    return Value(False, "default")
+
+
+def _refuse_weakening(settings: Settings, project: ConfigFile, user: ConfigFile | None) -> None:
+    """``ConfigError`` for the first effective project value that widens the sandbox
+    beyond what applies without the project file."""
+    mine = user.values if user is not None else {}
+    where = project.where
+    for key, value in settings.values.items():
+        if not value.source.startswith(str(project.path)):
+            continue
+        why = _widens(key, value.value, mine)
+        if why is not None:
+            raise _weakening_error(where(key), f"{key} = {value.value!r}", why, project, settings)
+    for name, value in settings.accept_degraded:
+        if value.source.startswith(str(project.path)) and name not in mine.get("accept_degraded", ()):
+            raise _weakening_error(
+                value.source, f"accept_degraded {name!r}", "it accepts a runner that enforces less", project, settings
+            )
+    for name, value in settings.env:
+        if value.source.startswith(str(project.path)):
+            raise _weakening_error(
+                value.source, f"env.{name}",
+                "variables reach the runner's own processes on the host (LD_PRELOAD, PATH...)", project, settings,
+            )
+
+
+def _widens(key: str, value: Any, mine: Mapping[str, Any]) -> str | None:
+    if key == "mode":
+        base = mine.get("mode") or (mine.get("profile") if mine.get("profile") in _MODES else None)
+        floor = SandboxMode.parse(base) if base else SandboxMode.WORKSPACE_WRITE
+        if SandboxMode.parse(value).is_more_permissive_than(floor):
+            return f"it is wider than {floor.value}"
+    elif key == "network" and value and not mine.get("network"):
+        return "it turns the network on"
+    elif key == "profile" and value != mine.get("profile") and value not in ("read-only", "workspace-write"):
+        return "a profile can add writable roots, network and accepted degradations"
+    elif key == "approval" and str(value).startswith("rules:") and value != mine.get("approval"):
+        return "a rules file approves escalations without asking you"
+    elif key == "runners.e2b.api_key_env" and value != mine.get(key):
+        return "it chooses which of your secrets is sent to E2B"
+    return None
+
+
+_MODES = tuple(m.value for m in SandboxMode)
+
+
+def _weakening_error(where: str, what: str, why: str, project: ConfigFile, settings: Settings) -> ConfigError:
+    root = project.path.parent.parent
+    return ConfigError(
+        f"{where}: the project config sets {what}, which would weaken the sandbox ({why}); a project "
+        "file may come from anyone (a cloned repository), so it may not do that on its own. Set it "
+        f"in your own config ({settings.user_file}) or with a flag, or trust this project: "
+        f"trusted_projects = [\"{root}\"] in {settings.user_file}, or --trust-project"
+    )

@@ -1,0 +1,222 @@
+"""Config files, ``config show`` and the settings flags, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import cli, trusted_config_dir
+from tests.support.sandboxed import need_runner
+
+
+@pytest.fixture
+def user_dir(tmp_path: Path) -> Path:
+    """An XDG_CONFIG_HOME of its own, outside every writable root."""
+    path = trusted_config_dir() / f"xdg-{tmp_path.name}"
+    (path / "dsh-sandbox").mkdir(parents=True)
+    return path
+
+
+def env_with(user_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_SANDBOX_")}
+    return {**env, "XDG_CONFIG_HOME": str(user_dir), **extra}
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def show(workspace: Path, env: dict[str, str], *flags: str) -> dict[str, tuple[object, str]]:
+    done = cli("config", "show", "--json", *flags, cwd=workspace, env=env)
+    assert done.returncode == 0, done.stderr
+    return {row["key"] + ("=" + row["value"] if row["key"] == "accept_degraded" else ""):
+            (row["value"], row["source"]) for row in json.loads(done.stdout)["values"]}
+
+
+def test_show_names_where_each_value_came_from(workspace: Path, user_dir: Path) -> None:
+    user = write(user_dir / "dsh-sandbox" / "config.toml",
+                 'mode = "workspace-write"\nnetwork = false\n[runners.e2b]\napi_key_env = "MY_E2B"\n')
+    project = write(workspace / ".dsh" / "config.toml",
+                    '# the project\nmode = "read-only"\n\n[runners.docker]\nimage = "dev:latest"\n')
+    env = env_with(user_dir, DSH_SANDBOX_RUNNER="bwrap")
+    rows = show(workspace, env, "--accept-degraded", "landlock-metadata")
+    assert rows["mode"] == ("read-only", f"{project}:2")  # project over user
+    assert rows["network"] == (False, f"{user}:2")
+    assert rows["runners.e2b.api_key_env"] == ("MY_E2B", f"{user}:4")
+    assert rows["runners.docker.image"] == ("dev:latest", f"{project}:5")
+    assert rows["runner"] == ("bwrap", "env DSH_SANDBOX_RUNNER")  # env over files
+    assert rows["runners.e2b.template"] == (None, "default")
+    assert rows["accept_degraded=landlock-metadata"][1] == "flag --accept-degraded"
+    rows = show(workspace, {**env, "DSH_SANDBOX_MODE": "workspace-write"}, "--mode", "read-only")
+    assert rows["mode"] == ("read-only", "flag --mode")  # flag over env
+    text = cli("config", "show", cwd=workspace, env=env)
+    assert text.returncode == 0 and f"project config: {project}" in text.stdout.decode()
+
+
+def test_project_found_up_to_the_repository_root_only(tmp_path: Path, user_dir: Path) -> None:
+    repo = tmp_path / "repo"
+    write(repo / ".dsh" / "config.toml", 'mode = "read-only"\n')
+    (repo / ".git").mkdir()
+    sub = repo / "pkg" / "sub"
+    sub.mkdir(parents=True)
+    assert show(sub, env_with(user_dir))["mode"][1] == f"{repo / '.dsh' / 'config.toml'}:1"
+    (repo / ".git").rmdir()  # outside a repository only the workspace itself counts
+    assert show(sub, env_with(user_dir))["mode"] == (None, "default")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('modes = "read-only"\n', "config.toml:1: modes: unknown key; did you mean 'mode'?"),
+        ('mode = "read-only"\nnetwork = "no"\n', "config.toml:2: network: must be true or false"),
+        ('mode = "readonly"\n', "config.toml:1: mode: unknown sandbox mode 'readonly'"),
+        ('[runners.docker]\nimage = 3\n', "config.toml:2: runners.docker.image: must be a non-empty string"),
+        ('[runners.e2b]\napi_key = "e2b_123"\n', "a key is never written in a config file"),
+        ('[env]\nGITHUB_TOKEN = "x"\n', "pass it explicitly for the run that needs it: --env GITHUB_TOKEN=VALUE"),
+        ('accept_degraded = ["landlock-nope"]\n', "'landlock-nope' is not a degradation"),
+        ('mode = \n', "not valid TOML"),
+    ],
+)
+def test_bad_user_config_is_refused_before_anything_runs(
+    workspace: Path, user_dir: Path, text: str, expected: str
+) -> None:
+    path = write(user_dir / "dsh-sandbox" / "config.toml", text)
+    done = cli("run", "--mode", "danger-full-access", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.decode()
+    assert expected in err and str(path) in err and "Traceback" not in err, err
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'mode = "danger-full-access"\n',
+        "network = true\n",
+        'accept_degraded = ["landlock-protected-paths"]\n',
+        'profile = "python"\n',
+        '[env]\nLD_PRELOAD = "/tmp/x.so"\n',
+        '[runners.e2b]\napi_key_env = "AWS_SECRET_ACCESS_KEY"\n',
+    ],
+)
+def test_a_project_config_may_not_weaken_the_sandbox_on_its_own(
+    workspace: Path, user_dir: Path, text: str
+) -> None:
+    project = write(workspace / ".dsh" / "config.toml", text)
+    env = env_with(user_dir)
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env)
+    assert done.returncode == 2, done.stderr
+    err = done.stderr.decode()
+    assert f"{project}:" in err and "would weaken the sandbox" in err and "--trust-project" in err, err
+    assert not (workspace / "ran").exists()
+    # The user trusting the project lifts it (the values are then checked as usual).
+    assert cli("config", "show", "--trust-project", cwd=workspace, env=env).returncode == 0
+    write(user_dir / "dsh-sandbox" / "config.toml", f'trusted_projects = ["{workspace}"]\n')
+    trusted = cli("config", "show", "--json", cwd=workspace, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+    assert json.loads(trusted.stdout)["files"]["project_trusted"]["value"] is True
+
+
+def test_a_project_config_may_tighten_the_sandbox(workspace: Path, user_dir: Path) -> None:
+    need_runner("bwrap")
+    write(workspace / ".dsh" / "config.toml", 'mode = "read-only"\nrunner = "bwrap"\n')
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode != 0 and b"denied under read-only" in done.stderr, done.stderr
+    assert not (workspace / "ran").exists()
+
+
+def test_project_config_others_can_write_is_refused(workspace: Path, user_dir: Path) -> None:
+    project = write(workspace / ".dsh" / "config.toml", 'mode = "read-only"\n')
+    project.chmod(0o666)
+    done = cli("config", "show", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 2 and b"writable by group or others" in done.stderr, done.stderr
+
+
+def test_trusted_projects_only_in_the_users_own_file(workspace: Path, user_dir: Path) -> None:
+    write(workspace / ".dsh" / "config.toml", f'trusted_projects = ["{workspace}"]\nmode = "danger-full-access"\n')
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 2 and b"only your own config may name trusted projects" in done.stderr
+    assert not (workspace / "ran").exists()
+
+
+def test_env_flag_and_config_env_reach_the_command(workspace: Path, user_dir: Path) -> None:
+    need_runner("bwrap")
+    write(user_dir / "dsh-sandbox" / "config.toml", '[env]\nFROM_FILE = "file"\nBOTH = "file"\n')
+    done = cli("run", "--runner", "bwrap", "--env", "BOTH=flag", "--env", "API_TOKEN=t0k",
+               "--", "sh", "-c", 'echo "$FROM_FILE $BOTH $API_TOKEN"', cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"file flag t0k\n"
+    bad = cli("run", "--env", "NO_VALUE", "--", "true", cwd=workspace, env=env_with(user_dir))
+    assert bad.returncode == 2 and b"write NAME=VALUE" in bad.stderr
+
+
+def test_image_flag_needs_the_docker_runner(workspace: Path, user_dir: Path) -> None:
+    done = cli("run", "--image", "dev:latest", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 2 and b"--image: sets the docker runner's image" in done.stderr, done.stderr
+    assert not (workspace / "ran").exists()
+
+
+def test_image_flag_picks_the_docker_image(workspace: Path, user_dir: Path) -> None:
+    need_runner("docker")
+    done = cli("run", "--runner", "docker", "--image", "dsh-sandbox/no-such-image:never", "--", "true",
+               cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 2 and b"dsh-sandbox/no-such-image:never" in done.stderr, done.stderr
+
+
+def test_accept_degraded_flag(workspace: Path, user_dir: Path) -> None:
+    env = env_with(user_dir)
+    bad = cli("run", "--accept-degraded", "landlock-protected-path", "--", "true", cwd=workspace, env=env)
+    assert bad.returncode == 2 and b"landlock-protected-paths" in bad.stderr, bad.stderr  # the valid names
+    need_runner("landlock")
+    refused = cli("run", "--runner", "landlock", "--", "touch", "ran", cwd=workspace, env=env)
+    assert refused.returncode == 2 and not (workspace / "ran").exists(), refused.stderr
+    accepted = cli("run", "--runner", "landlock", "--accept-degraded", "landlock-protected-paths",
+                   "--accept-degraded", "landlock-metadata", "--", "touch", "ran", cwd=workspace, env=env)
+    assert accepted.returncode == 0, accepted.stderr
+    assert (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "docker", "landlock"])
+def test_a_sandboxed_command_cannot_write_the_project_config(
+    runner: str, workspace: Path, user_dir: Path
+) -> None:
+    """.dsh is protected: the command cannot create the project config (to
+    configure the next run) nor change, remove or move an existing one.
+    Landlock cannot protect a path inside the writable workspace, so it
+    refuses workspace-write unless that degradation is accepted by name."""
+    need_runner(runner)
+    env = env_with(user_dir)
+    create = "mkdir -p .dsh; echo 'mode = \"read-only\"' > .dsh/config.toml"
+    done = cli("run", "--runner", runner, "--", "sh", "-c", create, cwd=workspace, env=env)
+    assert not (workspace / ".dsh" / "config.toml").exists(), done.stderr
+    if runner == "landlock":
+        assert done.returncode == 2 and b"landlock-protected-paths" in done.stderr, done.stderr
+        return
+    assert done.returncode != 0, done.stderr
+    config = write(workspace / ".dsh" / "config.toml", 'mode = "workspace-write"\n')
+    for attack in (
+        "echo 'runner = \"bwrap\"' >> .dsh/config.toml",
+        "rm -f .dsh/config.toml",
+        "mv .dsh .dsh-old && mkdir .dsh",
+        "mv .dsh/config.toml .dsh/old.toml",
+    ):
+        done = cli("run", "--runner", runner, "--", "sh", "-c", attack, cwd=workspace, env=env)
+        assert done.returncode != 0, (attack, done.stderr)
+        assert config.read_text() == 'mode = "workspace-write"\n', attack
+        assert sorted(p.name for p in workspace.iterdir()) == [".dsh"], attack
+
+
+def test_a_user_config_a_command_could_write_is_refused(workspace: Path, tmp_path: Path) -> None:
+    """$XDG_CONFIG_HOME under /tmp: a sandboxed command could rewrite the file
+    that decides which projects may weaken the sandbox."""
+    xdg = tmp_path / "xdg"
+    user = write(xdg / "dsh-sandbox" / "config.toml", 'mode = "read-only"\n')
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env_with(xdg))
+    assert done.returncode == 2, done.stderr
+    assert f"user config {user}".encode() in done.stderr and b"lies inside the writable root" in done.stderr
+    assert not (workspace / "ran").exists()
