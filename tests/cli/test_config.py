@@ -220,3 +220,18 @@ def test_a_user_config_a_command_could_write_is_refused(workspace: Path, tmp_pat
     assert done.returncode == 2, done.stderr
     assert f"user config {user}".encode() in done.stderr and b"lies inside the writable root" in done.stderr
     assert not (workspace / "ran").exists()
+
+
+def test_runner_options_name_the_key_source_not_the_key(workspace: Path, user_dir: Path) -> None:
+    from dsh.cli.settings import Flags, resolve
+
+    write(user_dir / "dsh-sandbox" / "config.toml",
+          '[runners.e2b]\ntemplate = "dev"\napi_key_env = "MY_E2B"\n[runners.docker]\nimage = "dev:1"\n')
+    environ = {"XDG_CONFIG_HOME": str(user_dir), "MY_E2B": "e2b_secret"}
+    settings = resolve(Flags(), environ, workspace)
+    assert settings.runner_options(environ) == {
+        "docker": {"image": "dev:1"}, "e2b": {"template": "dev", "api_key": "e2b_secret"},
+    }
+    # The variable unset: no key option (the runner then says what is missing).
+    assert settings.runner_options({}) == {"docker": {"image": "dev:1"}, "e2b": {"template": "dev"}}
+    assert "e2b_secret" not in json.dumps([list(r) for r in settings.rows()])
