@@ -176,3 +176,20 @@ def test_call_with_a_profile(workspace: Path, tmp_path: Path) -> None:
     assert not (workspace / "a.txt").exists()
     missing = cli("tool", "call", "bash", args, "--profile", "no-such-profile", "--workspace", str(workspace))
     assert missing.returncode == 2 and "no-such-profile" in missing.stderr, missing.stderr
+
+
+def test_call_uses_the_config_files(workspace: Path, tmp_path: Path) -> None:
+    need_runner("bwrap")
+    (workspace / ".dsh").mkdir()
+    (workspace / ".dsh" / "config.toml").write_text('mode = "read-only"\nrunner = "bwrap"\n')
+    args = json.dumps({"command": "echo a > a.txt", "description": "x"})
+    done = cli("tool", "call", "bash", args, cwd=workspace, home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("[sandbox: file access denied under read-only mode]\n")
+    assert not (workspace / "a.txt").exists()
+    image = cli("tool", "call", "bash", args, "--image", "dev:1", "--runner", "bwrap", cwd=workspace)
+    assert image.returncode == 2 and "--image: sets the docker runner's image" in image.stderr, image.stderr
+    (workspace / ".dsh" / "config.toml").write_text('mode = "danger-full-access"\n')
+    weak = cli("tool", "call", "bash", args, cwd=workspace)
+    assert weak.returncode == 2 and "would weaken the sandbox" in weak.stderr, weak.stderr
+    assert not (workspace / "a.txt").exists()
