@@ -193,3 +193,10 @@ def test_call_uses_the_config_files(workspace: Path, tmp_path: Path) -> None:
     weak = cli("tool", "call", "bash", args, cwd=workspace)
     assert weak.returncode == 2 and "would weaken the sandbox" in weak.stderr, weak.stderr
     assert not (workspace / "a.txt").exists()
+
+
+def test_call_env_flag_reaches_the_command(workspace: Path) -> None:
+    args = json.dumps({"command": 'echo "$GREETING"', "description": "x"})
+    done = cli("tool", "call", "bash", args, "--mode", "danger-full-access", "--env", "GREETING=hello",
+               cwd=workspace)
+    assert done.returncode == 0 and done.stdout == "hello\n", done.stdout + done.stderr
