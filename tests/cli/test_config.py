@@ -165,7 +165,8 @@ def test_image_flag_picks_the_docker_image(workspace: Path, user_dir: Path) -> N
     need_runner("docker")
     done = cli("run", "--runner", "docker", "--image", "dsh-sandbox/no-such-image:never", "--", "true",
                cwd=workspace, env=env_with(user_dir))
-    assert done.returncode == 2 and b"dsh-sandbox/no-such-image:never" in done.stderr, done.stderr
+    # 125: the sandbox could not be set up with that image; nothing ran.
+    assert done.returncode == 125 and b"image dsh-sandbox/no-such-image:never not found" in done.stderr, done.stderr
 
 
 def test_accept_degraded_flag(workspace: Path, user_dir: Path) -> None:
@@ -174,7 +175,7 @@ def test_accept_degraded_flag(workspace: Path, user_dir: Path) -> None:
     assert bad.returncode == 2 and b"landlock-protected-paths" in bad.stderr, bad.stderr  # the valid names
     need_runner("landlock")
     refused = cli("run", "--runner", "landlock", "--", "touch", "ran", cwd=workspace, env=env)
-    assert refused.returncode == 2 and not (workspace / "ran").exists(), refused.stderr
+    assert refused.returncode == 125 and not (workspace / "ran").exists(), refused.stderr
     accepted = cli("run", "--runner", "landlock", "--accept-degraded", "landlock-protected-paths",
                    "--accept-degraded", "landlock-metadata", "--", "touch", "ran", cwd=workspace, env=env)
     assert accepted.returncode == 0, accepted.stderr
@@ -195,7 +196,7 @@ def test_a_sandboxed_command_cannot_write_the_project_config(
     done = cli("run", "--runner", runner, "--", "sh", "-c", create, cwd=workspace, env=env)
     assert not (workspace / ".dsh" / "config.toml").exists(), done.stderr
     if runner == "landlock":
-        assert done.returncode == 2 and b"landlock-protected-paths" in done.stderr, done.stderr
+        assert done.returncode == 125 and b"landlock-protected-paths" in done.stderr, done.stderr
         return
     assert done.returncode != 0, done.stderr
     config = write(workspace / ".dsh" / "config.toml", 'mode = "workspace-write"\n')
