@@ -16,13 +16,11 @@ import dataclasses
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from dsh.sandbox.config_check import build_config
 from dsh.sandbox.errors import CompositionError, DuplicateServiceError, MissingServiceError
-
-if TYPE_CHECKING:
-    from importlib import metadata
+from dsh.sandbox.registry import EntryPoint
 
 PLUGIN_GROUP = "dsh_sandbox.plugins"
 
@@ -139,12 +137,12 @@ S = TypeVar("S", bound=Service)
 
 
 # -- plugin lookup --------------------------------------------------------------
-def _entry_points(group: str) -> dict[str, metadata.EntryPoint]:
-    # Imported here: scanning installed distributions is slow, and the CLI's
-    # `run` builds its context from direct imports without it.
-    from importlib import metadata
+def _entry_points(group: str) -> Mapping[str, EntryPoint]:
+    # The registry's reader, not importlib.metadata: its imports alone cost more
+    # than the rest of `dsh-sandbox run -- true`.
+    from dsh.sandbox.registry import entry_points_of
 
-    return {ep.name: ep for ep in metadata.entry_points(group=group)}
+    return entry_points_of(group)
 
 
 def plugin_names(group: str = PLUGIN_GROUP) -> list[str]:

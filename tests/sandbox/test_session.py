@@ -10,7 +10,7 @@ import pytest
 import yaml
 from dsh.cli.run import RunOptions
 from dsh.cli.run import build_context as run_context
-from dsh.cli.session import BUILTIN_PROVIDERS, load_provider, open_session
+from dsh.cli.session import load_provider, open_session
 from dsh.cli.tool import build_tool_context
 from dsh.executors.local import LocalBashExecutor
 from dsh.executors.process import LocalSubprocessService
@@ -22,7 +22,6 @@ from dsh.sandbox.context import (
     Planned,
     Service,
     build_context,
-    load_plugin,
     mount_all,
     plugin_names,
 )
@@ -56,14 +55,13 @@ def test_run_command_builds_the_session_its_options_describe(workspace: Path) ->
 def test_tool_command_and_its_composition_file_build_equal_contexts(workspace: Path, trusted_dir: Path) -> None:
     comp = trusted_dir / "session.yaml"  # outside every writable root, or it is refused
     with build_tool_context(composition=None, shell="bash", mode="read-only", workspace=str(workspace),
-                            runner="auto", approval=None) as from_flags:
-        spec = SessionSpec(mode="read-only", workspace=str(workspace), executor="bash-sandbox",
-                           approval="deny", services=(CompositionEntry("jobs", "jobs", {}),))
+                            runner="auto", approval=None, profile=None) as from_flags:
+        spec = SessionSpec(mode="read-only", workspace=str(workspace), executor="bash-sandbox", approval="deny")
         comp.write_text(yaml.safe_dump(entries_of(spec)))
         with build_tool_context(composition=str(comp), shell="bash", mode=None, workspace=None,
-                                runner="auto", approval=None) as from_file:
+                                runner=None, approval=None, profile=None) as from_file:
             assert shape(from_flags) == shape(from_file)
-            assert len(shape(from_file)) == 7  # policy, host, shell, approval, jobs + 2 required
+            assert len(shape(from_file)) == 6  # policy, host, shell, approval + 2 required
 
 
 def test_entry_points_and_the_fast_lookup_build_the_same_context(workspace: Path) -> None:
@@ -74,10 +72,15 @@ def test_entry_points_and_the_fast_lookup_build_the_same_context(workspace: Path
     assert spec == dataclasses.replace(spec)  # a value: equal fields, equal specs
 
 
-def test_builtin_table_matches_the_entry_points() -> None:
-    assert set(BUILTIN_PROVIDERS) <= set(plugin_names())
-    for name in BUILTIN_PROVIDERS:
-        assert load_provider(name) is load_plugin(name), name
+def test_providers_come_from_the_entry_points() -> None:
+    from importlib import metadata
+
+    declared = {ep.name: ep.value for ep in metadata.entry_points(group="dsh_sandbox.plugins")}
+    assert sorted(declared) == plugin_names()
+    for name, value in declared.items():
+        module, _, attr = value.partition(":")
+        assert load_provider(name).__name__ == attr, name
+        assert load_provider(name).__module__ == module, name
 
 
 def test_spec_is_frozen_and_copies_what_it_is_given(workspace: Path) -> None:
