@@ -18,6 +18,7 @@ No zombie, no orphan:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dsh.executors import proctree
+from dsh.executors import interrupts, proctree
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
@@ -250,6 +251,29 @@ class LocalSubprocessService(Service):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the subprocess service is closed")
+        # A local process is known to close() only once it is in ``_live``: a
+        # signal's exception waits until then.  (A remote start may take long
+        # and its runner keeps its own record of what it started.)
+        local = not isinstance(launch, RemoteLaunch)
+        with interrupts.registering() if local else contextlib.nullcontext():
+            return self._spawn(launch, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                               grace_ms=grace_ms, deadline=deadline, on_deadline=on_deadline,
+                               on_exit=on_exit)
+
+    def _spawn(
+        self,
+        launch: Launch,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        stdin: bytes | None,
+        stdout: StreamCapture,
+        stderr: StreamCapture,
+        grace_ms: int,
+        deadline: float | None,
+        on_deadline: Callable[[], None] | None,
+        on_exit: Callable[[Pump], None] | None,
+    ) -> Pump:
         target: ProcessTarget
         if isinstance(launch, RemoteLaunch):
             try:
