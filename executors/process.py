@@ -1,9 +1,9 @@
 """The subprocess service (``ctx.subprocess``): spawn, collect, spill, kill, reap.
 
 Every command runs in a new session (its own process group).  One pump thread
-per process multiplexes stdout, stderr, stdin, the process's pidfd and a wake
-eventfd, and also fires the execution deadline and the SIGTERM->SIGKILL
-escalation, so a command costs one thread and no timers.
+per process multiplexes stdout, stderr, stdin, the process's exit fd and a wake
+fd (pidfd and eventfd on Linux, portable stand-ins elsewhere), and also fires
+the execution deadline and the SIGTERM->SIGKILL escalation, so a command costs one thread and no timers.
 
 No zombie, no orphan:
 - when the command's leader exits, whatever it left in its process group
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dsh.executors import interrupts, proctree
+from dsh.executors import interrupts, portable, proctree
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
@@ -88,7 +88,7 @@ class _LocalTarget(ProcessTarget):
         self.pgid: int = popen.pid  # start_new_session: the leader's pid is the group id
         self.launch = launch
         self.service = service
-        self.exit_fd: int | None = os.pidfd_open(self.leader)
+        self.exit_fd: int | None = portable.exit_fd(self.leader)
         self._reaped = False
         self._lock = threading.Lock()
         self._tree: dict[int, proctree.Start] = {}  # descendants seen while killing
@@ -122,7 +122,7 @@ class _LocalTarget(ProcessTarget):
         return ExitStatus(exit_code=None, signal=info.si_status)
 
     def wait_exit(self, timeout: float) -> ExitStatus | None:
-        raise NotImplementedError  # local targets are woken by their pidfd
+        raise NotImplementedError  # local targets are woken by their exit fd
 
     def command_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
         if self.launch.exit_status is None:
@@ -354,7 +354,7 @@ class LocalSubprocessService(Service):
         self.orphan_killer.register(popen.pid)
         try:
             target = _LocalTarget(popen, launch, self)
-        except OSError:  # pidfd_open failed: do not leave the command running
+        except OSError:  # no exit fd: do not leave the command running
             os.killpg(popen.pid, signal.SIGKILL)
             popen.wait()
             for fd in (out_r, err_r, in_w):
