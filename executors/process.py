@@ -9,7 +9,7 @@ No zombie, no orphan:
 - when the command's leader exits, whatever it left in its process group
   (double-forked daemons, SIGTERM-ignoring children) is SIGKILLed;
 - the service makes this process a child subreaper (``reap_orphans``), so those
-  orphans come back to us and are reaped by process group (``waitid(P_PGID)``),
+  orphans come back to us and are reaped by process group (``waitpid(-pgid)``),
   never touching children that other code owns;
 - if this process dies (even by SIGKILL), an orphan killer (a process) started once per
   service sees its pipe hit EOF and SIGKILLs every process group still
@@ -88,7 +88,8 @@ class _LocalTarget(ProcessTarget):
         self.pgid: int = popen.pid  # start_new_session: the leader's pid is the group id
         self.launch = launch
         self.service = service
-        self.exit_fd: int | None = portable.exit_fd(self.leader)
+        self._exit = portable.ExitWatch(self.leader)
+        self.exit_fd: int | None = self._exit.fd
         self._reaped = False
         self._lock = threading.Lock()
         self._tree: dict[int, proctree.Start] = {}  # descendants seen while killing
@@ -112,14 +113,9 @@ class _LocalTarget(ProcessTarget):
                 pass
 
     def leader_status(self) -> ExitStatus | None:
-        # WNOWAIT: keep the leader a zombie so its pid (the group id) cannot be
+        # Not reaped (where waitid exists): its pid, the group id, cannot be
         # reused while we still signal the group.
-        info = os.waitid(os.P_PID, self.leader, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if info is None:
-            return None
-        if info.si_code == os.CLD_EXITED:
-            return ExitStatus(exit_code=info.si_status)
-        return ExitStatus(exit_code=None, signal=info.si_status)
+        return self._exit.status()
 
     def wait_exit(self, timeout: float) -> ExitStatus | None:
         raise NotImplementedError  # local targets are woken by their exit fd
@@ -135,7 +131,7 @@ class _LocalTarget(ProcessTarget):
             self.popen.wait()
             self._reaped = True
         if self.exit_fd is not None:
-            os.close(self.exit_fd)
+            self._exit.close()
             self.exit_fd = None
         give_up = time.monotonic() + _REAP_WAIT_S
         while time.monotonic() < give_up:
@@ -144,7 +140,7 @@ class _LocalTarget(ProcessTarget):
             except (ProcessLookupError, PermissionError):
                 break  # the group is empty
             try:
-                if os.waitid(os.P_PGID, self.pgid, os.WEXITED | os.WNOHANG) is not None:
+                if os.waitpid(-self.pgid, os.WNOHANG)[0]:
                     continue
             except ChildProcessError:
                 pass  # members left are not our children (yet); they were SIGKILLed
