@@ -70,9 +70,18 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> Any:
-    """Console entry point: maps dsh errors onto exit codes without tracebacks."""
+    """Console entry point: maps dsh errors onto exit codes without tracebacks.
+
+    SIGTERM, SIGHUP and SIGINT unwind the command (its ``finally`` blocks
+    kill what it started) and exit 128+N."""
+    from dsh.cli.signals import Stopped, stop_on_signals
+
     try:
-        return cli.main(args=argv, prog_name="dsh-sandbox", standalone_mode=False)
+        with stop_on_signals():
+            return cli.main(args=argv, prog_name="dsh-sandbox", standalone_mode=False)
+    except Stopped as exc:
+        click.echo(f"dsh-sandbox: {exc}; what it started was stopped", err=True)
+        sys.exit(exc.exit_status)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.Abort:

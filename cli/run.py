@@ -369,8 +369,10 @@ def run(**params: Any) -> None:
     dsh-sandbox run -c 'make test | tail' # through bash
 
     Exit status: the command's; 127 not found; 126 not executable; 128+N
-    when it was killed by signal N; 124 after --timeout; 125 when the sandbox
-    cannot be enforced or the runner failed (nothing ran); 2 for bad input.
+    when it was killed by signal N, or when dsh-sandbox got SIGTERM, SIGHUP
+    or SIGINT (the command is stopped first); 124 after --timeout; 125 when
+    the sandbox cannot be enforced or the runner failed (nothing ran); 2 for
+    bad input.
     """
     many = ("argv", "writable", "force_writable", "env", "accept_degraded")
     repeated: dict[str, Any] = {k: tuple(params[k]) for k in many}

@@ -13,6 +13,7 @@ import sys
 from typing import IO, Any
 
 import click
+from dsh.cli.signals import Stopped
 from dsh.sandbox.modes import SandboxMode
 
 POLL_S = 0.02
@@ -185,6 +186,12 @@ def follow(execution: Any, live: LiveStreams | None) -> int | None:
         execution.wait(None)
         note("interrupted; the command was killed")
         return EXIT_INTERRUPTED
+    except Stopped:
+        # SIGTERM/SIGHUP/SIGINT to us: the command goes first, then the
+        # caller's teardown stops the container or the E2B sandbox.
+        execution.kill()
+        execution.wait(None)
+        raise
     except BrokenPipeError:
         # Our reader went away (``| head``): stop the command as SIGPIPE would.
         execution.kill()

@@ -1,15 +1,15 @@
 """The subprocess service (``ctx.subprocess``): spawn, collect, spill, kill, reap.
 
 Every command runs in a new session (its own process group).  One pump thread
-per process multiplexes stdout, stderr, stdin, the process's pidfd and a wake
-eventfd, and also fires the execution deadline and the SIGTERM->SIGKILL
-escalation, so a command costs one thread and no timers.
+per process multiplexes stdout, stderr, stdin, the process's exit fd and a wake
+fd (pidfd and eventfd on Linux, portable stand-ins elsewhere), and also fires
+the execution deadline and the SIGTERM->SIGKILL escalation, so a command costs one thread and no timers.
 
 No zombie, no orphan:
 - when the command's leader exits, whatever it left in its process group
   (double-forked daemons, SIGTERM-ignoring children) is SIGKILLed;
 - the service makes this process a child subreaper (``reap_orphans``), so those
-  orphans come back to us and are reaped by process group (``waitid(P_PGID)``),
+  orphans come back to us and are reaped by process group (``waitpid(-pgid)``),
   never touching children that other code owns;
 - if this process dies (even by SIGKILL), an orphan killer (a process) started once per
   service sees its pipe hit EOF and SIGKILLs every process group still
@@ -18,6 +18,7 @@ No zombie, no orphan:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dsh.executors import proctree
+from dsh.executors import interrupts, portable, proctree
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
@@ -87,7 +88,8 @@ class _LocalTarget(ProcessTarget):
         self.pgid: int = popen.pid  # start_new_session: the leader's pid is the group id
         self.launch = launch
         self.service = service
-        self.exit_fd: int | None = os.pidfd_open(self.leader)
+        self._exit = portable.ExitWatch(self.leader)
+        self.exit_fd: int | None = self._exit.fd
         self._reaped = False
         self._lock = threading.Lock()
         self._tree: dict[int, proctree.Start] = {}  # descendants seen while killing
@@ -111,17 +113,12 @@ class _LocalTarget(ProcessTarget):
                 pass
 
     def leader_status(self) -> ExitStatus | None:
-        # WNOWAIT: keep the leader a zombie so its pid (the group id) cannot be
+        # Not reaped (where waitid exists): its pid, the group id, cannot be
         # reused while we still signal the group.
-        info = os.waitid(os.P_PID, self.leader, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        if info is None:
-            return None
-        if info.si_code == os.CLD_EXITED:
-            return ExitStatus(exit_code=info.si_status)
-        return ExitStatus(exit_code=None, signal=info.si_status)
+        return self._exit.status()
 
     def wait_exit(self, timeout: float) -> ExitStatus | None:
-        raise NotImplementedError  # local targets are woken by their pidfd
+        raise NotImplementedError  # local targets are woken by their exit fd
 
     def command_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
         if self.launch.exit_status is None:
@@ -134,7 +131,7 @@ class _LocalTarget(ProcessTarget):
             self.popen.wait()
             self._reaped = True
         if self.exit_fd is not None:
-            os.close(self.exit_fd)
+            self._exit.close()
             self.exit_fd = None
         give_up = time.monotonic() + _REAP_WAIT_S
         while time.monotonic() < give_up:
@@ -143,7 +140,7 @@ class _LocalTarget(ProcessTarget):
             except (ProcessLookupError, PermissionError):
                 break  # the group is empty
             try:
-                if os.waitid(os.P_PGID, self.pgid, os.WEXITED | os.WNOHANG) is not None:
+                if os.waitpid(-self.pgid, os.WNOHANG)[0]:
                     continue
             except ChildProcessError:
                 pass  # members left are not our children (yet); they were SIGKILLed
@@ -253,6 +250,29 @@ class LocalSubprocessService(Service):
         with self._lock:
             if self._closed:
                 raise RuntimeError("the subprocess service is closed")
+        # A local process is known to close() only once it is in ``_live``: a
+        # signal's exception waits until then.  (A remote start may take long
+        # and its runner keeps its own record of what it started.)
+        local = not isinstance(launch, RemoteLaunch)
+        with interrupts.registering() if local else contextlib.nullcontext():
+            return self._spawn(launch, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
+                               grace_ms=grace_ms, deadline=deadline, on_deadline=on_deadline,
+                               on_exit=on_exit)
+
+    def _spawn(
+        self,
+        launch: Launch,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        stdin: bytes | None,
+        stdout: StreamCapture,
+        stderr: StreamCapture,
+        grace_ms: int,
+        deadline: float | None,
+        on_deadline: Callable[[], None] | None,
+        on_exit: Callable[[Pump], None] | None,
+    ) -> Pump:
         target: ProcessTarget
         if isinstance(launch, RemoteLaunch):
             try:
@@ -333,7 +353,7 @@ class LocalSubprocessService(Service):
         self.orphan_killer.register(popen.pid)
         try:
             target = _LocalTarget(popen, launch, self)
-        except OSError:  # pidfd_open failed: do not leave the command running
+        except OSError:  # no exit fd: do not leave the command running
             os.killpg(popen.pid, signal.SIGKILL)
             popen.wait()
             for fd in (out_r, err_r, in_w):

@@ -3,7 +3,7 @@
 One thread per process selects over stdout, stderr, stdin (written
 non-blocking, so neither 0 bytes nor many MiB can deadlock against a command
 that writes while we write), the process's exit fd (a pidfd for local
-processes) and a wake eventfd.  The same loop fires the execution deadline and
+processes, or its portable stand-in) and a wake fd (see ``portable``).  The same loop fires the execution deadline and
 the SIGTERM->SIGKILL escalation, so no timer threads are needed.
 """
 
@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from dsh.executors.capture import StreamCapture
+from dsh.executors.portable import Wake
 from dsh.sandbox.runner import ExitStatus
 
 _READ_SIZE = 1 << 16  # a pipe holds 64 KiB: a bigger read only allocates (and fragments) more
@@ -86,7 +87,7 @@ class Pump:
         self._deadline = deadline
         self._on_deadline = on_deadline
         self._on_exit = on_exit
-        self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._wake: Wake | None = Wake()
         self._lock = threading.Lock()
         self._escalate_at: float | None = None
         self._terminated = False
@@ -128,9 +129,9 @@ class Pump:
 
     def _poke(self) -> None:
         with self._lock:
-            if self._wake < 0:
+            if self._wake is None:
                 return  # the pump already finished
-            os.eventfd_write(self._wake, 1)
+            self._wake.poke()
 
     # -- the loop ---------------------------------------------------------------------
     def _run(self) -> None:
@@ -159,8 +160,9 @@ class Pump:
                 self._on_exit(self)
             finally:
                 with self._lock:
-                    os.close(self._wake)
-                    self._wake = -1
+                    if self._wake is not None:
+                        self._wake.close()
+                    self._wake = None
                 self._done.set()
 
     def _loop(self) -> None:
@@ -169,7 +171,9 @@ class Pump:
             for fd in self._fds:
                 os.set_blocking(fd, False)
                 sel.register(fd, selectors.EVENT_READ)
-            sel.register(self._wake, selectors.EVENT_READ)
+            assert self._wake is not None
+            wake = self._wake
+            sel.register(wake.fd, selectors.EVENT_READ)
             exit_fd = self.target.exit_fd
             if exit_fd is not None:
                 sel.register(exit_fd, selectors.EVENT_READ)
@@ -194,11 +198,8 @@ class Pump:
                     fd = int(key.fd)
                     if fd in self._fds:
                         self._read(sel, fd)
-                    elif fd == self._wake:
-                        try:
-                            os.eventfd_read(self._wake)
-                        except BlockingIOError:
-                            pass
+                    elif fd == wake.fd:
+                        wake.drain()
                     elif fd == exit_fd:
                         sel.unregister(fd)
                         exit_fd = None
@@ -235,7 +236,7 @@ class Pump:
 
     def _leader_exited(self, sel: selectors.BaseSelector) -> None:
         status = self.target.leader_status()
-        if status is None:  # spurious wake-up; cannot happen with a pidfd
+        if status is None:  # spurious wake-up; cannot happen with an exit fd
             status = ExitStatus(exit_code=None, signal=int(signal.SIGKILL))
         self._set_exited(status)
         # Leftovers in the group (background jobs, double-forked daemons,

@@ -19,8 +19,10 @@ any directory), or a FIFO where the host reads.  So the directory:
 Retention: each service spills into its own ``session-*`` directory.  A
 library session removes it when it closes; a session that hands spill paths
 to a person (the CLI prints them) keeps it, so the path stays readable after
-the command ends.  Either way, session directories older than
-``MAX_AGE_S`` are removed the next time any session starts spilling.
+the command ends.  Either way, when a session starts spilling it first prunes
+the directory (per user: it is the user's own): sessions older than
+``MAX_AGE_S`` go, then the oldest others until what is left holds at most
+``MAX_TOTAL_BYTES``.  Pruning works by fd and never follows a link.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 MAX_AGE_S = 24 * 3600
+#: What earlier sessions may keep in one user's spill directory.
+MAX_TOTAL_BYTES = 256 * 1024 * 1024
 _SESSION_PREFIX = "session-"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -119,6 +123,21 @@ def remove_tree(parent_fd: int, name: str) -> None:
     os.rmdir(name, dir_fd=parent_fd)
 
 
+def _size(parent_fd: int, name: str) -> int:
+    """Bytes of the regular files directly in session directory ``name``
+    (spill files are made only there); a link is not followed."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError:
+        return 0
+    try:
+        with os.scandir(fd) as entries:
+            return sum(e.stat(follow_symlinks=False).st_size for e in entries
+                       if e.is_file(follow_symlinks=False))
+    finally:
+        os.close(fd)
+
+
 class SpillDir:
     """One session's spill directory, held open by fd."""
 
@@ -163,19 +182,34 @@ class SpillDir:
         return fd, str(self.path / name)
 
     def _expire(self) -> None:
-        """Remove session directories older than ``MAX_AGE_S`` (best effort)."""
+        """Remove sessions older than ``MAX_AGE_S``, then the oldest others
+        beyond ``MAX_TOTAL_BYTES`` (best effort: another session may be
+        pruning too)."""
         limit = time.time() - MAX_AGE_S
         with os.scandir(self._base_fd) as entries:
-            old = [
-                e.name
+            sessions = sorted(
+                (e.stat(follow_symlinks=False).st_mtime, e.name)
                 for e in entries
-                if e.name.startswith(_SESSION_PREFIX) and e.stat(follow_symlinks=False).st_mtime < limit
-            ]
-        for name in old:
-            try:
-                remove_tree(self._base_fd, name)
-            except OSError:
-                pass  # another session is removing it too
+                if e.name.startswith(_SESSION_PREFIX)
+            )
+        kept: list[tuple[str, int]] = []
+        for mtime, name in sessions:
+            if mtime < limit:
+                self._remove(name)
+            else:
+                kept.append((name, _size(self._base_fd, name)))
+        total = sum(size for _, size in kept)
+        for name, size in kept:  # oldest first
+            if total <= MAX_TOTAL_BYTES:
+                break
+            self._remove(name)
+            total -= size
+
+    def _remove(self, name: str) -> None:
+        try:
+            remove_tree(self._base_fd, name)
+        except OSError:
+            pass  # another session is removing it too
 
     def close(self, *, remove: bool) -> None:
         os.close(self._fd)

@@ -81,6 +81,17 @@ echo "== mypy --strict"
   -p dsh.cli -p dsh.sandbox -p dsh.runners -p dsh.executors -p dsh.tools -p dsh.profiles)
 echo "== pytest"
 python3 -m pytest -q -p no:cacheprovider "$@"
+# The e2b floor in pyproject.toml is a claim: prove it with exactly that SDK
+# version against the envd double (whole-suite runs only; pip's cache is reused).
+if [ "$#" = 0 ]; then
+  floor="$(python3 -c 'import tomllib, sys; deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["e2b"]; print(next(d for d in deps if d.startswith("e2b>=")).removeprefix("e2b>="))' "$root/pyproject.toml")"
+  echo "== e2b SDK floor ($floor)"
+  floor_venv="$(mktemp -d /var/tmp/dsh-e2b-floor.XXXXXX)"
+  python3 -m venv "$floor_venv"
+  "$floor_venv/bin/pip" install -q --disable-pip-version-check "$root[test]" "e2b==$floor"
+  (cd "$root" && "$floor_venv/bin/python" -m pytest -q -p no:cacheprovider tests/runners/e2b)
+  rm -rf "$floor_venv"
+fi
 if [ -f "$root/.ci/conformance" ]; then
   echo "== conformance"
   bash "$root/.ci/conformance"

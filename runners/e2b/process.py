@@ -100,6 +100,7 @@ class E2BProcess(RemoteProcess):
             os.close(self._stderr_w)
             with self.session._lock:
                 self.session.live.discard(self)
+                self.session.unsettled.discard(self.token)
                 self._status = status
                 self._done.set()
 

@@ -88,6 +88,11 @@ class E2BSession:
         self.dead = False
         self.closing = False  # teardown: commands it kills are not synced back
         self.live: set[E2BProcess] = set()
+        # Run tokens of commands whose stream has not ended, registered before
+        # the start request: a start interrupted after envd launched the
+        # command (a signal to the CLI, a failed reply) leaves no handle, but
+        # its processes still carry the token and are killed by it at close.
+        self.unsettled: set[str] = set()
         self._lock = threading.Lock()
         self.sync = WorkspaceSync(self, policy)
 
@@ -149,9 +154,12 @@ class E2BSession:
         self.closing = True
         with self._lock:
             live, self.live = list(self.live), set()
+            stray, self.unsettled = self.unsettled - {p.token for p in live}, set()
         if not self.dead:
             for proc in live:
                 proc.kill(9)
+            for token in sorted(stray):
+                self.kill_tree(0, 9, token, group=False)
         try:
             self.sandbox.kill()
         except Exception:
@@ -198,6 +206,8 @@ class E2BSession:
         backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + margin
         e2b = import_sdk()
         token = secrets.token_hex(8)
+        with self._lock:
+            self.unsettled.add(token)
         try:
             pid, events = self.start_stream(
                 argv, user=user_for(policy.mode, self.options), cwd=cwd,

@@ -113,3 +113,25 @@ def test_a_session_that_keeps_its_spill_files(place: Path, monkeypatch: pytest.M
     assert path is not None and path.startswith(str(place / "dsh-sandbox" / "spill") + "/")
     service.close()
     assert Path(path).read_bytes() == b"z" * 100  # still there for the person it was shown to
+
+
+def test_the_oldest_sessions_go_beyond_the_size_cap(place: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dsh.executors.spill as spill_module
+
+    monkeypatch.setattr(spill_module, "MAX_TOTAL_BYTES", 250)
+    runtime, victim = place / "run", place / "victim"
+    victim.mkdir()
+    (victim / "big").write_bytes(b"v" * 10_000)  # behind a link: never counted or removed
+    base = runtime / "dsh-sandbox" / "spill"
+    now = time.time()
+    sessions = [base / f"session-{i}" for i in range(4)]
+    for age, session in zip((400, 300, 200, 100), sessions, strict=True):
+        session.mkdir(parents=True)
+        (session / "stdout-a.log").write_bytes(b"x" * 100)
+        (session / "link").symlink_to(victim)
+        os.utime(session, (now - age, now - age))
+    spill = SpillDir([], _env(place, XDG_RUNTIME_DIR=str(runtime)))
+    spill.close(remove=True)
+    # 400 bytes kept by four sessions, cap 250: the two oldest go, the newest stay.
+    assert [s.exists() for s in sessions] == [False, False, True, True]
+    assert (victim / "big").stat().st_size == 10_000

@@ -216,3 +216,32 @@ def test_wait_timeout_returns_none(runner: E2BRunner, workspace: Path) -> None:
     assert proc.wait(0.3) is None
     proc.kill(signal.SIGKILL)
     assert proc.wait(PATIENCE_S) == ExitStatus(None, signal.SIGKILL)
+
+
+class _Interrupted(BaseException):
+    """Stands in for the CLI's signal exception, raised mid-start."""
+
+
+def test_start_interrupted_after_launch_is_killed_at_close(
+        envd: Envd, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """envd launched the command but the handle was never made (a signal to
+    the CLI landed in between): closing the runner still kills it."""
+    import dsh.runners.e2b.process as process_module
+
+    launched: list[int] = []
+
+    def interrupted(self: object, session: object, pid: int, *args: object, **kw: object) -> None:
+        launched.append(pid)
+        raise _Interrupted
+
+    runner = E2BRunner({"sandbox_url": envd.url})
+    try:
+        assert run(runner, ["true"], policy("read-only", workspace)).status == ExitStatus(0)
+        monkeypatch.setattr(process_module.E2BProcess, "__init__", interrupted)
+        with pytest.raises(_Interrupted):
+            start(runner, ["sleep", "3600"], policy("read-only", workspace))
+        assert launched and machine_running(envd, launched[0])
+    finally:
+        monkeypatch.undo()
+        runner.close()
+    assert not machine_running(envd, launched[0]), "the interrupted command outlived the runner"
