@@ -157,6 +157,7 @@ def test_a_signal_during_spawn_waits_until_the_process_is_recorded(
     the process: the exception comes once it is recorded, so teardown kills it."""
     import dsh.executors.process as process_module
     from dsh.cli.signals import Stopped, stop_on_signals
+    from dsh.executors.process import LocalSubprocessService
 
     from tests.support.executors import make_context, start
 
@@ -175,7 +176,7 @@ def test_a_signal_during_spawn_waits_until_the_process_is_recorded(
             start(ctx, f"exec sleep {marker}")
         monkeypatch.undo()
         assert _with_marker(marker), "the command should have started"
-        assert len(ctx.subprocess.live) == 1, "started but unknown to the teardown"
+        assert len(ctx.require(LocalSubprocessService).live) == 1, "started but unknown to the teardown"
     finally:
         monkeypatch.undo()
         ctx.close()
