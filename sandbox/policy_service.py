@@ -44,6 +44,7 @@ from dsh.sandbox.protected_scan import (
     TreeIndex,
     protected_from,
 )
+from dsh.sandbox.sandbox_home import HOST, PER_WORKSPACE, HomeUnavailable, ensure_private_dir, workspace_home
 from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
@@ -105,6 +106,7 @@ class PolicyService(Service):
         self._latest: dict[frozenset[Path], Found] = {}
         self._latest_lock = threading.Lock()
         self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
+        self._home = self._sandbox_home()
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
 
@@ -129,6 +131,33 @@ class PolicyService(Service):
         if not path.is_dir():
             what = "is not a directory" if path.exists() else "does not exist"
             raise ConfigError(f"--writable {raw}: {path} {what}; create the directory or drop the flag")
+        return path
+
+    def _sandbox_home(self) -> Path | None:
+        """The command's HOME (``sandbox_home``): made private per workspace, or
+        the profile's directory; ``None`` keeps the real one."""
+        raw = self._profile.home or PER_WORKSPACE
+        label = f"profile {self._profile.name}: home"
+        if raw == HOST:
+            return None
+        if raw == PER_WORKSPACE:
+            # A link on the way could send the command's writes anywhere.
+            written = workspace_home(self._workspace)
+            refuse_planted_link(label, str(written), written)
+            try:
+                return canonical(ensure_private_dir(written, label))
+            except HomeUnavailable:
+                return None  # no worse than home = "host": the real HOME, read-only
+
+        expanded = expand(raw)
+        if expanded is None:
+            raise ConfigError(f"{label} = {raw!r} names an unset environment variable; set it or "
+                              'write home = "per-workspace"')
+        refuse_planted_link(label, raw, self._workspace / expanded)
+        path = canonical(expanded, self._workspace)
+        if not path.is_dir():
+            raise ConfigError(f"{label} = {raw!r}: {path} is not an existing directory; create it, "
+                              'or write home = "per-workspace" (or "host" for the real, read-only home)')
         return path
 
     def _forced_roots(self) -> frozenset[Path]:
@@ -196,6 +225,8 @@ class PolicyService(Service):
             roots, missing = candidates, candidate_missing
         protected: set[Path] = set()
         for _label, root in roots:
+            if root == self._home:
+                continue  # only sandboxed commands use it as their HOME: no host action trusts it
             # Missing ones stay uncreatable (an empty read-only placeholder);
             # .git is not among them: ``git init`` must work, and a repository
             # made during a run is reported after it (``changed_files``).
@@ -219,6 +250,7 @@ class PolicyService(Service):
             missing_roots=sorted_paths(missing),
             git=self._git,
             unscanned_roots=found.incomplete,
+            home=self._home,
             **common,
         )
 
@@ -227,7 +259,8 @@ class PolicyService(Service):
         the workspace and the configured roots; directly inside the temporary
         roots (shared scratch space, often huge, that no later host action runs
         from)."""
-        temp = self._temp
+        # The sandbox home is scratch space too (tool caches, often huge).
+        temp = self._temp | ({self._home} if self._home else set())
         found = self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
         with self._latest_lock:
             self._latest[frozenset(roots)] = found
@@ -279,6 +312,9 @@ class PolicyService(Service):
                 written.append((label, raw, self._workspace / expanded, path))
             else:
                 missing.append(path)
+        if self._home is not None:
+            home_raw = self._profile.home or str(self._home)
+            written.append((f"profile {self._profile.name}: home", home_raw, self._home, self._home))
         cwd = Path.cwd()
         for raw, path in zip(self.config.writable, self._extra, strict=True):
             expanded = expand(raw) or raw
@@ -400,6 +436,13 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
                 "created or changed during a run and reported after it: .git control files and "
                 "protected names at any depth (the temporary roots: directly inside only)"
             )
+        if policy.home is not None:
+            lines.append(f"HOME: {policy.home} (the sandbox's own, "
+                         + ("writable; " if policy.mode is SandboxMode.WORKSPACE_WRITE else "read-only; ")
+                         + "the real home stays read-only; its .gitconfig, .config and .rustup are "
+                         "pointed at through GIT_CONFIG_GLOBAL, XDG_CONFIG_HOME and RUSTUP_HOME)")
+        else:
+            lines.append("HOME: the real home (read-only, minus the hidden paths)")
         if policy.unscanned_roots:
             lines.append("not searched (too big, unreadable, too deep; protected-scan-incomplete):")
             lines.extend(f"  {p}" for p in policy.unscanned_roots)

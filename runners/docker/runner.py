@@ -77,7 +77,7 @@ def parse_size(value: object, *, field: str) -> int | None:
 def _policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
     """Everything that shapes the container (not cwd, env or argv)."""
     return (policy.mode, policy.workspace, policy.writable_roots, policy.protected_paths,
-            policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits)
+            policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits, policy.home)
 
 
 def _identities(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:

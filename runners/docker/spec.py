@@ -168,6 +168,8 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     roots: list[Path] = [policy.workspace]
     if writable:
         roots += [r for r in policy.writable_roots if r not in roots]
+    elif policy.home is not None:
+        roots.append(policy.home)  # HOME names it: visible, read-only like the workspace
     # Hidden wins over every other rule: nothing is bound at or below a hidden
     # path, or the bind would put its contents back on top of the mask.
     hidden = list(policy.hidden_paths) if mode is not SandboxMode.DANGER_FULL_ACCESS else []
@@ -187,7 +189,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
             continue  # already visible through an enclosing writable root
         if writable:
             rw_roots.append(root)
-        why = "workspace" if root == policy.workspace else "writable root"
+        why = "workspace" if root == policy.workspace else "sandbox home" if root == policy.home else "writable root"
         mounts[str(root)] = MountSpec(str(root), "bind", not writable, str(root), why)
     placeholders: list[str] = []
     if mode is not SandboxMode.DANGER_FULL_ACCESS:

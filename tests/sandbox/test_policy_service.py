@@ -43,7 +43,9 @@ def test_defaults(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert svc.profile.name == "workspace-write"
     policy = svc.resolve()
     assert policy.workspace == workspace and policy.profile == "workspace-write"
-    assert policy.writable_roots == tuple(sorted({workspace, TMP}))
+    # The sandbox's own HOME is the third root (tests/sandbox/test_sandbox_home.py).
+    assert policy.home is not None
+    assert policy.writable_roots == tuple(sorted({workspace, TMP, policy.home}))
     assert policy.network is False and policy.missing_roots == ()
 
 
@@ -240,7 +242,7 @@ def test_tmp_and_tmpdir(
     monkeypatch.setenv("TMPDIR", str(link))
     prof = profile_file(tmp_path, 'extends = "workspace-write"\nexclude_tmp = true\n')
     excluded = service(workspace, profile=prof).resolve()
-    assert excluded.writable_roots == (workspace,)
+    assert excluded.writable_roots == tuple(sorted({workspace, excluded.home}))
 
 
 def test_missing_tmpdir_is_reported(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
