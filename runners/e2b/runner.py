@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from dsh.runners.e2b.command import process_argv, remote_env, shell_script
+from dsh.runners.e2b.command import ADDRESS_SPACE, process_argv, remote_env, shell_script
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.session import E2BSession, import_sdk, user_for
 from dsh.sandbox import capability as cap
@@ -107,6 +107,15 @@ class E2BRunner(Runner):
                          "allow_internet_access=False (network off) is not applied"))
         return Enforcement.partial(gaps)
 
+    def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        if policy.limits.max_memory_bytes is None:
+            return {}
+        # prlimit is all the runner has inside the remote machine: the limit
+        # bounds each process's virtual reservations, not what it uses.
+        return {ADDRESS_SPACE: (f"max_memory ({policy.limits.max_memory_bytes} bytes) is RLIMIT_AS per process: "
+                                "runtimes that reserve large virtual ranges up front (Node/V8, Go, the JVM) "
+                                "cannot start under a small one; raise or drop max_memory for them")}
+
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         ws = policy.workspace
         user = user_for(policy.mode, self.config)
@@ -130,6 +139,7 @@ class E2BRunner(Runner):
         cannot = ["writes outside the workspace stay in the sandbox (not synced back)",
                   "empty directories and new symlinks are not synced back"]
         cannot += list(self.enforcement(policy).missing)
+        cannot += list(self.limitations(policy).values())
         network = ("on" if policy.network else "off (allow_internet_access=False)")
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
                           tuple(cannot))
