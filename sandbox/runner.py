@@ -97,6 +97,18 @@ class Enforcement:
         return "partial: " + "; ".join(self.missing)
 
 
+#: The limitation of a runner that applies ``max_memory`` as ``RLIMIT_AS``.
+ADDRESS_SPACE_LIMIT = "address-space-limit"
+
+
+def address_space_limitation(max_memory_bytes: int) -> dict[str, str]:
+    """``limitations()`` entry of a runner whose memory limit is ``RLIMIT_AS`` per process."""
+    return {ADDRESS_SPACE_LIMIT: (
+        f"max_memory ({max_memory_bytes} bytes) is RLIMIT_AS per process (no memory cgroup): runtimes that "
+        "reserve large virtual ranges up front (Node/V8, Go, the JVM) cannot start under a small one; "
+        "raise or drop max_memory for them")}
+
+
 @dataclass(frozen=True)
 class RunnerPlan:
     """What ``profile explain`` prints: what will be enforced, and what cannot be."""

@@ -92,10 +92,6 @@ def shell_script(argv: Argv) -> str:
     return "; ".join(prelude) + "; exec " + " ".join(words)
 
 
-#: The limitation named when ``max_memory`` becomes ``prlimit --as``.
-ADDRESS_SPACE = "address-space-limit"
-
-
 def process_argv(script: str, limits: ResourceLimits) -> list[str]:
     """The envd ``cmd`` + ``args`` for one command (see the module docstring)."""
     argv = ["setsid", "-w"]

@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from dsh.runners.e2b.command import ADDRESS_SPACE, process_argv, remote_env, shell_script
+from dsh.runners.e2b.command import process_argv, remote_env, shell_script
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.session import E2BSession, import_sdk, user_for
 from dsh.sandbox import capability as cap
@@ -45,6 +45,7 @@ from dsh.sandbox.runner import (
     Runner,
     RunnerPlan,
     RunnerProbe,
+    address_space_limitation,
 )
 
 DEBUG_DEGRADATION = "e2b-debug"
@@ -112,9 +113,7 @@ class E2BRunner(Runner):
             return {}
         # prlimit is all the runner has inside the remote machine: the limit
         # bounds each process's virtual reservations, not what it uses.
-        return {ADDRESS_SPACE: (f"max_memory ({policy.limits.max_memory_bytes} bytes) is RLIMIT_AS per process: "
-                                "runtimes that reserve large virtual ranges up front (Node/V8, Go, the JVM) "
-                                "cannot start under a small one; raise or drop max_memory for them")}
+        return address_space_limitation(policy.limits.max_memory_bytes)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         ws = policy.workspace
