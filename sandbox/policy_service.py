@@ -128,9 +128,7 @@ class PolicyService(Service):
                 f"--writable {raw}: names an unset environment variable; set it or pass the directory itself"
             )
         path = canonical(expanded)  # relative to the cwd, as a shell user means it
-        if not path.is_dir():
-            what = "is not a directory" if path.exists() else "does not exist"
-            raise ConfigError(f"--writable {raw}: {path} {what}; create the directory or drop the flag")
+        _refuse_non_directory(f"--writable {raw}", path)
         return path
 
     def _sandbox_home(self) -> Path | None:
@@ -308,6 +306,7 @@ class PolicyService(Service):
                 continue
             path = canonical(expanded, self._workspace)
             label = f"profile {self._profile.name}: writable_roots entry {raw!r}"
+            _refuse_non_directory(label, path)
             if path.is_dir():
                 written.append((label, raw, self._workspace / expanded, path))
             else:
@@ -317,6 +316,9 @@ class PolicyService(Service):
             written.append((f"profile {self._profile.name}: home", home_raw, self._home, self._home))
         cwd = Path.cwd()
         for raw, path in zip(self.config.writable, self._extra, strict=True):
+            if not path.is_dir():
+                missing.append(path)  # as a profile's entry: reported, never created
+                continue
             expanded = expand(raw) or raw
             written.append((f"--writable {raw}", raw, cwd / expanded, path))
         if not self._profile.exclude_tmp:
@@ -376,6 +378,14 @@ class PolicyService(Service):
             refuse_planted_link(label, raw, self._workspace / expanded)
             out.append(canonical(expanded, self._workspace))
         return out
+
+
+def _refuse_non_directory(label: str, path: Path) -> None:
+    """A writable root that exists must be a directory; a missing one (from a
+    flag or a profile alike) is reported in ``missing_roots`` and not writable
+    until it exists: nothing is created for it."""
+    if os.path.exists(path) and not path.is_dir():
+        raise ConfigError(f"{label}: {path} is not a directory; name a directory or drop it")
 
 
 def _refuse_overlaps(roots: Iterable[tuple[str, Path]], rules: Iterable[tuple[str, Iterable[Path]]]) -> None:
