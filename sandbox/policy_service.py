@@ -14,6 +14,7 @@ symlink); the roots they hang off are fixed at configure time.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterable
@@ -106,7 +107,6 @@ class PolicyService(Service):
         self._latest: dict[frozenset[Path], Found] = {}
         self._latest_lock = threading.Lock()
         self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
-        self._home = self._sandbox_home()
         # Surface every configuration error now, not at the first command.
         self._default_policy = self.resolve()
 
@@ -131,7 +131,8 @@ class PolicyService(Service):
         _refuse_non_directory(f"--writable {raw}", path)
         return path
 
-    def _sandbox_home(self) -> Path | None:
+    @functools.cached_property
+    def _home(self) -> Path | None:
         """The command's HOME (``sandbox_home``): made private per workspace, or
         the profile's directory; ``None`` keeps the real one."""
         raw = self._profile.home or PER_WORKSPACE

@@ -18,7 +18,6 @@ read-only home) or names another directory (``home = "~/sandbox-home"``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -52,6 +51,8 @@ def homes_dir(environ: Mapping[str, str] = os.environ) -> Path:
 def workspace_home(workspace: Path, environ: Mapping[str, str] = os.environ) -> Path:
     """The home of ``workspace``: its name (readable in ``ls``) plus a hash of its full path
     (two checkouts called ``app`` never share one)."""
+    import hashlib  # not on danger-full-access's path, which never gets here
+
     name = _UNSAFE.sub("_", workspace.name)[:40] or "root"
     digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:12]
     return homes_dir(environ) / f"{name}-{digest}"
