@@ -32,7 +32,7 @@ POSIX_SHM = cap.POSIX_SHM.name
 UNIX_SOCKETS = cap.UNIX_SOCKETS.name
 LOOPBACK = cap.LOOPBACK.name
 # A memory limit applied as RLIMIT_AS: V8 (and Go, the JVM) reserve more than they use.
-ADDRESS_SPACE = "address-space-limit"
+ADDRESS_SPACE = cap.ADDRESS_SPACE.name
 
 
 def _sh(script: str) -> tuple[str, ...]:

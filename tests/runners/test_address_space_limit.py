@@ -8,11 +8,13 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from dsh.sandbox.capability import ADDRESS_SPACE
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
-from dsh.sandbox.runner import ADDRESS_SPACE_LIMIT
 
 from tests.conftest import load_runner_class, require_runner
+
+ADDRESS_SPACE_LIMIT = ADDRESS_SPACE.name
 
 
 @pytest.mark.parametrize("name", ["landlock", "bwrap"])

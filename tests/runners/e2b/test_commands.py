@@ -89,7 +89,7 @@ def test_the_sandbox_home_variables_stay_on_the_host(runner: E2BRunner, workspac
 def test_a_memory_limit_is_a_declared_limitation(runner: E2BRunner, workspace: Path) -> None:
     assert runner.limitations(policy("workspace-write", workspace)) == {}
     limited = policy("workspace-write", workspace, limits=ResourceLimits(max_memory_bytes=1 << 29))
-    assert "Node/V8" in runner.limitations(limited)["address-space-limit"]
+    assert "Node/V8" in runner.limitations(limited)["address-space"]
     assert any("RLIMIT_AS" in line for line in runner.explain(limited).cannot)
 
 
