@@ -45,7 +45,7 @@ from dsh.sandbox.protected_scan import (
     TreeIndex,
     protected_from,
 )
-from dsh.sandbox.sandbox_home import HOST, PER_WORKSPACE, HomeUnavailable, ensure_private_dir, workspace_home
+from dsh.sandbox.sandbox_home import resolve_home
 from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
@@ -135,29 +135,7 @@ class PolicyService(Service):
     def _home(self) -> Path | None:
         """The command's HOME (``sandbox_home``): made private per workspace, or
         the profile's directory; ``None`` keeps the real one."""
-        raw = self._profile.home or PER_WORKSPACE
-        label = f"profile {self._profile.name}: home"
-        if raw == HOST:
-            return None
-        if raw == PER_WORKSPACE:
-            # A link on the way could send the command's writes anywhere.
-            written = workspace_home(self._workspace)
-            refuse_planted_link(label, str(written), written)
-            try:
-                return canonical(ensure_private_dir(written, label))
-            except HomeUnavailable:
-                return None  # no worse than home = "host": the real HOME, read-only
-
-        expanded = expand(raw)
-        if expanded is None:
-            raise ConfigError(f"{label} = {raw!r} names an unset environment variable; set it or "
-                              'write home = "per-workspace"')
-        refuse_planted_link(label, raw, self._workspace / expanded)
-        path = canonical(expanded, self._workspace)
-        if not path.is_dir():
-            raise ConfigError(f"{label} = {raw!r}: {path} is not an existing directory; create it, "
-                              'or write home = "per-workspace" (or "host" for the real, read-only home)')
-        return path
+        return resolve_home(self._profile.home, self._workspace, f"profile {self._profile.name}: home")
 
     def _forced_roots(self) -> frozenset[Path]:
         forced: set[Path] = set()

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.policy_guard import refuse_planted_link
+from dsh.sandbox.policy_paths import canonical, expand
 
 PER_WORKSPACE = "per-workspace"
 HOST = "host"
@@ -91,6 +93,31 @@ def ensure_private_dir(path: Path, label: str) -> Path:
                           'or set home = "host" in the profile')
     if stat.S_IMODE(info.st_mode) & 0o077:
         os.chmod(path, 0o700)  # ours: other users have no business in its caches
+    return path
+
+
+def resolve_home(setting: str | None, workspace: Path, label: str) -> Path | None:
+    """The canonical home a profile's ``home`` setting names (``None``: keep the real one)."""
+    raw = setting or PER_WORKSPACE
+    if raw == HOST:
+        return None
+    if raw == PER_WORKSPACE:
+        # A link on the way could send the command's writes anywhere.
+        written = workspace_home(workspace)
+        refuse_planted_link(label, str(written), written)
+        try:
+            return canonical(ensure_private_dir(written, label))
+        except HomeUnavailable:
+            return None  # no worse than home = "host": the real HOME, read-only
+    expanded = expand(raw)
+    if expanded is None:
+        raise ConfigError(f"{label} = {raw!r} names an unset environment variable; set it or "
+                          'write home = "per-workspace"')
+    refuse_planted_link(label, raw, workspace / expanded)
+    path = canonical(expanded, workspace)
+    if not path.is_dir():
+        raise ConfigError(f"{label} = {raw!r}: {path} is not an existing directory; create it, "
+                          'or write home = "per-workspace" (or "host" for the real, read-only home)')
     return path
 
 
