@@ -12,7 +12,7 @@ from dsh.sandbox.capability import ADDRESS_SPACE
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 
-from tests.conftest import load_runner_class, require_runner
+from tests.support.require import load_runner_class, require_runner
 
 ADDRESS_SPACE_LIMIT = ADDRESS_SPACE.name
 
