@@ -241,6 +241,7 @@ def run_command(opts: RunOptions) -> int:
 
             roots = ctx.require(PolicyService).trusted_roots()
             refuse_writable_config_file("user config", opts.user_config, roots)
+        _note_missing_roots(ctx)
         executor = ctx.require(ShellExecutor)
         spec = executor.resolve(make_request(opts, ctx))
         if spec.timeout_capped and opts.timeout_s is not None:
@@ -274,6 +275,18 @@ def run_command(opts: RunOptions) -> int:
         return code
     finally:
         ctx.close()
+
+
+def _note_missing_roots(ctx: Context) -> None:
+    """A missing writable root (``--writable`` or a profile's) is not created:
+    say so, or a later denial under it would be a puzzle."""
+    from dsh.sandbox.policy_service import PolicyService
+
+    service = ctx.get(PolicyService)
+    if service is None:
+        return
+    for root in service.default_policy.missing_roots:
+        note(f"writable root {root} does not exist: not created, not writable in this run")
 
 
 def approver_for(ctx: Context, opts: RunOptions) -> Approval | None:

@@ -49,6 +49,7 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyService
 from dsh.sandbox.runner import Enforcement, Launch
+from dsh.sandbox.sandbox_home import home_env
 from dsh.sandbox.trusted_changes import Baseline, Changes
 
 if TYPE_CHECKING:
@@ -150,7 +151,11 @@ class SandboxedExecutor(_MixinBase):
         if not policy.constrained:
             return env
         keep = _env_filter(policy.env_passthrough)
-        return {k: v for k, v in env.items() if keep(k)}
+        kept = {k: v for k, v in env.items() if keep(k)}
+        if policy.home is not None:
+            # The real HOME is read from the unfiltered environment: its settings stay readable.
+            kept.update(home_env(policy.home, {**kept, "HOME": env.get("HOME", "")}, policy.hidden_paths))
+        return kept
 
     def prepare_launch(
         self, argv: tuple[str | bytes, ...], spec: ShellExecSpec, env: Mapping[str, str]

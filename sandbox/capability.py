@@ -51,6 +51,7 @@ TERMINAL = Capability("terminal", "the caller's terminal cannot be driven (TIOCS
 LOCAL_IPC = Capability("local-ipc", "the command's own local IPC works")
 LOOPBACK = Capability("loopback", "the command's own loopback servers work")
 POSIX_SHM = Capability("posix-shm", "the command's own POSIX shared memory works")
+ADDRESS_SPACE = Capability("address-space", "runtimes that reserve large address ranges (Node/V8, Go, the JVM) start")
 SIGNAL_STATUS = Capability("signal-status", "a command killed by a signal is reported as such")
 
 LIMITS = (LIMITS_PROCESSES, LIMITS_MEMORY, LIMITS_FILE_SIZE, LIMITS_WALL_TIME)

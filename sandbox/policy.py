@@ -52,6 +52,8 @@ class SandboxPolicy:
       ``protected-scan-incomplete``.
     - ``accept_degraded``: names of degraded enforcements the profile accepts
       (e.g. ``"landlock-protected-paths"``); anything else partial is refused.
+    - ``home``: the command's ``HOME`` (a writable root in workspace-write, see
+      ``sandbox_home``), or ``None`` to keep the real, read-only one.
     """
 
     mode: SandboxMode
@@ -69,6 +71,7 @@ class SandboxPolicy:
     profile: str = ""
     git: str = "read-only"  # "commit": objects, refs, index writable; hooks and config not
     unscanned_roots: tuple[Path, ...] = ()  # where the search for nested repositories stopped
+    home: Path | None = None  # HOME inside the sandbox; None: the real one (read-only)
 
     @property
     def constrained(self) -> bool:

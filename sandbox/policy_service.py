@@ -14,6 +14,7 @@ symlink); the roots they hang off are fixed at configure time.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Iterable
@@ -44,6 +45,7 @@ from dsh.sandbox.protected_scan import (
     TreeIndex,
     protected_from,
 )
+from dsh.sandbox.sandbox_home import resolve_home
 from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
@@ -126,10 +128,14 @@ class PolicyService(Service):
                 f"--writable {raw}: names an unset environment variable; set it or pass the directory itself"
             )
         path = canonical(expanded)  # relative to the cwd, as a shell user means it
-        if not path.is_dir():
-            what = "is not a directory" if path.exists() else "does not exist"
-            raise ConfigError(f"--writable {raw}: {path} {what}; create the directory or drop the flag")
+        _refuse_non_directory(f"--writable {raw}", path)
         return path
+
+    @functools.cached_property
+    def _home(self) -> Path | None:
+        """The command's HOME (``sandbox_home``): made private per workspace, or
+        the profile's directory; ``None`` keeps the real one."""
+        return resolve_home(self._profile.home, self._workspace, f"profile {self._profile.name}: home")
 
     def _forced_roots(self) -> frozenset[Path]:
         forced: set[Path] = set()
@@ -196,6 +202,8 @@ class PolicyService(Service):
             roots, missing = candidates, candidate_missing
         protected: set[Path] = set()
         for _label, root in roots:
+            if root == self._home:
+                continue  # only sandboxed commands use it as their HOME: no host action trusts it
             # Missing ones stay uncreatable (an empty read-only placeholder);
             # .git is not among them: ``git init`` must work, and a repository
             # made during a run is reported after it (``changed_files``).
@@ -219,6 +227,7 @@ class PolicyService(Service):
             missing_roots=sorted_paths(missing),
             git=self._git,
             unscanned_roots=found.incomplete,
+            home=self._home,
             **common,
         )
 
@@ -227,7 +236,8 @@ class PolicyService(Service):
         the workspace and the configured roots; directly inside the temporary
         roots (shared scratch space, often huge, that no later host action runs
         from)."""
-        temp = self._temp
+        # The sandbox home is scratch space too (tool caches, often huge).
+        temp = self._temp | ({self._home} if self._home else set())
         found = self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
         with self._latest_lock:
             self._latest[frozenset(roots)] = found
@@ -275,12 +285,19 @@ class PolicyService(Service):
                 continue
             path = canonical(expanded, self._workspace)
             label = f"profile {self._profile.name}: writable_roots entry {raw!r}"
+            _refuse_non_directory(label, path)
             if path.is_dir():
                 written.append((label, raw, self._workspace / expanded, path))
             else:
                 missing.append(path)
+        if self._home is not None:
+            home_raw = self._profile.home or str(self._home)
+            written.append((f"profile {self._profile.name}: home", home_raw, self._home, self._home))
         cwd = Path.cwd()
         for raw, path in zip(self.config.writable, self._extra, strict=True):
+            if not path.is_dir():
+                missing.append(path)  # as a profile's entry: reported, never created
+                continue
             expanded = expand(raw) or raw
             written.append((f"--writable {raw}", raw, cwd / expanded, path))
         if not self._profile.exclude_tmp:
@@ -342,6 +359,14 @@ class PolicyService(Service):
         return out
 
 
+def _refuse_non_directory(label: str, path: Path) -> None:
+    """A writable root that exists must be a directory; a missing one (from a
+    flag or a profile alike) is reported in ``missing_roots`` and not writable
+    until it exists: nothing is created for it."""
+    if os.path.exists(path) and not path.is_dir():
+        raise ConfigError(f"{label}: {path} is not a directory; name a directory or drop it")
+
+
 def _refuse_overlaps(roots: Iterable[tuple[str, Path]], rules: Iterable[tuple[str, Iterable[Path]]]) -> None:
     """A writable root inside a protected, read-only or hidden path is refused.
 
@@ -400,6 +425,13 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
                 "created or changed during a run and reported after it: .git control files and "
                 "protected names at any depth (the temporary roots: directly inside only)"
             )
+        if policy.home is not None:
+            lines.append(f"HOME: {policy.home} (the sandbox's own, "
+                         + ("writable; " if policy.mode is SandboxMode.WORKSPACE_WRITE else "read-only; ")
+                         + "the real home stays read-only; its .gitconfig, .config and .rustup are "
+                         "pointed at through GIT_CONFIG_GLOBAL, XDG_CONFIG_HOME and RUSTUP_HOME)")
+        else:
+            lines.append("HOME: the real home (read-only, minus the hidden paths)")
         if policy.unscanned_roots:
             lines.append("not searched (too big, unreadable, too deep; protected-scan-incomplete):")
             lines.extend(f"  {p}" for p in policy.unscanned_roots)

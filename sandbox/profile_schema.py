@@ -36,6 +36,7 @@ TOP_KEYS = (
     "exclude_tmp",
     "network",
     "git",
+    "home",
     "limits",
     *LIST_KEYS,
 )
@@ -218,6 +219,15 @@ class _Checker:
                     key,
                     f"must be true or false, got {value!r}",
                     f"write {key} = true or {key} = false (no quotes)",
+                )
+            return value
+        if key == "home":
+            if not isinstance(value, str) or not value.strip():
+                raise self.fail(
+                    key,
+                    f"must be a non-empty string, got {value!r}",
+                    'write home = "per-workspace" (the default), home = "host" (the real, '
+                    'read-only home) or home = "DIR" (an existing directory)',
                 )
             return value
         if key == "limits":

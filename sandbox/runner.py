@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
-from dsh.sandbox.capability import Capability
+from dsh.sandbox.capability import ADDRESS_SPACE, Capability
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 
@@ -95,6 +95,14 @@ class Enforcement:
         if self.level == "full":
             return "full"
         return "partial: " + "; ".join(self.missing)
+
+
+def address_space_limitation(max_memory_bytes: int) -> dict[str, str]:
+    """``limitations()`` entry of a runner whose memory limit is ``RLIMIT_AS`` per process."""
+    return {ADDRESS_SPACE.name: (
+        f"max_memory ({max_memory_bytes} bytes) is RLIMIT_AS per process (no memory cgroup): runtimes that "
+        "reserve large virtual ranges up front (Node/V8, Go, the JVM) cannot start under a small one; "
+        "raise or drop max_memory for them")}
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,26 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _sandbox_homes_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every policy makes a per-workspace sandbox HOME under $XDG_CACHE_HOME: the
+    test workspaces' homes go to a scratch directory, not the tester's ~/.cache."""
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache").resolve())
+    yield
+    if saved is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = saved
 
 
 @pytest.fixture

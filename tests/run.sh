@@ -26,6 +26,7 @@ command -v git >/dev/null 2>&1 || need_apt+=(git)
 # bwrap (host programs); mmdebstrap builds the docker runner's Debian image.
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 /usr/bin/python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need_apt+=(python3-venv)
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 if [ "${#need_apt[@]}" -gt 0 ]; then

@@ -31,6 +31,8 @@ LOCAL_IPC = cap.LOCAL_IPC.name
 POSIX_SHM = cap.POSIX_SHM.name
 UNIX_SOCKETS = cap.UNIX_SOCKETS.name
 LOOPBACK = cap.LOOPBACK.name
+# A memory limit applied as RLIMIT_AS: V8 (and Go, the JVM) reserve more than they use.
+ADDRESS_SPACE = cap.ADDRESS_SPACE.name
 
 
 def _sh(script: str) -> tuple[str, ...]:
@@ -175,6 +177,69 @@ def _git_history(env: HostEnv) -> None:
     (repo / "lib.txt").write_text("alpha\nBETA\ngamma\n")
 
 
+# -- tools that write under $HOME ---------------------------------------------------------------
+# nyc's spawn-wrap writes and runs shims in ~/.node-spawn-wrap-*; npm itself
+# keeps its logs and cache in ~/.npm.  Read-only: the home is not writable, the
+# suite fails.
+NODE_PROJECT = {
+    "nodeproj/package.json": '{"name": "dshnode", "version": "1.0.0", "private": true, '
+                             '"scripts": {"test": "node test.js"}}\n',
+    "nodeproj/test.js": (
+        "const fs = require('fs'), os = require('os'), path = require('path'), cp = require('child_process');\n"
+        "const dir = fs.mkdtempSync(path.join(os.homedir(), '.node-spawn-wrap-'));\n"
+        "const shim = path.join(dir, 'node');\n"
+        "fs.writeFileSync(shim, '#!/bin/sh\\necho shim-ran\\n', {mode: 0o755});\n"
+        "process.stdout.write(cp.execFileSync(shim).toString());\n"
+        "fs.rmSync(dir, {recursive: true});\n"
+        "console.log('node-tests-passed');\n"
+    ),
+}
+NODE_TESTS = "cd {ws}/nodeproj && node -e 'process.exit(0)' && echo node-ran && npm test --silent 2>&1"
+
+
+def _wheel(env: HostEnv) -> None:
+    """A pure-Python wheel made by hand: pip installs it without an index or a build backend."""
+    import base64
+    import hashlib
+    import zipfile
+
+    files = {
+        "dshdemo/__init__.py": b"VALUE = 42\n",
+        "dshdemo-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: dshdemo\nVersion: 1.0\n",
+        "dshdemo-1.0.dist-info/WHEEL": (b"Wheel-Version: 1.0\nGenerator: dsh\nRoot-Is-Purelib: true\n"
+                                        b"Tag: py3-none-any\n"),
+    }
+
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = [f"{name},sha256={digest(data)},{len(data)}" for name, data in files.items()]
+    files["dshdemo-1.0.dist-info/RECORD"] = ("\n".join([*record, "dshdemo-1.0.dist-info/RECORD,,"]) + "\n").encode()
+    project = env.ws / "pipproj"
+    project.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(project / "dshdemo-1.0-py3-none-any.whl", "w") as whl:
+        for name, data in files.items():
+            whl.writestr(name, data)
+
+
+# pip keeps its cache in $XDG_CACHE_HOME/pip (~/.cache/pip) and disables it,
+# with a warning, when that is not writable.
+PIP_INSTALL = (
+    "cd {ws}/pipproj && python3 -m venv .venv && d=$(.venv/bin/python -m pip cache dir) && "
+    'case "$d" in "$HOME"/*) mkdir -p "$d" && touch "$d/.dsh-probe" && echo cache-in-home ;; esac && '
+    ".venv/bin/python -m pip install --no-index --disable-pip-version-check -q "
+    "./dshdemo-1.0-py3-none-any.whl 2>&1 && .venv/bin/python -c 'import dshdemo; print(\"imported\", dshdemo.VALUE)'"
+)
+
+
+def _lacks(text: str) -> Check:
+    def check(env: HostEnv, out: RunOutput) -> str | None:
+        both = out.stdout + out.stderr
+        return f"output says {text!r}" if text.encode() in both else None
+
+    return check
+
+
 def _remove_tree(template: str) -> Check:
     """Not a check: removes a directory an allowed run left in the host's /tmp."""
 
@@ -228,6 +293,21 @@ WORKLOAD_SCENARIOS: tuple[Scenario, ...] = (
              _sh(GIT_READ), OK, setup=_git_history, requires=("git",),
              check_ok=c.all_of(c.exit_zero, c.stdout_has("git-read-ok"), c.stdout_has(" M lib.txt"),
                                c.stdout_has("1 file changed"))),
+    Scenario("work-node-home-cache", "workload",
+             "npm test whose suite writes and runs a shim in ~/.node-spawn-wrap-* (nyc's spawn-wrap)",
+             _sh(NODE_TESTS), WRITE_ONLY_IN_WW, setup=_tree(NODE_PROJECT), requires=("node", "npm"),
+             covers=(ADDRESS_SPACE,), timeout_ms=90_000,
+             check_ok=c.all_of(c.exit_zero, c.stdout_has("node-ran"), c.stdout_has("shim-ran"),
+                               c.stdout_has("node-tests-passed")),
+             # Not "node-ran": under an address-space limit node cannot start at all.
+             check_blocked=c.all_of(c.exit_nonzero, _lacks("node-tests-passed"))),
+    Scenario("work-pip-home-cache", "workload",
+             "a venv in the workspace and pip install of a local wheel with pip's cache in $HOME "
+             "(read-only: no venv)",
+             _sh(PIP_INSTALL), WRITE_ONLY_IN_WW, setup=_wheel, requires=("python3",), timeout_ms=120_000,
+             check_ok=c.all_of(c.exit_zero, c.stdout_has("cache-in-home"), c.stdout_has("imported 42"),
+                               _lacks("cache has been disabled"), c.present("{ws}/pipproj/.venv/pyvenv.cfg")),
+             check_blocked=c.absent("{ws}/pipproj/.venv")),
     Scenario("work-git-init-commit", "workload", "git init and a commit in a new directory inside the workspace",
              _sh(GIT_INIT), WRITE_ONLY_IN_WW, requires=("git",),
              # The commit succeeding proves .git was writable where the command ran; the host

@@ -41,6 +41,9 @@ hidden_paths = ["{root}/hidden", "{root}/.dshconf-hp", "{root}/ovl/ro/hid", "{ro
 # protected and read-only, those over writable).
 read_only_paths = ["{root}/ovl/ro", "{root}/ovl/hid/ro"]
 protected_names = [".dshconf-hp", ".dshconf-p"]
+# One sandbox HOME per cell, inside its private base: every scenario's own
+# per-workspace home would pile up in the tester's ~/.cache.
+home = "{home}"
 [limits]
 # Without a cgroup, the process limit is RLIMIT_NPROC, which counts every
 # process and thread of the user (the harness's own included): leave room.
@@ -119,12 +122,13 @@ class Harness:
         root.mkdir()
         outside.mkdir()
         (root / "hidden").mkdir()
+        (base / "home").mkdir(mode=0o700)
         (root / "hidden" / "secret.txt").write_text("TOPSECRET\n")
         for rel in OVERLAP_SECRETS:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text("TOPSECRET\n")
         profile = base / "conformance.toml"
-        profile.write_text(PROFILE.format(mode=mode, root=root))
+        profile.write_text(PROFILE.format(mode=mode, root=root, home=base / "home"))
         listeners = Listeners(outside, secrets.token_hex(6))
         victim = subprocess.Popen(["sleep", "3600"], env={**os.environ, **self.secrets},
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)

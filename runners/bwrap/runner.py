@@ -56,6 +56,7 @@ from dsh.sandbox.runner import (
     Runner,
     RunnerPlan,
     RunnerProbe,
+    address_space_limitation,
 )
 
 INSTALL_HINT = "install it: apt-get install bubblewrap (or dnf install bubblewrap)"
@@ -350,7 +351,13 @@ class BwrapRunner(Runner):
         return Baseline("bare bwrap true", spawn, launch.cleanup)
 
     def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
-        return namespaced_limitations(policy.constrained)
+        found = dict(namespaced_limitations(policy.constrained))
+        memory = policy.limits.max_memory_bytes
+        if memory is not None:
+            facts = self.facts()
+            if facts.cgroups.memory_parent is None and facts.prlimit is not None:
+                found.update(address_space_limitation(memory))
+        return found
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
         if not policy.constrained:

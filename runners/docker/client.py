@@ -31,6 +31,17 @@ START_HINT = (
 )
 BUILD_HINT = "build it (no registry needed): dsh-sandbox image build"
 
+
+def missing_image_reason(image: str) -> str:
+    """Why ``image`` cannot be used and how to get it: the runner never pulls,
+    so a user's own dev image must be built (or pulled by hand) first."""
+    if image == DEFAULT_IMAGE:
+        return f"image {image} not found locally (the runner never pulls); {BUILD_HINT}"
+    return (f"image {image} not found locally (the runner never pulls); build it first with "
+            f"docker build -t {image} DIR (it needs /bin/sh and bash), or "
+            f"dsh-sandbox image build --tag {image} for the default toolset; "
+            f"if you trust its registry, docker pull {image} yourself")
+
 # The docker reference grammar, simplified: [host[:port]/]path[:tag][@digest].
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _IMAGE_RE = re.compile(
@@ -186,3 +197,20 @@ def remove_placeholders(client: Any, paths: list[str]) -> list[str]:
 
 def placeholders_of(labels: dict[str, str]) -> list[str]:
     return _json_list(labels, LABEL_PLACEHOLDERS)
+
+
+# A user's own image may lack what the runner's scripts run: found once per
+# container, not at the first kill.
+TOOLS_CHECK = "for t in sh bash sleep; do command -v $t >/dev/null 2>&1 || printf '%s ' $t; done"
+
+
+def missing_tools(container: Any) -> str:
+    """The runner's tools the container's image lacks ("" when none)."""
+    from docker.errors import DockerException
+
+    try:
+        code, out = container.exec_run(["/bin/sh", "-c", TOOLS_CHECK], user="0")
+    except DockerException:
+        return "/bin/sh"  # the keep-alive could not start: the container is not running
+    text = (out or b"").decode("utf-8", "replace").strip()
+    return ", ".join(text.split()) if code == 0 else "/bin/sh"

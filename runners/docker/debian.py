@@ -24,12 +24,14 @@ from pathlib import Path
 
 from dsh.sandbox.errors import SandboxUnavailable
 
-# What the runner needs (bash, util-linux setsid, procps ps/kill) and what the
-# workloads need (python3 with venv, gcc + libc headers, make, git), plus
-# iproute2 so network scenarios can try `ip`.
+# What the runner needs (bash, util-linux setsid, procps ps/kill) and what
+# common workloads need: python3 with venv and ensurepip, gcc + libc headers,
+# make, git, node with npm, sqlite3, util-linux flock, openssh-client
+# (ssh-keygen for test suites that make keys), plus iproute2 so network
+# scenarios can try `ip`.
 PACKAGES: tuple[str, ...] = (
-    "bash", "util-linux", "procps", "python3", "python3-venv", "make", "gcc", "libc6-dev", "git",
-    "iproute2", "ca-certificates",
+    "bash", "util-linux", "procps", "python3", "python3-venv", "make", "gcc", "libc6-dev",
+    "git", "nodejs", "npm", "sqlite3", "openssh-client", "iproute2", "ca-certificates",
 )
 DEFAULT_SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

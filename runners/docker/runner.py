@@ -77,7 +77,7 @@ def parse_size(value: object, *, field: str) -> int | None:
 def _policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
     """Everything that shapes the container (not cwd, env or argv)."""
     return (policy.mode, policy.workspace, policy.writable_roots, policy.protected_paths,
-            policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits)
+            policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits, policy.home)
 
 
 def _identities(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
@@ -218,7 +218,7 @@ class DockerRunner(Runner):
                    "pids_limit": bool(self._info.get("PidsLimit"))}
         reason = None
         if image_id is None:
-            reason = f"image {self.image} not found locally (never pulled); {dc.BUILD_HINT}"
+            reason = dc.missing_image_reason(self.image)
         self._probe = RunnerProbe(self.name, image_id is not None, reason,
                                   version=f"docker {version.get('Version', '?')}",
                                   details=details)
@@ -373,8 +373,7 @@ class DockerRunner(Runner):
 
         image_id = dc.find_image(client, spec.image)
         if image_id is None:
-            raise SandboxUnavailable(f"image {spec.image} not found locally (the runner never "
-                                     f"pulls); {dc.BUILD_HINT}", runner=self.name)
+            raise SandboxUnavailable(dc.missing_image_reason(spec.image), runner=self.name)
         for path in spec.placeholders:
             try:
                 os.mkdir(path, 0o755)
@@ -410,6 +409,13 @@ class DockerRunner(Runner):
             self._discard(warm)
             raise SandboxUnavailable(f"cannot start container {name} from {spec.image}"
                                      f"{limits_hint(spec, exc)}: {exc}", runner=self.name) from None
+        missing = dc.missing_tools(container)
+        if missing:
+            self._discard(warm)
+            raise SandboxUnavailable(
+                f"image {spec.image} lacks {missing}, which the runner needs (its keep-alive and kill "
+                "script); add them to the image (Debian: apt-get install bash coreutils) or use "
+                "the default image (dsh-sandbox image build)", runner=self.name)
         return warm
 
     def _discard(self, warm: _Warm) -> None:

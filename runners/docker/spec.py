@@ -7,8 +7,9 @@ containers by.
 
 Paths: binds keep the host path (the workspace is at the same path inside),
 so cwd and absolute paths mean the same thing on both sides.  Only the
-workspace and the writable roots are visible; the rest of the host does not
-exist in the container, which is stricter than the local runners' read-only.
+workspace, the writable roots and (read-only) the git repository enclosing the
+workspace are visible; the rest of the host does not exist in the container,
+which is stricter than the local runners' read-only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_paths import fixed_symlink
+from dsh.sandbox.policy_paths import fixed_symlink, git_dirs, system_dir_reason
 
 PRIVATE_TMP = Path("/tmp")
 # Where each exec's wrapper records its pid for the kill script (a tmpfs).
@@ -137,6 +138,24 @@ def _pin_ancestors(mounts: dict[str, MountSpec], rw_roots: list[Path]) -> None:
                 mounts[key] = MountSpec(key, "bind", False, key, f"pin: keeps {target} from being renamed away")
 
 
+def enclosing_repository(workspace: Path) -> list[Path]:
+    """The work tree of the git repository the workspace lies in (strictly above
+    it), and the git dirs its ``.git`` file points to outside it: bound
+    read-only, so ``git status`` and ``git log`` work in a workspace that is a
+    subdirectory of a checkout.  Never the home directory or a system
+    directory (a dotfiles repository would put all of ``~`` in the container).
+    """
+    for top in workspace.parents:
+        dot_git = top / ".git"
+        if not os.path.lexists(dot_git):
+            continue
+        if top in _RESERVED or system_dir_reason(top) is not None:
+            return []
+        return [top, *(d for d in git_dirs(dot_git) if not _under(d, top))]
+    # The workspace is a repository's top itself: only a git dir elsewhere is missing.
+    return [d for d in git_dirs(workspace / ".git") if not _under(d, workspace)]
+
+
 def symlinked_protected(policy: SandboxPolicy, uid: int | None) -> list[Path]:
     """Protected paths inside a writable root reached through a symlink there: the
     target is bound read-only, but the link itself can be replaced (a bind
@@ -168,6 +187,8 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     roots: list[Path] = [policy.workspace]
     if writable:
         roots += [r for r in policy.writable_roots if r not in roots]
+    elif policy.home is not None:
+        roots.append(policy.home)  # HOME names it: visible, read-only like the workspace
     # Hidden wins over every other rule: nothing is bound at or below a hidden
     # path, or the bind would put its contents back on top of the mask.
     hidden = list(policy.hidden_paths) if mode is not SandboxMode.DANGER_FULL_ACCESS else []
@@ -187,8 +208,12 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
             continue  # already visible through an enclosing writable root
         if writable:
             rw_roots.append(root)
-        why = "workspace" if root == policy.workspace else "writable root"
+        why = "workspace" if root == policy.workspace else "sandbox home" if root == policy.home else "writable root"
         mounts[str(root)] = MountSpec(str(root), "bind", not writable, str(root), why)
+    for repo in enclosing_repository(policy.workspace):
+        if str(repo) not in mounts and not any(_under(repo, h) for h in hidden) and repo.is_dir():
+            # Read-only under the workspace's own (deeper, writable) bind.
+            mounts[str(repo)] = MountSpec(str(repo), "bind", True, str(repo), "the enclosing git repository")
     placeholders: list[str] = []
     if mode is not SandboxMode.DANGER_FULL_ACCESS:
         for path in (*policy.protected_paths, *policy.read_only_paths):

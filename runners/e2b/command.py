@@ -40,13 +40,16 @@ from collections.abc import Mapping
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import Argv, ExitStatus
+from dsh.sandbox.sandbox_home import HOME_ENV_NAMES
 
 # Host facts that are wrong inside the sandbox (envd sets HOME, USER, LOGNAME
 # and PATH for the sandbox user) or that would make the shell read a file.
+# The sandbox home's variables name host directories: the remote user's own
+# home (writable there) serves instead.
 HOST_ONLY_ENV = frozenset({
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "TMPDIR", "MAIL",
     "HOSTNAME", "ENV", "BASH_ENV", "LD_PRELOAD", "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR",
-})
+}) | HOME_ENV_NAMES
 
 # Set in every command's environment (a fresh token each): how the runner finds
 # the processes a command started, even those that left its process group.

@@ -45,6 +45,7 @@ from dsh.sandbox.runner import (
     Runner,
     RunnerPlan,
     RunnerProbe,
+    address_space_limitation,
 )
 
 DEBUG_DEGRADATION = "e2b-debug"
@@ -107,6 +108,13 @@ class E2BRunner(Runner):
                          "allow_internet_access=False (network off) is not applied"))
         return Enforcement.partial(gaps)
 
+    def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        if policy.limits.max_memory_bytes is None:
+            return {}
+        # prlimit is all the runner has inside the remote machine: the limit
+        # bounds each process's virtual reservations, not what it uses.
+        return address_space_limitation(policy.limits.max_memory_bytes)
+
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         ws = policy.workspace
         user = user_for(policy.mode, self.config)
@@ -130,6 +138,7 @@ class E2BRunner(Runner):
         cannot = ["writes outside the workspace stay in the sandbox (not synced back)",
                   "empty directories and new symlinks are not synced back"]
         cannot += list(self.enforcement(policy).missing)
+        cannot += list(self.limitations(policy).values())
         network = ("on" if policy.network else "off (allow_internet_access=False)")
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
                           tuple(cannot))

@@ -26,7 +26,16 @@ from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
 from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.runner import Argv, Enforcement, Gap, LocalLaunch, Runner, RunnerPlan, RunnerProbe
+from dsh.sandbox.runner import (
+    Argv,
+    Enforcement,
+    Gap,
+    LocalLaunch,
+    Runner,
+    RunnerPlan,
+    RunnerProbe,
+    address_space_limitation,
+)
 
 NAME = "landlock"
 
@@ -209,11 +218,14 @@ class LandlockRunner(Runner):
         return Enforcement.partial(gaps)
 
     def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
+        memory = policy.limits.max_memory_bytes
+        per_process = memory is not None and any(f.startswith("--as=") for f in self._limit_plan(policy).prlimit)
+        found = address_space_limitation(memory) if memory is not None and per_process else {}
         if not policy.constrained:
-            return {}
+            return found
         # Without namespaces the host's /dev/shm, unix sockets and loopback are
         # the command's only ones, so they stay closed and this work cannot run.
-        return {cap.LOCAL_IPC.name: LOCAL_IPC}
+        return {cap.LOCAL_IPC.name: LOCAL_IPC, **found}
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         limits = self._limit_plan(policy)

@@ -181,3 +181,20 @@ def test_system_state_trees_are_refused_before_running(trusted_dir: Path, runner
         assert not marker.exists()
     finally:
         marker.unlink(missing_ok=True)  # where the check failed, leave the host as it was
+
+
+@pytest.mark.parametrize("how", ["flag", "profile"])
+def test_a_missing_writable_root_runs_with_a_note_either_way(workspace: Path, tmp_path: Path,
+                                                             trusted_dir: Path, how: str) -> None:
+    need_runner("bwrap")
+    gone = tmp_path / "gone"
+    if how == "flag":
+        flags = ["--writable", str(gone)]
+    else:
+        prof = trusted_dir / "gone.toml"
+        prof.write_text(f'extends = "workspace-write"\nwritable_roots = ["{gone}"]\n')
+        flags = ["--profile", str(prof)]
+    done = cli("run", "--runner", "bwrap", *flags, "--", "sh", "-c", "echo ran", cwd=workspace)
+    assert done.returncode == 0 and done.stdout == b"ran\n", done.stderr
+    assert f"writable root {gone} does not exist: not created, not writable in this run".encode() in done.stderr
+    assert not gone.exists()

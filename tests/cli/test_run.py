@@ -187,7 +187,7 @@ BAD_INPUTS: dict[str, tuple[list[str], bytes]] = {
     "missing profile": (["--profile", "/nonexistent/p.toml"], b"/nonexistent/p.toml"),
     "profile is a directory": (["--profile", "{tmp}"], b"{tmp}"),
     "invalid profile": (["--profile", "{tmp}/bad.toml"], b"line 1"),
-    "missing writable root": (["--writable", "/nonexistent-root"], b"--writable /nonexistent-root"),
+    "writable root is a file": (["--writable", "{tmp}/file"], b"--writable {tmp}/file"),
     "writable /": (["--writable", "/"], b"--writable /"),
     "workspace is a file": (["--workspace", "{tmp}/file"], b"is a file"),
     "missing workspace": (["--workspace", "{tmp}/nope"], b"does not exist"),

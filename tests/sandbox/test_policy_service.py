@@ -43,7 +43,9 @@ def test_defaults(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert svc.profile.name == "workspace-write"
     policy = svc.resolve()
     assert policy.workspace == workspace and policy.profile == "workspace-write"
-    assert policy.writable_roots == tuple(sorted({workspace, TMP}))
+    # The sandbox's own HOME is the third root (tests/sandbox/test_sandbox_home.py).
+    assert policy.home is not None
+    assert policy.writable_roots == tuple(sorted({workspace, TMP, policy.home}))
     assert policy.network is False and policy.missing_roots == ()
 
 
@@ -166,13 +168,25 @@ def test_profile_roots_expand_home_and_vars(
     assert home / ".cache" / "pip" / ".dsh" in policy.protected_paths
 
 
-def test_missing_flag_root_is_an_error(workspace: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"--writable .*gone: .* does not exist; create"):
-        service(workspace, writable=(str(tmp_path / "gone"),))
+def test_a_missing_root_is_reported_not_created_from_a_flag_or_a_profile(workspace: Path, tmp_path: Path) -> None:
+    # One rule for both: a missing directory is not writable, not created, and listed.
+    gone = tmp_path / "gone"
+    from_flag = service(workspace, writable=(str(gone),)).resolve()
+    prof = profile_file(tmp_path, f'extends = "workspace-write"\nwritable_roots = ["{gone}"]\n')
+    from_profile = service(workspace, profile=prof).resolve()
+    for policy in (from_flag, from_profile):
+        assert gone in policy.missing_roots and gone not in policy.writable_roots
+    assert not gone.exists()
+
+
+def test_a_root_that_is_a_file_is_refused_from_a_flag_or_a_profile(workspace: Path, tmp_path: Path) -> None:
     file = tmp_path / "f"
     file.write_text("")
-    with pytest.raises(ConfigError, match="is not a directory"):
+    with pytest.raises(ConfigError, match=r"--writable .*/f: .* is not a directory"):
         service(workspace, writable=(str(file),))
+    prof = profile_file(tmp_path, f'extends = "workspace-write"\nwritable_roots = ["{file}"]\n')
+    with pytest.raises(ConfigError, match=r"writable_roots entry .*/f.*: .* is not a directory"):
+        service(workspace, profile=prof)
 
 
 @pytest.mark.parametrize("root", ["/", "/etc", "/usr", "/usr/bin", "/home", "/bin", "/dev/shm"])
@@ -240,7 +254,7 @@ def test_tmp_and_tmpdir(
     monkeypatch.setenv("TMPDIR", str(link))
     prof = profile_file(tmp_path, 'extends = "workspace-write"\nexclude_tmp = true\n')
     excluded = service(workspace, profile=prof).resolve()
-    assert excluded.writable_roots == (workspace,)
+    assert excluded.writable_roots == tuple(sorted({workspace, excluded.home}))
 
 
 def test_missing_tmpdir_is_reported(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -513,5 +527,6 @@ def test_symlink_loops_do_not_crash(workspace: Path, tmp_path: Path) -> None:
     assert workspace / ".git" in policy.protected_paths
     assert tmp_path / "loop-a" not in policy.writable_roots
     assert len(policy.missing_roots) == 1
-    with pytest.raises(ConfigError, match="does not exist"):
-        service(workspace, writable=(str(tmp_path / "loop-a"),))
+    # A flag naming the loop is treated the same: missing, reported, not writable.
+    flagged = service(workspace, writable=(str(tmp_path / "loop-a"),)).resolve()
+    assert len(flagged.missing_roots) == 1 and tmp_path / "loop-a" not in flagged.writable_roots

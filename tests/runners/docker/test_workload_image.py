@@ -4,20 +4,25 @@ mmdebstrap) that falls back to the host copy when it cannot be built."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
+from dsh.runners.docker import DockerRunner
 from dsh.runners.docker.client import connect, find_image
 from dsh.runners.docker.debian import PACKAGES, _host_suite, _user_lines, plan_debian
 from dsh.runners.docker.image import ROOTFS_LABEL, keep_existing
 from dsh.runners.docker.spec import build_spec
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.runner import ExitStatus
 
 from tests.runners.docker.helpers import docker_runner, policy, run
+from tests.support.sandboxed import need_runner
 
 
 @pytest.mark.parametrize("mode", [SandboxMode.READ_ONLY, SandboxMode.WORKSPACE_WRITE])
@@ -43,7 +48,8 @@ def test_debian_plan_is_a_minbase_with_the_workload_tools(tmp_path: Path) -> Non
     assert argv[0] == "mmdebstrap" and "--variant=minbase" in argv and "--format=tar" in argv
     assert argv[-3:] == ["trixie", str(tmp_path / "rootfs.tar"), "http://mirror.invalid/debian"]
     included = next(a for a in argv if a.startswith("--include=")).split("=", 1)[1].split(",")
-    for needed in ("python3", "python3-venv", "gcc", "libc6-dev", "make", "git", "procps", "util-linux"):
+    for needed in ("python3", "python3-venv", "gcc", "libc6-dev", "make", "git", "procps", "util-linux",
+                   "nodejs", "npm", "sqlite3", "openssh-client"):
         assert needed in included and needed in PACKAGES
     hook = next(a for a in argv if a.startswith("--customize-hook=")).split("=", 1)[1]
     for mountpoint in ("etc/hosts", "etc/hostname", "etc/resolv.conf"):
@@ -98,7 +104,8 @@ def test_debian_build_failure_is_clear_and_auto_falls_back_to_the_host_copy(work
     client = connect()
     try:
         strict = _build(tag, "--method", "debian", mirror=dead_mirror)
-        assert strict.returncode == 2, strict.stdout + strict.stderr
+        # SANDBOX_UNAVAILABLE: the sandbox (here its image) could not be made, nothing ran.
+        assert strict.returncode == 125, strict.stdout + strict.stderr
         assert "mmdebstrap" in strict.stderr and "Traceback" not in strict.stderr
         assert find_image(client, tag) is None
         auto = _build(tag, mirror=dead_mirror)
@@ -113,4 +120,87 @@ def test_debian_build_failure_is_clear_and_auto_falls_back_to_the_host_copy(work
     finally:
         if find_image(client, tag) is not None:
             client.api.remove_image(tag, force=True)
+        client.close()
+
+
+def _repo_with_subdir(tmp_path: Path) -> tuple[Path, Path]:
+    top = (tmp_path / "checkout").resolve()
+    sub = top / "pkg"
+    sub.mkdir(parents=True)
+    git = ["git", "-C", str(top), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (sub / "f.txt").write_text("one\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    (top / "top.txt").write_text("untracked\n")
+    return top, sub
+
+
+@pytest.mark.parametrize("mode", [SandboxMode.READ_ONLY, SandboxMode.WORKSPACE_WRITE])
+def test_the_enclosing_repository_is_mounted_read_only(tmp_path: Path, mode: SandboxMode) -> None:
+    top, sub = _repo_with_subdir(tmp_path)
+    spec = build_spec(policy(sub, mode), image="i", user="1:1", pids=None, memory=None)
+    binds = [(m.target, m.read_only) for m in spec.mounts if m.kind == "bind"]
+    # The repository first (read-only), the workspace on top of it.
+    assert binds == [(str(top), True), (str(sub), mode is SandboxMode.READ_ONLY)]
+
+
+def test_a_home_directory_repository_is_not_mounted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    top, sub = _repo_with_subdir(tmp_path)
+    monkeypatch.setenv("HOME", str(top))
+    spec = build_spec(policy(sub), image="i", user="1:1", pids=None, memory=None)
+    assert [m.target for m in spec.mounts if m.kind == "bind"] == [str(sub)]
+
+
+def test_git_status_works_in_a_subdirectory_workspace(tmp_path: Path) -> None:
+    top, sub = _repo_with_subdir(tmp_path)
+    script = ("git -c safe.directory='*' status --porcelain && git -c safe.directory='*' log --oneline | wc -l; "
+              "{ echo x > ../top.txt; } 2>/dev/null || echo parent-read-only; echo y > here.txt && echo wrote")
+    with docker_runner() as runner:
+        result = run(runner, ["/bin/sh", "-c", script], policy(sub), cwd=str(sub))
+    assert result.stdout == b"?? top.txt\n1\nparent-read-only\nwrote\n", result.stderr
+    assert (top / "top.txt").read_text() == "untracked\n" and (sub / "here.txt").read_text() == "y\n"
+
+
+def test_a_missing_user_image_names_docker_build() -> None:
+    need_runner("docker")
+    runner = DockerRunner({"image": "dsh-sandbox/h8-absent:nope"})
+    try:
+        probe = runner.probe()
+    finally:
+        runner.close()
+    assert not probe.available
+    assert "never pulls" in probe.reason and "docker build -t dsh-sandbox/h8-absent:nope" in probe.reason
+
+
+def _busybox_only_tar() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in ("bin", "etc", "tmp", "proc", "sys", "dev", "run"):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if name == "tmp" else 0o755
+            tar.addfile(info)
+        tar.add("/usr/bin/busybox", arcname="bin/busybox")
+        for applet in ("sh", "sleep"):
+            info = tarfile.TarInfo(f"bin/{applet}")
+            info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(info)
+        for name in ("etc/hosts", "etc/hostname", "etc/resolv.conf"):
+            tar.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    return buffer.getvalue()
+
+
+def test_a_user_image_without_bash_is_refused_before_anything_runs(workspace: Path) -> None:
+    need_runner("docker")
+    if not os.path.exists("/usr/bin/busybox"):
+        pytest.skip("SANDBOX_UNAVAILABLE: no static busybox to build a bash-less image")
+    tag = f"dsh-sandbox/h8-test-nobash:{os.getpid()}"
+    client = connect()
+    try:
+        client.api.import_image_from_data(_busybox_only_tar(), repository=tag.split(":")[0], tag=tag.split(":")[1])
+        with docker_runner({"image": tag}) as runner, pytest.raises(SandboxUnavailable, match=r"lacks bash"):
+            run(runner, ["/bin/sh", "-c", "echo ran > ran.txt"], policy(workspace))
+        assert not (workspace / "ran.txt").exists()
+    finally:
+        client.images.remove(tag, force=True)
         client.close()

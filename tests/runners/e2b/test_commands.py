@@ -75,6 +75,24 @@ def test_environment_drops_host_facts(runner: E2BRunner, envd: Envd, workspace: 
     assert fields[3] == "dsh" and fields[4] == "unset"
 
 
+def test_the_sandbox_home_variables_stay_on_the_host(runner: E2BRunner, workspace: Path) -> None:
+    # What a constrained executor sets for the host runners' sandbox HOME names
+    # host directories: the remote user's own home serves, and it is writable.
+    env = {"HOME": "/root/.cache/dsh-sandbox/home/ws-1", "XDG_CACHE_HOME": "/root/.cache/dsh-sandbox/home/ws-1/.cache",
+           "XDG_CONFIG_HOME": "/root/.config", "GIT_CONFIG_GLOBAL": "/root/.gitconfig", "RUSTUP_HOME": "/root/.rustup"}
+    script = ('printf "%s|" "$HOME" "${XDG_CACHE_HOME-unset}" "${XDG_CONFIG_HOME-unset}" '
+              '"${GIT_CONFIG_GLOBAL-unset}" "${RUSTUP_HOME-unset}"; touch "$HOME/.node-spawn-wrap-1" && echo wrote')
+    ran = run(runner, ["sh", "-c", script], policy("workspace-write", workspace), env=env)
+    assert ran.stdout == b"/home/dsh|unset|unset|unset|unset|wrote\n", ran.stderr
+
+
+def test_a_memory_limit_is_a_declared_limitation(runner: E2BRunner, workspace: Path) -> None:
+    assert runner.limitations(policy("workspace-write", workspace)) == {}
+    limited = policy("workspace-write", workspace, limits=ResourceLimits(max_memory_bytes=1 << 29))
+    assert "Node/V8" in runner.limitations(limited)["address-space"]
+    assert any("RLIMIT_AS" in line for line in runner.explain(limited).cannot)
+
+
 def test_modes_run_as_their_users(runner: E2BRunner, workspace: Path) -> None:
     users = {mode: run(runner, ["sh", "-c", "printf %s \"$USER\""], policy(mode, workspace,
                        network=mode == "danger-full-access")).stdout

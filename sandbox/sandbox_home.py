@@ -1,0 +1,147 @@
+"""The sandbox's own ``HOME``: a writable home for tools that cache there.
+
+Test runners, package managers and compilers write under ``$HOME`` (nyc's
+spawn-wrap shims in ``~/.node-spawn-wrap-*``, pip's and go's caches in
+``~/.cache``, cargo's registry in ``~/.cargo``).  The real home must never be
+writable (shell start-up files, ``~/.ssh``), so a constrained command gets
+another one: a directory per workspace under the user's cache directory
+(``$XDG_CACHE_HOME/dsh-sandbox/home/<name>-<hash>``, mode 0700), outside the
+workspace, so caches survive between runs of the same project and never mix
+with another project's.  The real home stays readable (minus the hidden
+paths): the user's git, pip and rustup settings are pointed at explicitly.
+
+Where that directory cannot be created (a user without a writable home), the
+command keeps the real, read-only HOME, as it would with ``home = "host"``.
+A profile turns this off with ``home = "host"`` (``HOME`` is the real,
+read-only home) or names another directory (``home = "~/sandbox-home"``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.policy_guard import refuse_planted_link
+from dsh.sandbox.policy_paths import canonical, expand
+
+PER_WORKSPACE = "per-workspace"
+HOST = "host"
+
+#: Variables ``home_env`` may set; a remote runner, whose machine has its own
+#: home, drops them with the other host-only facts.
+HOME_ENV_NAMES = frozenset({"HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "RUSTUP_HOME"})
+
+class HomeUnavailable(ConfigError):
+    """The directory cannot be created here (no writable home, e.g. ``nobody``'s
+    ``/nonexistent``): the per-workspace default then keeps the real HOME."""
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def homes_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the per-workspace homes live: ``$XDG_CACHE_HOME`` (or ``~/.cache``)/dsh-sandbox/home."""
+    cache = environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if cache and os.path.isabs(cache) else Path(os.path.expanduser("~")) / ".cache"
+    return base / "dsh-sandbox" / "home"
+
+
+def workspace_home(workspace: Path, environ: Mapping[str, str] = os.environ) -> Path:
+    """The home of ``workspace``: its name (readable in ``ls``) plus a hash of its full path
+    (two checkouts called ``app`` never share one)."""
+    import hashlib  # not on danger-full-access's path, which never gets here
+
+    name = _UNSAFE.sub("_", workspace.name)[:40] or "root"
+    digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:12]
+    return homes_dir(environ) / f"{name}-{digest}"
+
+
+def ensure_private_dir(path: Path, label: str) -> Path:
+    """Creates ``path`` (and missing parents) with mode 0700 and checks that the
+    last component is a directory of ours that nobody else can enter.
+
+    A symlink there is refused rather than followed: whoever planted it would
+    choose which directory the sandbox may write.
+    """
+    missing: list[Path] = []
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            break
+        missing.append(candidate)
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile by a concurrent session: checked below like any other
+        except OSError as exc:
+            raise HomeUnavailable(f"{label}: cannot create {directory} ({exc.strerror}); create it "
+                              'or set home = "host" in the profile') from None
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot use {path} ({exc.strerror})") from None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        what = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
+        raise ConfigError(f"{label}: {path} is {what}; remove it (it is recreated as a directory) "
+                          'or set home = "host" in the profile')
+    if info.st_uid != os.geteuid():
+        raise ConfigError(f"{label}: {path} belongs to uid {info.st_uid}, not to you; remove it "
+                          'or set home = "host" in the profile')
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)  # ours: other users have no business in its caches
+    return path
+
+
+def resolve_home(setting: str | None, workspace: Path, label: str) -> Path | None:
+    """The canonical home a profile's ``home`` setting names (``None``: keep the real one)."""
+    raw = setting or PER_WORKSPACE
+    if raw == HOST:
+        return None
+    if raw == PER_WORKSPACE:
+        # A link on the way could send the command's writes anywhere.
+        written = workspace_home(workspace)
+        refuse_planted_link(label, str(written), written)
+        try:
+            return canonical(ensure_private_dir(written, label))
+        except HomeUnavailable:
+            return None  # no worse than home = "host": the real HOME, read-only
+    expanded = expand(raw)
+    if expanded is None:
+        raise ConfigError(f"{label} = {raw!r} names an unset environment variable; set it or "
+                          'write home = "per-workspace"')
+    refuse_planted_link(label, raw, workspace / expanded)
+    path = canonical(expanded, workspace)
+    if not path.is_dir():
+        raise ConfigError(f"{label} = {raw!r}: {path} is not an existing directory; create it, "
+                          'or write home = "per-workspace" (or "host" for the real, read-only home)')
+    return path
+
+
+def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()) -> dict[str, str]:
+    """The variables that move a command into ``home`` while the user's own
+    settings in the real home stay readable (read-only, as everything there).
+
+    ``environ`` is the command's environment before the move: a variable it
+    already sets (a profile's passthrough) is kept.
+    """
+    hidden = tuple(hidden)
+    real = Path(environ.get("HOME") or os.path.expanduser("~"))
+
+    def visible(path: Path) -> bool:
+        return not any(path == h or h in path.parents for h in hidden)
+
+    env = {"HOME": str(home)}
+    wanted = {"XDG_CACHE_HOME": (home / ".cache", True)}
+    # git reads ~/.gitconfig; the XDG config dir holds git's, pip's and many more
+    # settings; rustup's proxies in ~/.cargo/bin need the real toolchains.
+    wanted["GIT_CONFIG_GLOBAL"] = (real / ".gitconfig", (real / ".gitconfig").is_file())
+    wanted["XDG_CONFIG_HOME"] = (real / ".config", (real / ".config").is_dir())
+    wanted["RUSTUP_HOME"] = (real / ".rustup", (real / ".rustup").is_dir())
+    for name, (path, usable) in wanted.items():
+        if usable and name not in environ and visible(path):
+            env[name] = str(path)
+    return env

@@ -1,0 +1,60 @@
+"""``dsh-sandbox run``: tools that write under $HOME work in workspace-write, on
+every local runner and docker, while the real home stays read-only."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import cli, runner_flags
+from tests.support.sandboxed import LINUX_RUNNERS, need_runner
+
+# What nyc's spawn-wrap does, and what pip and npm caches do.
+SCRIPT = (
+    'echo "home=$HOME"; '
+    'touch "$HOME/.node-spawn-wrap-1" && mkdir -p "$XDG_CACHE_HOME/pip" && echo cached; '
+    'touch "$REAL_HOME/.dsh-h8-planted" 2>/dev/null || echo real-home-read-only'
+)
+
+
+@pytest.fixture(params=[*LINUX_RUNNERS, "docker"])
+def runner(request: pytest.FixtureRequest) -> str:
+    name: str = request.param
+    need_runner(name)
+    return name
+
+
+def _env(tmp_path: Path, real_home: Path) -> dict[str, str]:
+    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(real_home),
+            "REAL_HOME": str(real_home)}
+
+
+def test_workspace_write_gets_a_writable_home_of_its_own(workspace: Path, tmp_path: Path,
+                                                         trusted_dir: Path, runner: str) -> None:
+    done = cli("run", *runner_flags(runner), "--mode", "workspace-write",
+               "--", "bash", "-c", SCRIPT, cwd=workspace, env=_env(tmp_path, trusted_dir))
+    homes = list((tmp_path / "cache" / "dsh-sandbox" / "home").iterdir())
+    assert len(homes) == 1 and homes[0].name.startswith("ws-")
+    assert done.stdout.decode().splitlines() == [f"home={homes[0]}", "cached", "real-home-read-only"], done.stderr
+    assert (homes[0] / ".node-spawn-wrap-1").is_file() and (homes[0] / ".cache" / "pip").is_dir()
+    assert not (trusted_dir / ".dsh-h8-planted").exists()
+
+
+def test_read_only_home_is_visible_but_not_writable(workspace: Path, tmp_path: Path,
+                                                    trusted_dir: Path, runner: str) -> None:
+    done = cli("run", *runner_flags(runner), "--mode", "read-only", "--", "bash", "-c",
+               'test -d "$HOME" && echo home-visible; touch "$HOME/x" 2>/dev/null || echo home-read-only',
+               cwd=workspace, env=_env(tmp_path, trusted_dir))
+    assert done.stdout == b"home-visible\nhome-read-only\n", done.stderr
+
+
+def test_profile_home_host_keeps_the_real_home(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
+    need_runner("bwrap")
+    prof = trusted_dir / "host-home.toml"
+    prof.write_text('extends = "workspace-write"\nhome = "host"\n')
+    done = cli("run", "--runner", "bwrap", "--profile", str(prof), "--", "bash", "-c", 'echo "$HOME"',
+               cwd=workspace, env=_env(tmp_path, trusted_dir))
+    assert done.stdout == f"{trusted_dir}\n".encode(), done.stderr
+    assert not (tmp_path / "cache" / "dsh-sandbox").exists()
