@@ -191,7 +191,7 @@ def build_context(opts: RunOptions, *, executor: str = "bash") -> Context:
     if not ctx.has(ShellExecutor):
         ctx.close()
         raise UsageError(
-            f"--composition {opts.composition}: mounts no executor (ctx.shell); "
+            f"--composition {opts.composition}: mounts no executor (ShellExecutor); "
             "add an entry such as {name: bash-sandbox}"
         )
     return ctx

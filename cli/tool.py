@@ -98,7 +98,7 @@ def build_tool_context(**options: Any) -> Context:
     if not ctx.has(ShellExecutor):
         ctx.close()
         raise UsageError(
-            f"--composition {composition}: mounts no executor (ctx.shell); add e.g. {{name: bash-sandbox}}"
+            f"--composition {composition}: mounts no executor (ShellExecutor); add e.g. {{name: bash-sandbox}}"
         )
     from dsh.sandbox.policy_guard import refuse_untrusted_config
 

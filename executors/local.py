@@ -3,7 +3,7 @@
 ``resolve()`` is the only place defaults and caps apply.  ``execute()`` builds
 the spawn argv in one overridable place (``shell_argv``), lets a subclass wrap
 it (``prepare_launch``, called inside the deadline) and hands the launch to
-``ctx.subprocess``.  The sandbox executors subclass these and override
+``ctx.require(LocalSubprocessService)``.  The sandbox executors subclass these and override
 ``prepare_launch``, ``sandbox_facts``, ``failed_facts`` and ``base_env``.
 """
 

@@ -1,4 +1,4 @@
-"""The subprocess service (``ctx.subprocess``): spawn, collect, spill, kill, reap.
+"""The subprocess service (``ctx.require(LocalSubprocessService)``): spawn, collect, spill, kill, reap.
 
 Every command runs in a new session (its own process group).  One pump thread
 per process multiplexes stdout, stderr, stdin, the process's exit fd and a wake
@@ -187,7 +187,7 @@ class _RemoteTarget(ProcessTarget):
 
 
 class LocalSubprocessService(Service):
-    """Provider of ``ctx.subprocess`` (plugin ``subprocess-local``)."""
+    """Provider of ``ctx.require(LocalSubprocessService)`` (plugin ``subprocess-local``)."""
 
     key: ClassVar[str] = "subprocess"
     Config: ClassVar[type[Any]] = SubprocessConfig

@@ -1,14 +1,14 @@
-"""``bash-sandbox`` and ``pwsh-sandbox``: the local executors, wrapped by ``ctx.sandbox``.
+"""``bash-sandbox`` and ``pwsh-sandbox``: the local executors, wrapped by ``ctx.require(SandboxHost)``.
 
 They are the local executors with four seams overridden:
 
-- ``resolve`` stamps the policy: ``ctx.sandbox_policy.resolve(request.sandbox_mode)``
+- ``resolve`` stamps the policy: ``ctx.require(PolicyService).resolve(request.sandbox_mode)``
   (the session's default mode unless an escalation asked for another).  The
   workdir may be anywhere the runner lets the command read; what the command
   may *write* is the policy's business, not the workdir's.
 - ``prepare_launch`` hands the exact argv (``bash -c <command>``,
   ``pwsh -NoLogo -NoProfile -NonInteractive -Command <command>``, or a trusted
-  caller's ``argv``) to ``ctx.sandbox.prepare``; never re-joined.  It runs
+  caller's ``argv``) to ``ctx.require(SandboxHost).prepare``; never re-joined.  It runs
   inside the execution's deadline, so a runner's setup counts against it.  A
   ``SandboxUnavailable`` from there makes a foreground ``execute()`` raise (the
   command never runs) and settles a background handle as killed with
@@ -224,7 +224,7 @@ class SandboxedExecutor(_MixinBase):
 
 
 class SandboxBashExecutor(SandboxedExecutor, LocalBashExecutor):
-    """``bash-sandbox``: ``bash -c <command>`` through ``ctx.sandbox``."""
+    """``bash-sandbox``: ``bash -c <command>`` through ``ctx.require(SandboxHost)``."""
 
 
 class SandboxPwshExecutor(SandboxedExecutor, LocalPwshExecutor):

@@ -1,4 +1,4 @@
-"""The shell seam (``ctx.shell``): vocabulary, the ``ShellExecutor`` definition,
+"""The shell seam (``ctx.require(ShellExecutor)``): vocabulary, the ``ShellExecutor`` definition,
 the execution handle and the shared exit-status markers.
 
 Flow: ``ShellExecRequest`` -> ``executor.resolve()`` -> ``ShellExecSpec`` ->
@@ -253,7 +253,7 @@ class ShellExecution(abc.ABC):
 
 
 class ShellExecutor(Service):
-    """Service definition of ``ctx.shell``."""
+    """Service definition of ``ctx.require(ShellExecutor)``."""
 
     key: ClassVar[str] = "shell"
     #: Shell family, for tools: "bash" or "pwsh".

@@ -1,4 +1,4 @@
-"""``ctx.shell_env``: the registry of managed ``DSH_*`` facts (plugin ``shell-env``).
+"""``ctx.require(ShellEnvRegistry)``: the registry of managed ``DSH_*`` facts (plugin ``shell-env``).
 
 Managed facts are trusted: the subprocess service drops every inherited
 ``DSH_*`` variable and the executor rebuilds the namespace from ``collect()``,

@@ -1,4 +1,4 @@
-"""The approval seam (``ctx.approval``): may this exact command run under a more
+"""The approval seam (``ctx.require(Approval)``): may this exact command run under a more
 permissive sandbox mode, once?
 
 ``Approval.approve_escalation`` is the one entry point.  It refuses malformed
@@ -85,7 +85,7 @@ def default_log_file() -> Path:
 
 
 class Approval(Service):
-    """Service definition of ``ctx.approval``."""
+    """Service definition of ``ctx.require(Approval)``."""
 
     key: ClassVar[str] = "approval"
     Config: ClassVar[type[Any]] = ApprovalConfig

@@ -1,4 +1,4 @@
-"""``ctx.sandbox``: the runner host the sandboxed executors call.
+"""``ctx.require(SandboxHost)``: the runner host the sandboxed executors call.
 
 The host owns one instance of each runner it has loaded (per context, so per
 session), picks the runner for a policy, and hands the *exact* argv to it:
@@ -116,7 +116,7 @@ class Selection:
 
 
 class SandboxHost(Service):
-    """Service ``ctx.sandbox``: selects a runner and wraps exact argvs with it."""
+    """Service ``ctx.require(SandboxHost)``: selects a runner and wraps exact argvs with it."""
 
     key: ClassVar[str] = "sandbox"
     Config: ClassVar[type[Any]] = SandboxHostConfig

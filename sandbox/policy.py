@@ -1,6 +1,6 @@
 """The resolved, canonical sandbox policy a runner enforces (value types only).
 
-The policy *service* (``ctx.sandbox_policy``, in ``policy_service``) turns a
+The policy *service* (``ctx.require(PolicyService)``, in ``policy_service``) turns a
 profile, the workspace and a per-call request into one ``SandboxPolicy``.
 Runners receive nothing else: every path here is absolute and canonical
 (symlinks resolved), every choice explicit.

@@ -1,4 +1,4 @@
-"""``ctx.sandbox_policy``: the session's default mode, workspace and profile.
+"""``ctx.require(PolicyService)``: the session's default mode, workspace and profile.
 
 The service is configured once (mode, profile, workspace, extra roots) and
 never changes afterwards.  ``resolve(mode)`` turns it, plus an optional

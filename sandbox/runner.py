@@ -2,7 +2,7 @@
 
 Definition of the runner seam.  Providers live in ``dsh.runners.*`` and are found
 by name through the ``dsh_sandbox.runners`` entry-point group; the consumer is
-``SandboxHost`` (``ctx.sandbox``), which the sandboxed executors call.
+``SandboxHost`` (``ctx.require(SandboxHost)``), which the sandboxed executors call.
 
 A runner answers a ``prepare()`` with one of two launches:
 

@@ -32,7 +32,7 @@ class SessionSpec:
 
     ``composition``: a YAML/TOML composition file that describes the whole
     session instead (the other fields must then keep their defaults).
-    ``executor``: the provider of ``ctx.shell`` (e.g. ``bash-sandbox``), None
+    ``executor``: the provider of ``ctx.require(ShellExecutor)`` (e.g. ``bash-sandbox``), None
     for a session without one; ``executor_config`` is its config.
     ``sandboxed``: False mounts no policy and no runner host (for an
     unsandboxed executor such as ``bash-local``; the policy fields must then

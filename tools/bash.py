@@ -1,4 +1,4 @@
-"""The model-facing ``bash`` tool (consumer of ``ctx.shell`` with a bash executor)."""
+"""The model-facing ``bash`` tool (consumer of ``ctx.require(ShellExecutor)`` with a bash executor)."""
 
 from __future__ import annotations
 

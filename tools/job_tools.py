@@ -1,6 +1,6 @@
 """``job_output`` and ``job_kill``: the model's handle on its background jobs.
 
-Both go through ``ctx.jobs`` with the caller's owner, so one agent can never
+Both go through ``ctx.require(JobRegistry)`` with the caller's owner, so one agent can never
 read or stop another agent's job.
 """
 

@@ -1,4 +1,4 @@
-"""``ctx.jobs``: ids, owners and lifetimes of the executions the tools start.
+"""``ctx.require(JobRegistry)``: ids, owners and lifetimes of the executions the tools start.
 
 The shell seam's handles carry no id and no owner: the tools register
 every execution here the moment it starts, so a foreground command that outlives

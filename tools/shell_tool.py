@@ -1,6 +1,6 @@
 """The ``bash`` and ``pwsh`` tools: one implementation, two shell dialects.
 
-Every command runs with ``on_expiry='none'``, is registered in ``ctx.jobs`` the
+Every command runs with ``on_expiry='none'``, is registered in ``ctx.require(JobRegistry)`` the
 moment it starts, and the tool waits for it a bounded time (``timeout_ms``).
 A command that outlives the wait keeps running as the job it already is, and
 the result says so with the id.  Without a job registry the executor's own
@@ -41,7 +41,7 @@ _MODE_LIMITS = {
 class Dialect:
     """What differs between the bash and pwsh tools: words, not behaviour."""
 
-    tool: str  # tool name, and ctx.shell.shell_kind it needs
+    tool: str  # tool name, and the shell_kind of the ShellExecutor it needs
     title: str  # "bash", "PowerShell"
     launch: str  # how each call's process is started
     no_cd: str  # the advice about changing directory
@@ -127,7 +127,7 @@ class ShellTool(Tool):
     def spec(self, ctx: Context) -> ToolSpec:
         shell = self.shell(ctx)
         if shell is None:
-            raise LookupError(f"the {self.name} tool needs a {self.name} executor in ctx.shell")
+            raise LookupError(f"the {self.name} tool needs a {self.name} executor mounted (ShellExecutor)")
         jobs = ctx.has(JobRegistry)
         _, cap = timeout_bounds(shell)
         props: dict[str, dict[str, Any]] = {
@@ -174,7 +174,7 @@ class ShellTool(Tool):
         jobs = ctx.get(JobRegistry)
         background = bool(args.get("run_in_background", False))
         if background and jobs is None:
-            return ToolResult.error("run_in_background needs a job registry (ctx.jobs); none is mounted.")
+            return ToolResult.error("run_in_background needs a job registry (JobRegistry); none is mounted.")
         try:
             mode = requested_mode(shell, args)
         except EscalationRejected as exc:
