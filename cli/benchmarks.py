@@ -25,13 +25,10 @@ from dsh.sandbox.errors import DshError
 if TYPE_CHECKING:
     from dsh.sandbox.context import Context
 
-# ratio targets: (row name, baseline row name, target ratio, "<=" or ">=")
-TARGETS: tuple[tuple[str, str, float, str], ...] = (
-    ("landlock true", "bash-local true", 1.3, "<="),
-    ("bwrap true", "bare bwrap true", 1.3, "<="),
-    ("docker warm exec true", "docker run --rm true", 0.5, "<="),
-    ("dsh-sandbox run -- true", "python -c pass", 2.0, "<="),
-)
+#: A ratio target: (row name, baseline row name, target ratio, "<=" or ">=").
+Target = tuple[str, str, float, str]
+#: The CLI's own target; each runner declares its own (``Runner.SPEED_TARGETS``).
+CLI_TARGET: Target = ("dsh-sandbox run -- true", "python -c pass", 2.0, "<=")
 
 
 @dataclass(frozen=True)
@@ -46,6 +43,7 @@ class Timing:
 @dataclass
 class Report:
     timings: list[Timing] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=lambda: [CLI_TARGET])
     ratios: list[dict[str, Any]] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
@@ -100,6 +98,8 @@ def _runner_true(ctx: Context) -> Callable[[], object]:
 
 
 def bench_runners(report: Report, runners: Sequence[str], n: int, workspace: Path) -> None:
+    from dsh.sandbox.host import load_runner_class
+
     with _context(None, workspace) as ctx:
         report.timings.append(_measure("bash-local true", _runner_true(ctx), n))
     for runner in runners:
@@ -110,6 +110,9 @@ def bench_runners(report: Report, runners: Sequence[str], n: int, workspace: Pat
             continue
         try:
             report.timings.append(_measure(f"{runner} true", _runner_true(ctx), n))
+            local = load_runner_class(runner).SPEED_TARGETS.vs_local
+            if local is not None:
+                report.targets.append((f"{runner} true", "bash-local true", local, "<="))
             bench_baseline(report, ctx, runner, n, workspace)
         except Exception as exc:
             report.skipped[runner] = f"{type(exc).__name__}: {exc}"
@@ -134,9 +137,14 @@ def bench_baseline(report: Report, ctx: Context, runner: str, n: int, workspace:
     finally:
         if baseline.close is not None:
             baseline.close()
+    measure = f"{runner} true"
     if baseline.slow:
         # Measured right after the slow baseline, under the same conditions.
-        report.timings.append(_measure(f"{runner} warm exec true", _runner_true(ctx), samples, warmup))
+        measure = f"{runner} warm exec true"
+        report.timings.append(_measure(measure, _runner_true(ctx), samples, warmup))
+    target = type(instance).SPEED_TARGETS.vs_baseline
+    if target is not None:
+        report.targets.append((measure, baseline.label, target, "<="))
 
 
 def bench_cli(report: Report, n: int, workspace: Path) -> None:
@@ -222,11 +230,16 @@ def bench_concurrency(report: Report, runners: Sequence[str], workspace: Path, p
         k: {"commands_per_s": round(v, 1), "vs_bash_local": round(v / base, 2) if base else None}
         for k, v in results.items()
     }
-    report.extra["32 concurrent"]["target"] = "landlock >= 0.7x bash-local"
+    from dsh.sandbox.host import load_runner_class
+
+    targets = [f"{name} >= {ratio}x bash-local" for name in results if name != "bash-local"
+               if (ratio := load_runner_class(name).SPEED_TARGETS.concurrent_vs_local) is not None]
+    if targets:
+        report.extra["32 concurrent"]["target"] = "; ".join(targets)
 
 
 def compute_ratios(report: Report) -> None:
-    for name, base, target, op in TARGETS:
+    for name, base, target, op in report.targets:
         a, b = report.timing(name), report.timing(base)
         if a is None or b is None or b.median_ms == 0:
             continue

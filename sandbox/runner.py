@@ -211,6 +211,21 @@ class Baseline:
     slow: bool = False
 
 
+@dataclass(frozen=True)
+class SpeedTargets:
+    """What ``dsh-sandbox bench`` reports a runner's cost against; never enforced.
+
+    ``vs_local``: ``NAME true`` through the executor over ``bash-local true``
+    (at most).  ``vs_baseline``: the same over the runner's ``baseline()`` (at
+    most).  ``concurrent_vs_local``: 32 concurrent commands per second over
+    bash-local's (at least).
+    """
+
+    vs_local: float | None = None
+    vs_baseline: float | None = None
+    concurrent_vs_local: float | None = None
+
+
 class Runner(abc.ABC):
     """A sandbox technology.  One instance per ``SandboxHost`` (per session).
 
@@ -236,6 +251,8 @@ class Runner(abc.ABC):
     DEGRADATIONS: ClassVar[Mapping[str, tuple[Capability, ...]]] = {}
     #: The names of ``DEGRADATIONS`` (derived).
     DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = ()
+    #: What the benchmark compares this runner's cost with.
+    SPEED_TARGETS: ClassVar[SpeedTargets] = SpeedTargets()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -56,6 +56,7 @@ from dsh.sandbox.runner import (
     Runner,
     RunnerPlan,
     RunnerProbe,
+    SpeedTargets,
     address_space_limitation,
 )
 
@@ -241,6 +242,7 @@ def limit_lines(limits: ResourceLimits, facts: HostFacts) -> list[str]:
 class BwrapRunner(Runner):
     name = "bwrap"
     auto_priority: ClassVar[int | None] = 20
+    SPEED_TARGETS = SpeedTargets(vs_baseline=1.3)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "bwrap-limit-file-size": (cap.LIMITS_FILE_SIZE,),
         "bwrap-limit-memory": (cap.LIMITS_MEMORY,),

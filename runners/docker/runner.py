@@ -54,6 +54,7 @@ from dsh.sandbox.runner import (
     Runner,
     RunnerPlan,
     RunnerProbe,
+    SpeedTargets,
 )
 
 OPTIONS = ("image", "memory", "pids", "user")
@@ -156,6 +157,7 @@ class _Warm:
 class DockerRunner(Runner):
     name: ClassVar[str] = "docker"
     remote: ClassVar[bool] = True
+    SPEED_TARGETS = SpeedTargets(vs_baseline=0.5)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "docker-memory-limit": (cap.LIMITS_MEMORY,),
         "docker-pids-limit": (cap.LIMITS_PROCESSES,),

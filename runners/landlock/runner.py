@@ -34,6 +34,7 @@ from dsh.sandbox.runner import (
     Runner,
     RunnerPlan,
     RunnerProbe,
+    SpeedTargets,
     address_space_limitation,
 )
 
@@ -96,6 +97,7 @@ class LandlockRunner(Runner):
 
     name: ClassVar[str] = NAME
     auto_priority: ClassVar[int | None] = 10
+    SPEED_TARGETS = SpeedTargets(vs_local=1.3, concurrent_vs_local=0.7)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "landlock-hidden-metadata": (cap.HIDDEN_METADATA,),
         "landlock-hidden-paths": (cap.HIDDEN_PATHS,),
