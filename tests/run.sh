@@ -50,7 +50,9 @@ fi
 python3 -m pip install -q --disable-pip-version-check -e "$root[all,test]" --config-settings editable_mode=strict
 # An editable install compiles nothing; with PYTHONDONTWRITEBYTECODE set (as on
 # these machines) every CLI start would recompile the package from source.
-python3 -m compileall -q cli sandbox runners executors tools profiles >/dev/null
+# Python caches bytecode beside the path it imports from: the strict install's
+# link tree, not the checkout's folders.
+python3 -m compileall -q "$(python3 -c 'import dsh.sandbox, os; print(os.path.dirname(os.path.dirname(dsh.sandbox.__file__)))')" >/dev/null
 
 # Docker daemon + the locally built runner image (never pulled).
 bash "$root/.ci/docker-setup.sh"
