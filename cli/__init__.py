@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "conformance": ("dsh.cli.conformance.command", "conformance", "Prove each runner holds the modes on this machine."),
     "bench": ("dsh.cli.bench", "bench", "Measure what each runner costs against a bare spawn."),
     "config": ("dsh.cli.config_cmd", "config", "Show the effective configuration and where each value came from."),
+    "completion": ("dsh.cli.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
 
