@@ -50,6 +50,15 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, attr)
         return command
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        # TAB after `dsh-sandbox ` must not import every subcommand's module
+        # (click's default asks each command for its help): COMMANDS has it.
+        from click.shell_completion import CompletionItem
+
+        names = [name for name in sorted(COMMANDS) if name.startswith(incomplete)]
+        items: list[Any] = [CompletionItem(name, help=COMMANDS[name][2]) for name in names]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
         with formatter.section("Commands"):

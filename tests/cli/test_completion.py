@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from dsh.cli import COMMANDS
 
 from tests.support.cli import cli
 
@@ -85,3 +86,21 @@ def test_unknown_shell_is_a_usage_error_naming_the_choices() -> None:
     assert done.returncode == 2
     assert b"Invalid value for 'SHELL': 'tcsh' is not one of 'bash', 'zsh', 'fish'" in done.stderr
     assert b"Traceback" not in done.stderr
+
+
+def test_completing_a_subcommand_name_imports_no_subcommand_module() -> None:
+    probe = (
+        "import sys\n"
+        "from dsh.cli import main\n"
+        "try:\n"
+        "    main([])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "loaded = sorted(m for m in sys.modules if m.startswith('dsh.cli.') or m.startswith('dsh.runners.'))\n"
+        "print('LOADED', loaded, file=sys.stderr)\n"
+    )
+    env = {**os.environ, "_DSH_SANDBOX_COMPLETE": "bash_complete", "COMP_WORDS": "dsh-sandbox ", "COMP_CWORD": "1"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [f"plain,{name}" for name in sorted(COMMANDS)]
+    assert "LOADED []" in done.stderr, done.stderr
