@@ -2,9 +2,9 @@
 # Prove the README's commands on a genuinely fresh Debian 12.
 #
 #   bash .ci/fresh-machine.sh           # fast: the README's first command, as
-#                                       # root and as a user with sudo (~3-5 min)
+#                                       # root and as a user with sudo (~3-7 min)
 #   bash .ci/fresh-machine.sh --full    # also the second command (bash
-#                                       # tests/run.sh) as root (~30 min)
+#                                       # tests/run.sh) as root (25+ min more)
 #
 # Builds a minimal Debian 12 root filesystem from Debian's package archive
 # (mmdebstrap --variant=minbase bookworm: no python3, no bwrap, no pip, only
