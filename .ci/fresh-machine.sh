@@ -14,9 +14,10 @@
 # The user run gets its own fresh root filesystem and the README line with
 # `sudo ` before each `apt-get`, which is what the README tells such a user.
 #
-# Each run enters its root filesystem through a private mount and pid
-# namespace (unshare): /proc, /sys and /dev are mounted there and vanish with
-# it, and the whole tree is deleted at the end, so the host keeps nothing.
+# Each run enters its root filesystem through private mount and pid
+# namespaces (unshare) and pivot_root: /proc, /sys and /dev are mounted there
+# and vanish with them, and the tree is deleted after a passing run (kept,
+# with its log, after a failing one), so the host keeps nothing.
 # The host's pip configuration (`pip config list`: index URLs, find-links,
 # constraints, CA bundle) is passed in by .ci/fresh_pip_conf.py, with the local
 # directories it names bound read-only, so the root filesystem reaches the
