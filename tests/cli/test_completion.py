@@ -77,8 +77,13 @@ def test_zsh_and_fish_scripts_call_back_the_same_completion(shell: str, marker: 
         [str(prog_dir / "dsh-sandbox")], env=env, capture_output=True, text=True, timeout=120, check=False
     )
     assert answer.returncode == 0, answer.stderr
-    assert "run" in answer.stdout.split() or "plain,run" in answer.stdout.split()
-    assert "runners" in answer.stdout
+    # The help shown beside each name comes from the same table as --help.
+    run_help, runners_help = COMMANDS["run"][2], COMMANDS["runners"][2]
+    if shell == "zsh":  # type, value, help: one line each
+        expected = ["plain", "run", run_help, "plain", "runners", runners_help]
+    else:  # type,value<TAB>help
+        expected = [f"plain,run\t{run_help}", f"plain,runners\t{runners_help}"]
+    assert answer.stdout.splitlines() == expected
 
 
 def test_unknown_shell_is_a_usage_error_naming_the_choices() -> None:
