@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "conformance": ("dsh.cli.conformance.command", "conformance", "Prove each runner holds the modes on this machine."),
     "bench": ("dsh.cli.bench", "bench", "Measure what each runner costs against a bare spawn."),
     "config": ("dsh.cli.config_cmd", "config", "Show the effective configuration and where each value came from."),
+    "completion": ("dsh.cli.completion", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
 
@@ -48,6 +49,15 @@ class LazyGroup(click.Group):
             raise
         command: click.Command = getattr(module, attr)
         return command
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
+        # TAB after `dsh-sandbox ` must not import every subcommand's module
+        # (click's default asks each command for its help): COMMANDS has it.
+        from click.shell_completion import CompletionItem
+
+        names = [name for name in sorted(COMMANDS) if name.startswith(incomplete)]
+        items: list[Any] = [CompletionItem(name, help=COMMANDS[name][2]) for name in names]
+        return items + click.Command.shell_complete(self, ctx, incomplete)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
