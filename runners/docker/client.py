@@ -210,7 +210,17 @@ def missing_tools(container: Any) -> str:
 
     try:
         code, out = container.exec_run(["/bin/sh", "-c", TOOLS_CHECK], user="0")
-    except DockerException:
-        return "/bin/sh"  # the keep-alive could not start: the container is not running
+    except DockerException as exc:
+        # Only a missing shell is the image's fault; anything else (a pids or
+        # memory limit too small to start it) surfaces when the command runs,
+        # with the hint that names the limit.
+        return "/bin/sh" if _not_found(str(exc)) else ""
     text = (out or b"").decode("utf-8", "replace").strip()
-    return ", ".join(text.split()) if code == 0 else "/bin/sh"
+    if code == 0:
+        return ", ".join(text.split())
+    return "/bin/sh" if code == 127 or _not_found(text) else ""
+
+
+def _not_found(message: str) -> bool:
+    lowered = message.lower()
+    return "no such file or directory" in lowered or "executable file not found" in lowered

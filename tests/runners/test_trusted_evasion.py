@@ -58,7 +58,7 @@ def test_repository_in_an_unlistable_directory_is_not_hidden(name: str, box: Box
         if box.user == "nobody":
             assert f"incomplete in {box.ws}/a" in ran.err
             refused = box.run(runner, "true")
-            assert refused.returncode == 2 and "protected-scan-incomplete" in refused.err
+            assert refused.returncode == 125 and "protected-scan-incomplete" in refused.err
         else:  # root lists it anyway: the repository itself is reported
             assert f"{box.ws}/a/r/.git/config" in ran.err
     finally:
@@ -126,4 +126,4 @@ def test_another_users_link_at_a_protected_name_in_a_sticky_temp_dir_is_no_refus
     os.lchown(link, NOBODY if box.user == "nobody" else 0, 0)
     again = subprocess.run(argv, cwd=box.ws, env=env, capture_output=True, text=True, timeout=240,
                            check=False, **kwargs)  # type: ignore[call-overload]
-    assert again.returncode == 2 and "protected-symlink" in again.stderr
+    assert again.returncode == 125 and "protected-symlink" in again.stderr
