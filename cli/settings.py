@@ -154,7 +154,13 @@ def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path) -> Settin
         user_path, user is not None, project_path, _trust(flags, user, project),
     )
     if project is not None and not settings.trusted.value:
-        _refuse_weakening(settings, project, user)
+        # What applies without the project file: flags, variables, your own file.
+        others = [layer for layer, f in zip(layers[2:], (project, user), strict=False) if f is not project]
+        base = {key: _first(layers[:2] + others, key, default).value for key, default in DEFAULTS.items()}
+        base["accept_degraded"] = tuple(
+            name for layer in layers[:2] + others for name in layer.get("accept_degraded", Value((), "")).value
+        )
+        _refuse_weakening(settings, project, base)
     return settings
 
 
@@ -272,10 +278,10 @@ def _trust(flags: Flags, user: ConfigFile | None, project: ConfigFile | None) ->
     return Value(False, "default")
 
 
-def _refuse_weakening(settings: Settings, project: ConfigFile, user: ConfigFile | None) -> None:
+def _refuse_weakening(settings: Settings, project: ConfigFile, mine: Mapping[str, Any]) -> None:
     """``ConfigError`` for the first effective project value that widens the sandbox
-    beyond what applies without the project file."""
-    mine = user.values if user is not None else {}
+    beyond what applies without the project file (``mine``: the flags, variables
+    and your own file merged)."""
     where = project.where
     for key, value in settings.values.items():
         if not value.source.startswith(str(project.path)):
@@ -298,19 +304,42 @@ def _refuse_weakening(settings: Settings, project: ConfigFile, user: ConfigFile 
 
 def _widens(key: str, value: Any, mine: Mapping[str, Any]) -> str | None:
     if key == "mode":
-        base = mine.get("mode") or (mine.get("profile") if mine.get("profile") in _MODES else None)
-        floor = SandboxMode.parse(base) if base else SandboxMode.WORKSPACE_WRITE
+        floor = _mode_without_project(mine)
         if SandboxMode.parse(value).is_more_permissive_than(floor):
-            return f"it is wider than {floor.value}"
+            return f"it is wider than {floor.value}, the mode without the project file"
     elif key == "network" and value and not mine.get("network"):
         return "it turns the network on"
-    elif key == "profile" and value != mine.get("profile") and value not in ("read-only", "workspace-write"):
-        return "a profile can add writable roots, network and accepted degradations"
-    elif key == "approval" and str(value).startswith("rules:") and value != mine.get("approval"):
-        return "a rules file approves escalations without asking you"
+    elif key == "profile" and value != mine.get("profile"):
+        if mine.get("profile") is not None:
+            # Another profile drops yours: its hidden paths, limits, runners.
+            return f"it replaces your profile {mine['profile']!r}"
+        if value not in _MODES:
+            return "a profile can add writable roots, network and accepted degradations"
+        if SandboxMode.parse(value).is_more_permissive_than(_mode_without_project(mine)):
+            return f"it is wider than {_mode_without_project(mine).value}, the mode without the project file"
+    elif key == "approval" and value not in (None, "deny") and value != mine.get("approval"):
+        # A command's own output is the evidence a prompt or a rules file is shown:
+        # it can claim a denial to be offered a wider mode.
+        return "it lets a command ask for a wider mode (by prompt or by rules file)"
     elif key == "runners.e2b.api_key_env" and value != mine.get(key):
         return "it chooses which of your secrets is sent to E2B"
     return None
+
+
+def _mode_without_project(mine: Mapping[str, Any]) -> SandboxMode:
+    """The mode in effect without the project file: yours, else your profile's."""
+    if mine.get("mode"):
+        return SandboxMode.parse(mine["mode"])
+    profile = mine.get("profile")
+    if profile in _MODES:
+        return SandboxMode.parse(profile)
+    if profile is not None:
+        from dsh.sandbox.profiles import load_profile
+
+        mode = load_profile(os.path.expanduser(str(profile))).mode
+        if mode is not None:
+            return mode
+    return SandboxMode.WORKSPACE_WRITE
 
 
 _MODES = tuple(m.value for m in SandboxMode)

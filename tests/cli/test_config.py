@@ -236,3 +236,41 @@ def test_runner_options_name_the_key_source_not_the_key(workspace: Path, user_di
     # The variable unset: no key option (the runner then says what is missing).
     assert settings.runner_options({}) == {"docker": {"image": "dev:1"}, "e2b": {"template": "dev"}}
     assert "e2b_secret" not in json.dumps([list(r) for r in settings.rows()])
+
+
+@pytest.mark.parametrize(
+    ("user", "flags", "extra_env", "project", "why"),
+    [
+        # Your own stricter profile is not replaced by a built-in one.
+        ('profile = "{strict}"\n', (), {}, 'profile = "workspace-write"\n', "it replaces your profile"),
+        ('profile = "{strict}"\n', (), {}, 'profile = "read-only"\n', "it replaces your profile"),
+        # The mode floor is the mode without the project file, wherever it came from.
+        ("", ("--profile", "read-only"), {}, 'mode = "workspace-write"\n', "wider than read-only"),
+        ("", (), {"DSH_SANDBOX_PROFILE": "read-only"}, 'mode = "workspace-write"\n', "wider than read-only"),
+        ('profile = "{strict_ro}"\n', (), {}, 'mode = "workspace-write"\n', "wider than read-only"),
+        # A prompt shows the command's own output as evidence: not the project's call.
+        ("", (), {}, 'approval = "prompt"\n', "ask for a wider mode"),
+    ],
+)
+def test_a_project_config_cannot_undo_your_own_choices(
+    workspace: Path, user_dir: Path, user: str, flags: tuple[str, ...], extra_env: dict[str, str],
+    project: str, why: str,
+) -> None:
+    strict = write(user_dir / "dsh-sandbox" / "strict.toml",
+                   'extends = "workspace-write"\nhidden_paths = ["/var/tmp/dsh-never-there"]\n')
+    strict_ro = write(user_dir / "dsh-sandbox" / "strict-ro.toml", 'extends = "read-only"\n')
+    if user:
+        write(user_dir / "dsh-sandbox" / "config.toml", user.format(strict=strict, strict_ro=strict_ro))
+    write(workspace / ".dsh" / "config.toml", project)
+    done = cli("run", *flags, "--", "touch", "ran", cwd=workspace, env=env_with(user_dir, **extra_env))
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "would weaken the sandbox" in err and why in err, err
+    assert not (workspace / "ran").exists()
+
+
+def test_a_project_may_repeat_your_choices(workspace: Path, user_dir: Path) -> None:
+    need_runner("bwrap")
+    write(user_dir / "dsh-sandbox" / "config.toml", 'profile = "read-only"\nrunner = "bwrap"\n')
+    write(workspace / ".dsh" / "config.toml", 'profile = "read-only"\nmode = "read-only"\napproval = "deny"\n')
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode != 0 and b"denied under read-only" in done.stderr, done.stderr
