@@ -26,8 +26,14 @@ EXIT_BROKEN_PIPE = 128 + 13  # as if killed by SIGPIPE
 EXIT_RUNNER_FAILED = 125
 
 
+#: Resets the terminal's text attributes: the command's output may end in an
+#: escape sequence (conceal, black on black...) that would hide our notes.
+SGR_RESET = "\033[0m"
+
+
 def note(text: str) -> None:
-    click.echo(f"dsh-sandbox: {text}", err=True)
+    reset = SGR_RESET if sys.stderr.isatty() else ""
+    click.echo(f"{reset}dsh-sandbox: {text}", err=True, color=bool(reset))
 
 
 class LiveStreams:
@@ -158,9 +164,16 @@ def exit_status(result: Any) -> int:
     if result.signal is not None:
         number = signal_number(result.signal)
         return 128 + (number if number is not None else int(signal_mod.SIGKILL))
-    if result.exit_code is None or (result.sandbox is not None and result.sandbox.runner_failed):
-        return EXIT_RUNNER_FAILED  # it never started: not a status of the command
+    if did_not_start(result):
+        return EXIT_RUNNER_FAILED  # not a status of the command
     return int(result.exit_code)
+
+
+def did_not_start(result: Any) -> bool:
+    """The runner failed: no status of the command exists (a command may exit 125 itself)."""
+    if result.timed_out or result.aborted or result.signal is not None:
+        return False
+    return result.exit_code is None or (result.sandbox is not None and bool(result.sandbox.runner_failed))
 
 
 def result_json(result: Any) -> str:
@@ -207,7 +220,7 @@ def report(result: Any, spec: Any) -> None:
     if result.timed_out:
         note(f"timed out after {result.timeout_ms}ms; the command was killed")
     facts = result.sandbox
-    if exit_status(result) == EXIT_RUNNER_FAILED and not result.aborted:
+    if did_not_start(result):
         why = facts.runner_error if facts is not None and facts.runner_error else "see the error above"
         note(f"RUNNER_FAILED: the command did not start ({why})")
     if facts is not None and facts.trusted_changed:

@@ -192,7 +192,9 @@ def _flag_layer(flags: Flags) -> Layer:
     if flags.image is not None:
         layer["runners.docker.image"] = Value(flags.image, "flag --image")
     if flags.accept_degraded:
-        layer["accept_degraded"] = Value(flags.accept_degraded, "flag --accept-degraded")
+        # A comma-separated list, as DSH_SANDBOX_ACCEPT_DEGRADED takes, or repeated flags.
+        names = tuple(n.strip() for v in flags.accept_degraded for n in v.split(",") if n.strip())
+        layer["accept_degraded"] = Value(names, "flag --accept-degraded")
     for name, value in flags.env:
         layer[f"env.{name}"] = Value(value, f"flag --env {name}")
     return layer

@@ -131,7 +131,9 @@ def after_denial(
     assert current is not None
     target = wider_mode_for(ctx, shell, spec, result)
     denial = _evidence(spec, result, spec.sandbox_policy) if spec.sandbox_policy else None
-    what = f" ({denial.path})" if denial is not None else ""
+    # The evidence is the command's own output and exit status: say so, since a
+    # hostile command can print a denial it never met to be offered more.
+    what = f" ({denial.path}, as its own output says)" if denial is not None else " (as its own output says)"
     return ask(
         ctx,
         shell,

@@ -274,3 +274,11 @@ def test_a_project_may_repeat_your_choices(workspace: Path, user_dir: Path) -> N
     write(workspace / ".dsh" / "config.toml", 'profile = "read-only"\nmode = "read-only"\napproval = "deny"\n')
     done = cli("run", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
     assert done.returncode != 0 and b"denied under read-only" in done.stderr, done.stderr
+
+
+def test_accept_degraded_flag_takes_a_list_like_its_variable(workspace: Path, user_dir: Path) -> None:
+    env = env_with(user_dir)
+    rows = show(workspace, env, "--accept-degraded", "landlock-metadata,landlock-protected-paths")
+    assert {"accept_degraded=landlock-metadata", "accept_degraded=landlock-protected-paths"} <= set(rows)
+    bad = cli("config", "show", "--accept-degraded", "landlock-metadata,nope", cwd=workspace, env=env)
+    assert bad.returncode == 2 and b"'nope' is not a degradation" in bad.stderr, bad.stderr
