@@ -34,7 +34,7 @@ def show(workspace: str | None, as_json: bool, **flags: Any) -> None:
 
     flags["env"] = tuple(flags["env"])
     flags["accept_degraded"] = tuple(flags["accept_degraded"])
-    settings = resolve(Flags(**flags), os.environ, Path(workspace or "."))
+    settings = resolve(Flags(**flags), os.environ, Path(workspace or "."), every_runner=True)
     files = {
         "user": {"path": str(settings.user_file), "found": settings.user_found},
         "project": str(settings.project_file) if settings.project_file else None,

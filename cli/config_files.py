@@ -20,14 +20,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.sandbox.errors import ConfigError
 
-#: Top-level keys, and the keys of each ``[runners.NAME]`` table.
+if TYPE_CHECKING:
+    from dsh.sandbox.runner import ConfigKey
+
+#: Top-level keys; each ``[runners.NAME]`` table takes the keys its runner declares.
 TOP_KEYS = ("profile", "mode", "runner", "approval", "network", "accept_degraded", "env", "runners",
             "trusted_projects")
-RUNNER_KEYS: Mapping[str, tuple[str, ...]] = {"docker": ("image",), "e2b": ("template", "api_key_env")}
+#: The key ``--image`` sets, for the runners that declare it.
+IMAGE_KEY = "image"
 #: Only the user's own file may say which projects it trusts.
 USER_ONLY = ("trusted_projects",)
 
@@ -38,7 +42,7 @@ CREDENTIAL_NAME = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 
 @dataclass(frozen=True)
 class ConfigFile:
-    """One parsed, checked file: ``values`` maps dotted keys (``runners.docker.image``,
+    """One parsed, checked file: ``values`` maps dotted keys (``runners.NAME.KEY``,
     ``env.NAME``) to values, ``lines`` the same keys to 1-based lines."""
 
     path: Path
@@ -56,6 +60,25 @@ def user_config_path(environ: Mapping[str, str]) -> Path:
     # A relative XDG_CONFIG_HOME is invalid by the spec: ignored.
     root = Path(base) if os.path.isabs(base) else Path(os.path.expanduser("~")) / ".config"
     return root / "dsh-sandbox" / "config.toml"
+
+
+def runner_config_keys(name: str) -> Mapping[str, ConfigKey]:
+    """What runner ``name`` declares a config file may set (its class is imported:
+    only when a file or a flag configures it, so a plain ``run`` stays fast)."""
+    from dsh.sandbox.host import RunnerLoadError, load_runner_class
+
+    try:
+        return load_runner_class(name).CONFIG_KEYS
+    except RunnerLoadError as exc:
+        raise ConfigError(f"runners.{name}: {exc}; install it (dsh-sandbox runners) or remove the table") from None
+
+
+def configurable_runners(key: str | None = None) -> list[str]:
+    """The runners that declare config keys (``key`` among them, if given)."""
+    from dsh.sandbox.host import runner_classes
+
+    return [name for name, cls in runner_classes().items()
+            if cls.CONFIG_KEYS and (key is None or key in cls.CONFIG_KEYS)]
 
 
 def project_config_path(workspace: Path) -> Path | None:
@@ -165,28 +188,38 @@ class _Checker:
 
     def _runners(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.fail("runners", f"must be a table, got {value!r}", "write [runners.docker] or [runners.e2b]")
+            raise self.fail("runners", f"must be a table, got {value!r}", "write [runners.NAME] tables")
         out: dict[str, Any] = {}
         for name, table in value.items():
-            known = RUNNER_KEYS.get(name)
-            if known is None:
+            from dsh.sandbox.host import check_runner_name
+
+            try:
+                check_runner_name(name)
+            except ConfigError as exc:
+                raise self.fail(f"runners.{name}", "not a runner", str(exc)) from None
+            known = runner_config_keys(name)
+            if not known:
                 raise self.fail(f"runners.{name}", "no options for this runner",
-                                "configure " + " or ".join(f"[runners.{n}]" for n in RUNNER_KEYS))
+                                "configure " + " or ".join(f"[runners.{n}]" for n in configurable_runners()))
             if not isinstance(table, dict):
                 raise self.fail(f"runners.{name}", f"must be a table, got {table!r}",
                                 f"write [runners.{name}] with " + ", ".join(known))
+            secrets = {spec.env_for: key for key, spec in known.items() if spec.env_for}
             for key, item in table.items():
                 dotted = f"runners.{name}.{key}"
-                if key == "api_key":
+                if key in secrets:
+                    holder = secrets[key]
                     raise self.fail(dotted, "a key is never written in a config file",
-                                    'name the variable that holds it instead: api_key_env = "E2B_API_KEY"')
-                if key not in known:
+                                    f'name the variable that holds it instead: {holder} = "{known[holder].example}"')
+                spec = known.get(key)
+                if spec is None:
                     raise self.fail(dotted, "unknown key", f"the {name} runner's keys here: " + ", ".join(known))
                 if not isinstance(item, str) or not item.strip():
-                    raise self.fail(dotted, f"must be a non-empty string, got {item!r}", f'write {key} = "..."')
-                if key == "api_key_env" and not _ENV_NAME.match(item):
+                    raise self.fail(dotted, f"must be a non-empty string, got {item!r}",
+                                    f'write {key} = "{spec.example}"')
+                if spec.env_for and not _ENV_NAME.match(item):
                     raise self.fail(dotted, f"{item!r} is not an environment variable name",
-                                    'name the variable that holds the key, e.g. api_key_env = "E2B_API_KEY"')
+                                    f'name the variable that holds the {spec.env_for}, e.g. {key} = "{spec.example}"')
                 out[dotted] = item
                 self.note(dotted)
         return out

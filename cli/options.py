@@ -44,7 +44,8 @@ def settings_flags() -> list[Callable[[Any], Any]]:
             "(*KEY*, *TOKEN*, *SECRET*, *PASSWORD*) reach the command only this way.",
         ),
         click.option("--image", metavar="IMAGE", callback=_non_empty,
-                     help="The docker runner's image (needs --runner docker or runner = \"docker\")."),
+                     help="The image of the chosen runner, for a runner that runs commands in an image "
+                     "(dsh-sandbox config show lists runners.NAME.image)."),
         click.option("--accept-degraded", "accept_degraded", multiple=True, metavar="NAME",
                      help="Accept this named degradation of the runner (repeatable); see dsh-sandbox runners."),
         click.option("--trust-project", is_flag=True,

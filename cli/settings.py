@@ -9,7 +9,8 @@ The project file lives in the workspace, which is whoever wrote the
 repository: an agent run on a cloned repository must not have its sandbox
 widened by that repository.  So a value the project file sets that would
 weaken the sandbox (a wider mode, network on, an accepted degradation, a
-profile, rules-file approval, environment variables, the E2B key's source) is
+profile, rules-file approval, environment variables, a runner option its runner
+declares weakening, such as which variable holds a cloud key) is
 refused unless the user trusts the project: ``--trust-project``, or the
 project's directory listed in ``trusted_projects`` of the user's own file.
 """
@@ -23,23 +24,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dsh.cli.config_files import ConfigFile, project_config_path, read_config, user_config_path
+from dsh.cli.config_files import (
+    IMAGE_KEY,
+    ConfigFile,
+    configurable_runners,
+    project_config_path,
+    read_config,
+    runner_config_keys,
+    user_config_path,
+)
 from dsh.sandbox.errors import ConfigError, UsageError
 from dsh.sandbox.modes import SandboxMode
 
 if TYPE_CHECKING:
     from dsh.cli.run import RunOptions
+    from dsh.sandbox.runner import ConfigKey
 
 #: Single-valued keys and their built-in defaults (``None``: the profile decides).
+#: Each runner's ``runners.NAME.KEY`` options (``Runner.CONFIG_KEYS``) default to ``None``.
 DEFAULTS: Mapping[str, Any] = {
     "profile": None,
     "mode": None,
     "runner": "auto",
     "approval": None,
     "network": None,
-    "runners.docker.image": None,
-    "runners.e2b.template": None,
-    "runners.e2b.api_key_env": None,
 }
 ENV_VARS: Mapping[str, str] = {
     "profile": "DSH_SANDBOX_PROFILE",
@@ -51,9 +59,9 @@ ENV_VARS: Mapping[str, str] = {
 }
 _FLAG_NAMES: Mapping[str, str] = {
     "network": "--network/--no-network",
-    "runners.docker.image": "--image",
     "accept_degraded": "--accept-degraded",
 }
+AUTO_RUNNER = DEFAULTS["runner"]
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
 
 
@@ -80,13 +88,15 @@ class Flags:
 
 @dataclass(frozen=True)
 class Settings:
-    values: Mapping[str, Value]  # every key of DEFAULTS
+    values: Mapping[str, Value]  # every key of DEFAULTS, then of runner_keys
     accept_degraded: tuple[tuple[str, Value], ...]
     env: tuple[tuple[str, Value], ...]
     user_file: Path
     user_found: bool
     project_file: Path | None
     trusted: Value  # may the project file weaken the sandbox?
+    #: ``runners.NAME.KEY`` -> its declaration, for the runners configured (or all, for ``config show``).
+    runner_keys: Mapping[str, ConfigKey] = dataclasses.field(default_factory=dict)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key].value
@@ -100,25 +110,17 @@ class Settings:
     def runner_options(self, environ: Mapping[str, str]) -> dict[str, dict[str, Any]]:
         """Options for the runner host: only what was configured."""
         options: dict[str, dict[str, Any]] = {}
-        if self["runners.docker.image"] is not None:
-            options["docker"] = {"image": self["runners.docker.image"]}
-        e2b: dict[str, Any] = {}
-        if self["runners.e2b.template"] is not None:
-            e2b["template"] = self["runners.e2b.template"]
-        key_env = self["runners.e2b.api_key_env"]
-        if key_env is not None and environ.get(key_env):
-            e2b["api_key"] = environ[key_env]
-        if e2b:
-            options["e2b"] = e2b
+        for dotted, spec in self.runner_keys.items():
+            value = self[dotted]
+            if value is None:
+                continue
+            _, name, key = dotted.split(".", 2)
+            if spec.env_for is None:
+                options.setdefault(name, {})[key] = value
+            elif environ.get(value):
+                # Unset: no option, and the runner says what is missing.
+                options.setdefault(name, {})[spec.env_for] = environ[value]
         return options
-
-    def check_image_flag(self, image: str | None) -> None:
-        """``--image`` names the docker runner's image: any other runner is a mistake."""
-        if image is not None and self["runner"] != "docker":
-            raise UsageError(
-                f"--image: sets the docker runner's image, but the runner is {self['runner']} "
-                f"({self.values['runner'].source}); add --runner docker or drop --image"
-            )
 
     def rows(self) -> list[tuple[str, Any, str]]:
         """(key, value, source) for every setting, in display order."""
@@ -128,8 +130,11 @@ class Settings:
         return out
 
 
-def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path) -> Settings:
-    """Read both files and merge every layer; ``ConfigError`` names file, key and fix."""
+def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path, every_runner: bool = False) -> Settings:
+    """Read both files and merge every layer; ``ConfigError`` names file, key and fix.
+
+    ``every_runner``: list the options of every runner that declares some, not
+    only of those configured (importing each runner: for ``config show``)."""
     user_path = user_config_path(environ)
     user = read_config(user_path, "user") if user_path.is_file() else None
     project_path = project_config_path(Path(os.path.realpath(os.path.expanduser(workspace))))
@@ -139,7 +144,15 @@ def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path) -> Settin
     layers += [_file_layer(f) for f in (project, user) if f is not None]
     for layer in layers:
         _check(layer)
-    values = {key: _first(layers, key, default) for key, default in DEFAULTS.items()}
+    if flags.image is not None:
+        runner = _first(layers, "runner", DEFAULTS["runner"])
+        _check_image_flag(runner)
+        layers[0][f"runners.{runner.value}.{IMAGE_KEY}"] = Value(flags.image, "flag --image")
+    names = configurable_runners() if every_runner else []
+    names += sorted({key.split(".")[1] for layer in layers for key in layer if key.startswith("runners.")} - {*names})
+    runner_keys = {f"runners.{name}.{key}": spec for name in names for key, spec in runner_config_keys(name).items()}
+    defaults = {**DEFAULTS, **dict.fromkeys(runner_keys)}
+    values = {key: _first(layers, key, default) for key, default in defaults.items()}
     accepted: dict[str, Value] = {}
     env: dict[str, Value] = {}
     for layer in layers:
@@ -151,12 +164,12 @@ def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path) -> Settin
                 env.setdefault(key[4:], value)
     settings = Settings(
         values, tuple(accepted.items()), tuple(sorted(env.items())),
-        user_path, user is not None, project_path, _trust(flags, user, project),
+        user_path, user is not None, project_path, _trust(flags, user, project), runner_keys,
     )
     if project is not None and not settings.trusted.value:
         # What applies without the project file: flags, variables, your own file.
         others = [layer for layer, f in zip(layers[2:], (project, user), strict=False) if f is not project]
-        base = {key: _first(layers[:2] + others, key, default).value for key, default in DEFAULTS.items()}
+        base = {key: _first(layers[:2] + others, key, default).value for key, default in defaults.items()}
         base["accept_degraded"] = tuple(
             name for layer in layers[:2] + others for name in layer.get("accept_degraded", Value((), "")).value
         )
@@ -168,7 +181,6 @@ def apply_to_run(opts: RunOptions) -> RunOptions:
     """``run``'s options with the config files and ``DSH_SANDBOX_*`` applied under its flags."""
     flags = Flags(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(Flags)})
     settings = resolve(flags, os.environ, Path(opts.workspace or "."))
-    settings.check_image_flag(opts.image)
     options = settings.runner_options(os.environ)
     return dataclasses.replace(
         opts, profile=settings["profile"], mode=settings["mode"], runner=settings["runner"],
@@ -189,8 +201,6 @@ def _flag_layer(flags: Flags) -> Layer:
         value = getattr(flags, key)
         if value is not None:
             layer[key] = Value(value, f"flag {_FLAG_NAMES.get(key, '--' + key)}")
-    if flags.image is not None:
-        layer["runners.docker.image"] = Value(flags.image, "flag --image")
     if flags.accept_degraded:
         # A comma-separated list, as DSH_SANDBOX_ACCEPT_DEGRADED takes, or repeated flags.
         names = tuple(n.strip() for v in flags.accept_degraded for n in v.split(",") if n.strip())
@@ -253,6 +263,19 @@ def _check(layer: Layer) -> None:
                 check_degradation(name, label)
 
 
+def _check_image_flag(runner: Value) -> None:
+    """``--image`` sets the image of a runner that declares one: any other runner is a mistake."""
+    if runner.value != AUTO_RUNNER and IMAGE_KEY in runner_config_keys(runner.value):
+        return
+    takers = configurable_runners(IMAGE_KEY)
+    if not takers:
+        raise UsageError("--image: no installed runner takes an image; drop --image")
+    raise UsageError(
+        f"--image: sets the {' or '.join(takers)} runner's image, but the runner is {runner.value} "
+        f"({runner.source}); add " + " or ".join(f"--runner {n}" for n in takers) + " or drop --image"
+    )
+
+
 def check_degradation(name: str, label: str) -> None:
     """Unknown names are refused with every name a registered runner reports."""
     from dsh.sandbox.profile_schema import degradation_problem, known_degradations
@@ -288,7 +311,7 @@ def _refuse_weakening(settings: Settings, project: ConfigFile, mine: Mapping[str
     for key, value in settings.values.items():
         if not value.source.startswith(str(project.path)):
             continue
-        why = _widens(key, value.value, mine)
+        why = _widens(key, value.value, mine, settings.runner_keys.get(key))
         if why is not None:
             raise _weakening_error(where(key), f"{key} = {value.value!r}", why, project, settings)
     for name, value in settings.accept_degraded:
@@ -304,7 +327,7 @@ def _refuse_weakening(settings: Settings, project: ConfigFile, mine: Mapping[str
             )
 
 
-def _widens(key: str, value: Any, mine: Mapping[str, Any]) -> str | None:
+def _widens(key: str, value: Any, mine: Mapping[str, Any], spec: ConfigKey | None) -> str | None:
     if key == "mode":
         floor = _mode_without_project(mine)
         if SandboxMode.parse(value).is_more_permissive_than(floor):
@@ -323,8 +346,8 @@ def _widens(key: str, value: Any, mine: Mapping[str, Any]) -> str | None:
         # A command's own output is the evidence a prompt or a rules file is shown:
         # it can claim a denial to be offered a wider mode.
         return "it lets a command ask for a wider mode (by prompt or by rules file)"
-    elif key == "runners.e2b.api_key_env" and value != mine.get(key):
-        return "it chooses which of your secrets is sent to E2B"
+    elif spec is not None and spec.weakens is not None and value != mine.get(key):
+        return spec.weakens
     return None
 
 

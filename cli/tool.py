@@ -74,7 +74,6 @@ def tool_session(
     if mode is not None:
         SandboxMode.parse(mode, field="--mode")
     settings = resolve(flags, os.environ, Path(workspace or "."))
-    settings.check_image_flag(image)
     return SessionSpec(
         mode=settings["mode"],
         profile=settings["profile"],

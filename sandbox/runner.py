@@ -226,6 +226,23 @@ class SpeedTargets:
     concurrent_vs_local: float | None = None
 
 
+@dataclass(frozen=True)
+class ConfigKey:
+    """One option of a runner that a user config file may set (``[runners.NAME] KEY = "..."``).
+
+    Every value is a non-empty string.  A key named ``image`` is what ``--image`` sets.
+    """
+
+    help: str
+    #: Shown in the fix of an error: ``write KEY = "EXAMPLE"``.
+    example: str = "..."
+    #: The value names an environment variable whose value becomes this option:
+    #: a secret is never written in a config file, only where to find it.
+    env_for: str | None = None
+    #: Why a project config setting it weakens the sandbox (``None``: it does not).
+    weakens: str | None = None
+
+
 class Runner(abc.ABC):
     """A sandbox technology.  One instance per ``SandboxHost`` (per session).
 
@@ -251,6 +268,8 @@ class Runner(abc.ABC):
     DEGRADATIONS: ClassVar[Mapping[str, tuple[Capability, ...]]] = {}
     #: The names of ``DEGRADATIONS`` (derived).
     DEGRADATION_NAMES: ClassVar[tuple[str, ...]] = ()
+    #: The options a user config file may set for this runner, by key.
+    CONFIG_KEYS: ClassVar[Mapping[str, ConfigKey]] = {}
     #: What the benchmark compares this runner's cost with.
     SPEED_TARGETS: ClassVar[SpeedTargets] = SpeedTargets()
 

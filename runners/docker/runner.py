@@ -47,6 +47,7 @@ from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
     Baseline,
+    ConfigKey,
     Enforcement,
     Gap,
     RemoteLaunch,
@@ -166,6 +167,9 @@ class DockerRunner(Runner):
         "docker-syscall-filter": (cap.SYSCALL_FILTER, cap.SOCKET_FAMILIES, cap.IO_URING, cap.KEYRING),
     }
     extra: ClassVar[str | None] = "docker"
+    CONFIG_KEYS: ClassVar[Mapping[str, ConfigKey]] = {
+        "image": ConfigKey("The image commands run in.", example=dc.DEFAULT_IMAGE),
+    }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

@@ -37,6 +37,7 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
+    ConfigKey,
     Enforcement,
     Gap,
     Launch,
@@ -59,6 +60,13 @@ class E2BRunner(Runner):
         "e2b-debug": (cap.SANDBOX_BOUNDARY, cap.NETWORK),
     }
     extra: ClassVar[str | None] = "e2b"
+    CONFIG_KEYS: ClassVar[Mapping[str, ConfigKey]] = {
+        "template": ConfigKey("The sandbox template (default: base).", example="base"),
+        "api_key_env": ConfigKey(
+            "The environment variable holding the E2B API key.", example="E2B_API_KEY", env_for="api_key",
+            weakens="it chooses which of your secrets is sent to E2B",
+        ),
+    }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

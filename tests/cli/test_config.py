@@ -282,3 +282,22 @@ def test_accept_degraded_flag_takes_a_list_like_its_variable(workspace: Path, us
     assert {"accept_degraded=landlock-metadata", "accept_degraded=landlock-protected-paths"} <= set(rows)
     bad = cli("config", "show", "--accept-degraded", "landlock-metadata,nope", cwd=workspace, env=env)
     assert bad.returncode == 2 and b"'nope' is not a degradation" in bad.stderr, bad.stderr
+
+
+def test_runner_options_come_from_each_runners_declaration(workspace: Path, user_dir: Path) -> None:
+    """Every declared key is shown; a plain run imports no runner to learn them."""
+    import subprocess
+    import sys
+
+    from dsh.sandbox.host import runner_classes
+
+    rows = show(workspace, env_with(user_dir))
+    declared = {f"runners.{name}.{key}" for name, cls in runner_classes().items() for key in cls.CONFIG_KEYS}
+    assert declared and declared <= set(rows)
+    assert {k for k in rows if k.startswith("runners.")} == declared
+    probe = ("import sys; from pathlib import Path; from dsh.cli.settings import Flags, resolve; "
+             "resolve(Flags(), {}, Path(sys.argv[1])); "
+             "print(sorted(m for m in sys.modules if m.startswith('dsh.runners')))")
+    done = subprocess.run([sys.executable, "-c", probe, str(workspace)], capture_output=True, text=True,
+                          env=env_with(user_dir), check=True)
+    assert done.stdout.strip() == "[]", done.stdout
