@@ -18,7 +18,7 @@ from typing import Any
 from e2b.envd.process import process_pb
 from protobuf import Oneof
 
-from tests.runners.e2b.machine import PATH, STATE_DIR, Machine, MachineError, signal_pidfd
+from tests.runners.e2b.machine import PATH, STATE_DIR, Machine, MachineError, own_session_keyring, signal_pidfd
 
 _CHUNK = 32 << 10
 _GO_SIGNAL_NAMES: dict[int, str] = {
@@ -119,7 +119,7 @@ class EnvdDouble:
             popen = subprocess.Popen(  # envd does not start a new process group either
                 self.machine.argv(argv, uid=uid, gid=gid, cwd=cwd), env=env,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=own_session_keyring)
         except (OSError, MachineError) as exc:
             raise ConnectError("invalid_argument", f"error starting process: {exc}") from exc
         assert popen.stdout is not None and popen.stderr is not None

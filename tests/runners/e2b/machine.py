@@ -30,8 +30,10 @@ claims no security boundary from it.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import platform
 import secrets
 import signal
 import subprocess
@@ -54,6 +56,23 @@ _GROUP = "root:x:0:\nsudo:x:27:user\nuser:x:1000:\nnogroup:x:65534:\n"
 # Before the command replaces it, the launcher reports its pid inside the machine
 # as the first line of stdout (or that the working directory is missing).
 LAUNCHER = 'cd -- "$1" 2>/dev/null || { echo nocwd; exit 126; }; shift; echo "$$"; exec "$@"'
+
+def own_session_keyring() -> None:
+    """``preexec_fn``: the child starts a new, empty session keyring.
+
+    A real E2B sandbox is another machine and shares no keyring with the
+    caller; the double shares this kernel, and a child inherits the caller's
+    session keyring (a login session has one: pam_keyinit), whose keys it
+    would possess.  Joining an anonymous session keyring cuts that link.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(_SYS_KEYCTL, _KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        raise OSError(ctypes.get_errno(), "keyctl(KEYCTL_JOIN_SESSION_KEYRING)")
+
+
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine(), 250)
+_KEYCTL_JOIN_SESSION_KEYRING = 1
+
 
 
 class MachineError(Exception):
@@ -138,7 +157,7 @@ class Machine:
         # from here) before bwrap, root in that namespace, builds the rest.
         popen = subprocess.Popen(
             ["unshare", "--user", "--", "/bin/sh", "-c", 'read go; exec "$@" </dev/null', "sh",
-             *bwrap], pass_fds=(info_w,), stdin=go_r, stdout=subprocess.PIPE)
+             *bwrap], pass_fds=(info_w,), stdin=go_r, stdout=subprocess.PIPE, preexec_fn=own_session_keyring)
         os.close(go_r)
         os.close(info_w)
         self._popen = popen
@@ -207,7 +226,8 @@ class Machine:
             stdin: bytes = b"", timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
         """Run to completion (the files API); stdout without the launcher's line."""
         done = subprocess.run(self.argv(argv, uid=uid, gid=gid, cwd=cwd), input=stdin,
-                              capture_output=True, timeout=timeout, env={"PATH": PATH}, check=False)
+                              capture_output=True, timeout=timeout, env={"PATH": PATH}, check=False,
+                              preexec_fn=own_session_keyring)
         first, _, rest = done.stdout.partition(b"\n")
         return subprocess.CompletedProcess(done.args, done.returncode, rest,
                                            done.stderr if first != b"nocwd" else b"no such cwd")
