@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dsh.cli.run_output import Visible
+from dsh.cli.run_output import SGR_RESET, Visible
 from dsh.sandbox.approval import (
     TERMINAL_RESET,
     Approval,
@@ -172,7 +172,8 @@ def test_command_output_cannot_spoof_the_real_prompt(workspace: Path, tmp_path: 
     finally:
         os.waitpid(pid, 0)
         os.close(fd)
-    text = shown.decode(errors="replace").replace(TERMINAL_RESET, "")
+    # Our own resets (before the prompt, before each note) are the only sequences allowed.
+    text = shown.decode(errors="replace").replace(TERMINAL_RESET, "").replace(SGR_RESET, "")
     assert "\x1b" not in text and "\u202e" not in text, repr(text)
     assert "\\x1b[8m\\x1b]0;x\\x1b[2J\\x0d  command:       ls" in text  # the output, visible
     assert "# \\x0d\\x1b[2K\\u202e" in text  # the command line in the prompt, escaped
