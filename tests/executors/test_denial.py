@@ -100,7 +100,7 @@ def test_host_refusal_is_not_the_policy(workspace: Path) -> None:
         candidates = (ro_dir, Path("/proc/sys/kernel"))
         target = next((d for d in candidates if d.is_dir() and not os.access(d, os.W_OK)), None)
         if target is None:
-            pytest.skip("no directory here that the host refuses to let us write")
+            pytest.skip("SANDBOX_UNAVAILABLE: no directory here that the host refuses to let us write")
         policy = ws_policy(workspace, SandboxMode.READ_ONLY)
         assert denial(policy, f"touch: cannot touch '{target}/x': Permission denied") is None
         assert denial(policy, f"touch: cannot touch '{workspace}/x': Permission denied")

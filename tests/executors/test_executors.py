@@ -152,14 +152,14 @@ def test_pwsh_argv(pwsh: Context) -> None:
     )
 
 
-@pytest.mark.skipif(shutil.which("pwsh") is not None, reason="pwsh is installed here")
+@pytest.mark.skipif(shutil.which("pwsh") is not None, reason="SANDBOX_UNAVAILABLE: pwsh is installed here")
 def test_pwsh_missing_says_so(pwsh: Context) -> None:
     with pytest.raises(ShellNotFoundError, match="pwsh is not installed") as info:
         run(pwsh, "Write-Output hi")
     assert info.value.code == "SHELL_NOT_FOUND"
 
 
-@pytest.mark.skipif(shutil.which("pwsh") is None, reason="pwsh is not installed")
+@pytest.mark.skipif(shutil.which("pwsh") is None, reason="SANDBOX_UNAVAILABLE: pwsh is not installed")
 def test_pwsh_runs_for_real(pwsh: Context) -> None:
     result = run(pwsh, "Write-Output 'a b'; exit 3")
     assert (result.exit_code, result.stdout.text.strip()) == (3, "a b")

@@ -52,7 +52,7 @@ def test_wrapped_argv_ends_with_the_exact_pwsh_argv(workspace: Path, runner: str
         try:
             argv = wrapped_argv(launch)
             if argv is None:
-                pytest.skip(f"{runner} does not expose its launch argv (runs it remotely)")
+                pytest.skip(f"SANDBOX_UNAVAILABLE: {runner} does not expose its launch argv (runs it remotely)")
             assert argv[-len(PWSH_ARGV):] == PWSH_ARGV
             if runner in ("landlock", "docker"):
                 # No wrapper program: Landlock restricts the spawner thread,
@@ -125,7 +125,7 @@ def test_seatbelt_argv_on_this_machine(workspace: Path) -> None:
     # On Linux the host refuses seatbelt (fail closed) before any argv is built.
     with sandbox_ctx(workspace, runner="seatbelt", mode="read-only", executor="pwsh-sandbox") as ctx:
         if ctx.require(SandboxHost).probe("seatbelt").available:
-            pytest.skip("seatbelt is available here: covered by the per-runner test")
+            pytest.skip("SANDBOX_UNAVAILABLE: seatbelt is available here: covered by the per-runner test")
         spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command=COMMAND))
         with pytest.raises(SandboxUnavailable):
             ctx.require(ShellExecutor).prepare_launch(ctx.require(ShellExecutor).shell_argv(COMMAND), spec, {})
@@ -134,7 +134,7 @@ def test_seatbelt_argv_on_this_machine(workspace: Path) -> None:
 @pytest.mark.parametrize("runner", ["landlock", "bwrap"])
 def test_pwsh_runs_for_real(workspace: Path, runner: str) -> None:
     if shutil.which("pwsh") is None:
-        pytest.skip("pwsh is not installed here: only the argv is tested")
+        pytest.skip("SANDBOX_UNAVAILABLE: pwsh is not installed here: only the argv is tested")
     need_runner(runner)
     with sandbox_ctx(workspace, runner=runner, mode="read-only", executor="pwsh-sandbox") as ctx:
         spec = ctx.require(ShellExecutor).resolve(
@@ -149,7 +149,7 @@ def test_pwsh_runs_for_real(workspace: Path, runner: str) -> None:
 
 def test_pwsh_missing_is_a_clear_error(workspace: Path) -> None:
     if shutil.which("pwsh") is not None:
-        pytest.skip("pwsh is installed here")
+        pytest.skip("SANDBOX_UNAVAILABLE: pwsh is installed here (the not-found path cannot be shown)")
     need_runner("bwrap")
     with sandbox_ctx(workspace, runner="bwrap", mode="read-only", executor="pwsh-sandbox") as ctx:
         spec = ctx.require(ShellExecutor).resolve(ShellExecRequest(command="Write-Output hi"))

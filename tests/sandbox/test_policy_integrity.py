@@ -159,7 +159,7 @@ def test_project_dirs_under_home_stay_allowed(workspace: Path, home: Path) -> No
 @pytest.mark.parametrize("root", ["/var/spool", "/etc", "/"])
 def test_system_roots_refused_and_only_cron_spools_can_be_forced(workspace: Path, root: str) -> None:
     if not Path(root).is_dir():
-        pytest.skip(f"{root} does not exist on this host")
+        pytest.skip(f"SANDBOX_UNAVAILABLE: {root} does not exist on this host")
     with pytest.raises(ConfigError, match="refusing") as info:
         service(workspace, writable=(root,))
     forceable = root == "/var/spool"  # read by cron as root: refused unless named

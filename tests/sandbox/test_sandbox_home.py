@@ -89,7 +89,7 @@ def test_a_planted_link_is_refused(workspace: Path, tmp_path: Path, cache: Path)
 
 def test_another_users_directory_is_refused(workspace: Path, cache: Path) -> None:
     if os.geteuid() != 0:
-        pytest.skip("needs root to give the directory away")
+        pytest.skip("SANDBOX_UNAVAILABLE: needs root to give the directory away")
     home = workspace_home(workspace)
     home.mkdir(parents=True)
     os.chown(home, 65534, 65534)

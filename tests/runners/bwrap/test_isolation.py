@@ -201,7 +201,7 @@ def _spawn_on_pty(argv: tuple[str | bytes, ...], pass_fds: tuple[int, ...]) -> t
 def test_tiocsti_cannot_inject_into_the_terminal(runner: BwrapRunner, layout: Layout) -> None:
     control_out, control_injected = _spawn_on_pty((PY, "-c", TIOCSTI_SNIPPET), ())
     if b"INJECTED" not in control_injected:
-        pytest.skip(f"TIOCSTI is disabled by this kernel even outside a sandbox: {control_out}")
+        pytest.skip(f"SANDBOX_UNAVAILABLE: TIOCSTI is disabled by this kernel even outside a sandbox: {control_out}")
     launch = runner.prepare([PY, "-c", TIOCSTI_SNIPPET], policy(layout.ws), cwd=str(layout.ws), env={})
     assert isinstance(launch, LocalLaunch)
     try:

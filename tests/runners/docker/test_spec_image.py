@@ -103,7 +103,7 @@ def test_read_only_bind_over_a_host_submount_is_partial(workspace: Path) -> None
                    and Path(r).parent.is_dir() and str(Path(r).parent) not in ("/proc", "/sys",
                                                                                 "/dev")), None)
     if parent is None:
-        pytest.skip("no nested host mount to test with")
+        pytest.skip("SANDBOX_UNAVAILABLE: no nested host mount to test with")
     report = runner.enforcement(policy(parent, SandboxMode.READ_ONLY))
     assert report.level == "partial" and report.degradations == ("docker-ro-submounts",)
     assert runner.enforcement(policy(workspace, SandboxMode.READ_ONLY)).level == "full"

@@ -23,7 +23,7 @@ from dsh.sandbox.runner import LocalLaunch
 from tests.support.require import require_runner
 
 
-@pytest.mark.skipif(sys.platform == "darwin", reason="checks the non-macOS behaviour")
+@pytest.mark.skipif(sys.platform == "darwin", reason="SANDBOX_UNAVAILABLE: checks the non-macOS behaviour")
 def test_probe_off_macos_is_unavailable(tmp_path: Path) -> None:
     runner = SeatbeltRunner()
     probe = runner.probe()
