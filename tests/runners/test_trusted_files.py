@@ -62,7 +62,10 @@ class Box:
 def cli(user: str) -> list[str]:
     """The CLI under this interpreter; for nobody, through an interpreter it can
     reach (a pyenv build under /root is not), with this environment's packages."""
-    if user != "nobody" or _reachable_by_nobody(os.path.realpath(sys.executable)):
+    # Both the path as given (a venv's bin under /root is not reachable though
+    # the interpreter it links to is) and the file it resolves to.
+    if user != "nobody" or (_reachable_by_nobody(sys.executable)
+                            and _reachable_by_nobody(os.path.realpath(sys.executable))):
         return [sys.executable, "-m", "dsh.cli"]
     made = nobody_python()
     if made is not None:
