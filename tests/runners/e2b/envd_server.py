@@ -89,8 +89,10 @@ def start_envd_server(
         _DOUBLES.pop(url, None)
         server.shutdown()
         server.server_close()
-        double.kill_all()
+        # Connections first: a dying sandbox sends no end event, and a process
+        # killed while its stream is still open would report one (SIGKILL).
         server.drop_connections()
+        double.kill_all()
         thread.join(timeout=10)
 
     return url, stop
