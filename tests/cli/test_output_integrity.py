@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import pty
-import select
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.support.cli import cli
+from tests.support.terminal import read_terminal
 
 DANGER = ("--mode", "danger-full-access")
 
@@ -30,19 +31,8 @@ def test_notes_reset_the_terminal_after_the_commands_output(tmp_path: Path) -> N
         cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
     )
     os.close(follower)
-    seen = b""
     try:
-        while True:
-            ready, _, _ = select.select([leader], [], [], 60)
-            if not ready:
-                break
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # EIO: the CLI closed the terminal
-                break
-            if not chunk:
-                break
-            seen += chunk
+        seen = read_terminal(leader, time.monotonic() + 120)
     finally:
         os.close(leader)
         proc.wait(60)

@@ -4,7 +4,6 @@ through the real CLI and real runners, judged from the host (as root and nobody)
 from __future__ import annotations
 
 import os
-import select
 import shutil
 import subprocess
 import tempfile
@@ -17,6 +16,7 @@ import pytest
 
 from tests.runners.test_trusted_files import LANDLOCK_ACCEPT, NOBODY, cli
 from tests.support.require import require_runner
+from tests.support.terminal import read_terminal
 
 USERS = ["caller", "nobody"]
 BIG = 5 * 1024 * 1024  # past the CLI's 4 MiB in-memory tail: the host spills
@@ -176,18 +176,7 @@ def _through_pty(home: Home, *extra: str) -> tuple[int, bytes]:
         proc = home.popen("run", "--mode", "danger-full-access", *extra, "-c", HOSTILE,
                           stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
         os.close(slave)
-        seen = b""
-        while True:
-            ready, _, _ = select.select([master], [], [], 60)
-            if not ready:
-                break
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: every writer closed the pty
-                break
-            if not chunk:
-                break
-            seen += chunk
+        seen = read_terminal(master, time.monotonic() + 120)
         return proc.wait(timeout=60), seen
     finally:
         os.close(master)

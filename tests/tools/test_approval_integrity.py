@@ -25,7 +25,7 @@ from dsh.sandbox.modes import SandboxMode
 
 from tests.support.cli import trusted_config_dir
 from tests.support.sandboxed import need_runner
-from tests.tools.test_run_approval import _talk
+from tests.support.terminal import read_terminal
 
 WS = SandboxMode.WORKSPACE_WRITE
 RO = SandboxMode.READ_ONLY
@@ -168,7 +168,7 @@ def test_command_output_cannot_spoof_the_real_prompt(workspace: Path, tmp_path: 
     if pid == 0:
         os.execvpe(argv[0], argv, env)
     try:
-        shown = _talk(fd, b"n\n", time.monotonic() + 120)
+        shown = read_terminal(fd, time.monotonic() + 120, b"n\n")
     finally:
         os.waitpid(pid, 0)
         os.close(fd)

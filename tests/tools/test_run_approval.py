@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from tests.support.cli import trusted_config_dir
 from tests.support.sandboxed import need_runner
+from tests.support.terminal import read_terminal
 
 
 @pytest.fixture(autouse=True)
@@ -72,27 +72,6 @@ def test_argv_runs_are_escalated_with_their_exact_argv(workspace: Path, tmp_path
     assert target.exists()
 
 
-def _talk(fd: int, answer: bytes | None, deadline: float) -> bytes:
-    """Read the child's terminal; answer the prompt once; return all it printed."""
-    seen = b""
-    answered = answer is None
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 1.0)
-        if not ready:
-            continue
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # EIO: the child closed its terminal
-            return seen
-        if not chunk:
-            return seen
-        seen += chunk
-        if not answered and b"[N]o (default" in seen:
-            os.write(fd, answer)  # type: ignore[arg-type]
-            answered = True
-    raise AssertionError(f"the run did not finish; it printed: {seen!r}")
-
-
 @pytest.mark.parametrize(("answer", "ran"), [(b"y\n", True), (b"n\n", False), (b"\n", False)])
 def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, answer: bytes, ran: bool) -> None:
     env = {**os.environ, "DSH_HOME": str(tmp_path)}
@@ -103,7 +82,7 @@ def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, answer: bytes, 
     if pid == 0:  # the child: a session whose controlling terminal is the pty
         os.execvpe(argv[0], argv, env)
     try:
-        shown = _talk(fd, answer, time.monotonic() + 120)
+        shown = read_terminal(fd, time.monotonic() + 120, answer)
     finally:
         _, status = os.waitpid(pid, 0)
         os.close(fd)
