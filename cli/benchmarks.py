@@ -66,17 +66,16 @@ def _measure(name: str, fn: Callable[[], object], n: int, warmup: int = 3) -> Ti
 
 
 def _context(runner: str | None, workspace: Path) -> Context:
-    from dsh.cli.session import open_session
     from dsh.sandbox.host import load_runner_class
-    from dsh.sandbox.session import SessionSpec
+    from dsh.sandbox.session import SessionSpec, build_session
 
     if runner is None:
-        return open_session(SessionSpec(sandboxed=False, executor="bash-local",
+        return build_session(SessionSpec(sandboxed=False, executor="bash-local",
                                         executor_config={"cwd": str(workspace)}))
     # The cost of the sandbox is measured, not its completeness: accept whatever
     # this machine cannot enforce.
     accept = tuple(load_runner_class(runner).DEGRADATION_NAMES)
-    return open_session(SessionSpec(
+    return build_session(SessionSpec(
         mode="workspace-write", workspace=str(workspace), accept_degraded=accept,
         runner=runner, executor="bash-sandbox", executor_config={"cwd": str(workspace)},
     ))
@@ -164,10 +163,10 @@ def bench_cli(report: Report, n: int, workspace: Path) -> None:
 
 _THROUGHPUT_CHILD = """
 import sys, time
-from dsh.cli.session import open_session
+from dsh.sandbox.session import build_session
 from dsh.executors.seam import ShellExecRequest, ShellExecutor
 from dsh.sandbox.session import SessionSpec
-ctx = open_session(SessionSpec(sandboxed=False, executor="bash-local", executor_config={"cwd": sys.argv[1]}))
+ctx = build_session(SessionSpec(sandboxed=False, executor="bash-local", executor_config={"cwd": sys.argv[1]}))
 shell = ctx.require(ShellExecutor)
 spec = shell.resolve(ShellExecRequest(command="head -c 1073741824 /dev/zero", timeout_ms=600000))
 t0 = time.perf_counter()

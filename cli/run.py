@@ -184,10 +184,10 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
 
 def build_context(opts: RunOptions, *, executor: str = "bash") -> Context:
     """The context of a ``run``; ``--composition`` builds it from the file."""
-    from dsh.cli.session import open_session
     from dsh.executors.seam import ShellExecutor
+    from dsh.sandbox.session import build_session
 
-    ctx = open_session(session_spec(opts, executor=executor))
+    ctx = build_session(session_spec(opts, executor=executor))
     if not ctx.has(ShellExecutor):
         ctx.close()
         raise UsageError(

@@ -89,11 +89,11 @@ def tool_session(
 
 
 def build_tool_context(**options: Any) -> Context:
-    from dsh.cli.session import open_session
     from dsh.executors.seam import ShellExecutor
+    from dsh.sandbox.session import build_session
 
     composition: str | None = options.get("composition")
-    ctx = open_session(tool_session(**options))
+    ctx = build_session(tool_session(**options))
     if not ctx.has(ShellExecutor):
         ctx.close()
         raise UsageError(

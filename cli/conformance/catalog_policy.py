@@ -69,14 +69,13 @@ def _no_planted_git(env: HostEnv, out: RunOutput) -> str | None:
 
 def _later_policy_refuses(env: HostEnv, out: RunOutput) -> str | None:
     """A later run naming the planted link as a writable root must not write outside through it."""
-    from dsh.cli.session import open_session
     from dsh.sandbox.errors import DshError
     from dsh.sandbox.policy_service import PolicyService
-    from dsh.sandbox.session import SessionSpec
+    from dsh.sandbox.session import SessionSpec, build_session
 
     link = env.ws / "plink"
     try:
-        ctx = open_session(SessionSpec(mode="workspace-write", workspace=str(env.root), writable=(str(link),)))
+        ctx = build_session(SessionSpec(mode="workspace-write", workspace=str(env.root), writable=(str(link),)))
     except DshError:
         return None
     try:
@@ -90,15 +89,14 @@ def _later_policy_refuses(env: HostEnv, out: RunOutput) -> str | None:
 
 def _rules_file_refused(env: HostEnv, out: RunOutput) -> str | None:
     """An approval rules file inside a writable root must not be trusted."""
-    from dsh.cli.session import open_session
     from dsh.sandbox.errors import DshError
-    from dsh.sandbox.session import SessionSpec
+    from dsh.sandbox.session import SessionSpec, build_session
 
     rules = env.ws / "approvals.toml"
     if not rules.exists():
         return None
     try:
-        ctx = open_session(SessionSpec(mode="workspace-write", workspace=str(env.root), approval=f"rules:{rules}"))
+        ctx = build_session(SessionSpec(mode="workspace-write", workspace=str(env.root), approval=f"rules:{rules}"))
     except DshError:
         return None
     ctx.close()

@@ -182,13 +182,12 @@ class Harness:
 
     def _context(self, runner: str, mode: str, root: Path, profile: Path
                  ) -> tuple[Context, Any, dict[str, str], dict[str, str]]:
-        from dsh.cli.session import open_session
         from dsh.sandbox.host import SandboxHost
         from dsh.sandbox.policy_service import PolicyService
-        from dsh.sandbox.session import SessionSpec
+        from dsh.sandbox.session import SessionSpec, build_session
 
         def session(accept: Iterable[str]) -> Context:
-            return open_session(SessionSpec(
+            return build_session(SessionSpec(
                 mode=mode, profile=str(profile), workspace=str(root), accept_degraded=tuple(accept),
                 runner=runner, runner_options=self.runner_options,
                 executor="bash-sandbox", executor_config={"cwd": str(root), "grace_ms": 500},

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 from dsh.cli.run import RunOptions, run_command
-from dsh.cli.session import open_session
 from dsh.executors import escalation
 from dsh.executors.seam import ShellExecRequest, ShellExecutor
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.session import SessionSpec
+from dsh.sandbox.session import SessionSpec, build_session
 from dsh.tools.toolbox import call_tool
 
 from tests.support.sandboxed import need_runner
@@ -60,7 +59,7 @@ def test_the_bash_tool_escalates_through_the_shared_flow(
     need_runner("bwrap")
     spec = SessionSpec(mode="read-only", workspace=str(workspace), runner="bwrap", executor="bash-sandbox",
                        approval=approving_rules(trusted_dir, workspace))
-    with open_session(spec) as ctx:
+    with build_session(spec) as ctx:
         result = call_tool(ctx, "bash", {
             "command": COMMAND, "description": "append", "sandbox_permissions": "workspace-write",
             "justification": "the task writes a.txt",
@@ -91,7 +90,7 @@ def test_run_approval_escalates_through_the_shared_flow(
 
 def test_without_an_approval_provider_the_flow_denies(workspace: Path, dsh_home: Path) -> None:
     spec = SessionSpec(mode="read-only", workspace=str(workspace), executor="bash-sandbox")
-    with open_session(spec) as ctx:
+    with build_session(spec) as ctx:
         shell = ctx.require(ShellExecutor)
         grant = escalation.ask(ctx, shell, mode=SandboxMode.DANGER_FULL_ACCESS, command="true",
                                workdir=str(workspace), justification="needed", tool="t", owner="o")

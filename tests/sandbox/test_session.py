@@ -10,7 +10,6 @@ import pytest
 import yaml
 from dsh.cli.run import RunOptions
 from dsh.cli.run import build_context as run_context
-from dsh.cli.session import load_provider, open_session
 from dsh.cli.tool import build_tool_context
 from dsh.executors.local import LocalBashExecutor
 from dsh.executors.process import LocalSubprocessService
@@ -22,6 +21,7 @@ from dsh.sandbox.context import (
     Planned,
     Service,
     build_context,
+    load_plugin,
     mount_all,
     plugin_names,
 )
@@ -64,11 +64,11 @@ def test_tool_command_and_its_composition_file_build_equal_contexts(workspace: P
             assert len(shape(from_file)) == 6  # policy, host, shell, approval + 2 required
 
 
-def test_entry_points_and_the_fast_lookup_build_the_same_context(workspace: Path) -> None:
+def test_equal_specs_build_equal_contexts(workspace: Path) -> None:
     spec = SessionSpec(mode="workspace-write", workspace=str(workspace), executor="bash-sandbox",
                        approval="prompt", runner_options={"docker": {"image": "x:1"}})
-    with build_session(spec) as slow, open_session(spec) as fast:
-        assert shape(slow) == shape(fast)
+    with build_session(spec) as first, build_session(spec) as second:
+        assert shape(first) == shape(second)
     assert spec == dataclasses.replace(spec)  # a value: equal fields, equal specs
 
 
@@ -79,8 +79,8 @@ def test_providers_come_from_the_entry_points() -> None:
     assert sorted(declared) == plugin_names()
     for name, value in declared.items():
         module, _, attr = value.partition(":")
-        assert load_provider(name).__name__ == attr, name
-        assert load_provider(name).__module__ == module, name
+        assert load_plugin(name).__name__ == attr, name
+        assert load_plugin(name).__module__ == module, name
 
 
 def test_spec_is_frozen_and_copies_what_it_is_given(workspace: Path) -> None:
@@ -110,7 +110,7 @@ def test_bad_field_names_the_entry_and_field(workspace: Path) -> None:
 def test_env_reaches_every_command_and_a_request_wins(tmp_path: Path) -> None:
     spec = SessionSpec(sandboxed=False, executor="bash-local", executor_config={"cwd": str(tmp_path)},
                        env={"H2_T_A": "session", "H2_T_B": "session"})
-    with open_session(spec) as ctx:
+    with build_session(spec) as ctx:
         shell = ctx.require(ShellExecutor)
         request = ShellExecRequest(command='echo "$H2_T_A $H2_T_B"', env={"H2_T_B": "call"})
         assert shell.execute(shell.resolve(request)).result(timeout=60).stdout.text == "session call\n"
@@ -120,7 +120,7 @@ def test_sandboxed_executor_starts_in_the_policy_workspace(workspace: Path, tmp_
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     spec = SessionSpec(mode="danger-full-access", workspace=str(workspace), executor="bash-sandbox")
-    with open_session(spec) as ctx:
+    with build_session(spec) as ctx:
         assert ctx.require(ShellExecutor).resolve(ShellExecRequest(command="pwd")).workdir == str(workspace)
 
 
