@@ -4,7 +4,10 @@
 #   bash .ci/fresh-machine.sh           # fast: the README's first command, as
 #                                       # root and as a user with sudo (~3-7 min)
 #   bash .ci/fresh-machine.sh --full    # also the second command (bash
-#                                       # tests/run.sh) as root (25+ min more)
+#                                       # tests/run.sh), as root and as the
+#                                       # user with sudo (about 30 min each)
+#   bash .ci/fresh-machine.sh --only NAME   # one run: root, sudo-user,
+#                                       # full or full-sudo-user
 #
 # Builds a minimal Debian 12 root filesystem from Debian's package archive
 # (mmdebstrap --variant=minbase bookworm: no python3, no bwrap, no pip, only
@@ -13,6 +16,8 @@
 # command found in README.md, so the README and this check cannot drift apart.
 # The user run gets its own fresh root filesystem and the README line with
 # `sudo ` before each `apt-get`, which is what the README tells such a user.
+# The full runs then type the README's second command unchanged; the user's
+# run also checks that nothing in its checkout was left owned by root.
 #
 # Each run enters its root filesystem through private mount and pid
 # namespaces (unshare) and pivot_root: /proc, /sys and /dev are mounted there
@@ -29,12 +34,17 @@
 # run (DSH_FRESH_KEEP=1 keeps the work directory, tarball included).
 set -euo pipefail
 
-full=0
+runs="root sudo-user"
 case "${1:-}" in
   "") ;;
-  --full) full=1 ;;
+  --full) runs="root sudo-user full full-sudo-user" ;;
+  --only)
+    case "${2:-}" in
+      root | sudo-user | full | full-sudo-user) runs="$2" ;;
+      *) echo "fresh-machine: --only takes root, sudo-user, full or full-sudo-user, not '${2:-}'" >&2; exit 2 ;;
+    esac ;;
   -h | --help) sed -n '2,/^set -euo/p' "$0" | sed -e 's/^# \{0,1\}//' -e '$d'; exit 0 ;;
-  *) echo "fresh-machine: unknown argument '$1' (use --full or nothing)" >&2; exit 2 ;;
+  *) echo "fresh-machine: unknown argument '$1' (use --full, --only NAME or nothing)" >&2; exit 2 ;;
 esac
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -53,6 +63,12 @@ case "$first_command" in
   *) echo "fresh-machine: README.md's first \`\`\`sh block is not the install command: '$first_command'" >&2; exit 1 ;;
 esac
 sudo_command="${first_command//apt-get /sudo apt-get }"
+# The second command: the line after the second ```sh fence.
+second_command="$(awk '/^```sh$/ { n++; if (n == 2) { getline; print; exit } }' "$root/README.md")"
+case "$second_command" in
+  *tests/run.sh*) ;;
+  *) echo "fresh-machine: README.md's second \`\`\`sh block is not the test command: '$second_command'" >&2; exit 1 ;;
+esac
 
 work="$(mktemp -d /var/tmp/dsh-fresh.XXXXXX)"
 cleanup() {
@@ -138,11 +154,20 @@ run_fresh() {
   rm -rf --one-file-system "$rootfs"
 }
 
+# A command run as root anywhere in the user's checkout would leave files the
+# user cannot change or delete.
+no_root_files='left="$(find . -xdev -user 0 -print -quit)"; [ -z "$left" ] || { echo "fresh-machine: owned by root in the checkout: $left" >&2; exit 1; }'
+
 failed=0
-run_fresh root root "$first_command" || failed=1
-run_fresh sudo-user newbie "$sudo_command" || failed=1
-if [ "$full" = 1 ] && [ "$failed" = 0 ]; then
-  # The second command, as root, in a machine where the first one has run.
-  run_fresh full root "$first_command && bash tests/run.sh" || failed=1
-fi
+for run in $runs; do
+  # The long runs are worth nothing once the README's first command failed.
+  case "$run" in full*) [ "$failed" = 0 ] || break ;; esac
+  case "$run" in
+    root) run_fresh root root "$first_command" || failed=1 ;;
+    sudo-user) run_fresh sudo-user newbie "$sudo_command" || failed=1 ;;
+    # The second command in a machine where the first one has run.
+    full) run_fresh full root "$first_command && $second_command" || failed=1 ;;
+    full-sudo-user) run_fresh full-sudo-user newbie "$sudo_command && $second_command && $no_root_files" || failed=1 ;;
+  esac
+done
 exit "$failed"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (the README's second command; .ci/run calls it).
 #
-# On a fresh Debian 12 machine (as root, or with sudo) it installs what the
-# tests need when missing -- bubblewrap, a Docker daemon, the tools to build
+# On a fresh Debian 12 machine, as root or as a user with sudo, it installs
+# what the tests need when missing -- bubblewrap, a Docker daemon, the tools to build
 # the runner image (mmdebstrap) and what the workload scenarios run (gcc, make,
 # python3-venv, git) -- installs the project with its test extras, starts the
 # Docker daemon, then runs ruff, mypy --strict, pytest and the conformance suite.
@@ -14,7 +14,32 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# The suite needs root: it starts a Docker daemon, makes cgroup hierarchies and
+# runs the conformance suite as root and as nobody.  A user with sudo types the
+# same command: it runs again under sudo, keeping PATH (an activated venv) and
+# the DSH_* settings, and whatever it creates in the checkout (a .venv, the
+# editable install's links, bytecode) is handed back to that user at the end.
+if [ "$(id -u)" != 0 ]; then
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "tests/run.sh: needs root (Docker daemon, cgroups, conformance as nobody): run it as root, or install sudo" >&2
+    exit 2
+  fi
+  echo "tests/run.sh: needs root (Docker daemon, cgroups, conformance as nobody): running again under sudo"
+  keep=("PATH=$PATH")
+  [ -n "${VIRTUAL_ENV:-}" ] && keep+=("VIRTUAL_ENV=$VIRTUAL_ENV")
+  while IFS= read -r name; do keep+=("$name=${!name}"); done < <(compgen -e | grep '^DSH_' || true)
+  exec sudo -- env "${keep[@]}" bash "$root/tests/run.sh" "$@"
+fi
+
+on_exit=()
+run_on_exit() { local action; for action in "${on_exit[@]}"; do eval "$action" || true; done; }
+trap run_on_exit EXIT
+# Under sudo, from a checkout the invoking user owns: return what this run
+# created there (only files now owned by root; symlinks themselves, not their
+# targets; never across a mount).
+if [ -n "${SUDO_UID:-}" ] && [ "${SUDO_UID}" != 0 ] && [ "$(stat -c %u "$root")" = "$SUDO_UID" ]; then
+  on_exit+=('find "$root" -xdev -user 0 -exec chown -h "$SUDO_UID:$SUDO_GID" {} +')
+fi
 
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
@@ -31,8 +56,8 @@ command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v mmdebstrap >/dev/null 2>&1 || need_apt+=(mmdebstrap)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   echo "tests/run.sh: installing ${need_apt[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  apt-get update -qq
+  env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
 # Inside a virtual environment, install there; outside one, make (or reuse)
@@ -70,7 +95,7 @@ export DSH_REQUIRE="${DSH_REQUIRE-$required}"
 # venv of Debian's own python, outside /root, serves them and the conformance run.
 if [ "$(id -u)" = 0 ] && [ -z "${DSH_NOBODY_PYTHON:-}" ]; then
   nobody_venv="$(mktemp -d /var/tmp/dsh-nobody-venv.XXXXXX)"
-  trap 'rm -rf "$nobody_venv"' EXIT
+  on_exit+=('rm -rf "$nobody_venv"')
   /usr/bin/python3 -m venv "$nobody_venv"
   "$nobody_venv/bin/pip" install -q --disable-pip-version-check "$root[all,test]"
   chmod -R a+rX "$nobody_venv"

@@ -48,3 +48,44 @@ def test_readme_first_command_works_on_fresh_debian_as_root_and_sudo_user() -> N
         # The README's demo: the echo ran, the write to /etc was refused.
         assert f"[{run}] hello from the sandbox" in done.stdout, report
         assert f"[{run}] (write to /etc denied)" in done.stdout, report
+
+
+def test_fresh_machine_names_its_runs_on_a_bad_choice() -> None:
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "--only", "everything"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2, done
+    assert "--only takes root, sudo-user, full or full-sudo-user, not 'everything'" in done.stderr
+
+
+def test_test_command_as_a_user_without_sudo_stops_before_doing_anything(trusted_dir: Path) -> None:
+    """Not root and no sudo: one line saying why root is needed, exit 2, nothing installed."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        unavailable("fresh-machine", "switches to nobody with setpriv: run as root")
+    tmp_path = trusted_dir  # nobody can reach it, unlike pytest's tmp_path
+    checkout = tmp_path / "checkout"
+    (checkout / "tests").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "run.sh", checkout / "tests" / "run.sh")
+    # Only what the script's first lines use: no sudo, no apt-get, no python3.
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("dirname", "id"):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (tools / tool).symlink_to(found)
+    for path in (tmp_path, checkout, checkout / "tests", checkout / "tests" / "run.sh", tools):
+        path.chmod(0o755)
+    done = subprocess.run(
+        [setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+         shutil.which("bash") or "/bin/bash", str(checkout / "tests" / "run.sh")],
+        env={"PATH": str(tools)}, cwd="/", capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 2, done
+    assert done.stderr == (
+        "tests/run.sh: needs root (Docker daemon, cgroups, conformance as nobody):"
+        " run it as root, or install sudo\n"
+    )
+    assert done.stdout == ""
+    assert sorted(p.name for p in checkout.iterdir()) == ["tests"]
