@@ -156,7 +156,7 @@ run_fresh() {
 
 # A command run as root anywhere in the user's checkout would leave files the
 # user cannot change or delete.
-no_root_files='left="$(find . -xdev -user 0 -print -quit)"; [ -z "$left" ] || { echo "fresh-machine: owned by root in the checkout: $left" >&2; exit 1; }'
+no_root_files='{ left="$(find . -xdev -user 0 -print -quit)" || left="(find failed)"; [ -z "$left" ] || { echo "fresh-machine: owned by root in the checkout: $left" >&2; false; }; }'
 
 failed=0
 for run in $runs; do
