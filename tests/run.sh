@@ -31,6 +31,13 @@ if [ "$(id -u)" != 0 ]; then
   exec sudo -- env "${keep[@]}" bash "$root/tests/run.sh" "$@"
 fi
 
+# A user's PATH, kept through sudo, lacks the sbin directories that hold
+# dockerd and apt's helpers.
+for dir in /usr/local/sbin /usr/sbin /sbin; do
+  case ":$PATH:" in *":$dir:"*) ;; *) PATH="$PATH:$dir" ;; esac
+done
+export PATH
+
 on_exit=()
 run_on_exit() { local action; for action in "${on_exit[@]}"; do eval "$action" || true; done; }
 trap run_on_exit EXIT
