@@ -4,6 +4,7 @@ every local runner and docker, while the real home stays read-only."""
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,12 @@ import pytest
 from tests.support.cli import cli, runner_flags
 from tests.support.sandboxed import LINUX_RUNNERS, need_runner
 
-# What nyc's spawn-wrap does, and what pip and npm caches do.
+# What nyc's spawn-wrap does, and what pip and npm caches do.  The real home is
+# written into the script: the sandbox passes no variable naming it.
 SCRIPT = (
     'echo "home=$HOME"; '
     'touch "$HOME/.node-spawn-wrap-1" && mkdir -p "$XDG_CACHE_HOME/pip" && echo cached; '
-    'touch "$REAL_HOME/.dsh-h8-planted" 2>/dev/null || echo real-home-read-only'
+    "touch {real_home}/.dsh-h8-planted 2>/dev/null || echo real-home-read-only"
 )
 
 
@@ -27,14 +29,14 @@ def runner(request: pytest.FixtureRequest) -> str:
 
 
 def _env(tmp_path: Path, real_home: Path) -> dict[str, str]:
-    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(real_home),
-            "REAL_HOME": str(real_home)}
+    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(real_home)}
 
 
 def test_workspace_write_gets_a_writable_home_of_its_own(workspace: Path, tmp_path: Path,
                                                          trusted_dir: Path, runner: str) -> None:
+    script = SCRIPT.format(real_home=shlex.quote(str(trusted_dir)))
     done = cli("run", *runner_flags(runner), "--mode", "workspace-write",
-               "--", "bash", "-c", SCRIPT, cwd=workspace, env=_env(tmp_path, trusted_dir))
+               "--", "bash", "-c", script, cwd=workspace, env=_env(tmp_path, trusted_dir))
     homes = list((tmp_path / "cache" / "dsh-sandbox" / "home").iterdir())
     assert len(homes) == 1 and homes[0].name.startswith("ws-")
     assert done.stdout.decode().splitlines() == [f"home={homes[0]}", "cached", "real-home-read-only"], done.stderr
@@ -58,3 +60,28 @@ def test_profile_home_host_keeps_the_real_home(workspace: Path, tmp_path: Path, 
                cwd=workspace, env=_env(tmp_path, trusted_dir))
     assert done.stdout == f"{trusted_dir}\n".encode(), done.stderr
     assert not (tmp_path / "cache" / "dsh-sandbox").exists()
+
+
+# Caches the host's own tools read later without checking where an entry came
+# from: pip installs a cached wheel instead of building the sdist again, uv
+# links cached archives into venvs, node-gyp compiles against cached headers.
+REAL_CACHES = (".cache/pip/wheels", ".cache/uv", ".cache/pypoetry", ".npm/_cacache", ".cache/yarn", ".cache/node-gyp")
+
+
+@pytest.mark.parametrize("profile", ["python", "node"])
+def test_builtin_profiles_leave_the_real_package_caches_read_only(
+    workspace: Path, tmp_path: Path, trusted_dir: Path, runner: str, profile: str
+) -> None:
+    for cache in REAL_CACHES:
+        (trusted_dir / cache).mkdir(parents=True)
+    flags = ["--runner", runner, "--profile", profile]
+    if runner == "landlock":
+        flags += ["--accept-degraded", "landlock-protected-paths,landlock-metadata"]
+    plant = " ".join(f"touch {shlex.quote(str(trusted_dir / cache / 'planted'))} 2>/dev/null || echo refused;"
+                     for cache in REAL_CACHES)
+    done = cli("run", *flags, "--", "bash", "-c", f'{plant} mkdir -p "$XDG_CACHE_HOME/pip/wheels" && echo own-cache',
+               cwd=workspace, env=_env(tmp_path, trusted_dir))
+    assert done.stdout.decode().splitlines() == ["refused"] * len(REAL_CACHES) + ["own-cache"], done.stderr
+    assert [cache for cache in REAL_CACHES if (trusted_dir / cache / "planted").exists()] == []
+    homes = list((tmp_path / "cache" / "dsh-sandbox" / "home").iterdir())
+    assert len(homes) == 1 and (homes[0] / ".cache" / "pip" / "wheels").is_dir()

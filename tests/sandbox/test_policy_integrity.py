@@ -152,8 +152,10 @@ def test_a_root_containing_credentials_is_refused(workspace: Path, home: Path, t
 
 def test_project_dirs_under_home_stay_allowed(workspace: Path, home: Path) -> None:
     assert home / "src" / "app" in service(workspace, writable=(str(home / "src/app"),)).resolve().writable_roots
-    assert load_profile("python").writable_roots  # caches under ~/.cache are not dangerous
-    service(workspace, profile="python").resolve()
+    # A cache the user names is theirs to trust; the built-in profiles name none.
+    (home / ".cache" / "pip").mkdir(parents=True, exist_ok=True)
+    assert home / ".cache" / "pip" in service(workspace, writable=(str(home / ".cache/pip"),)).resolve().writable_roots
+    assert load_profile("python").writable_roots == ()
 
 
 @pytest.mark.parametrize("root", ["/var/spool", "/etc", "/"])

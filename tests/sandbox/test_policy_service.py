@@ -159,7 +159,9 @@ def test_profile_roots_expand_home_and_vars(
     (tmp_path / "v").mkdir()
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("DSH_TEST_ROOT", str(tmp_path / "v"))
-    prof = profile_file(tmp_path, 'extends = "python"\nwritable_roots = ["${DSH_TEST_ROOT}"]\n')
+    prof = profile_file(
+        tmp_path, 'extends = "python"\nwritable_roots = ["~/.cache/pip", "~/.cache/uv", "${DSH_TEST_ROOT}"]\n'
+    )
     policy = service(workspace, profile=prof).resolve()
     assert home / ".cache" / "pip" in policy.writable_roots
     assert tmp_path / "v" in policy.writable_roots

@@ -56,8 +56,7 @@ def test_realistic_profiles() -> None:
     python, node = load_profile("python"), load_profile("node")
     assert python.mode is node.mode is SandboxMode.WORKSPACE_WRITE  # inherited via extends
     assert python.chain == ("python", "workspace-write")
-    assert "~/.cache/pip" in python.writable_roots and python.network is False
-    assert "~/.npm" in node.writable_roots and node.network is True
+    assert python.network is False and node.network is True
     assert ".env" in python.hidden_paths and ".env" in node.hidden_paths
     assert python.limits.max_memory_bytes == 4 * 1024**3
 
@@ -238,9 +237,8 @@ def test_extends_chain_merges(tmp_path: Path) -> None:
     assert child.chain == ("child", "base", "python", "workspace-write")
     assert child.mode is SandboxMode.WORKSPACE_WRITE  # from workspace-write, two levels up
     assert child.network is True  # base overrides python's false
-    assert child.writable_roots[:3] == ("~/.cache/pip", "~/.cache/uv", "~/.cache/pypoetry")
-    assert "/opt/cache" in child.writable_roots  # lists are unions
-    assert child.hidden_paths == (".env", "secrets")
+    assert child.writable_roots == ("/opt/cache",)
+    assert child.hidden_paths == (".env", "secrets")  # lists are unions
     assert child.allowed_runners == ("bwrap",)  # replaced, not merged
     assert child.limits.wall_time_s == 9 and child.limits.max_processes == 64
     assert child.limits.max_memory_bytes == 4 * 1024**3  # from python
