@@ -14,9 +14,11 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -181,3 +183,67 @@ def test_a_signal_during_spawn_waits_until_the_process_is_recorded(
         monkeypatch.undo()
         ctx.close()
     assert _with_marker(marker) == []
+
+
+def _frame_of(code: object, run: Callable[[], object]) -> FrameType:
+    """The frame in which ``run`` executes the function whose code is ``code``."""
+    frames: list[FrameType] = []
+
+    def tracer(frame: FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code is code:
+            frames.append(frame)
+
+    sys.settrace(tracer)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    assert frames, "the traced function never ran"
+    return frames[0]
+
+
+def test_a_signal_inside_a_lock_handover_is_raised_after_it() -> None:
+    """A signal that lands in ``Condition.__enter__`` after the lock was taken,
+    before the caller's ``with`` guards it: raised there, the lock would stay
+    held and the thread that settles the command would block on it forever
+    (the CLI hung).  It is raised a moment later, outside the threading
+    module, and the lock is still usable."""
+    from dsh.cli.signals import Stopped, stop_on_signals
+
+    cond = threading.Condition()
+    enter = _frame_of(threading.Condition.__enter__.__code__, cond.__enter__)
+    cond.release()
+    reached = False
+    started = time.monotonic()
+    with pytest.raises(Stopped), stop_on_signals():
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        handler(signal.SIGTERM, enter)  # what the interpreter would call there
+        reached = True
+        while time.monotonic() - started < 5:
+            time.sleep(0.01)
+    assert reached, "raised inside the threading module"
+    assert time.monotonic() - started < 2, "the held signal was not raised soon after"
+    assert signal.getsignal(signal.SIGALRM) is signal.SIG_DFL  # the retry timer is gone with the block
+    assert cond.acquire(timeout=1)
+    cond.release()
+
+
+def test_a_signal_during_a_long_wait_is_raised_at_once() -> None:
+    """Waiting on an Event is where the CLI spends a command's lifetime: that
+    wait sits inside a try/finally, so the signal is not held until it ends."""
+    from dsh.cli.signals import Stopped, stop_on_signals
+
+    main = threading.get_ident()
+    event = threading.Event()
+    sender = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGTERM))
+    started = time.monotonic()
+    with pytest.raises(Stopped), stop_on_signals():
+        sender.start()
+        event.wait(30)
+    sender.join()
+    assert time.monotonic() - started < 5
+    setter = threading.Thread(target=event.set)
+    setter.start()
+    setter.join(5)
+    assert not setter.is_alive(), "the Event's lock was left held"
