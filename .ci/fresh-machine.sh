@@ -21,12 +21,13 @@
 #
 # Each run enters its root filesystem through private mount and pid
 # namespaces (unshare) and pivot_root: /proc, /sys and /dev are mounted there
-# and vanish with them, and the tree is deleted after a passing run (kept,
-# with its log, after a failing one), so the host keeps nothing.
+# and vanish with them, and every tree is deleted at the end; after a failing
+# run its log is kept in a directory the output names.
 # The host's pip configuration (`pip config list`: index URLs, find-links,
 # constraints, CA bundle) is passed in by .ci/fresh_pip_conf.py, with the local
 # directories it names bound read-only, so the root filesystem reaches the
-# same package index.
+# same package index; so is the host's trust (the certificates in
+# /usr/local/share/ca-certificates, and its CA bundle for pip).
 #
 # Needs root, mmdebstrap, unshare and git.  Exit 0 when every run passed; on a
 # failure the last lines of the failed run's log are printed, with its path.
@@ -71,12 +72,21 @@ case "$second_command" in
 esac
 
 work="$(mktemp -d /var/tmp/dsh-fresh.XXXXXX)"
+# After a failure only the logs are kept (a few KB, in a directory of their own
+# that is named); the root filesystems (about 1 GB) go.  DSH_FRESH_KEEP=1 keeps
+# everything, and says so.
+kept_logs=""
 cleanup() {
   if [ "${DSH_FRESH_KEEP:-}" = 1 ]; then
-    echo "fresh-machine: kept $work"
-  else
-    rm -rf --one-file-system "$work"
+    echo "fresh-machine: kept $work ($(du -sh "$work" 2>/dev/null | cut -f1)); remove it with: rm -rf $work"
+    return
   fi
+  if [ -n "$kept_logs" ]; then
+    mkdir -p "$kept_logs"
+    cp "$work"/*.log "$kept_logs"/ 2>/dev/null || true
+    echo "fresh-machine: removed the root filesystems; the logs of this run are kept in $kept_logs" >&2
+  fi
+  rm -rf --one-file-system "$work"
 }
 trap cleanup EXIT
 echo "fresh-machine: work directory $work"
@@ -93,6 +103,15 @@ git -C "$root" archive --format=tar --prefix=dsh-sandbox/ HEAD >"$work/checkout.
 
 # The host's pip configuration, so the root filesystem reaches the same index.
 python3 "$root/.ci/fresh_pip_conf.py" "$work"
+# The host's trust: certificates the user added system-wide (a TLS-intercepting
+# proxy's CA, say) go where Debian's ca-certificates picks them up when it is
+# installed inside; pip, which may use its own bundle, gets the host's whole
+# bundle unless its configuration names one already.
+host_bundle=/etc/ssl/certs/ca-certificates.crt
+if [ -f "$host_bundle" ] && ! grep -q '^cert = ' "$work/pip.conf"; then
+  echo "cert = /usr/local/share/dsh-fresh/host-ca-bundle.crt" >>"$work/pip.conf"
+  echo "$host_bundle /usr/local/share/dsh-fresh/host-ca-bundle.crt" >>"$work/copies"
+fi
 
 # run_fresh NAME USER COMMAND: a fresh root filesystem, the checkout in USER's
 # home, COMMAND run there as USER through a login shell.  Logs to $work/NAME.log.
@@ -102,6 +121,10 @@ run_fresh() {
   mkdir "$rootfs"
   tar -C "$rootfs" -xf "$base"
   cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+  if [ -d /usr/local/share/ca-certificates ]; then
+    mkdir -p "$rootfs/usr/local/share/ca-certificates"
+    cp -r /usr/local/share/ca-certificates/. "$rootfs/usr/local/share/ca-certificates/"
+  fi
   cp "$work/pip.conf" "$rootfs/etc/pip.conf"
   while read -r src dst; do
     mkdir -p "$(dirname "$rootfs$dst")" && cp "$src" "$rootfs$dst"
@@ -146,7 +169,7 @@ run_fresh() {
     echo "fresh-machine: [$name] FAILED (exit $status after $took s); last lines of $log:" >&2
     # pip's notes about a local index lacking a project only hide the error.
     grep -v 'is ignored: it is neither a file nor a directory' "$log" | tail -n 40 | sed "s/^/  [$name] /" >&2
-    DSH_FRESH_KEEP=1
+    kept_logs="/var/tmp/dsh-fresh-logs.$(basename "$work")"
     return 1
   fi
   echo "fresh-machine: [$name] ok in $took s; last lines:"
