@@ -112,6 +112,7 @@ if [ -f "$host_bundle" ] && ! grep -q '^cert = ' "$work/pip.conf"; then
   echo "cert = /usr/local/share/dsh-fresh/host-ca-bundle.crt" >>"$work/pip.conf"
   echo "$host_bundle /usr/local/share/dsh-fresh/host-ca-bundle.crt" >>"$work/copies"
 fi
+echo "fresh-machine: trust passed in: $(find /usr/local/share/ca-certificates -name '*.crt' 2>/dev/null | wc -l) added certificate(s); pip's $(grep '^cert = ' "$work/pip.conf" || echo 'cert: none')"
 
 # run_fresh NAME USER COMMAND: a fresh root filesystem, the checkout in USER's
 # home, COMMAND run there as USER through a login shell.  Logs to $work/NAME.log.

@@ -46,6 +46,9 @@ def test_readme_first_command_works_on_fresh_debian_as_root_and_sudo_user() -> N
     )
     report = f"\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
     assert done.returncode == 0, f".ci/fresh-machine.sh failed (exit {done.returncode}){report}"
+    # The host's trust went in: pip inside uses a CA bundle (the host's or its
+    # configured one), so a TLS-intercepting proxy's CA reaches it.
+    assert "fresh-machine: trust passed in:" in done.stdout and "pip's cert = " in done.stdout, report
     for run in ("root", "sudo-user"):
         assert f"fresh-machine: [{run}] ok" in done.stdout, report
         # The README's demo: the echo ran, the write to /etc was refused.
