@@ -52,7 +52,8 @@ def conformance(runners: tuple[str, ...], modes: tuple[str, ...], scenario_ids: 
 
     if list_only:
         for s in SCENARIOS:
-            click.echo(f"{s.id:28} {s.family:12} {s.purpose}")
+            needs = f"  (needs {', '.join(s.requires)})" if s.requires else ""
+            click.echo(f"{s.id:28} {s.family:12} {s.purpose}{needs}")
         return
     catalog = by_id()
     unknown = [s for s in scenario_ids if s not in catalog]
