@@ -251,6 +251,11 @@ def run_command(opts: RunOptions) -> int:
             )
         # A prompt will be shown on this terminal if the run is denied.
         asks = getattr(approver, "prompter", None) is not None
+        before = None
+        if approver is not None:  # what a denied run changes is shown to the approver
+            from dsh.executors.escalation import watch
+
+            before = watch(approver, spec)
         code, result = _execute(executor, spec, opts, visible=asks)
         # --approval: a denied run may be re-run once under an approved mode.
         if result is not None and approver is not None:
@@ -260,7 +265,7 @@ def run_command(opts: RunOptions) -> int:
 
             grant = after_denial(
                 ctx, executor, spec, result, tool="dsh-sandbox run", owner=getpass.getuser(),
-                requested_by="at the terminal", approval=approver,
+                requested_by="at the terminal", approval=approver, before=before,
             )
             if grant is not None and not grant.approved:
                 note(f"escalation to {grant.mode.value} denied by {grant.decision.provider}: "

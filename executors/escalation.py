@@ -10,6 +10,12 @@ Two ways in: ``ask`` before a run (the model asked for a mode with
 ``sandbox_permissions``), and ``after_denial`` once a sandboxed run was denied
 (``run --approval``: the least permissive wider mode that would have allowed
 what was denied is asked for).
+
+A re-run after a denial reads what the denied run left behind.  So when an
+approver other than deny-all may be asked, ``watch`` snapshots the writable
+roots before the run; ``after_denial`` tells the approver what the run
+created, modified and deleted there (a rules file then approves nothing), and
+withdraws an approval if the files change again while the approver decided.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from typing import Literal
 
 from dsh.executors.denial import Denial, find_denial
 from dsh.executors.seam import ShellExecRequest, ShellExecSpec, ShellExecutor, ShellRunResult
-from dsh.sandbox.approval import Approval, DenyAllApproval, EscalationDecision, EscalationRequest
+from dsh.sandbox.approval import Approval, DenyAllApproval, EscalationDecision, EscalationRequest, printable
 from dsh.sandbox.context import Context
+from dsh.sandbox.file_changes import FileChanges, TreeSnapshot, compare, snapshot
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyService
@@ -68,23 +75,51 @@ def ask(
     tool: str,
     owner: str,
     approval: Approval | None = None,
+    argv: tuple[str | bytes, ...] | None = None,
+    changes: FileChanges | None = None,
 ) -> Grant:
-    """Ask the approval seam whether ``command`` may run once under ``mode``."""
+    """Ask the approval seam whether ``command`` may run once under ``mode``.
+
+    ``argv``: the exact argv when it runs without a shell; ``changes``: for a
+    re-run, what the denied run changed (see ``after_denial``)."""
+    request = _request(shell, mode, command, workdir, justification, tool, owner, argv, changes)
+    return Grant(mode, approver(ctx, approval).approve_escalation(request))
+
+
+def _request(
+    shell: ShellExecutor, mode: SandboxMode, command: str, workdir: str, justification: str, tool: str,
+    owner: str, argv: tuple[str | bytes, ...] | None, changes: FileChanges | None,
+) -> EscalationRequest:
     current = shell.sandbox_mode
     if current is None or not shell.constraining:
         raise ValueError("escalation needs a constraining (sandboxed) executor")
-    decision = approver(ctx, approval).approve_escalation(
-        EscalationRequest(
-            command=command,
-            workdir=workdir,
-            current_mode=current,
-            requested_mode=mode,
-            justification=justification.strip(),
-            tool=tool,
-            owner=owner,
-        )
+    words: tuple[str, ...] | None = None
+    if argv is not None:
+        # A byte word has no text a rule could name: shown and matched as escaped text.
+        words = tuple(w if isinstance(w, str) else w.decode("utf-8", "backslashreplace") for w in argv)
+    return EscalationRequest(
+        command=command,
+        workdir=workdir,
+        current_mode=current,
+        requested_mode=mode,
+        justification=justification.strip(),
+        tool=tool,
+        owner=owner,
+        argv=words,
+        shell="" if argv is not None else getattr(shell, "shell_kind", "bash"),
+        changes=changes,
     )
-    return Grant(mode, decision)
+
+
+def watch(approval: Approval | None, spec: ShellExecSpec) -> TreeSnapshot | None:
+    """A snapshot of ``spec``'s writable roots before it runs, when a denial
+    could be escalated to someone who approves (none for deny-all: the walk
+    is only paid for where it can matter)."""
+    if approval is None or isinstance(approval, DenyAllApproval) or spec.sandbox_policy is None:
+        return None
+    if not spec.sandbox_policy.constrained:
+        return None
+    return snapshot(spec.sandbox_policy.writable_roots)
 
 
 def _evidence(spec: ShellExecSpec, result: ShellRunResult, policy: SandboxPolicy) -> Denial | None:
@@ -120,10 +155,13 @@ def after_denial(
     owner: str,
     requested_by: str,
     approval: Approval | None = None,
+    before: TreeSnapshot | None = None,
 ) -> Grant | None:
     """Ask to re-run a denied run once under a wider mode; None when the run was
     not denied by a constraining executor (nothing to ask).  ``requested_by``
-    completes the justification: who asked for the re-run."""
+    completes the justification: who asked for the re-run.  ``before``: the
+    ``watch`` snapshot taken before the run; without it what the run changed
+    is unknown, and no rule approves."""
     facts = result.sandbox
     if facts is None or not facts.denied or not shell.constraining:
         return None
@@ -134,14 +172,28 @@ def after_denial(
     # The evidence is the command's own output and exit status: say so, since a
     # hostile command can print a denial it never met to be offered more.
     what = f" ({denial.path}, as its own output says)" if denial is not None else " (as its own output says)"
-    return ask(
-        ctx,
-        shell,
-        mode=target,
-        command=spec.command,
-        workdir=spec.workdir,
-        justification=f"it was denied under {current.value} mode{what}; a re-run was requested {requested_by}",
-        tool=tool,
-        owner=owner,
-        approval=approval,
+    if before is None:
+        changes, after = FileChanges.unknown("the writable roots were not watched during the denied run"), None
+    else:
+        after = snapshot(before.roots)
+        changes = compare(before, after)
+    justification = f"it was denied under {current.value} mode{what}; a re-run was requested {requested_by}"
+    grant = ask(
+        ctx, shell, mode=target, command=spec.command, workdir=spec.workdir, justification=justification,
+        tool=tool, owner=owner, approval=approval, argv=spec.argv, changes=changes,
     )
+    if grant.approved and after is not None:
+        # A process the denied run left behind, or the host, may have changed
+        # the files while the approver read the list: what was approved is gone.
+        # (Where the walk could not tell, the approver was shown that instead.)
+        late = compare(after, snapshot(after.roots))
+        if late.total:
+            first = [printable(p) for p in (late.created + late.modified + late.deleted)[:3]]
+            request = _request(shell, target, spec.command, spec.workdir, justification, tool, owner,
+                               spec.argv, changes)
+            return Grant(target, approver(ctx, approval).withdraw(
+                request,
+                f"{late.total} file(s) under the writable roots changed while the approval was asked "
+                f"({', '.join(first)}): the approved re-run would not read what was shown",
+            ))
+    return grant

@@ -29,6 +29,7 @@ from typing import IO, Any, ClassVar, Literal
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.file_changes import FileChanges
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import seconds
 
@@ -46,6 +47,14 @@ class EscalationRequest:
     justification: str
     tool: str
     owner: str
+    #: The exact argv when the command runs without a shell (``run -- ARGV``).
+    argv: tuple[str, ...] | None = None
+    #: Who reads ``command``: ``bash`` or ``pwsh`` (rules parse only bash).
+    shell: str = "bash"
+    #: For a re-run after a denial: what the denied run created, modified and
+    #: deleted under the writable roots (``incomplete`` when that is unknown).
+    #: None: not a re-run (the model asked before running anything).
+    changes: FileChanges | None = None
 
 
 @dataclass(frozen=True)
@@ -122,7 +131,9 @@ class Approval(Service):
         else:
             with self._lock:
                 remembered = key in self._session
-            if remembered:
+            # A session approval was given for the command, not for whatever a
+            # denied run has since made of its inputs: that is asked again.
+            if remembered and (request.changes is None or request.changes.clean):
                 source = "session"
                 decision = EscalationDecision.approve_session(
                     "approved earlier in this session for this exact command", self.provider_name
@@ -142,6 +153,15 @@ class Approval(Service):
             with self._lock:
                 self._session.add(key)
         return decision
+
+    def withdraw(self, request: EscalationRequest, reason: str) -> EscalationDecision:
+        """Turn an approval of ``request`` into a denial before anything ran
+        (the files it was judged on changed meanwhile): logged, and forgotten
+        by the session."""
+        key = (request.owner, request.command, os.path.realpath(request.workdir), request.requested_mode)
+        with self._lock:
+            self._session.discard(key)
+        return self._record(request, EscalationDecision.deny(reason, self.provider_name), "seam")
 
     def _record(
         self, request: EscalationRequest, decision: EscalationDecision, source: str
@@ -217,6 +237,32 @@ def _escape(c: str) -> str:
 TERMINAL_RESET = "\x18\x1b\\\x1b[0m\x1b[?1049l\x1b[r\x1b(B\x0f\x1b[?25h"
 
 
+#: Changed files listed in the prompt (the count is always exact).
+PROMPT_CHANGES_SHOWN = 20
+
+
+def changes_shown(changes: FileChanges | None) -> str:
+    """The prompt's lines on what a denied run changed: an approval re-runs the
+    command on the files as the denied run left them."""
+    if changes is None:
+        return ""
+    if changes.clean:
+        return "  changed:       nothing under the writable roots since the denied run started\n"
+    text = ""
+    if changes.total:
+        text += (
+            f"  changed:       {changes.total} file(s) under the writable roots by the denied run "
+            "(the re-run reads them as they are now):\n"
+        )
+        shown = changes.lines(PROMPT_CHANGES_SHOWN)
+        text += "".join(f"    {kind:<9} {printable(path)}\n" for kind, path in shown)
+        if changes.total > len(shown):
+            text += f"    ... and {changes.total - len(shown)} more\n"
+    for why in changes.incomplete:
+        text += f"  NOT KNOWN:     what changed: {printable(why)}\n"
+    return text
+
+
 def _is_terminal(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
@@ -278,6 +324,7 @@ class TerminalPrompter:
             f"  mode:          {printable(request.current_mode.value)} -> "
             f"{printable(request.requested_mode.value)}\n"
             f"  justification: {printable(request.justification)}\n"
+            f"{changes_shown(request.changes)}"
             f"Run it under {request.requested_mode.value}? [y] once, [s] this exact command for "
             f"the session, [N]o (default; no answer in {self.timeout_s:g}s denies): "
         )

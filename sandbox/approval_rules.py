@@ -5,20 +5,27 @@
     workdir = "~/src/app"            # where: a directory, a glob ("~/src/*"),
                                      # or a tree ("~/src/**": it and below)
     command = "make install"         # this exact command string, or
-    # prefix = "git push"            # any simple command whose argv starts so
+    # argv = ["make", "install"]     # this exact argv, or
+    # prefix = "git push"            # a simple command starting so, whose
+    # args = ["origin", "main"]      # further words are all listed here
     decision = "once"                # or "session" (default "once")
 
 ``workdir`` is required: the same command means something else in another
 directory (``git status`` runs ``core.fsmonitor`` from that repository's
 ``.git/config``, which a sandboxed command may have written).  It is matched
 against the request's canonical working directory; ``*`` does not cross a
-``/``.  Rules match in order.  A ``prefix`` rule (a shlex-split string or a list of
-words) matches only a *simple* command: one with no shell operators,
-substitutions, redirections or escapes (``;&|<>(){}$`` backquote, backslash,
-newline), because ``git push && rm -rf ~`` must never ride on ``git push``.
-Anything no rule approves goes to ``fallback``: ``deny`` (default) or
-``prompt``.  Any problem in the file is a ``ConfigError`` at load time naming
-the line and key: a broken rules file never approves anything.
+``/``.  Rules match in order.  An ``argv`` or ``prefix`` rule matches only a
+*simple* command (see ``command_words``), because ``git push && rm -rf ~``
+must never ride on ``git push``; a ``prefix`` rule's further words must each
+be listed in ``args`` and never be one of ``command_words.DANGEROUS``
+(``git push --receive-pack=./rp.sh`` runs what the denied run wrote).
+
+No rule approves a re-run after a denial whose run changed anything under the
+writable roots (or when that is unknown): the rule was written for the
+command, not for what the denied run made of its inputs.  Anything no rule
+approves goes to ``fallback``: ``deny`` (default) or ``prompt``.  Any problem
+in the file is a ``ConfigError`` at load time naming the line and key: a
+broken rules file never approves anything.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import os
 import re
 import shlex
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
@@ -38,13 +46,21 @@ from dsh.sandbox.approval import (
     EscalationDecision,
     EscalationRequest,
     TerminalPrompter,
+    printable,
+)
+from dsh.sandbox.command_words import (
+    KNOWN_TOOLS,
+    dangerous_word,
+    is_pattern,
+    simple_argv,
+    tool_of,
+    word_allowed,
 )
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 
-_RULE_KEYS = ("mode", "workdir", "command", "prefix", "decision")
-_NOT_SIMPLE = re.compile(r"[;&|<>(){}$`\\\n\r]")
+_RULE_KEYS = ("mode", "workdir", "command", "argv", "prefix", "args", "decision")
 
 
 @dataclass(frozen=True)
@@ -55,6 +71,8 @@ class Rule:
     decision: Literal["once", "session"]
     line: int
     workdir: str = ""  # canonical directory, glob, or tree ending in "/**"
+    argv: tuple[str, ...] | None = None
+    args: tuple[str, ...] = ()  # with ``prefix``: the further words allowed (exact or patterns)
 
     def matches(self, request: EscalationRequest) -> bool:
         if request.requested_mode is not self.mode:
@@ -63,9 +81,26 @@ class Rule:
             return False
         if self.command is not None:
             return request.command == self.command
+        argv = request_argv(request)
+        if argv is None:
+            return False
+        if self.argv is not None:
+            return argv == self.argv
         assert self.prefix is not None
-        argv = simple_argv(request.command)
-        return argv is not None and tuple(argv[: len(self.prefix)]) == self.prefix
+        n = len(self.prefix)
+        return argv[:n] == self.prefix and all(word_allowed(argv, w, self.args) for w in argv[n:])
+
+
+def request_argv(request: EscalationRequest) -> tuple[str, ...] | None:
+    """What will run, as words: the exact argv of a run without a shell, or
+    what bash makes of a simple command; None for anything else (a compound
+    bash command, a PowerShell command, bytes that are not text)."""
+    if request.argv is not None:
+        return request.argv
+    if request.shell != "bash":
+        return None
+    argv = simple_argv(request.command)
+    return None if argv is None else tuple(argv)
 
 
 def workdir_matches(pattern: str, workdir: str) -> bool:
@@ -89,16 +124,6 @@ def _workdir_pattern(value: str) -> str:
     fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
     head = os.path.realpath(os.path.join(*parts[:fixed])) if fixed else "/"
     return str(PurePosixPath(head, *parts[fixed:]))
-
-
-def simple_argv(command: str) -> list[str] | None:
-    """The argv of a simple command, or None if the shell would do more than run it."""
-    if _NOT_SIMPLE.search(command):
-        return None
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -165,28 +190,35 @@ def _parse_rule(raw: Any, p: Path, index: int, lines: list[str], header: int) ->
         mode = SandboxMode.parse(raw["mode"])
     except ConfigError as exc:
         raise fail("mode", str(exc)) from None
-    if ("command" in raw) == ("prefix" in raw):
-        raise fail(None, "give exactly one of 'command' (exact) or 'prefix' (argv prefix)")
+    given = [key for key in ("command", "argv", "prefix") if key in raw]
+    if len(given) != 1:
+        raise fail(
+            None,
+            "give exactly one of 'command' (the exact command string), 'argv' (the exact "
+            "words) or 'prefix' (first words) with 'args' (the further words allowed)",
+        )
     command: str | None = None
+    argv: tuple[str, ...] | None = None
     prefix: tuple[str, ...] | None = None
+    args: tuple[str, ...] = ()
+    if "args" in raw and "prefix" not in raw:
+        raise fail("args", "goes with 'prefix' only: it lists the words allowed after the prefix")
     if "command" in raw:
         if not isinstance(raw["command"], str) or not raw["command"]:
             raise fail("command", "must be a non-empty string (the exact command)")
         command = raw["command"]
+    elif "argv" in raw:
+        argv = _words(raw["argv"], "argv", fail)
     else:
-        value = raw["prefix"]
-        if isinstance(value, str):
-            try:
-                words = shlex.split(value)
-            except ValueError as exc:
-                raise fail("prefix", f"cannot be split like a shell command: {exc}") from None
-        elif isinstance(value, list) and all(isinstance(w, str) for w in value):
-            words = list(value)
-        else:
-            raise fail("prefix", "must be a string or a list of strings")
-        if not words or any(not w for w in words):
-            raise fail("prefix", "must name at least the program, with no empty words")
-        prefix = tuple(words)
+        prefix = _words(raw["prefix"], "prefix", fail)
+        if "args" not in raw:
+            raise fail(
+                "prefix",
+                "needs 'args': the words allowed after the prefix (args = [] for none), e.g. "
+                'prefix = "git push" with args = ["origin", "main"]; a prefix alone used to approve '
+                "any further words, options that run a program among them (git push --receive-pack=...)",
+            )
+        args = _args(raw["args"], prefix, fail)
     decision = raw.get("decision", "once")
     if decision not in ("once", "session"):
         raise fail("decision", f"must be 'once' or 'session', got {decision!r}")
@@ -202,7 +234,53 @@ def _parse_rule(raw: Any, p: Path, index: int, lines: list[str], header: int) ->
         workdir = _workdir_pattern(raw["workdir"])
     except ValueError as exc:
         raise fail("workdir", f"{exc}, got {raw['workdir']!r}") from None
-    return Rule(mode, command, prefix, decision, header, workdir)
+    return Rule(mode, command, prefix, decision, header, workdir, argv, args)
+
+
+def _words(value: Any, key: str, fail: Callable[[str | None, str], ConfigError]) -> tuple[str, ...]:
+    """A string split like a shell command line, or a list of strings."""
+    if isinstance(value, str):
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise fail(key, f"cannot be split like a shell command: {exc}") from None
+    elif isinstance(value, list) and all(isinstance(w, str) for w in value):
+        words = list(value)
+    else:
+        raise fail(key, "must be a string or a list of strings")
+    # An exact argv may hold an empty word (touch ''); a prefix has no use for one.
+    if not words or not words[0] or any("\0" in w or (not w and key == "prefix") for w in words):
+        raise fail(key, "must name at least the program, with no empty words and no NUL")
+    if "=" in words[0]:
+        raise fail(key, f"must start with the program, not an assignment ({words[0]!r})")
+    return tuple(words)
+
+
+def _args(value: Any, prefix: tuple[str, ...], fail: Callable[[str | None, str], ConfigError]) -> tuple[str, ...]:
+    """The words allowed after ``prefix``: each exact, or (for a tool whose
+    dangerous words are known) a pattern; none that the tool's table refuses."""
+    if not isinstance(value, list) or not all(isinstance(w, str) and w and "\0" not in w for w in value):
+        raise fail("args", "must be a list of non-empty strings (args = [] allows no further words)")
+    tool = tool_of(prefix)
+    for word in value:
+        if is_pattern(word):
+            if tool not in KNOWN_TOOLS:
+                raise fail(
+                    "args",
+                    f"{word!r}: patterns are allowed only for tools whose dangerous words are known "
+                    f"({', '.join(sorted(KNOWN_TOOLS))}); list each word {tool} may get",
+                )
+            if word.startswith("-"):
+                raise fail("args", f"{word!r}: a pattern never matches an option; list options as they are")
+            continue
+        danger = dangerous_word((*prefix, word), word)
+        if danger is not None:
+            raise fail(
+                "args",
+                f"{word!r} is never approved by a prefix rule: {danger.tool} {danger.word}: {danger.why}; "
+                "approve the exact command with 'argv' if you mean it",
+            )
+    return tuple(value)
 
 
 class RulesApproval(Approval):
@@ -225,6 +303,23 @@ class RulesApproval(Approval):
         )
 
     def decide(self, request: EscalationRequest) -> EscalationDecision:
+        changes = request.changes
+        if changes is not None and not changes.clean:
+            # A rule approves a command; after a denied run, what that command
+            # reads (its Makefile, scripts, config) may be the denied run's work.
+            if changes.total:
+                named = ", ".join(f"{kind} {printable(path)}" for kind, path in changes.lines(3))
+                more = f" and {changes.total - 3} more" if changes.total > 3 else ""
+                why = f"the denied run changed {changes.total} file(s) under the writable roots ({named}{more})"
+            else:
+                gap = printable(changes.incomplete[0])
+                why = f"what the denied run changed under the writable roots is unknown ({gap})"
+            if self.prompter is not None:
+                return self.prompter.ask(request, self.provider_name)
+            return EscalationDecision.deny(
+                f"{why}: a rules file never approves a re-run whose inputs the denied run may have "
+                "changed; review them and run again, or use --approval prompt to see the list"
+            )
         for rule in self.rules:
             if rule.matches(request):
                 why = f"rule at {self.config.path}:{rule.line}"

@@ -194,12 +194,14 @@ command = "make install"
 mode = "danger-full-access"
 workdir = "/work"
 prefix = "git push origin"
+args = ["main", "feature/*"]
 decision = "session"
 
 [[rule]]
 mode = "workspace-write"
 workdir = "/**"
 prefix = ["npm", "ci"]
+args = ["--no-audit"]
 """
 
 

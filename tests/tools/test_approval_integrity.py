@@ -52,8 +52,8 @@ def test_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path) -> None:
     path = trusted_dir / "rules.toml"
     path.write_text(
         f'[[rule]]\nmode = "workspace-write"\nworkdir = "{a}"\ncommand = "git status"\n\n'
-        f'[[rule]]\nmode = "workspace-write"\nworkdir = "{trusted_dir}/*"\nprefix = "make"\n\n'
-        f'[[rule]]\nmode = "workspace-write"\nworkdir = "{a}/**"\nprefix = "ls"\n'
+        f'[[rule]]\nmode = "workspace-write"\nworkdir = "{trusted_dir}/*"\nprefix = "make"\nargs = []\n\n'
+        f'[[rule]]\nmode = "workspace-write"\nworkdir = "{a}/**"\nprefix = "ls"\nargs = []\n'
     )
     approver = RulesApproval(None, RulesConfig(path=str(path)))
     assert approver.approve_escalation(req("git status", str(a))).approved
