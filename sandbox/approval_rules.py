@@ -262,6 +262,8 @@ def _args(value: Any, prefix: tuple[str, ...], fail: Callable[[str | None, str],
     if not isinstance(value, list) or not all(isinstance(w, str) and w and "\0" not in w for w in value):
         raise fail("args", "must be a list of non-empty strings (args = [] allows no further words)")
     tool = tool_of(prefix)
+    # Judged beside every other listed word: "clone" listed makes "-u" --upload-pack.
+    literal = tuple(w for w in value if not is_pattern(w))
     for word in value:
         if is_pattern(word):
             if tool not in KNOWN_TOOLS:
@@ -273,7 +275,7 @@ def _args(value: Any, prefix: tuple[str, ...], fail: Callable[[str | None, str],
             if word.startswith("-"):
                 raise fail("args", f"{word!r}: a pattern never matches an option; list options as they are")
             continue
-        danger = dangerous_word((*prefix, word), word)
+        danger = dangerous_word((*prefix, *literal), word)
         if danger is not None:
             raise fail(
                 "args",

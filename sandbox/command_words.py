@@ -136,31 +136,34 @@ def tool_of(argv: Sequence[str]) -> str:
     return os.path.basename(argv[0]) if argv else ""
 
 
-def subcommand_of(argv: Sequence[str]) -> str:
-    """The first word after the program that is not an option."""
-    return next((w for w in argv[1:] if not w.startswith("-")), "")
-
-
 def _hits(rule: Dangerous, word: str) -> bool:
     if rule.kind == "transport":
         return "::" in word
     if rule.kind == "assignment":
         return "=" in word and not word.startswith("-")
+    if not word.startswith("-") or word in ("-", "--"):
+        return False
     if rule.kind == "long":
-        if not word.startswith("--") or len(word) < 4:
-            return False
         name = word.split("=", 1)[0]
-        # getopt_long and git accept any unambiguous abbreviation: --receiv=./x.
-        return rule.word.startswith(name) or name == rule.word
+        if not name.startswith("--"):
+            if len(name) < 3:
+                return False
+            name = "-" + name  # some parsers (npm's) take -name for --name
+        # getopt_long and git accept any unambiguous abbreviation: --receiv=./x, --e.
+        return rule.word.startswith(name)
     # short: -x alone, bundled with other flags (-ax) or with its value attached (-xVALUE)
-    return word.startswith("-") and not word.startswith("--") and rule.word[1] in word[1:]
+    return not word.startswith("--") and rule.word[1] in word[1:]
 
 
 def dangerous_word(argv: Sequence[str], word: str) -> Dangerous | None:
-    """The table entry ``word`` hits as a further argument of ``argv``'s tool, if any."""
-    tool, sub = tool_of(argv), subcommand_of(argv)
+    """The table entry ``word`` hits as a further argument of ``argv``'s tool, if any.
+
+    An entry for some subcommands applies when any word of ``argv`` is one of
+    them: which word a tool takes for its subcommand depends on its options
+    (``git --namespace foo clone``), so none is guessed."""
+    tool, words = tool_of(argv), set(argv[1:])
     for rule in DANGEROUS:
-        if rule.tool == tool and (not rule.subcommands or sub in rule.subcommands) and _hits(rule, word):
+        if rule.tool == tool and (not rule.subcommands or words & set(rule.subcommands)) and _hits(rule, word):
             return rule
     return None
 

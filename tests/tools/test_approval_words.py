@@ -82,7 +82,8 @@ def test_the_table_blocks_the_planted_receive_pack_for_real(tmp_path: Path) -> N
 # -- every entry of the table ------------------------------------------------------------------
 def _forms(entry: Dangerous) -> list[str]:
     if entry.kind == "long":
-        return [entry.word, f"{entry.word}=./x", entry.word[: max(4, len(entry.word) - 2)]]
+        return [entry.word, f"{entry.word}=./x", entry.word[: max(4, len(entry.word) - 2)], entry.word[:3],
+                f"{entry.word[1:]}=./x"]
     if entry.kind == "short":
         return [entry.word, f"{entry.word}./x", f"-q{entry.word[1]}"]
     if entry.kind == "assignment":
@@ -111,6 +112,8 @@ def test_each_dangerous_word_never_matches(entry: Dangerous, tmp_path: Path) -> 
 def test_subcommand_entries_leave_other_subcommands_alone() -> None:
     assert dangerous_word(["git", "push", "-u"], "-u") is None  # --set-upstream
     assert dangerous_word(["git", "clone", "-u"], "-u") is not None  # --upload-pack
+    # Whichever word git takes for the subcommand: an option's value does not hide it.
+    assert dangerous_word(["git", "--namespace", "foo", "clone", "-u", "./x"], "-u") is not None
     assert dangerous_word(["git", "commit", "-s"], "-s") is None  # --signoff
     assert dangerous_word(["git", "merge", "-s"], "-s") is not None  # --strategy
 
@@ -160,6 +163,8 @@ def test_args_list_any_order_and_patterns_only_for_known_tools(tmp_path: Path) -
         approver(tmp_path, 'argv = ["make"]\nargs = []\n')
     with pytest.raises(ConfigError, match="exactly one of"):
         approver(tmp_path, 'argv = ["make"]\ncommand = "make"\n')
+    with pytest.raises(ConfigError, match="never approved by a prefix rule: git -u"):
+        approver(tmp_path, 'prefix = "git"\nargs = ["push", "clone", "-u", "origin"]\n')
     with pytest.raises(ConfigError, match="not an assignment"):
         approver(tmp_path, 'prefix = "CC=x make"\nargs = []\n')
     # An unknown tool gets exactly its listed words.
@@ -186,3 +191,12 @@ def test_the_docs_examples_load(tmp_path: Path) -> None:
         path = tmp_path / f"doc{i}.toml"
         path.write_text(block.split("```", 1)[0])
         assert load_rules(path), block
+    # The git push example is safe as written.
+    rules = RulesApproval(None, RulesConfig(path=str(tmp_path / "doc0.toml")))
+    app = str(Path("~/src/app").expanduser())
+
+    def push(command: str) -> bool:
+        return rules.approve_escalation(EscalationRequest(command, app, WS, FULL, "j", "t", "o")).approved
+
+    assert push("git push origin main --force-with-lease")
+    assert not push("git push --receive-pack=./rp.sh origin main")
