@@ -95,8 +95,10 @@ def _request(
         raise ValueError("escalation needs a constraining (sandboxed) executor")
     words: tuple[str, ...] | None = None
     if argv is not None:
-        # A byte word has no text a rule could name: shown and matched as escaped text.
-        words = tuple(w if isinstance(w, str) else w.decode("utf-8", "backslashreplace") for w in argv)
+        try:
+            words = tuple(w if isinstance(w, str) else w.decode("utf-8") for w in argv)
+        except UnicodeDecodeError:
+            words = None  # no text a rule could name: only an exact 'command' string matches
     return EscalationRequest(
         command=command,
         workdir=workdir,
