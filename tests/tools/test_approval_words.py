@@ -200,3 +200,24 @@ def test_the_docs_examples_load(tmp_path: Path) -> None:
 
     assert push("git push origin main --force-with-lease")
     assert not push("git push --receive-pack=./rp.sh origin main")
+
+
+def test_argv_bytes_match_only_as_text(tmp_path: Path, workspace: Path) -> None:
+    """A non-UTF-8 word has no text a rule could name: no argv or prefix rule matches it."""
+    from dsh.executors import escalation
+    from dsh.executors.seam import ShellExecutor
+    from dsh.sandbox.session import SessionSpec, build_session
+
+    path = tmp_path / "rules.toml"
+    path.write_text(f'[[rule]]\nmode = "danger-full-access"\nworkdir = "{workspace}"\nprefix = "make"\nargs = ["*"]\n')
+    rules = RulesApproval(None, RulesConfig(path=str(path)))
+    spec = SessionSpec(mode="workspace-write", workspace=str(workspace), executor="bash-sandbox")
+    with build_session(spec) as ctx:
+        shell = ctx.require(ShellExecutor)
+
+        def asked(*argv: bytes) -> bool:
+            return escalation.ask(ctx, shell, mode=FULL, command="make x", workdir=str(workspace),
+                                  justification="j", tool="t", owner="o", approval=rules, argv=argv).approved
+
+        assert asked(b"make", b"all")
+        assert not asked(b"make", b"\xff")
