@@ -128,6 +128,13 @@ def snapshot(roots: Iterable[Path | str], max_entries: int = DEFAULT_MAX_ENTRIES
                             stack.append(entry.path)
             except FileNotFoundError:
                 continue
+            except PermissionError as exc:
+                # Without search permission neither we nor the command (the
+                # same user, with less) can reach what it holds, and a chmod of
+                # the directory itself shows in its own entry.  Other users'
+                # private directories in a shared /tmp are like that.
+                if os.access(here, os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+                    incomplete.append(f"{here}: cannot list ({exc.strerror or exc})")
             except OSError as exc:
                 # Never "empty": what it holds may have changed unseen.
                 incomplete.append(f"{here}: cannot list ({exc.strerror or exc})")

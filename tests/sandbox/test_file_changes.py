@@ -97,3 +97,27 @@ def test_the_lists_are_bounded_and_the_count_exact(tmp_path: Path) -> None:
     changes = compare(before, snapshot([tmp_path]))
     assert len(changes.created) == LISTED and changes.total == LISTED + 7
     assert FileChanges.unknown("not watched").incomplete == ("not watched",)
+
+
+def test_a_directory_nobody_here_can_search_holds_nothing_to_tell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's private directory in a shared /tmp: neither the walk nor
+    the command (the same user) can reach inside, and a chmod shows on it."""
+    (tmp_path / "private").mkdir()
+    real_scandir, real_access = os.scandir, os.access
+
+    def scandir(path: str):  # type: ignore[no-untyped-def]
+        if str(path).endswith("private"):
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    def access(path: str, mode: int, **kw: object) -> bool:
+        return False if str(path).endswith("private") else real_access(path, mode, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "access", access)
+    before = snapshot([tmp_path])
+    assert not before.incomplete and str(tmp_path / "private") in before.entries
+    (tmp_path / "private").chmod(0o777)
+    assert compare(before, snapshot([tmp_path])).modified == (str(tmp_path / "private"),)
