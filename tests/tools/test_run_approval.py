@@ -90,3 +90,13 @@ def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, answer: bytes, 
     assert "echo a >> a.txt" in text and "read-only -> workspace-write" in text
     assert (os.waitstatus_to_exitcode(status) == 0) == ran, text
     assert (workspace / "a.txt").exists() == ran
+
+
+def test_an_old_prefix_rule_stops_the_run_before_it_starts(workspace: Path, tmp_path: Path) -> None:
+    """A prefix rule without 'args' used to approve any further words: exit 2, nothing runs."""
+    path = trusted_config_dir() / f"old-{tmp_path.name}.toml"
+    path.write_text(f'[[rule]]\nmode = "workspace-write"\nworkdir = "{tmp_path}/**"\nprefix = "touch"\n')
+    done = run(workspace, tmp_path, "--approval", f"rules:{path}", "--", "touch", str(workspace / "ran"))
+    assert done.returncode == 2, done.stderr
+    assert f"{path}:4: rule #1, key 'prefix': needs 'args'" in done.stderr and "Traceback" not in done.stderr
+    assert not (workspace / "ran").exists()
