@@ -9,7 +9,9 @@ provider the deny-all one answers, so escalation is denied by default.
 Two ways in: ``ask`` before a run (the model asked for a mode with
 ``sandbox_permissions``), and ``after_denial`` once a sandboxed run was denied
 (``run --approval``: the least permissive wider mode that would have allowed
-what was denied is asked for).
+what was denied is asked for).  A model's request is a re-run too when it
+repeats a command that was denied: ``remember`` tells the approver what that
+run changed, and ``ask`` shows it.
 
 A re-run after a denial reads what the denied run left behind.  So when an
 approver other than deny-all may be asked, ``watch`` snapshots the writable
@@ -81,9 +83,14 @@ def ask(
     """Ask the approval seam whether ``command`` may run once under ``mode``.
 
     ``argv``: the exact argv when it runs without a shell; ``changes``: for a
-    re-run, what the denied run changed (see ``after_denial``)."""
+    re-run, what the denied run changed (see ``after_denial``).  Without
+    ``changes``, a denied run of the same command the approver was told about
+    (``remember``) makes this request a re-run of it."""
+    deciding = approver(ctx, approval)
+    if changes is None:
+        changes = deciding.denied_run_changes(owner, command, workdir)
     request = _request(shell, mode, command, workdir, justification, tool, owner, argv, changes)
-    return Grant(mode, approver(ctx, approval).approve_escalation(request))
+    return Grant(mode, deciding.approve_escalation(request))
 
 
 def _request(
@@ -122,6 +129,31 @@ def watch(approval: Approval | None, spec: ShellExecSpec) -> TreeSnapshot | None
     if not spec.sandbox_policy.constrained:
         return None
     return snapshot(spec.sandbox_policy.writable_roots)
+
+
+def remember(
+    ctx: Context,
+    spec: ShellExecSpec,
+    result: ShellRunResult | None,
+    before: TreeSnapshot | None,
+    *,
+    owner: str,
+    approval: Approval | None = None,
+) -> None:
+    """Tell the approver what a watched run changed when it was denied, so a
+    later request to run the same command wider (a model's
+    ``sandbox_permissions``) is judged as the re-run it is.  ``result`` None:
+    the run was still going when the caller stopped watching; whether it will
+    be denied, and what it will have changed, cannot be told."""
+    if before is None:
+        return
+    if result is None:
+        changes = FileChanges.unknown("the run was still going when its result was returned")
+    elif result.sandbox is not None and result.sandbox.denied:
+        changes = compare(before, snapshot(before.roots))
+    else:
+        return
+    approver(ctx, approval).remember_denied_run(owner, spec.command, spec.workdir, changes)
 
 
 def _evidence(spec: ShellExecSpec, result: ShellRunResult, policy: SandboxPolicy) -> Denial | None:

@@ -23,6 +23,7 @@ import select
 import threading
 import time
 import unicodedata
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar, Literal
@@ -34,6 +35,8 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import seconds
 
 log = logging.getLogger("dsh.approval")
+#: Denied runs remembered per approver (the latest ones; a model re-asks soon).
+_DENIED_RUNS_KEPT = 64
 
 Outcome = Literal["approve_once", "approve_session", "deny"]
 
@@ -103,6 +106,9 @@ class Approval(Service):
     def __init__(self, ctx: Context | None = None, config: Any = None) -> None:
         super().__init__(ctx if ctx is not None else Context(), config)
         self._session: set[tuple[str, str, str, SandboxMode]] = set()
+        # What the latest denied runs changed, by (owner, command, workdir):
+        # a later request to run the same command wider is shown it.
+        self._denied: OrderedDict[tuple[str, str, str], FileChanges] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -153,6 +159,22 @@ class Approval(Service):
             with self._lock:
                 self._session.add(key)
         return decision
+
+    def remember_denied_run(self, owner: str, command: str, workdir: str, changes: FileChanges) -> None:
+        """A sandboxed run of ``command`` was denied (or could not be watched
+        to its end) after changing ``changes``: a later request to run it
+        wider is a re-run of it, whose inputs may be what that run left."""
+        key = (owner, command, os.path.realpath(workdir))
+        with self._lock:
+            self._denied.pop(key, None)
+            self._denied[key] = changes
+            while len(self._denied) > _DENIED_RUNS_KEPT:
+                self._denied.popitem(last=False)
+
+    def denied_run_changes(self, owner: str, command: str, workdir: str) -> FileChanges | None:
+        """What the latest denied run of ``command`` in ``workdir`` changed, if one was remembered."""
+        with self._lock:
+            return self._denied.get((owner, command, os.path.realpath(workdir)))
 
     def withdraw(self, request: EscalationRequest, reason: str) -> EscalationDecision:
         """Turn an approval of ``request`` into a denial before anything ran

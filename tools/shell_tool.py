@@ -201,9 +201,15 @@ class ShellTool(Tool):
             except EscalationRejected as exc:
                 return ToolResult.error(exc.message)
         marker = escalation.marker if escalation else None
+        # A model may ask to repeat a denied command wider: what the denied
+        # run changed is then shown to the approver (a rules file approves
+        # nothing).  Watched only where someone other than deny-all decides.
+        before = flow.watch(flow.approver(ctx), spec) if escalation is None else None
         execution = shell.execute(spec)
         if jobs is None:
-            return ToolResult(render_result(execution.result(), escalation=marker))
+            result = execution.result()
+            flow.remember(ctx, spec, result, before, owner=owner)
+            return ToolResult(render_result(result, escalation=marker))
         try:
             job = jobs.register(execution, owner, command)
         except JobError:
@@ -216,14 +222,17 @@ class ShellTool(Tool):
             jobs.release(job)
             return ToolResult.error(failed)
         if background:
+            flow.remember(ctx, spec, None, before, owner=owner)
             return ToolResult(render_started(job.id), job_id=job.id)
         if execution.wait(spec.timeout_ms / 1000):
             result = execution.result()
+            flow.remember(ctx, spec, result, before, owner=owner)
             jobs.release(job)
             failed = _runner_failure(result.sandbox)
             if failed is not None:
                 return ToolResult.error(failed)
             return ToolResult(render_result(result, escalation=marker))
+        flow.remember(ctx, spec, None, before, owner=owner)
         read = execution.read_output()
         if read.status == "running":
             return ToolResult(render_still_running(job.id, read, spec.timeout_ms), job_id=job.id)

@@ -47,17 +47,13 @@ def sandboxed_ctx(
     mode: str,
     approval: Mapping[str, Any] | None = None,
     accept_degraded: Sequence[str] = (),
+    profile: str | None = None,
 ) -> Iterator[Context]:
+    policy: dict[str, Any] = {"mode": mode, "workspace": str(workspace), "accept_degraded": list(accept_degraded)}
+    if profile is not None:
+        policy["profile"] = profile
     entries: list[Mapping[str, Any]] = [
-        {
-            "id": "policy",
-            "name": "sandbox-policy",
-            "config": {
-                "mode": mode,
-                "workspace": str(workspace),
-                "accept_degraded": list(accept_degraded),
-            },
-        },
+        {"id": "policy", "name": "sandbox-policy", "config": policy},
         {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
         {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(workspace)}},
         {"id": "jobs", "name": "jobs"},

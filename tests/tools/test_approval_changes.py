@@ -158,3 +158,47 @@ def test_watch_costs_nothing_without_an_approver(workspace: Path) -> None:
         from dsh.sandbox.approval import DenyAllApproval
 
         assert escalation.watch(DenyAllApproval(), run) is None
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_a_models_request_to_repeat_a_denied_command_is_judged_as_its_rerun(
+    runner: str, workspace: Path, trusted_dir: Path, dsh_home: Path
+) -> None:
+    """The tool path: the model runs a command, it is denied after rewriting an
+    input, and the model then asks for the same command under a wider mode.
+    The rules file names that command, yet approves nothing: the request is a
+    re-run of what the denied run left.  A denied run that changed nothing is
+    still approved by the same rule."""
+    from dsh.tools.toolbox import call_tool
+
+    need_runner(runner)
+    outside = trusted_dir / "outside"
+    rewrites = f"echo 'all:; touch {trusted_dir}/pwned' > Makefile; touch {outside}"
+    plain = f"touch {outside}"
+    rules_file = trusted_dir / "rules.toml"
+    rules_file.write_text("".join(
+        f'[[rule]]\nmode = "danger-full-access"\nworkdir = "{workspace}"\ncommand = "{cmd}"\ndecision = "once"\n'
+        for cmd in (rewrites.replace('"', '\\"'), plain)
+    ))
+    profile = trusted_dir / "quiet.toml"
+    accept = 'accept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-hidden-metadata"]\n' \
+        if runner == "landlock" else ""
+    profile.write_text(f'extends = "workspace-write"\nexclude_tmp = true\n{accept}')
+    spec = SessionSpec(profile=str(profile), workspace=str(workspace), runner=runner, executor="bash-sandbox",
+                       approval=f"rules:{rules_file}")
+    wider = {"sandbox_permissions": "danger-full-access", "justification": "it needs to write outside"}
+    with build_session(spec) as ctx:
+        first = call_tool(ctx, "bash", {"command": rewrites, "description": "d"}, owner="model")
+        assert "sandbox: file access denied" in first.content, first.content
+        assert (workspace / "Makefile").exists() and not outside.exists()
+        again = call_tool(ctx, "bash", {"command": rewrites, "description": "d", **wider}, owner="model")
+        assert again.is_error and "Makefile" in again.content, again.content
+        assert not outside.exists()
+        # The control: a denied run that changed nothing, the same kind of rule.
+        denied = call_tool(ctx, "bash", {"command": plain, "description": "d"}, owner="model")
+        assert "sandbox: file access denied" in denied.content, denied.content
+        approved = call_tool(ctx, "bash", {"command": plain, "description": "d", **wider}, owner="model")
+        assert not approved.is_error, approved.content
+        assert outside.exists()
+    decisions = [(r["command"], r["decision"]) for r in records(dsh_home)]
+    assert decisions == [(rewrites, "deny"), (plain, "approve_once")]

@@ -8,6 +8,7 @@ same command run, once, and the file exist.
 from __future__ import annotations
 
 import io
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,9 +49,7 @@ def outside() -> Iterator[Path]:
     path = Path("/var/tmp") / f"dsh-h7-{uuid.uuid4().hex}"
     path.mkdir()
     yield path
-    for child in path.iterdir():
-        child.unlink()
-    path.rmdir()
+    shutil.rmtree(path)
 
 
 def rules_entry(tmp_path: Path, text: str) -> dict[str, object]:
@@ -60,9 +59,10 @@ def rules_entry(tmp_path: Path, text: str) -> dict[str, object]:
     return {"name": "approval-rules", "config": {"path": str(path)}}
 
 
-def ctx_for(workspace: Path, runner: str, mode: str, approval: dict[str, object] | None = None):  # type: ignore[no-untyped-def]
+def ctx_for(workspace: Path, runner: str, mode: str, approval: dict[str, object] | None = None,  # type: ignore[no-untyped-def]
+            profile: str | None = None):
     return sandboxed_ctx(workspace, runner=runner, mode=mode, approval=approval,
-                         accept_degraded=accept_for(runner))
+                         accept_degraded=accept_for(runner), profile=profile)
 
 
 def test_denied_then_escalated_and_approved(workspace: Path, runner: str, tmp_path: Path) -> None:
@@ -95,7 +95,12 @@ def test_escalation_to_full_access_writes_outside(
     approval = rules_entry(
         tmp_path, f'[[rule]]\nmode = "danger-full-access"\ncommand = "{command}"\n'
     )
-    with ctx_for(workspace, runner, "workspace-write", approval) as ctx:
+    # The repeated command is a re-run of the denied one, so the rules file
+    # approves it only when that run changed nothing under the writable roots:
+    # the shared /tmp, where other programs come and go, is left out of them.
+    profile = outside / "quiet.toml"
+    profile.write_text('extends = "workspace-write"\nexclude_tmp = true\n')
+    with ctx_for(workspace, runner, "workspace-write", approval, profile=str(profile)) as ctx:
         assert parsed(bash(ctx, command)).denied_mode == "workspace-write"
         assert not target.exists()
         result = bash(ctx, command, sandbox_permissions="danger-full-access", justification=JUSTIFY)
