@@ -135,6 +135,24 @@ def exec_failure_status(err: int) -> int:
     return EXIT_NOT_FOUND if err == errno.ENOENT else EXIT_NOT_EXECUTABLE
 
 
+#: POSIX sh (dash) run just before ``exec "$@"`` by runners that start the
+#: command through a shell inside the sandbox: a program that cannot be
+#: executed gets the one message and status the local executor gives
+#: (``dsh-sandbox: x: command not found``, 127; 126 for a directory or a file
+#: without execute permission), not the shell's or bwrap's own wording.  The
+#: lookup is the sandbox's own (its PATH, its filesystem); builtins only.
+EXEC_CHECK_SH = (
+    "case $1 in "
+    "*/*) if [ ! -e \"$1\" ]; then printf 'dsh-sandbox: %s: No such file or directory\\n' \"$1\" >&2; exit 127; "
+    "elif [ -d \"$1\" ] || [ ! -x \"$1\" ]; then printf 'dsh-sandbox: %s: Permission denied\\n' \"$1\" >&2; exit 126; fi;; "
+    "*) _dsh_found=; _dsh_ifs=$IFS; IFS=:; set -f; "
+    "for _dsh_d in ${PATH-}; do if [ -f \"${_dsh_d:-.}/$1\" ] && [ -x \"${_dsh_d:-.}/$1\" ]; then "
+    "_dsh_found=1; break; fi; done; IFS=$_dsh_ifs; set +f; "
+    "if [ -z \"$_dsh_found\" ]; then printf 'dsh-sandbox: %s: command not found\\n' \"$1\" >&2; exit 127; fi;; "
+    "esac; "
+)
+
+
 @dataclass(frozen=True)
 class LocalLaunch:
     """A local argv to spawn, plus what the spawn needs from the runner.

@@ -47,6 +47,7 @@ from dsh.sandbox.errors import SandboxUnavailable, UsageError
 from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
+    EXEC_CHECK_SH,
     Argv,
     Baseline,
     Enforcement,
@@ -239,6 +240,16 @@ def limit_lines(limits: ResourceLimits, facts: HostFacts) -> list[str]:
     return lines
 
 
+def _runs_here(command: Argv, env: Mapping[str, str], cwd: str) -> bool:
+    """Does the host find ``command[0]`` as an executable file (the sandbox sees
+    the host's files read-only, so then it almost surely runs)?"""
+    program = os.fsdecode(command[0])
+    if "/" in program:
+        path = os.path.join(cwd, program)
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+    return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+
+
 class BwrapRunner(Runner):
     name = "bwrap"
     auto_priority: ClassVar[int | None] = 20
@@ -417,6 +428,10 @@ class BwrapRunner(Runner):
         except OSError as exc:
             life.cleanup()
             raise SandboxUnavailable(f"cannot join the limits cgroup: {exc}; nothing ran", runner=self.name) from None
+        if policy.constrained and not _runs_here(command, env, cwd):
+            # bwrap would print its own ``bwrap: execvp X: ...``; the check in
+            # the sandbox says it as every runner does (and looks it up there).
+            command = ("/bin/sh", "-c", EXEC_CHECK_SH + 'exec "$@"', "sh", *command)
         return LocalLaunch(
             argv=(*wrappers, *inner, *command),
             pass_fds=life.pass_fds,

@@ -18,23 +18,27 @@ repeats until nothing is left (a forking tree cannot outrun it for long).
 
 from __future__ import annotations
 
+from dsh.sandbox.runner import EXEC_CHECK_SH
+
 MARKER_VAR = "DSH_SANDBOX_EXEC"
 
 # Shell variables set here are not exported, so the command's environment is
 # exactly the exec's.  dash: field 22 of /proc/$$/stat is the start time; comm is "sh" (no spaces) here.
-WRAPPER = (
+_RECORD = (
     "slot=$1; shift; "
     "read -r _p _c _s _pp _pg _se _tt _tp _f _mi _cmi _ma _cma _ut _st _cut _cst _pr _ni _nt "
     "_it start _rest < /proc/$$/stat && "
     'echo "$$ $start $' + MARKER_VAR + '" > "/run/dsh-sandbox/$slot" 2>/dev/null; '
-    'exec "$@"'
 )
+# A program that cannot be executed gets the local executor's message and status.
+_EXEC = EXEC_CHECK_SH + 'exec "$@"'
+WRAPPER = _RECORD + _EXEC
 
 # For an argv that is not UTF-8: every item arrives as an ASCII printf format
 # (see ``argv.py``) and is decoded in place before the exec.  The ``_`` keeps
 # trailing newlines, which command substitution would strip.
 DECODE = 'for _a do shift; _a=$(printf -- "${_a}_"); set -- "$@" "${_a%_}"; done; '
-WRAPPER_DECODING = WRAPPER.replace('exec "$@"', DECODE + 'exec "$@"')
+WRAPPER_DECODING = _RECORD + DECODE + _EXEC
 
 KILLER = r"""
 marker="DSH_SANDBOX_EXEC=$1" slot=$2 sig=$3 root=

@@ -7,7 +7,7 @@ latter, changing every later command).  So the runner does not use
 ``commands.run`` for commands; it sends envd's ``Start`` itself (same RPC
 client, same headers) with this process config::
 
-    setsid -w [prlimit --nproc=N --as=M --fsize=F --] /bin/sh -c 'exec <shlex.join(argv)>'
+    setsid -w [prlimit --nproc=N --as=M --fsize=F --] /bin/sh -c 'set -- <shlex.join(argv)>; <check>; exec "$@"'
 
 with ``DSH_E2B_RUN=<token>`` added to the environment (see ``tree_kill_script``).
 
@@ -16,7 +16,9 @@ with ``DSH_E2B_RUN=<token>`` added to the environment (see ``tree_kill_script``)
   ``shlex.join``ed string, so every argument is exactly one word; ``exec``
   makes the shell become the command (same pid, its own exit status or
   signal).  An argv[0] that starts with ``-`` is taken as a command name by
-  dash's ``exec`` (bash's would read it as an option).  Arguments
+  dash's ``exec`` (bash's would read it as an option).  The check before it
+  (``EXEC_CHECK_SH``) gives a program that cannot be executed the same message
+  and status (127/126) as on every other runner.  Arguments
   that are not UTF-8 cannot travel in envd's JSON strings; each such argument is
   rebuilt in the sandbox from octal escapes (``printf``) into a shell variable.
 - ``setsid``: envd starts the process in *its* process group and ``SendSignal``
@@ -39,7 +41,7 @@ from collections.abc import Mapping
 
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.policy import ResourceLimits
-from dsh.sandbox.runner import Argv, ExitStatus
+from dsh.sandbox.runner import EXEC_CHECK_SH, Argv, ExitStatus
 from dsh.sandbox.sandbox_home import HOME_ENV_NAMES
 
 # Host facts that are wrong inside the sandbox (envd sets HOME, USER, LOGNAME
@@ -68,7 +70,7 @@ _GO_SIGNAL_NAMES = {
 
 
 def shell_script(argv: Argv) -> str:
-    """``exec <shlex.join(argv)>``, with non-UTF-8 arguments rebuilt from octal escapes."""
+    """``set -- <shlex.join(argv)>; <check>; exec "$@"``, with non-UTF-8 arguments rebuilt from octal escapes."""
     if not argv:
         raise UsageError("e2b runner: empty argv; give the command to run")
     prelude: list[str] = []
@@ -87,9 +89,9 @@ def shell_script(argv: Argv) -> str:
             words.append(f'"${var}"')
     # `exec`: the shell becomes the command, so its pid, signals and exit status
     # are the command's own (dash would otherwise report a signal as 128+N).
-    if not prelude:
-        return "exec " + " ".join(words)  # " ".join(words) == shlex.join(argv)
-    return "; ".join(prelude) + "; exec " + " ".join(words)
+    # A program that cannot be executed gets the local executor's message and status.
+    run = "set -- " + " ".join(words) + "; " + EXEC_CHECK_SH + 'exec "$@"'
+    return "; ".join([*prelude, run])
 
 
 def process_argv(script: str, limits: ResourceLimits) -> list[str]:

@@ -81,6 +81,23 @@ def test_status_like_a_shell(flags: Sequence[str], programs: Path, argv: list[st
     assert b"ran" not in done.stdout
 
 
+@pytest.mark.parametrize(
+    ("argv", "status", "message"),
+    [
+        (["dsh-no-such-command", "x"], 127, "dsh-no-such-command: command not found"),
+        (["./dsh-no-such-file"], 127, "./dsh-no-such-file: No such file or directory"),
+        (["./not-executable.sh"], 126, "./not-executable.sh: Permission denied"),
+        (["./a-directory"], 126, "./a-directory: Permission denied"),
+    ],
+)
+def test_one_message_per_exec_failure(flags: Sequence[str], programs: Path, argv: list[str], status: int,
+                                      message: str) -> None:
+    # The same one line on every runner: not bwrap's "execvp", not dash's "exec: x: not found".
+    done = cli("run", *flags, "--", *argv, cwd=programs)
+    assert done.returncode == status, done.stderr
+    assert done.stderr.decode() == f"dsh-sandbox: {message}\n"
+
+
 def test_a_command_that_prints_an_exec_failure_keeps_its_status(flags: Sequence[str], workspace: Path) -> None:
     # bwrap's own "execvp" line decides nothing: only its status pipe says the
     # command did not start.

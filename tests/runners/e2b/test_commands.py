@@ -11,6 +11,7 @@ import dsh.runners.e2b.session as session_module
 import pytest
 from dsh.runners.e2b import E2BRunner
 from dsh.runners.e2b.command import exit_status, process_argv, shell_script
+from dsh.sandbox.runner import EXEC_CHECK_SH
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import ExitStatus
@@ -203,7 +204,7 @@ def test_limits_go_through_prlimit(runner: E2BRunner, envd: Envd, workspace: Pat
 # -- pure mapping -------------------------------------------------------------------
 def test_shell_script_is_exec_shlex_join_for_text() -> None:
     argv = ["echo", *TRICKY]
-    assert shell_script(argv) == "exec " + shlex.join(argv)
+    assert shell_script(argv) == "set -- " + shlex.join(argv) + "; " + EXEC_CHECK_SH + 'exec "$@"'
     with pytest.raises(UsageError):
         shell_script([])
     with pytest.raises(UsageError, match="NUL"):
