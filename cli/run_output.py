@@ -231,17 +231,19 @@ def report(result: Any, spec: Any) -> None:
         from dsh.tools.render import trusted_unsearched_note
 
         note(trusted_unsearched_note(facts.trusted_unsearched, shown=20))
-    if facts is None or not facts.denied or spec.sandbox_policy is None:
+    if facts is None or spec.sandbox_policy is None:
         return
-    from dsh.executors.denial import find_denial, hint
+    if facts.denied:
+        from dsh.executors.denial import find_denial, hint
 
-    denial = find_denial(
-        spec.sandbox_policy,
-        exit_code=result.exit_code,
-        outputs=(result.stderr.text, result.stdout.text),
-        workdir=spec.workdir,
-    )
-    if denial is not None:
-        note(hint(denial, facts.mode))
-    else:
-        note(f"the command was denied under {facts.mode}")
+        denial = find_denial(
+            spec.sandbox_policy,
+            exit_code=result.exit_code,
+            outputs=(result.stderr.text, result.stdout.text),
+            workdir=spec.workdir,
+        )
+        line = hint(denial, facts.mode) if denial is not None else f"the command was denied under {facts.mode}"
+        # A write into a read-only .git: the profile key that allows it, on the same line.
+        note(f"{line} ({facts.refusal_note})" if facts.refusal_note else line)
+    elif facts.refusal_note:
+        note(facts.refusal_note)

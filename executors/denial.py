@@ -27,6 +27,22 @@ executed (exit 126/127: nothing was written, only a hidden program counts), a
 refused ``socket()`` (``bash: socket: Permission denied``; bash's ``/dev/tcp``)
 -- the network, not a file.
 
+What was refused: a path that does not exist yet was being created, and
+``Read-only file system`` or a write verb on the line (``cannot create``,
+``could not lock``, ``mkdir``...) says a write; either is a ``write``.  A
+program that only reads (``cat: X: ...``) names a ``read``; a refused kernel
+interface under ``/proc`` or ``/sys`` with neither is an ``access`` (a read of
+another process's ``/proc/PID/environ`` is refused whatever the mode).  Only a
+write the mode forbids and a hidden path are lifted by a wider mode
+(``Denial.escalates``); the others are reported but never offered one.
+
+Where the path comes from: the error's own line (or, for a bare error line,
+the quoted path of a line just before it), never a traceback frame
+(``File "/usr/lib/python3.11/socket.py", line 232``) and never a quoted text
+that is itself the error (``"Permission denied"``).  Python names the file in
+the error when there is one, so a bare ``PermissionError: [Errno 13] ...`` is
+no file's denial (a refused ``socket()`` or semaphore: ``dsh.executors.refusal``).
+
 Consequences, on purpose: the word "sandbox" in a path, ``false``, or a
 message without a path are never a denial; a ``Permission denied`` on a path
 the policy lets the command write (e.g. a ``chmod 000`` file in the workspace)
@@ -71,6 +87,9 @@ _NEVER_DENIED = ("/dev/null",)
 MAX_SCAN_LINES = 2000
 
 
+Kind = Literal["write", "read", "access"]
+
+
 @dataclass(frozen=True)
 class Denial:
     """The evidence: the forbidden path and the error text on that line."""
@@ -78,11 +97,33 @@ class Denial:
     path: str
     error: str
     line: str
-    #: "write" (the path is not writable under the mode) or "read" (hidden path).
-    kind: Literal["write", "read"] = "write"
+    #: "write" (the path is not writable under the mode), "read" (a hidden path,
+    #: or a program that only reads) or "access" (a kernel interface, operation unknown).
+    kind: Kind = "write"
+    #: Would a wider mode allow it?  Only a forbidden write and a hidden path.
+    escalates: bool = True
 
 
-Kind = Literal["write", "read"]
+#: A Python traceback frame: the file named there is code that ran, not a file it was refused.
+_FRAME_RE = re.compile(r'^\s*File "[^"\n]*", line \d+')
+#: Python's error line without a file name: Python names the file when there is one.
+_BARE_PY_ERROR_RE = re.compile(r"^\s*\w+(?:Error|Exception)\b[^'\"`]*\[Errno \d+\][^'\"`]*$")
+#: A write on the line: creating, locking, removing, renaming, opening for writing.
+_WRITE_VERB_RE = re.compile(
+    r"\b(?:cannot|could not|couldn't|unable to|failed to|can't)\s+(?:create|touch|remove|make|move|"
+    r"overwrite|write|lock|link|symlink|unlink|rename|copy|open\b[^\n]*\bfor writing|delete|truncate|save)"
+    r"|\b(?:mkdir|rmdir|rename|unlink|symlink|creat|write|chmod|chown|utime|truncate)\b"
+    r"|\bO_(?:WRONLY|RDWR|CREAT)\b|\bfor writing\b",
+    re.IGNORECASE,
+)
+#: A program that only reads what it names: ``cat: /proc/1/environ: Permission denied``.
+_READ_ONLY_PROGRAM_RE = re.compile(
+    r"^(?:\S*/)?(?:cat|head|tail|less|more|grep|egrep|fgrep|wc|od|xxd|hexdump|strings|md5sum|sha1sum|"
+    r"sha256sum|sha512sum|cksum|diff|cmp|sort|uniq|base64|file|stat|ls|readlink|du|find):\s"
+    r"|\bfor reading\b"
+)
+#: Kernel interfaces: a refusal there is not a write unless the line says so.
+_KERNEL_TREES = ("/proc/", "/sys/")
 
 
 def find_denial(
@@ -92,24 +133,61 @@ def find_denial(
     outputs: tuple[str, ...],
     workdir: str,
 ) -> Denial | None:
-    """The first piece of evidence that the policy refused a path, or ``None``."""
+    """The first evidence that the policy refused a path a wider mode would
+    allow (a write, a hidden path), or ``None``: what ``SandboxFacts.denied`` is."""
+    found = find_path_refusals(policy, exit_code=exit_code, outputs=outputs, workdir=workdir)
+    return next((d for d in found if d.escalates), None)
+
+
+def find_path_refusals(
+    policy: SandboxPolicy,
+    *,
+    exit_code: int | None,
+    outputs: tuple[str, ...],
+    workdir: str,
+) -> list[Denial]:
+    """Every refused path the output names that the policy may have caused, in
+    order (at most one per line): writes and hidden paths, and the reads and
+    kernel-interface accesses no wider mode allows."""
     if exit_code is None or exit_code == 0 or not policy.constrained:
-        return None
+        return []
     reads_only = exit_code in _NOT_EXECUTED
+    found: list[Denial] = []
     for text in outputs:
         lines = text.splitlines()[:MAX_SCAN_LINES]
         for index, line in enumerate(lines):
             match = _ERROR_RE.search(line)
-            if match is None:
+            if match is None or _FRAME_RE.match(line):
                 continue
             candidates = path_candidates(line, match.start())
-            if not candidates:
+            if not candidates and not _BARE_PY_ERROR_RE.match(line):
                 candidates = _context_candidates(lines[max(0, index - _CONTEXT_LINES) : index])
-            found = _blame(policy, candidates, workdir, reads_only=reads_only)
-            if found is not None:
-                path, kind = found
-                return Denial(path, match.group(0), line, kind)
-    return None
+            blamed = _blame(policy, candidates, workdir, reads_only=reads_only)
+            if blamed is not None:
+                path, kind = blamed
+                if kind == "write":
+                    kind = _operation(line, match.group(0), path)
+                escalates = kind == "write" or _hidden(policy, path)
+                found.append(Denial(path, match.group(0), line, kind, escalates=escalates))
+    return found
+
+
+def _operation(line: str, error: str, path: str) -> Kind:
+    """What a refusal on an unwritable path was: a write unless the line says
+    otherwise (a reading program) or it is a kernel interface with no write word."""
+    if error.lower() in ("read-only file system", "erofs") or not os.path.lexists(path):
+        return "write"
+    if _WRITE_VERB_RE.search(line):
+        return "write"
+    if _READ_ONLY_PROGRAM_RE.search(line):
+        return "read"
+    if path.startswith(_KERNEL_TREES):
+        return "access"
+    return "write"
+
+
+def _hidden(policy: SandboxPolicy, path: str) -> bool:
+    return _under(path, policy.hidden_paths)
 
 
 def _blame(
@@ -133,8 +211,11 @@ def _blame(
 
 def _context_candidates(before: list[str]) -> list[str]:
     """Quoted paths on the nearest earlier line that has any (Rust's
-    ``failed to create file `/x``` ... ``Permission denied (os error 13)``)."""
+    ``failed to create file `/x``` ... ``Permission denied (os error 13)``),
+    never a traceback frame's file: the code that ran is not what was refused."""
     for line in reversed(before):
+        if _FRAME_RE.match(line):
+            return []
         found = [name for _, name in _quoted(line) if _looks_like_path(name, quoted=True)]
         if found:
             return found
@@ -159,7 +240,10 @@ def path_candidates(line: str, error_at: int) -> list[str]:
             # ``sh: 1: cannot create /etc/x: ...``: the path is the field's last word.
             name = name.split()[-1] if name.split() else ""
             at = head.rfind(name)
-            if not name.startswith(("/", "./", "../", "~")):
+            # A relative word counts only with a directory in it (git's
+            # ``could not lock config file .git/config``), never a bare word.
+            relative = "/" in name.strip("/") and not any(q in name for q in "'\"`‘’“”")
+            if not name.startswith(("/", "./", "../", "~")) and not relative:
                 name = ""
         if name and name not in (n for _, n in found):
             found.append((at, name))
@@ -169,6 +253,8 @@ def path_candidates(line: str, error_at: int) -> list[str]:
 def _looks_like_path(name: str, *, quoted: bool) -> bool:
     if not name or name.startswith("[Errno") or "\x00" in name:
         return False
+    if _ERROR_RE.search(name):
+        return False  # the quoted text is the error itself ("Permission denied")
     if name.startswith(("/", "./", "../", "~")):
         return True
     if quoted:
@@ -226,7 +312,9 @@ def _policy_caused(policy: SandboxPolicy, path: str) -> Kind | None:
     return None
 
 
+_ACTIONS: dict[Kind, str] = {"write": "write to", "read": "read of", "access": "access to"}
+
+
 def hint(denial: Denial, mode: SandboxMode) -> str:
     """The one-line CLI hint, e.g. ``write to /etc/x denied under workspace-write``."""
-    action = "read of" if denial.kind == "read" else "write to"
-    return f"{action} {denial.path} denied under {mode}"
+    return f"{_ACTIONS[denial.kind]} {denial.path} denied under {mode}"

@@ -31,9 +31,11 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from dsh.executors.denial import find_denial
+from dsh.executors.denial import Denial, find_denial
 from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
 from dsh.executors.process import LocalSubprocessService
+from dsh.executors.refusal import describe as describe_refusal
+from dsh.executors.refusal import find_refusal, git_key_hint
 from dsh.executors.seam import (
     CollectedOutput,
     SandboxFacts,
@@ -68,6 +70,10 @@ ESSENTIAL_ENV: tuple[str, ...] = (
 NOT_ENFORCED = "none"
 
 Output = CollectedOutput | str | bytes
+
+
+def _argv_text(arg: str | bytes) -> str:
+    return arg if isinstance(arg, str) else arg.decode("utf-8", "replace")
 
 
 def _text(output: Output | None) -> str:
@@ -191,20 +197,40 @@ class SandboxedExecutor(_MixinBase):
         with self._chosen_lock:
             runner, enforcement = self._chosen.get(policy, (None, None))
         changed = Changes() if before is None else self.policy_service.changed_files(policy, before)
-        denial = find_denial(
-            policy,
-            exit_code=exit_code,
-            outputs=(_text(stderr), _text(stdout)),
-            workdir=spec.workdir,
-        )
+        outputs = (_text(stderr), _text(stdout))
+        denial = find_denial(policy, exit_code=exit_code, outputs=outputs, workdir=spec.workdir)
         return SandboxFacts(
             mode=policy.mode,
             denied=denial is not None,
+            refusal_note=self._refusal_note(spec, policy, runner, exit_code, outputs, denial),
             enforcement=enforcement.describe() if enforcement else NOT_ENFORCED,
             runner=runner,
             trusted_changed=tuple(map(str, changed.paths)),
             trusted_unsearched=tuple(map(str, changed.unsearched)),
         )
+
+    def _refusal_note(
+        self,
+        spec: ShellExecSpec,
+        policy: SandboxPolicy,
+        runner: str | None,
+        exit_code: int | None,
+        outputs: tuple[str, str],
+        denial: Denial | None,
+    ) -> str | None:
+        if exit_code is None or exit_code == 0:
+            return None  # the common case costs nothing
+        if denial is not None and denial.kind == "write":
+            return git_key_hint(policy, denial.path) or None
+        command = spec.command if spec.argv is None else " ".join(map(_argv_text, spec.argv[:1]))
+        refusal = find_refusal(policy, exit_code=exit_code, outputs=outputs, workdir=spec.workdir, command=command)
+        if refusal is None:
+            return None
+        limitations: Mapping[str, str] = {}
+        if refusal.kind in ("unix-socket", "socket", "ipc") and runner is not None:
+            chosen = self.host.runner(runner)
+            limitations = chosen.limitations(policy) if chosen is not None else {}
+        return describe_refusal(refusal, policy, runner=runner, limitations=limitations)
 
     def failed_facts(self, spec: ShellExecSpec, error: BaseException) -> SandboxFacts:
         policy = self.policy_of(spec)

@@ -143,8 +143,10 @@ def exec_failure_status(err: int) -> int:
 #: lookup is the sandbox's own (its PATH, its filesystem); builtins only.
 EXEC_CHECK_SH = (
     "case $1 in "
-    "*/*) if [ ! -e \"$1\" ]; then printf 'dsh-sandbox: %s: No such file or directory\\n' \"$1\" >&2; exit 127; "
-    "elif [ -d \"$1\" ] || [ ! -x \"$1\" ]; then printf 'dsh-sandbox: %s: Permission denied\\n' \"$1\" >&2; exit 126; fi;; "
+    "*/*) if [ ! -e \"$1\" ]; then "
+    "printf 'dsh-sandbox: %s: No such file or directory\\n' \"$1\" >&2; exit 127; "
+    "elif [ -d \"$1\" ] || [ ! -x \"$1\" ]; then "
+    "printf 'dsh-sandbox: %s: Permission denied\\n' \"$1\" >&2; exit 126; fi;; "
     "*) _dsh_found=; _dsh_ifs=$IFS; IFS=:; set -f; "
     "for _dsh_d in ${PATH-}; do if [ -f \"${_dsh_d:-.}/$1\" ] && [ -x \"${_dsh_d:-.}/$1\" ]; then "
     "_dsh_found=1; break; fi; done; IFS=$_dsh_ifs; set +f; "

@@ -3,7 +3,9 @@
 Output first, then the trailer markers (see ``dsh.executors.render``):
 ``[timed out after Nms]``, then ``[killed by signal: X]`` or ``[exit code: N]``
 (nothing for exit 0), job state, sandbox facts
-(``[sandbox: file access denied under <mode> mode]``), and
+(``[sandbox: file access denied under <mode> mode]`` for a write or a hidden
+path a wider mode would allow; ``[sandbox: <what was refused>]`` for what it
+would not: a connection under network-off, a runner's limitation, a read), and
 ``[output truncated; full output: <spill path>]`` for each cut stream (the
 retained text is the tail).  ``parse_exit_status`` inverts every string built
 here; the marker formats live in the seam so bash and pwsh never drift.
@@ -70,6 +72,10 @@ def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
     lines: list[str] = []
     if facts.denied:
         lines.append(denied_marker(facts.mode.value))
+    if facts.refusal_note:
+        # What no wider mode is the answer to (a connection under network-off, a
+        # runner's limitation, a read): said as it is, never as a file denial.
+        lines.append(sandbox_marker(_one_line(facts.refusal_note)))
     if facts.runner_failed:
         why = _one_line(facts.runner_error or "unknown error")
         lines.append(sandbox_marker(f"runner {facts.runner or ''} failed: {why}".replace("  ", " ")))
