@@ -11,10 +11,9 @@ import dsh.runners.e2b.session as session_module
 import pytest
 from dsh.runners.e2b import E2BRunner
 from dsh.runners.e2b.command import exit_status, process_argv, shell_script
-from dsh.sandbox.runner import EXEC_CHECK_SH
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.policy import ResourceLimits
-from dsh.sandbox.runner import ExitStatus
+from dsh.sandbox.runner import EXEC_CHECK_SH, ExitStatus
 
 from tests.runners.e2b.conftest import Envd
 from tests.runners.e2b.helpers import policy, run, sandbox_path, start
