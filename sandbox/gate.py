@@ -28,9 +28,22 @@ def unaccepted(enforcement: Enforcement, policy: SandboxPolicy) -> tuple[str, ..
     return tuple(d for d in enforcement.degradations if d not in policy.accept_degraded)
 
 
-def accept_hint(names: Iterable[str]) -> str:
+def accept_hint(names: Iterable[str], *, runner: str | None = None) -> str:
+    """The flags that accept ``names``.  With ``runner`` (the host's refusal
+    under ``auto``) the runner is pinned too: accepting one runner's
+    degradations must never let ``auto`` pick another, weaker one."""
     flags = " ".join(f"--accept-degraded {n}" for n in names)
-    return f"to accept: {flags} (or accept_degraded in the profile)"
+    if runner is None:
+        return f"to accept: {flags} (or accept_degraded in the profile)"
+    return f"to run on {runner} as it is: --runner {runner} {flags} (or runner and accept_degraded in the config)"
+
+
+def best_refused(refused: Sequence[tuple[str, tuple[str, ...]]]) -> tuple[str, tuple[str, ...]] | None:
+    """Of the runners refused for their degradations (in ``auto`` order), the
+    one to suggest: the fewest unaccepted degradations, ``auto``'s order on a tie."""
+    if not refused:
+        return None
+    return min(refused, key=lambda item: len(item[1]))
 
 
 def _paths(values: Sequence[str]) -> str:

@@ -9,7 +9,8 @@ session), picks the runner for a policy, and hands the *exact* argv to it:
   policy fully (in the runners' declared ``auto_priority`` order), else a
   partial one whose degradations the policy accepts by name, else
   ``SandboxUnavailable`` naming every runner it looked at and why it was not
-  used.  A runner with no ``auto_priority`` (those that cross a machine
+  used, with the flags of one runner (pinned with ``--runner``) that would
+  run it.  A runner with no ``auto_priority`` (those that cross a machine
   boundary: workspace sync, image) is only considered when the policy's
   ``allowed_runners`` names it.
 
@@ -28,7 +29,7 @@ from typing import Any, ClassVar
 from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
-from dsh.sandbox.gate import accept_hint, check_accepted, refusal_lines, unaccepted
+from dsh.sandbox.gate import accept_hint, best_refused, check_accepted, refusal_lines, unaccepted
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.registry import read_priorities, runner_entry_points, write_priorities
 from dsh.sandbox.runner import Argv, Enforcement, Gap, Launch, Runner, RunnerProbe
@@ -232,7 +233,7 @@ class SandboxHost(Service):
         if allowed:
             candidates = [n for n in candidates if n in allowed]
         why_not: list[str] = []
-        refused: list[str] = []
+        refused: list[tuple[str, tuple[str, ...]]] = []
         partial: Selection | None = None
         for name in candidates:
             try:
@@ -256,15 +257,19 @@ class SandboxHost(Service):
                 continue
             why_not.append(f"  {name}: enforces {policy.mode} only partially:")
             why_not += refusal_lines(enforcement, policy, indent="    ")
-            refused += [d for d in unaccepted(enforcement, policy) if d not in refused]
+            refused.append((name, unaccepted(enforcement, policy)))
         if partial is not None:
             return partial
         if not candidates:
             why_not.append(f"  the profile allows only {', '.join(allowed)}")
         lines = [f"no runner can enforce {policy.mode} here; nothing ran:", *why_not]
-        if refused:
-            lines.append(accept_hint(refused))
-        raise SandboxUnavailable("\n".join(lines), degradations=tuple(refused))
+        # One runner's flags, with that runner pinned: the union of every
+        # runner's would let auto pick the first accepted one, maybe the weakest.
+        best = best_refused(refused)
+        if best is not None:
+            lines.append(accept_hint(best[1], runner=best[0]))
+        every = tuple(dict.fromkeys(d for _, names in refused for d in names))
+        raise SandboxUnavailable("\n".join(lines), degradations=every)
 
     def _choose_named(self, name: str, policy: SandboxPolicy) -> Selection:
         if policy.allowed_runners and name not in policy.allowed_runners:

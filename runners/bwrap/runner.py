@@ -194,17 +194,12 @@ def limit_gaps(limits: ResourceLimits, facts: HostFacts) -> list[Gap]:
                     f"process limit {limits.max_processes}: no pids cgroup ({cg.reason}) and {why}",
                 )
             )
-    if limits.max_memory_bytes is not None and cg.memory_parent is None:
-        if facts.prlimit is None:
-            gaps.append(Gap("bwrap-limit-memory", "memory limit: no memory cgroup, no prlimit"))
-        else:
-            gaps.append(
-                Gap(
-                    "bwrap-limit-memory-per-process",
-                    "memory limit applies per process (RLIMIT_AS), not to the whole sandbox: "
-                    f"no memory cgroup ({cg.reason})",
-                )
-            )
+    # Without a memory cgroup (a normal login session has none delegated) the
+    # limit is RLIMIT_AS per process: weaker, and said (``limitations``:
+    # address-space; ``explain``), but no refusal, as on landlock: a built-in
+    # profile must run for a normal user.
+    if limits.max_memory_bytes is not None and cg.memory_parent is None and facts.prlimit is None:
+        gaps.append(Gap("bwrap-limit-memory", "memory limit: no memory cgroup, no prlimit"))
     if limits.max_file_size_bytes is not None and facts.prlimit is None:
         gaps.append(Gap("bwrap-limit-file-size", "file size limit: prlimit (util-linux) missing"))
     if limits.wall_time_s is not None and facts.timeout is None:
@@ -231,7 +226,11 @@ def limit_lines(limits: ResourceLimits, facts: HostFacts) -> list[str]:
         )
         lines.append(f"processes <= {limits.max_processes}: {how}")
     if limits.max_memory_bytes is not None:
-        how = f"memory cgroup v{cg.version}, whole sandbox" if cg.memory_parent else "RLIMIT_AS"
+        how = (
+            f"memory cgroup v{cg.version}, whole sandbox"
+            if cg.memory_parent
+            else f"RLIMIT_AS per process, not the whole sandbox (no memory cgroup: {cg.reason})"
+        )
         lines.append(f"memory <= {limits.max_memory_bytes} bytes: {how}")
     if limits.max_file_size_bytes is not None:
         lines.append(f"file size <= {limits.max_file_size_bytes} bytes: RLIMIT_FSIZE")
@@ -257,6 +256,8 @@ class BwrapRunner(Runner):
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "bwrap-limit-file-size": (cap.LIMITS_FILE_SIZE,),
         "bwrap-limit-memory": (cap.LIMITS_MEMORY,),
+        # No longer declared (a per-process limit is a limitation, address-space);
+        # still a known name so profiles that accept it keep validating.
         "bwrap-limit-memory-per-process": (cap.LIMITS_MEMORY,),
         "bwrap-limit-processes": (cap.LIMITS_PROCESSES,),
         "bwrap-limit-wall-time": (cap.LIMITS_WALL_TIME,),

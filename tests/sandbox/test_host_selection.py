@@ -139,8 +139,24 @@ def test_refusal_reads_in_five_seconds(ctx: Context, workspace: Path) -> None:
     assert text.count("Landlock only grants access") == 1, text
     assert f"{workspace}/.git" in text and "+3 more" in text, text  # the existing path is listed first
     assert "other: not available: bwrap not installed" in text
-    assert lines[-1].startswith("to accept: --accept-degraded fake-protected-paths"), text
+    assert lines[-1].startswith("to run on fake as it is: --runner fake --accept-degraded fake-protected-paths"), text
     assert len(set(lines)) == len(lines)
+
+
+def test_a_refusal_suggests_one_runners_flags_and_pins_it(ctx: Context, workspace: Path) -> None:
+    # Accepting every runner's degradations at once would let auto pick the
+    # first one in its order (here the weaker, with more gaps): only the runner
+    # that needs the least is suggested, with --runner so nothing else is chosen.
+    _, capabilities = PROTECTED
+    gaps = [(f"weak-gap-{i}", f"reason {i}") for i in range(3)]
+    weak = FakeRunner("weak", auto_priority=10, gaps={WW: gaps}, degradations={g: capabilities for g, _ in gaps})
+    strong = FakeRunner("strong", auto_priority=20, gaps={WW: [("strong-gap", "memory limit per process")]},
+                        degradations={"strong-gap": capabilities})
+    with pytest.raises(SandboxUnavailable) as info:
+        host(ctx, weak, strong).choose(policy(ctx, workspace))
+    hint = str(info.value).splitlines()[-1]
+    assert hint.startswith("to run on strong as it is: --runner strong --accept-degraded strong-gap "), hint
+    assert "weak" not in hint
 
 
 @pytest.fixture

@@ -140,16 +140,16 @@ def _without_cgroups(runner: BwrapRunner) -> BwrapRunner:
     return degraded
 
 
-def test_unenforceable_limits_are_refused_unless_accepted(runner: BwrapRunner, layout: Layout) -> None:
+def test_a_memory_limit_without_a_cgroup_runs_per_process_and_says_so(runner: BwrapRunner, layout: Layout) -> None:
+    # A normal login session has no delegated cgroup: the built-in profiles'
+    # max_memory must not refuse the run; it becomes RLIMIT_AS, named as such.
     degraded = _without_cgroups(runner)
     limits = ResourceLimits(max_memory_bytes=256 << 20)
-    enforcement = degraded.enforcement(policy(layout.ws, limits=limits))
-    assert enforcement.level == "partial"
-    assert enforcement.degradations == ("bwrap-limit-memory-per-process",)
-    with pytest.raises(SandboxUnavailable, match="RLIMIT_AS"):
-        degraded.prepare(["true"], policy(layout.ws, limits=limits), cwd=str(layout.ws), env={})
-    accepted = policy(layout.ws, limits=limits, accept=("bwrap-limit-memory-per-process",))
-    launch = degraded.prepare(["true"], accepted, cwd=str(layout.ws), env={})
+    limited = policy(layout.ws, limits=limits)
+    assert degraded.enforcement(limited).level == "full"
+    assert "address-space" in degraded.limitations(limited)
+    assert any("RLIMIT_AS per process" in line for line in degraded.explain(limited).limits)
+    launch = degraded.prepare(["true"], limited, cwd=str(layout.ws), env={})
     assert isinstance(launch, LocalLaunch)
     assert f"--as={256 << 20}" in launch.argv
     assert launch.cleanup is not None
