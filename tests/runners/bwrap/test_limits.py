@@ -9,11 +9,9 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
 from dsh.runners.bwrap import BwrapRunner
 from dsh.runners.bwrap.limits import CgroupSupport
 from dsh.runners.linux.cgroups import discover
-from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import LocalLaunch
 
