@@ -78,8 +78,11 @@ def _root_refusal(path: Path, home: Path | None) -> tuple[str | None, bool]:
     # Cached: the roots are the same paths at every resolve (once per command),
     # and these prefix checks over a few dozen directories are not free.
     reason = system_dir_reason(path)
+    if reason is not None and path == home:
+        # /root is also a system directory, but to its user it is the home: say so.
+        return "it is your home directory (shell start-up files, ~/.ssh)", True
     if reason is not None:
-        return reason, path == home
+        return reason, False
     return dangerous_root_reason(path, home), True
 
 

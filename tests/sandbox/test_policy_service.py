@@ -485,6 +485,13 @@ def test_home_directory_is_not_a_writable_root(
     assert home / "src" in service(workspace, writable=("~/src",)).resolve().writable_roots
 
 
+def test_root_as_home_is_called_the_home_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # /root is a system directory too, but for root it is the home: say what it is.
+    monkeypatch.setenv("HOME", "/root")
+    with pytest.raises(ConfigError, match=r"workspace: refusing to make /root writable .*it is your home directory"):
+        service(Path("/root"))
+
+
 def test_fifo_git_file_and_commondir_do_not_hang(workspace: Path, tmp_path: Path) -> None:
     os.mkfifo(workspace / ".git")
     assert workspace / ".git" in service(workspace).resolve().protected_paths
