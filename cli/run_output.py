@@ -215,6 +215,38 @@ def follow(execution: Any, live: LiveStreams | None) -> int | None:
         return EXIT_BROKEN_PIPE
 
 
+#: What a failed allocation prints under RLIMIT_AS (Python, C, Node, Go).
+_ALLOCATION_FAILED = re.compile(
+    r"\bMemoryError\b|Cannot allocate memory|std::bad_alloc|JavaScript heap out of memory"
+    r"|fatal error: runtime: out of memory|out of memory allocating"
+)
+
+
+def _size(value: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if value >= 1 << shift and value % (1 << shift) == 0:
+            return f"{value >> shift} {unit}"
+    return f"{value} bytes"
+
+
+def memory_note(result: Any, limit: int | None) -> str | None:
+    """One line when a run under a memory limit ended as reaching it does: a
+    SIGKILL we did not send (the cgroup's OOM kill; bwrap reports it as 137)
+    or a failed allocation (RLIMIT_AS).  It names the limit and its value."""
+    if limit is None or result.timed_out or result.aborted:
+        return None
+    killed = result.signal == "SIGKILL" or result.exit_code == 128 + int(signal_mod.SIGKILL)
+    text = (result.stderr.text or "") + (result.stdout.text or "")
+    failed = result.exit_code not in (None, 0) and _ALLOCATION_FAILED.search(text[-65536:]) is not None
+    if not killed and not failed:
+        return None
+    how = "was killed (SIGKILL)" if killed else "could not allocate memory"
+    return (
+        f"the command {how} under the memory limit of {_size(limit)} (max_memory in the profile): "
+        "reaching it ends the command this way; raise max_memory if the work needs more"
+    )
+
+
 def report(result: Any, spec: Any) -> None:
     """One-line notes on stderr: timeout, and the denial hint."""
     if result.timed_out:
@@ -233,6 +265,9 @@ def report(result: Any, spec: Any) -> None:
         note(trusted_unsearched_note(facts.trusted_unsearched, shown=20))
     if facts is None or spec.sandbox_policy is None:
         return
+    memory = memory_note(result, spec.sandbox_policy.limits.max_memory_bytes)
+    if memory is not None:
+        note(memory)
     if facts.denied:
         from dsh.executors.denial import find_denial, hint
 

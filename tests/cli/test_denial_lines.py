@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import cli, runner_flags
+from tests.support.cli import cli, runner_flags, trusted_config_dir
 from tests.support.sandboxed import need_runner
 
 RUNNERS = ("landlock", "bwrap", "docker")
@@ -132,3 +132,22 @@ def test_git_on_a_read_only_git_dir_names_the_key(runner: str, repo: Path) -> No
     config = run(runner, repo, "git", "config", "a.b", "c")  # relative path in git's message
     assert notes(config.stderr) == [f"dsh-sandbox: write to {repo}/.git/config denied under workspace-write"]
     assert "[sandbox: file access denied under workspace-write mode]" in tool(runner, repo, "git config a.b c")
+
+
+HOG = "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])"
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_memory_limit_kill_names_the_limit(runner: str, workspace: Path) -> None:
+    # It was a silent exit 137.
+    need_runner(runner)
+    accept = '\naccept_degraded = ["landlock-protected-paths", "landlock-metadata"]' if runner == "landlock" else ""
+    profile = trusted_config_dir() / f"memory-{runner}.toml"
+    profile.write_text(f'extends = "workspace-write"{accept}\n[limits]\nmax_memory = "128MiB"\n')
+    done = cli("run", "--runner", runner, "--profile", str(profile), "--", "python3", "-c", HOG, cwd=workspace)
+    assert done.returncode in (1, 137), done.stderr
+    how = "was killed (SIGKILL)" if done.returncode == 137 else "could not allocate memory"  # RLIMIT_AS: MemoryError
+    assert notes(done.stderr) == [
+        f"dsh-sandbox: the command {how} under the memory limit of 128 MiB (max_memory in the profile): "
+        "reaching it ends the command this way; raise max_memory if the work needs more"
+    ]
