@@ -41,6 +41,7 @@ from dsh.runners.bwrap.limits import (
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import plan_mounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args
+from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
@@ -172,8 +173,11 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
         return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
     if trial.returncode != 0:
         err = trial.stderr.strip() or f"exit {trial.returncode}"
+        chrooted = chroot_reason() if "namespace" in err else None
         reason = (
-            f"bwrap cannot create a sandbox here: {err} (user namespaces blocked? check "
+            f"bwrap cannot create a sandbox here: {err} ({chrooted})"
+            if chrooted
+            else f"bwrap cannot create a sandbox here: {err} (user namespaces blocked? check "
             "sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces and AppArmor's "
             "apparmor_restrict_unprivileged_userns; bubblewrap >= 0.8 is needed for "
             "--disable-userns)"
