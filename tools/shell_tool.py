@@ -115,7 +115,8 @@ class ShellTool(Tool):
             lines += [
                 f"- Commands run in a sandbox in {mode.value} mode: {_MODE_LIMITS[mode]}. A "
                 f"blocked file access ends with `[sandbox: file access denied under {mode.value} "
-                "mode]`.",
+                "mode]`. Other `[sandbox: ...]` lines (the network is off, a socket or IPC the sandbox "
+                "refuses, a refused read) say what was refused; a wider mode is not the fix for them.",
                 "- If the task truly needs more access, call again with the same `command`, "
                 f"`sandbox_permissions` set to a more permissive mode ({wider}) and a "
                 "`justification`. A person or a policy must approve it; if approved, only that "

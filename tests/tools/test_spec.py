@@ -83,7 +83,8 @@ def test_escalation_fields_only_with_a_constraining_executor(workspace: Path) ->
     assert ESCALATION <= props(sandboxed)
     assert sandboxed.parameters["required"] == ["command", "description"]
     for needle in ("workspace-write", "[sandbox: file access denied under workspace-write mode]",
-                   "sandbox_permissions", "justification", "danger-full-access"):
+                   "sandbox_permissions", "justification", "danger-full-access",
+                   "a wider mode is not the fix for them"):
         assert needle in sandboxed.description
     with sandbox_spec_ctx(workspace, "bash-sandbox", "danger-full-access") as ctx:
         assert not ctx.require(ShellExecutor).constraining
