@@ -53,6 +53,7 @@ exits non-zero is reported as denied.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -109,19 +110,26 @@ _FRAME_RE = re.compile(r'^\s*File "[^"\n]*", line \d+')
 #: Python's error line without a file name: Python names the file when there is one.
 _BARE_PY_ERROR_RE = re.compile(r"^\s*\w+(?:Error|Exception)\b[^'\"`]*\[Errno \d+\][^'\"`]*$")
 #: A write on the line: creating, locking, removing, renaming, opening for writing.
-_WRITE_VERB_RE = re.compile(
+_WRITE_VERB = (
     r"\b(?:cannot|could not|couldn't|unable to|failed to|can't)\s+(?:create|touch|remove|make|move|"
     r"overwrite|write|lock|link|symlink|unlink|rename|copy|open\b[^\n]*\bfor writing|delete|truncate|save)"
     r"|\b(?:mkdir|rmdir|rename|unlink|symlink|creat|write|chmod|chown|utime|truncate)\b"
-    r"|\bO_(?:WRONLY|RDWR|CREAT)\b|\bfor writing\b",
-    re.IGNORECASE,
+    r"|\bO_(?:WRONLY|RDWR|CREAT)\b|\bfor writing\b"
 )
 #: A program that only reads what it names: ``cat: /proc/1/environ: Permission denied``.
-_READ_ONLY_PROGRAM_RE = re.compile(
+_READ_ONLY_PROGRAM = (
     r"^(?:\S*/)?(?:cat|head|tail|less|more|grep|egrep|fgrep|wc|od|xxd|hexdump|strings|md5sum|sha1sum|"
     r"sha256sum|sha512sum|cksum|diff|cmp|sort|uniq|base64|file|stat|ls|readlink|du|find):\s"
     r"|\bfor reading\b"
 )
+
+
+@functools.cache
+def _operation_res() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Compiled on the first refusal only: ``run -- true`` must not pay for them."""
+    return re.compile(_WRITE_VERB, re.IGNORECASE), re.compile(_READ_ONLY_PROGRAM)
+
+
 #: Kernel interfaces: a refusal there is not a write unless the line says so.
 _KERNEL_TREES = ("/proc/", "/sys/")
 
@@ -177,9 +185,10 @@ def _operation(line: str, error: str, path: str) -> Kind:
     otherwise (a reading program) or it is a kernel interface with no write word."""
     if error.lower() in ("read-only file system", "erofs") or not os.path.lexists(path):
         return "write"
-    if _WRITE_VERB_RE.search(line):
+    write_verb, read_only_program = _operation_res()
+    if write_verb.search(line):
         return "write"
-    if _READ_ONLY_PROGRAM_RE.search(line):
+    if read_only_program.search(line):
         return "read"
     if path.startswith(_KERNEL_TREES):
         return "access"

@@ -34,8 +34,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dsh.executors.denial import Denial, find_denial
 from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
 from dsh.executors.process import LocalSubprocessService
-from dsh.executors.refusal import describe as describe_refusal
-from dsh.executors.refusal import find_refusal, git_key_hint
 from dsh.executors.seam import (
     CollectedOutput,
     SandboxFacts,
@@ -219,7 +217,10 @@ class SandboxedExecutor(_MixinBase):
         denial: Denial | None,
     ) -> str | None:
         if exit_code is None or exit_code == 0:
-            return None  # the common case costs nothing
+            return None  # the common case costs nothing, not even the import
+        from dsh.executors.refusal import describe as describe_refusal
+        from dsh.executors.refusal import find_refusal, git_key_hint
+
         if denial is not None and denial.kind == "write":
             return git_key_hint(policy, denial.path) or None
         command = spec.command if spec.argv is None else " ".join(map(_argv_text, spec.argv[:1]))
