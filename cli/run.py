@@ -17,6 +17,7 @@ that runner is asked for.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -139,9 +140,18 @@ def _check_paths(opts: RunOptions) -> None:
         ("--force-writable", opts.force_writable),
         ("--composition", () if opts.composition is None else (opts.composition,)),
     ]
+    from dsh.sandbox.input_files import path_problem
+
     for flag, values in flags:
         if any(not value.strip() for value in values):
             raise UsageError(f"{flag}: empty path; pass a path (\".\" for the current directory) or drop the flag")
+        for value in values:
+            problem = path_problem(value)
+            if problem is not None:
+                raise UsageError(f"{flag}: {problem}; pass a shorter path")
+    from dsh.cli.settings import check_environment
+
+    check_environment(os.environ)
 
 
 # -- the context ------------------------------------------------------------------------
@@ -240,7 +250,7 @@ def run_command(opts: RunOptions) -> int:
             from dsh.sandbox.policy_service import PolicyService
 
             roots = ctx.require(PolicyService).trusted_roots()
-            refuse_writable_config_file("user config", opts.user_config, roots)
+            refuse_writable_config_file("user config", opts.user_config, roots, real=opts.user_config)
         _note_missing_roots(ctx)
         executor = ctx.require(ShellExecutor)
         spec = executor.resolve(make_request(opts, ctx))

@@ -142,14 +142,27 @@ def _line_of(lines: list[str], pattern: str, start: int = 0) -> int:
     return start + 1
 
 
-def load_rules(path: str | Path) -> tuple[Rule, ...]:
-    """Parse and check a rules file; every mistake is a ConfigError with a line."""
+def read_rules_file(path: str | Path) -> tuple[str, str]:
+    """The text of a rules file and the real path of the file read (one
+    descriptor: a regular file, bounded, never a FIFO to hang on)."""
+    from dsh.sandbox.input_files import InputFileError, read_input_file
+
     p = Path(path).expanduser()
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
-        raise ConfigError(f"approval-rules: cannot read rules file {str(p)!r}: {why}") from None
+        read = read_input_file(str(p))
+    except InputFileError as exc:
+        raise ConfigError(f"approval-rules: cannot read rules file {str(p)!r}: {exc.problem}; {exc.fix}") from None
+    return read.text, read.real
+
+
+def load_rules(path: str | Path) -> tuple[Rule, ...]:
+    """Read, parse and check a rules file; every mistake is a ConfigError with a line."""
+    return parse_rules(read_rules_file(path)[0], path)
+
+
+def parse_rules(text: str, path: str | Path) -> tuple[Rule, ...]:
+    """Parse and check the text of the rules file ``path``."""
+    p = Path(path).expanduser()
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -297,7 +310,10 @@ class RulesApproval(Approval):
         super().__init__(ctx, config)
         if not self.config.path:
             raise ConfigError("approval-rules: config 'path' is required: the TOML rules file")
-        self.rules = load_rules(self.config.path)
+        text, real = read_rules_file(self.config.path)
+        #: The real path of the file the rules were read from (judged, not the name).
+        self.rules_real_path = real
+        self.rules = parse_rules(text, self.config.path)
         self.prompter = (
             TerminalPrompter(self.config.timeout_s, self.config.tty)
             if self.config.fallback == "prompt"

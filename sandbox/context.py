@@ -207,11 +207,13 @@ def parse_composition(data: Any, *, source: str = "composition") -> list[Composi
 
 
 def load_composition_file(path: str | Path) -> list[CompositionEntry]:
+    from dsh.sandbox.input_files import InputFileError, read_input_file
+
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise CompositionError(f"composition {str(p)!r}: cannot read: {exc.strerror}") from None
+        text = read_input_file(str(p)).text
+    except InputFileError as exc:
+        raise CompositionError(f"composition {str(p)!r}: cannot read: {exc.problem}; {exc.fix}") from None
     try:
         if p.suffix == ".toml":
             import tomllib

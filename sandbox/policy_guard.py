@@ -211,20 +211,21 @@ def writable_root_holding(path: Path, roots: Iterable[Path]) -> Path | None:
     return None
 
 
-def refuse_writable_config_file(what: str, shown: str, roots: Sequence[Path]) -> None:
+def refuse_writable_config_file(what: str, shown: str, roots: Sequence[Path], *, real: str | None = None) -> None:
     """A profile, rules or composition file a sandboxed command could rewrite is refused.
 
     ``.dsh`` inside the workspace is protected by default, but on landlock
     that protection is itself a degradation a profile may accept, so files
     there are not trusted either: the file must live outside every writable
-    root (e.g. ``~/.config/dsh-sandbox/``).
+    root (e.g. ``~/.config/dsh-sandbox/``).  ``real``: the real path of the
+    file that was read, taken from its descriptor (not resolved again by name).
     """
-    real = Path(os.path.realpath(os.path.expanduser(shown)))
-    root = writable_root_holding(real, roots)
+    real_path = Path(real) if real is not None else Path(os.path.realpath(os.path.expanduser(shown)))
+    root = writable_root_holding(real_path, roots)
     if root is None:
         return
     raise ConfigError(
-        f"{what} {shown}: {real} lies inside the writable root {root}, so a sandboxed command "
+        f"{what} {shown}: {real_path} lies inside the writable root {root}, so a sandboxed command "
         "could rewrite it to widen a later run; move it outside every writable root, "
         "e.g. to ~/.config/dsh-sandbox/"
     )
@@ -244,12 +245,13 @@ def refuse_untrusted_config(ctx: Context, composition: str | None, approval: Any
     roots = service.trusted_roots()
     if composition is not None:
         refuse_writable_config_file("--composition", composition, roots)
-    for source in service.profile.sources:
-        refuse_writable_config_file("profile", source, roots)
+    for source in service.profile.sources:  # real paths of the files read
+        refuse_writable_config_file("profile", source, roots, real=source)
     approver = approval if approval is not None else _mounted_approval(ctx)
     rules = getattr(getattr(approver, "config", None), "path", None)
     if isinstance(rules, str):
-        refuse_writable_config_file("approval rules file", rules, roots)
+        read = getattr(approver, "rules_real_path", None)
+        refuse_writable_config_file("approval rules file", rules, roots, real=read if isinstance(read, str) else None)
 
 
 def _mounted_approval(ctx: Context) -> Any:

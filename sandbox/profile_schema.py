@@ -10,13 +10,24 @@ same format for editors; a test keeps the two in step.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.input_files import path_problem, text_problem
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.numeric import MAX_BYTES, MIN_MEMORY_BYTES, NumberError, byte_count, processes, seconds
+from dsh.sandbox.numeric import (
+    MAX_BYTES,
+    MAX_SECONDS,
+    MIN_MEMORY_BYTES,
+    MIN_SECONDS,
+    NumberError,
+    byte_count,
+    processes,
+    seconds,
+)
 from dsh.sandbox.protected_scan import GIT_ACCESS
 
 LIST_KEYS = (
@@ -85,6 +96,8 @@ class ProfileError(ConfigError):
         self.line = line
         self.key = key
         self.fix = fix
+        #: Every problem found in the file (``profile validate`` lists them all).
+        self.errors: tuple[ProfileError, ...] = (self,)
 
 
 def known_runners() -> list[str]:
@@ -167,11 +180,13 @@ def find_key_line(text: str, key: str, table: str | None = None) -> int | None:
 
 # -- validation ---------------------------------------------------------------------
 class _Checker:
-    """Validates one file's table; raises ``ProfileError`` at the first problem."""
+    """Validates one file's table; collects every problem (each with its line)
+    and raises one ``ProfileError`` listing them all."""
 
     def __init__(self, text: str, source: str) -> None:
         self.text = text
         self.source = source
+        self.errors: list[ProfileError] = []
 
     def fail(self, key: str, problem: str, fix: str, *, table: str | None = None) -> ProfileError:
         line = find_key_line(self.text, key, table)
@@ -191,9 +206,14 @@ class _Checker:
     def check(self, data: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in data.items():
-            if key not in TOP_KEYS:
-                raise self.unknown(key, TOP_KEYS)
-            out[key] = self._value(key, value)
+            try:
+                if key not in TOP_KEYS:
+                    raise self.unknown(key, TOP_KEYS)
+                out[key] = self._value(key, value)
+            except ProfileError as exc:
+                self.errors.append(exc)
+        if self.errors:
+            raise _combined(self.errors)
         return out
 
     def _value(self, key: str, value: Any) -> Any:
@@ -202,6 +222,9 @@ class _Checker:
                 raise self.fail(
                     key, f"must be a non-empty string, got {value!r}", f'write {key} = "..."'
                 )
+            problem = text_problem(value) if key == "description" else path_problem(value)
+            if problem is not None:
+                raise self.fail(key, problem, f"fix the value of {key}")
             return value
         if key == "mode":
             return self._mode(value)
@@ -222,13 +245,13 @@ class _Checker:
                 )
             return value
         if key == "home":
+            fix = ('write home = "per-workspace" (the default), home = "host" (the real, '
+                   'read-only home) or home = "DIR" (an existing directory)')
             if not isinstance(value, str) or not value.strip():
-                raise self.fail(
-                    key,
-                    f"must be a non-empty string, got {value!r}",
-                    'write home = "per-workspace" (the default), home = "host" (the real, '
-                    'read-only home) or home = "DIR" (an existing directory)',
-                )
+                raise self.fail(key, f"must be a non-empty string, got {value!r}", fix)
+            problem = path_problem(value)
+            if problem is not None:
+                raise self.fail(key, problem, fix)
             return value
         if key == "limits":
             return self._limits(value)
@@ -248,10 +271,10 @@ class _Checker:
                 key, f"must be a list of strings, got {value!r}", f'write {key} = ["..."]'
             )
         check = _ITEM_CHECKS.get(key)
-        for item in value:
-            problem = check(item) if check else None
-            if problem is not None:
-                raise self.fail(key, problem[0], problem[1])
+        problems = [problem for item in value if (problem := check(item) if check else None) is not None]
+        if problems:
+            self.errors.extend(self.fail(key, *problem) for problem in problems[1:])
+            raise self.fail(key, *problems[0])
         return list(value)
 
     def _limits(self, value: Any) -> dict[str, Any]:
@@ -264,12 +287,65 @@ class _Checker:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if key not in LIMIT_KEYS:
-                raise self.unknown(key, LIMIT_KEYS, table="limits")
+                self.errors.append(self.unknown(key, LIMIT_KEYS, table="limits"))
+                continue
             try:
                 out[key] = _LIMIT_PARSERS[key](f"limits.{key}", item)
             except NumberError as exc:
-                raise self.fail(key, exc.problem, _LIMIT_FIXES[key], table="limits") from None
+                # A range is shown in units a person reads; other problems as they are.
+                ranged = exc.problem.startswith("must be a") and " from " in exc.problem
+                problem = (_human_problem(key, item) if ranged else None) or exc.problem
+                self.errors.append(self.fail(key, problem, _LIMIT_FIXES[key], table="limits"))
         return out
+
+
+def _combined(errors: list[ProfileError]) -> ProfileError:
+    """One error listing every problem, in file order; the first one's fields."""
+    ordered = sorted(errors, key=lambda e: e.line or 0)
+    if len(ordered) == 1:
+        return ordered[0]
+    first = ordered[0]
+    message = f"{len(ordered)} problems:\n  " + "\n  ".join(str(e) for e in ordered)
+    combined = ProfileError(message, path=first.path, line=first.line, key=first.key, fix=first.fix)
+    combined.errors = tuple(ordered)
+    return combined
+
+
+# -- numbers in human units -------------------------------------------------------------
+def human_bytes(n: float) -> str:
+    """``16 MiB``, ``1 PiB``, ``1.5 GiB``, ``512 bytes``."""
+    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{_figure(n / size)} {unit}"
+    return f"{_figure(n)} byte" + ("" if n == 1 else "s")
+
+
+def human_seconds(s: float) -> str:
+    """``1 ms``, ``5 min``, ``366 days``; a year and more in days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if s >= size:
+            return f"{_figure(s / size)} {unit}"
+    return f"{_figure(s * 1000)} ms"
+
+
+def _figure(x: float) -> str:
+    """At most three significant digits below 1000, whole numbers above: no exponents."""
+    return f"{x:.3g}" if x < 1000 else f"{round(x):,}"
+
+
+def _human_problem(key: str, value: object) -> str | None:
+    """The range of limit ``key`` in units a person reads, with the value given."""
+    if key == "wall_time_s":
+        accepted = f"a number of seconds from {human_seconds(MIN_SECONDS)} to {human_seconds(MAX_SECONDS)}"
+        shown = value
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+            shown = f"{value!r} ({human_seconds(value)})"
+        return f"must be {accepted}, got {shown}"
+    if key in ("max_memory", "max_file_size"):
+        low = MIN_MEMORY_BYTES if key == "max_memory" else 1
+        accepted = f"a size from {human_bytes(low)} to {human_bytes(MAX_BYTES)}"
+        return f"must be {accepted}, got {value!r}"
+    return None
 
 
 def _path_item(item: str) -> tuple[str, str] | None:
@@ -277,6 +353,9 @@ def _path_item(item: str) -> tuple[str, str] | None:
         return "empty path", "remove the empty entry"
     if "\0" in item:
         return "path contains a NUL byte", "remove the NUL byte"
+    problem = path_problem(item)
+    if problem is not None:
+        return f"path {problem}", "shorten it"
     return None
 
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dsh.sandbox.input_files import InputFileError, path_problem, read_input_file
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.profile_schema import (
@@ -45,6 +47,7 @@ __all__ = [
     "list_profiles",
     "load_profile",
     "parse_size",
+    "user_profile_dir",
     "validate_profile_file",
 ]
 
@@ -76,7 +79,7 @@ class Profile:
     allowed_runners: tuple[str, ...] = ()  # empty: any runner
     accept_degraded: tuple[str, ...] = ()
     force_writable_roots: tuple[str, ...] = ()  # dangerous roots accepted by name
-    sources: tuple[str, ...] = ()  # the files read: this one, then each non-built-in ancestor
+    sources: tuple[str, ...] = ()  # real paths of the files read: this one, then each non-built-in ancestor
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (for ``profile show --json``)."""
@@ -116,56 +119,76 @@ def _looks_like_path(name_or_path: str) -> bool:
     return os.sep in name_or_path or "/" in name_or_path or name_or_path.endswith(".toml")
 
 
+def user_profile_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where ``--profile NAME`` finds the user's own profiles:
+    ``$XDG_CONFIG_HOME/dsh-sandbox/profiles`` (default ``~/.config/...``)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME", "")
+    # A relative XDG_CONFIG_HOME is invalid by the spec: ignored.
+    root = Path(base) if os.path.isabs(base) else Path(os.path.expanduser("~")) / ".config"
+    return root / "dsh-sandbox" / "profiles"
+
+
 def _locate(name_or_path: str, *, relative_to: Path | None = None) -> tuple[Path, bool]:
-    """The file a profile reference names, and whether it is a built-in."""
+    """The file a profile reference names, and whether it is a built-in.
+
+    A name is a built-in, or the user's ``NAME.toml`` in ``user_profile_dir()``;
+    a user file with a built-in's name is refused rather than shadowing it (or
+    being shadowed) without a word."""
     if not name_or_path.strip():
         raise ProfileError(
             "profile: empty name; give a built-in name or a path to a .toml file",
             key="profile",
             fix="give a built-in name or a path",
         )
+    problem = path_problem(name_or_path)
+    if problem is not None:
+        fix = "give a built-in name, a name from your profiles directory or a path to a .toml file"
+        raise ProfileError(f"profile: {name_or_path[:40]!r}...: {problem}; {fix}", key="profile", fix=fix)
     if _looks_like_path(name_or_path):
         path = Path(name_or_path).expanduser()
         if not path.is_absolute() and relative_to is not None:
             path = relative_to / path
         return path, False
-    path = _builtin_dir() / f"{name_or_path}.toml"
-    if path.is_file():
-        return path, True
+    builtin = _builtin_dir() / f"{name_or_path}.toml"
+    mine = user_profile_dir() / f"{name_or_path}.toml"
+    try:
+        has_mine = os.path.lexists(mine)
+    except (OSError, ValueError):
+        has_mine = False
+    if builtin.is_file():
+        if has_mine:
+            fix = f"rename {mine} (and use --profile NEWNAME), or pass its path to use it"
+            raise ProfileError(
+                f"profile '{name_or_path}': both a built-in profile and your {mine} have this name, and "
+                f"neither may silently replace the other; {fix}",
+                key="profile", fix=fix,
+            )
+        return builtin, True
+    if has_mine:
+        return mine, False
     names = builtin_profile_names()
     close = suggest(name_or_path, names)
     hint = f"did you mean '{close}'? " if close else ""
     fix = (
-        f"{hint}built-in profiles: {', '.join(names)}; or pass a path such as ./{name_or_path}.toml"
+        f"{hint}built-in profiles: {', '.join(names)}; your own go in {user_profile_dir()}/NAME.toml; "
+        f"or pass a path such as ./{name_or_path}.toml"
     )
     raise ProfileError(f"unknown profile '{name_or_path}'; {fix}", key="profile", fix=fix)
 
 
-def _read(path: Path) -> tuple[dict[str, Any], str]:
-    """Parse and validate one file (without following ``extends``)."""
+def _read(path: Path) -> tuple[dict[str, Any], str, str]:
+    """Parse and validate one file (without following ``extends``); also
+    returns the real path of the file that was read."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        fix = "check the path, or use a built-in name (dsh-sandbox profile list)"
+        read = read_input_file(source)
+    except InputFileError as exc:
+        fix = "check the path, or use a built-in name (dsh-sandbox profile list)" if exc.missing else exc.fix
         raise ProfileError(
-            f"profile {source}: file not found; {fix}", path=source, fix=fix
+            f"profile {source}: {exc.problem}; {fix}", path=source, fix=fix
         ) from None
-    except IsADirectoryError:
-        fix = "pass the .toml file, not its directory"
-        raise ProfileError(
-            f"profile {source}: is a directory; {fix}", path=source, fix=fix
-        ) from None
-    except UnicodeDecodeError:
-        fix = "save the file as UTF-8"
-        raise ProfileError(
-            f"profile {source}: not UTF-8 text; {fix}", path=source, fix=fix
-        ) from None
-    except OSError as exc:
-        fix = "check the file's permissions"
-        raise ProfileError(
-            f"profile {source}: cannot read: {exc.strerror}; {fix}", path=source, fix=fix
-        ) from None
+    text = read.text
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -173,7 +196,7 @@ def _read(path: Path) -> tuple[dict[str, Any], str]:
         raise ProfileError(
             f"profile {source}: invalid TOML: {exc}; {fix}", path=source, fix=fix
         ) from None
-    return check_profile_table(data, text, source), text
+    return check_profile_table(data, text, source), text, read.real
 
 
 # -- merging -----------------------------------------------------------------------
@@ -189,7 +212,10 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tuple[Path, ...]]:
+def _load_chain(
+    path: Path, seen: tuple[str, ...]
+) -> tuple[dict[str, Any], tuple[Path, ...], tuple[str, ...]]:
+    """The merged table, the files of the chain, and the real path each was read from."""
     key = os.path.realpath(path)
     if key in seen:
         names = [Path(p).stem for p in (*seen, key)]
@@ -200,11 +226,11 @@ def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tupl
             key="extends",
             fix=fix,
         )
-    data, text = _read(path)
+    data, text, real = _read(path)
     chain: tuple[Path, ...] = (path,)
     parent_ref = data.get("extends")
     if parent_ref is None:
-        return data, chain
+        return data, chain, (real,)
     line = find_key_line(text, "extends")
     where = f" at line {line}" if line else ""
     try:
@@ -214,22 +240,25 @@ def _load_chain(path: Path, seen: tuple[str, ...]) -> tuple[dict[str, Any], tupl
             f"profile {path}: extends{where}: {exc}", path=str(path), line=line, key="extends",
             fix=exc.fix,
         ) from None
-    if not parent_path.is_file():
+    if not os.path.lexists(parent_path):
         fix = "fix the path (relative to this file) or use a built-in name"
         raise ProfileError(
             f"profile {path}: extends{where}: {parent_path} not found; {fix}",
             path=str(path), line=line, key="extends", fix=fix,
         )
-    parent, parent_chain = _load_chain(parent_path, (*seen, key))
-    return _merge(parent, data), chain + parent_chain
+    parent, parent_chain, parent_real = _load_chain(parent_path, (*seen, key))
+    return _merge(parent, data), chain + parent_chain, (real, *parent_real)
 
 
 def _build(path: Path, builtin: bool) -> Profile:
-    data, files = _load_chain(path, ())
+    data, files, reals = _load_chain(path, ())
     chain = tuple(p.stem for p in files)
     # Built-ins ship with the package: a command that can rewrite them can
     # rewrite dsh itself, so only the user's own files are worth tracking.
-    sources = tuple(str(p) for p in files if not _is_builtin_file(p))
+    # Each by the real path of the file that was read (from its descriptor),
+    # so the writable-root check judges what was read, not what the name
+    # points at afterwards.
+    sources = tuple(real for p, real in zip(files, reals, strict=True) if not _is_builtin_file(p))
     limits = data.get("limits", {})
     mode = data.get("mode")
     return Profile(
