@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.input_files import InputFileError, check_path, path_problem, read_input_file, text_problem
 
 if TYPE_CHECKING:
     from dsh.sandbox.runner import ConfigKey
@@ -49,6 +51,7 @@ class ConfigFile:
     kind: str  # "user" | "project"
     values: Mapping[str, Any]
     lines: Mapping[str, int]
+    real: str = ""  # the real path of the file that was read (from its descriptor)
 
     def where(self, key: str) -> str:
         line = self.lines.get(key)
@@ -82,49 +85,123 @@ def configurable_runners(key: str | None = None) -> list[str]:
 
 
 def project_config_path(workspace: Path) -> Path | None:
-    """The nearest ``.dsh/config.toml`` from ``workspace`` up to the repository root."""
-    chain = [workspace, *workspace.parents]
-    repo = next((d for d in chain if os.path.lexists(d / ".git")), None)
-    searched = chain[: chain.index(repo) + 1] if repo is not None else [workspace]
-    for directory in searched:
-        candidate = directory / ".dsh" / "config.toml"
-        if candidate.is_file():
+    """The nearest ``.dsh/config.toml`` from ``workspace`` up to the repository top.
+
+    The walk stops at what a sandboxed run could have planted: a ``.git`` that
+    is a file or a link, or a directory another user owns, is no repository
+    top (a run can write ``.git`` as a file in a parent it may write), so the
+    walk ends below it; without a real top only the workspace counts.  A
+    ``.dsh`` that is a link is refused (``ConfigError``).
+    """
+    for directory in _project_dirs(workspace):
+        dsh = directory / ".dsh"
+        try:
+            st = os.lstat(dsh)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise ConfigError(f"{dsh}: cannot look for the project config ({exc.strerror}); "
+                              "fix the permissions of the workspace") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise ConfigError(
+                f"{dsh}: is a symbolic link (to {os.readlink(dsh)}); a project's .dsh must be a real "
+                "directory, since a link could lead the configuration anywhere a sandboxed command "
+                "wrote; replace it with the directory itself"
+            )
+        candidate = dsh / "config.toml"
+        if stat.S_ISDIR(st.st_mode) and os.path.lexists(candidate):
             return candidate
     return None
 
 
+def _project_dirs(workspace: Path) -> list[Path]:
+    """The directories whose ``.dsh`` may configure ``workspace``: it and its
+    parents up to the first real repository top, else the workspace alone."""
+    walked: list[Path] = []
+    for directory in (workspace, *workspace.parents):
+        kind = _git_kind(directory / ".git")
+        if kind == "top":
+            return [*walked, directory]
+        if kind == "untrusted":
+            # A worktree's .git file at the workspace makes it the top; one in a
+            # parent may be planted, so it ends the walk below it.
+            return [workspace] if directory == workspace else walked
+        walked.append(directory)
+    return [workspace]
+
+
+def _git_kind(git: Path) -> str | None:
+    """``"top"`` for a real ``.git`` directory owned by you (or root), ``None``
+    when there is none, ``"untrusted"`` for anything else (file, link, another
+    user's directory, one we cannot look at)."""
+    try:
+        st = os.lstat(git)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return "untrusted"
+    if stat.S_ISDIR(st.st_mode) and st.st_uid in (os.geteuid(), 0):
+        return "top"
+    return "untrusted"
+
+
+def find_user_config(environ: Mapping[str, str]) -> Path | None:
+    """The user's config file if there is one; a directory on the way that
+    cannot be searched is a ``ConfigError`` (HOME of another user, say)."""
+    path = user_config_path(environ)
+    check_path("your config file (from HOME or XDG_CONFIG_HOME)", str(path),
+               "set XDG_CONFIG_HOME (or HOME) to a shorter path")
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except PermissionError:
+        raise ConfigError(
+            f"{path}: cannot look for your config file (permission denied on a directory of that path); "
+            "set HOME (or XDG_CONFIG_HOME) to a directory you can read"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot look for your config file ({exc.strerror}); "
+                          "set HOME (or XDG_CONFIG_HOME) to a directory you can read") from None
+    return path
+
+
 def read_config(path: Path, kind: str) -> ConfigFile:
-    """Parse and check one file (``ConfigError`` naming file, line, key and fix)."""
+    """Parse and check one file (``ConfigError`` naming file, line, key and fix).
+
+    Read once from one descriptor (a regular file, bounded); the project's is
+    not followed through a link and must be yours, not writable by others."""
     import tomllib  # only when a file exists: `run` without one stays fast
 
     from dsh.sandbox.profile_schema import find_key_line
 
-    if kind == "project":
-        _check_owner(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        read = read_input_file(str(path), nofollow=kind == "project")
+    except InputFileError as exc:
+        raise ConfigError(f"{path}: {exc.problem}; {exc.fix}") from None
+    if kind == "project":
+        _check_owner(path, read.uid, read.mode)
+    text = read.text
+    try:
         data = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read it ({exc}); fix its permissions or remove it") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}); fix the syntax") from None
     checker = _Checker(path, kind, text, find_key_line)
     values = checker.check(data)
-    return ConfigFile(path, kind, values, checker.lines)
+    return ConfigFile(path, kind, values, checker.lines, read.real)
 
 
-def _check_owner(path: Path) -> None:
+def _check_owner(path: Path, uid: int, mode: int) -> None:
     """A project file another user could write configures this user's sandbox:
     refuse it, as ssh refuses a group-writable config."""
-    st = path.stat()
-    if st.st_uid not in (os.geteuid(), 0):
+    if uid not in (os.geteuid(), 0):
         raise ConfigError(
-            f"{path}: owned by uid {st.st_uid}, not by you; another user could have written it. "
+            f"{path}: owned by uid {uid}, not by you; another user could have written it. "
             "Remove it, or take it over (chown) if you trust its contents"
         )
-    if st.st_mode & 0o022:
+    if mode & 0o022:
         raise ConfigError(
-            f"{path}: writable by group or others (mode {st.st_mode & 0o777:o}), so anyone could "
+            f"{path}: writable by group or others (mode {mode & 0o777:o}), so anyone could "
             f"change this sandbox's configuration; chmod go-w {path}"
         )
 
@@ -178,9 +255,16 @@ class _Checker:
         if key in ("accept_degraded", "trusted_projects"):
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
                 raise self.fail(key, f"must be a list of non-empty strings, got {value!r}", f'write {key} = ["..."]')
+            for item in value:
+                problem = path_problem(item) if key == "trusted_projects" else text_problem(item, limit=255)
+                if problem is not None:
+                    raise self.fail(key, f"{item[:40]!r}: {problem}", "fix the entry")
             return tuple(value)
         if not isinstance(value, str) or not value.strip():
             raise self.fail(key, f"must be a non-empty string, got {value!r}", f'write {key} = "..."')
+        problem = path_problem(value) if key in ("profile", "approval") else text_problem(value, limit=255)
+        if problem is not None:
+            raise self.fail(key, f"{value[:40]!r}: {problem}", f'fix the value: {key} = "..."')
         if key == "profile" and ("/" in value or value.endswith(".toml")):
             # A profile file is named relative to the config file that names it.
             return str(self.path.parent / os.path.expanduser(value))
@@ -217,6 +301,9 @@ class _Checker:
                 if not isinstance(item, str) or not item.strip():
                     raise self.fail(dotted, f"must be a non-empty string, got {item!r}",
                                     f'write {key} = "{spec.example}"')
+                problem = text_problem(item)
+                if problem is not None:
+                    raise self.fail(dotted, problem, f'write {key} = "{spec.example}"')
                 if spec.env_for and not _ENV_NAME.match(item):
                     raise self.fail(dotted, f"{item!r} is not an environment variable name",
                                     f'name the variable that holds the {spec.env_for}, e.g. {key} = "{spec.example}"')

@@ -28,12 +28,13 @@ from dsh.cli.config_files import (
     IMAGE_KEY,
     ConfigFile,
     configurable_runners,
+    find_user_config,
     project_config_path,
     read_config,
     runner_config_keys,
-    user_config_path,
 )
 from dsh.sandbox.errors import ConfigError, UsageError
+from dsh.sandbox.input_files import path_problem
 from dsh.sandbox.modes import SandboxMode
 
 if TYPE_CHECKING:
@@ -72,6 +73,16 @@ class Value:
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A project value that would weaken the sandbox: where, what, why."""
+
+    key: str
+    value: Any
+    where: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Flags:
     """What the command line set (``None``/empty: not given)."""
 
@@ -97,6 +108,9 @@ class Settings:
     trusted: Value  # may the project file weaken the sandbox?
     #: ``runners.NAME.KEY`` -> its declaration, for the runners configured (or all, for ``config show``).
     runner_keys: Mapping[str, ConfigKey] = dataclasses.field(default_factory=dict)
+    #: What the project file set that was not applied (``config show`` only: a run refuses).
+    refused: tuple[Refusal, ...] = ()
+    user_real: str | None = None  # the real path of the user's file that was read
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key].value
@@ -130,13 +144,17 @@ class Settings:
         return out
 
 
-def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path, every_runner: bool = False) -> Settings:
+def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path, every_runner: bool = False,
+            keep_refused: bool = False) -> Settings:
     """Read both files and merge every layer; ``ConfigError`` names file, key and fix.
 
     ``every_runner``: list the options of every runner that declares some, not
-    only of those configured (importing each runner: for ``config show``)."""
-    user_path = user_config_path(environ)
-    user = read_config(user_path, "user") if user_path.is_file() else None
+    only of those configured (importing each runner: for ``config show``).
+    ``keep_refused``: a project value that would weaken the sandbox is left out
+    and listed in ``Settings.refused`` instead of raising (``config show``)."""
+    check_environment(environ)
+    user_path = find_user_config(environ)
+    user = read_config(user_path, "user") if user_path is not None else None
     project_path = project_config_path(Path(os.path.realpath(os.path.expanduser(workspace))))
     project = read_config(project_path, "project") if project_path is not None else None
     # Highest precedence first: each layer is (source of a key, its values).
@@ -152,6 +170,31 @@ def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path, every_run
     names += sorted({key.split(".")[1] for layer in layers for key in layer if key.startswith("runners.")} - {*names})
     runner_keys = {f"runners.{name}.{key}": spec for name in names for key, spec in runner_config_keys(name).items()}
     defaults = {**DEFAULTS, **dict.fromkeys(runner_keys)}
+    trusted = _trust(flags, user, project)
+    refused: tuple[Refusal, ...] = ()
+    if project is not None and not trusted.value:
+        # What applies without the project file: flags, variables, your own file.
+        without = layers[:2] + ([_file_layer(user)] if user is not None else [])
+        refused = _weakenings(_merged(layers, defaults), project, _merged(without, defaults), runner_keys)
+        if refused and not keep_refused:
+            first = refused[0]
+            raise _weakening_error(first, project, user_path or _user_file(environ), len(refused))
+        project_layer = layers[2]
+        for refusal in refused:
+            project_layer.pop(refusal.key, None)
+    values, accepted, env = _merged(layers, defaults)
+    return Settings(
+        values, tuple(accepted.items()), tuple(sorted(env.items())),
+        user_path or _user_file(environ), user is not None, project_path, trusted, runner_keys,
+        refused, user.real if user is not None else None,
+    )
+
+
+Merged = tuple[dict[str, Value], dict[str, Value], dict[str, Value]]
+
+
+def _merged(layers: list[Layer], defaults: Mapping[str, Any]) -> Merged:
+    """(single values, accepted degradations, env) from ``layers``, highest first."""
     values = {key: _first(layers, key, default) for key, default in defaults.items()}
     accepted: dict[str, Value] = {}
     env: dict[str, Value] = {}
@@ -162,19 +205,29 @@ def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path, every_run
                     accepted.setdefault(name, Value(name, value.source))
             elif key.startswith("env."):
                 env.setdefault(key[4:], value)
-    settings = Settings(
-        values, tuple(accepted.items()), tuple(sorted(env.items())),
-        user_path, user is not None, project_path, _trust(flags, user, project), runner_keys,
-    )
-    if project is not None and not settings.trusted.value:
-        # What applies without the project file: flags, variables, your own file.
-        others = [layer for layer, f in zip(layers[2:], (project, user), strict=False) if f is not project]
-        base = {key: _first(layers[:2] + others, key, default).value for key, default in defaults.items()}
-        base["accept_degraded"] = tuple(
-            name for layer in layers[:2] + others for name in layer.get("accept_degraded", Value((), "")).value
-        )
-        _refuse_weakening(settings, project, base)
-    return settings
+    return values, accepted, env
+
+
+def _user_file(environ: Mapping[str, str]) -> Path:
+    from dsh.cli.config_files import user_config_path
+
+    return user_config_path(environ)
+
+
+#: Variables that name directories the CLI and the sandbox build paths from.
+PATH_VARIABLES = ("HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "TMPDIR")
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """``ConfigError`` for a path variable no path can be built from."""
+    for var in PATH_VARIABLES:
+        value = environ.get(var)
+        problem = path_problem(value) if value else None
+        if problem is not None:
+            raise ConfigError(
+                f"environment variable {var}: {problem}; set {var} to an existing directory "
+                "with a shorter path, or unset it"
+            )
 
 
 def apply_to_run(opts: RunOptions) -> RunOptions:
@@ -187,7 +240,7 @@ def apply_to_run(opts: RunOptions) -> RunOptions:
         approval=settings["approval"], network=settings["network"],
         accept_degraded=settings.accepted(), env=settings.env_pairs(),
         runner_options=tuple((name, tuple(values.items())) for name, values in options.items()),
-        user_config=str(settings.user_file) if settings.user_found else None,
+        user_config=settings.user_real if settings.user_found else None,
     )
 
 
@@ -245,6 +298,10 @@ def _check(layer: Layer) -> None:
     for key, value in layer.items():
         flag = value.source.startswith("flag ")
         label = value.source[len("flag "):] if flag else f"{value.source}: {key}"
+        if key in ("profile", "approval") and isinstance(value.value, str):
+            problem = path_problem(value.value)
+            if problem is not None:
+                raise ConfigError(f"{label}: {problem}; give a shorter name or path")
         if key == "mode":
             SandboxMode.parse(value.value, field=label)
         elif key == "runner":
@@ -303,28 +360,36 @@ def _trust(flags: Flags, user: ConfigFile | None, project: ConfigFile | None) ->
     return Value(False, "default")
 
 
-def _refuse_weakening(settings: Settings, project: ConfigFile, mine: Mapping[str, Any]) -> None:
-    """``ConfigError`` for the first effective project value that widens the sandbox
-    beyond what applies without the project file (``mine``: the flags, variables
-    and your own file merged)."""
-    where = project.where
-    for key, value in settings.values.items():
-        if not value.source.startswith(str(project.path)):
+def _weakenings(merged: Merged, project: ConfigFile, without: Merged,
+                runner_keys: Mapping[str, ConfigKey]) -> tuple[Refusal, ...]:
+    """Every effective project value that widens the sandbox beyond what
+    applies without the project file (``without``: the flags, variables and
+    your own file merged)."""
+    values, accepted, env = merged
+    mine: dict[str, Any] = {key: value.value for key, value in without[0].items()}
+    mine["accept_degraded"] = tuple(without[1])
+    mine_env = without[2]
+    ours = str(project.path)
+    out: list[Refusal] = []
+    for key, value in values.items():
+        if not value.source.startswith(ours):
             continue
-        why = _widens(key, value.value, mine, settings.runner_keys.get(key))
+        why = _widens(key, value.value, mine, runner_keys.get(key))
         if why is not None:
-            raise _weakening_error(where(key), f"{key} = {value.value!r}", why, project, settings)
-    for name, value in settings.accept_degraded:
-        if value.source.startswith(str(project.path)) and name not in mine.get("accept_degraded", ()):
-            raise _weakening_error(
-                value.source, f"accept_degraded {name!r}", "it accepts a runner that enforces less", project, settings
-            )
-    for name, value in settings.env:
-        if value.source.startswith(str(project.path)):
-            raise _weakening_error(
-                value.source, f"env.{name}",
-                "variables reach the runner's own processes on the host (LD_PRELOAD, PATH...)", project, settings,
-            )
+            out.append(Refusal(key, value.value, value.source, why))
+    for name, value in accepted.items():
+        if value.source.startswith(ours) and name not in mine["accept_degraded"]:
+            out.append(Refusal("accept_degraded", name, value.source, "it accepts a runner that enforces less"))
+    for name, value in env.items():
+        if value.source.startswith(ours) and (name not in mine_env or mine_env[name].value != value.value):
+            out.append(Refusal(f"env.{name}", value.value, value.source,
+                               "variables reach the runner's own processes on the host (LD_PRELOAD, PATH...)"))
+    return tuple(sorted(out, key=lambda r: _line(r.where)))
+
+
+def _line(where: str) -> int:
+    tail = where.rpartition(":")[2]
+    return int(tail) if tail.isdigit() else 0
 
 
 def _widens(key: str, value: Any, mine: Mapping[str, Any], spec: ConfigKey | None) -> str | None:
@@ -346,8 +411,16 @@ def _widens(key: str, value: Any, mine: Mapping[str, Any], spec: ConfigKey | Non
         # A command's own output is the evidence a prompt or a rules file is shown:
         # it can claim a denial to be offered a wider mode.
         return "it lets a command ask for a wider mode (by prompt or by rules file)"
-    elif spec is not None and spec.weakens is not None and value != mine.get(key):
-        return spec.weakens
+    elif key == "runner" and value != mine.get("runner", AUTO_RUNNER):
+        # Runners differ in what they enforce (one keeps .git read-only, another
+        # cannot), and a remote one uploads the workspace to a machine it names.
+        return ("it chooses the runner: runners differ in what they enforce, and a remote one "
+                "uploads the workspace")
+    elif key.startswith("runners.") and value != mine.get(key):
+        # An image, a template, a key source: what the command runs in, or where.
+        return spec.weakens if spec is not None and spec.weakens else (
+            "runner options choose what the command runs in (an image, a remote template)"
+        )
     return None
 
 
@@ -370,11 +443,16 @@ def _mode_without_project(mine: Mapping[str, Any]) -> SandboxMode:
 _MODES = tuple(m.value for m in SandboxMode)
 
 
-def _weakening_error(where: str, what: str, why: str, project: ConfigFile, settings: Settings) -> ConfigError:
+def _weakening_error(refusal: Refusal, project: ConfigFile, user_file: Path, count: int) -> ConfigError:
     root = project.path.parent.parent
+    more = f" (and {count - 1} more: dsh-sandbox config show lists them)" if count > 1 else ""
+    shown = refusal.key if refusal.key.startswith("env.") else (
+        f"accept_degraded {refusal.value!r}" if refusal.key == "accept_degraded" else
+        f"{refusal.key} = {refusal.value!r}"
+    )
     return ConfigError(
-        f"{where}: the project config sets {what}, which would weaken the sandbox ({why}); a project "
-        "file may come from anyone (a cloned repository), so it may not do that on its own. Set it "
-        f"in your own config ({settings.user_file}) or with a flag, or trust this project: "
-        f"trusted_projects = [\"{root}\"] in {settings.user_file}, or --trust-project"
+        f"{refusal.where}: the project config sets {shown}, which would weaken the sandbox ({refusal.why}){more}; "
+        "a project file may come from anyone (a cloned repository), so it may not do that on its own. Set it "
+        f"in your own config ({user_file}) or with a flag, or trust this project: "
+        f"trusted_projects = [\"{root}\"] in {user_file}, or --trust-project"
     )
