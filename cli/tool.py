@@ -124,6 +124,36 @@ def refuse_jobs(name: str, args: Any) -> None:
         )
 
 
+#: Tool arguments are a flat object; nothing real nests deeper than this.
+MAX_JSON_DEPTH = 64
+
+
+def _check_json_depth(text: str) -> None:
+    """``UsageError`` when ``text`` nests arrays or objects deeper than
+    ``MAX_JSON_DEPTH`` (the parser would recurse until Python gives up)."""
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise UsageError(
+                    f"JSON: the tool arguments nest deeper than {MAX_JSON_DEPTH} levels; "
+                    'pass a flat object, e.g. \'{"command": "ls", "description": "list files"}\''
+                )
+        elif char in "]}":
+            depth -= 1
+
+
 def _context_options(fn: Any) -> Any:
     for option in reversed(
         [
@@ -186,6 +216,7 @@ def call_cmd(name: str, arguments: str, owner: str, as_json: bool, **context: An
     """
     from dsh.tools.toolbox import call_tool
 
+    _check_json_depth(arguments)
     try:
         args = json.loads(arguments)
     except json.JSONDecodeError as exc:

@@ -112,6 +112,10 @@ def _check_property(name: str, value: Any, schema: Mapping[str, Any]) -> tuple[s
         choices = ", ".join(json.dumps(c) for c in schema["enum"])
         return f"{name}: must be one of {choices}, got {_short(value)}", value
     if isinstance(value, str):
+        if "\0" in value:
+            # No command, path or argv can hold one: running what precedes it would
+            # run something other than what was asked.
+            return f"{name}: contains a NUL byte, which no command or path can hold; remove it", value
         if len(value) < schema.get("minLength", 0):
             return f"{name}: must not be empty", value
         if len(value) > schema.get("maxLength", len(value)):
