@@ -48,7 +48,9 @@ def test_show_names_where_each_value_came_from(workspace: Path, user_dir: Path) 
     assert rows["mode"] == ("read-only", f"{project}:2")  # project over user
     assert rows["network"] == (False, f"{user}:2")
     assert rows["runners.e2b.api_key_env"] == ("MY_E2B", f"{user}:4")
-    assert rows["runners.docker.image"] == ("dev:latest", f"{project}:5")
+    # The project may not choose the image: shown as not applied (below), trusted it applies.
+    assert rows["runners.docker.image"] == (None, "default")
+    assert show(workspace, env, "--trust-project")["runners.docker.image"] == ("dev:latest", f"{project}:5")
     assert rows["runner"] == ("bwrap", "env DSH_SANDBOX_RUNNER")  # env over files
     assert rows["runners.e2b.template"] == (None, "default")
     assert rows["accept_degraded=landlock-metadata"][1] == "flag --accept-degraded"
@@ -124,8 +126,8 @@ def test_a_project_config_may_not_weaken_the_sandbox_on_its_own(
 
 def test_a_project_config_may_tighten_the_sandbox(workspace: Path, user_dir: Path) -> None:
     need_runner("bwrap")
-    write(workspace / ".dsh" / "config.toml", 'mode = "read-only"\nrunner = "bwrap"\n')
-    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
+    write(workspace / ".dsh" / "config.toml", 'mode = "read-only"\n')
+    done = cli("run", "--runner", "bwrap", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
     assert done.returncode != 0 and b"denied under read-only" in done.stderr, done.stderr
     assert not (workspace / "ran").exists()
 
@@ -301,3 +303,137 @@ def test_runner_options_come_from_each_runners_declaration(workspace: Path, user
     done = subprocess.run([sys.executable, "-c", probe, str(workspace)], capture_output=True, text=True,
                           env=env_with(user_dir), check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        'runner = "landlock"\n',
+        'runner = "e2b"\n[runners.e2b]\ntemplate = "theirs"\n',
+        '[runners.e2b]\ntemplate = "theirs"\n',
+        '[runners.docker]\nimage = "theirs:latest"\n',
+    ],
+)
+def test_a_project_config_may_not_choose_the_runner_or_where_it_runs(
+    workspace: Path, user_dir: Path, text: str
+) -> None:
+    """The runner decides what is enforced (landlock cannot keep .git
+    read-only, bwrap does) and a remote runner uploads the workspace to the
+    template it names; images choose what the command runs in."""
+    project = write(workspace / ".dsh" / "config.toml", text)
+    env = env_with(user_dir)
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env)
+    err = done.stderr.decode()
+    assert done.returncode == 2 and f"{project}:" in err and "would weaken the sandbox" in err, err
+    assert not (workspace / "ran").exists()
+
+
+def test_a_project_choosing_landlock_cannot_write_the_repositorys_hooks(workspace: Path, user_dir: Path) -> None:
+    """The attack: your own file accepts landlock's gaps (for when you pick it),
+    bwrap would keep .git read-only, and the repository asks for landlock."""
+    need_runner("bwrap")
+    need_runner("landlock")
+    write(user_dir / "dsh-sandbox" / "config.toml",
+          'accept_degraded = ["landlock-protected-paths", "landlock-metadata"]\n')
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    write(workspace / ".dsh" / "config.toml", 'runner = "landlock"\n')
+    done = cli("run", "--", "sh", "-c", "echo evil > .git/hooks/pre-commit", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 2 and b"it chooses the runner" in done.stderr, done.stderr
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    # Your own choice of the runner is yours to make.
+    mine = show(workspace, env_with(user_dir), "--runner", "landlock")
+    assert mine["runner"] == ("landlock", "flag --runner")
+
+
+@pytest.mark.parametrize("planted", ["file", "symlink", "other-users-dir"])
+def test_the_walk_stops_at_a_git_a_run_could_have_planted(tmp_path: Path, user_dir: Path, planted: str) -> None:
+    """A .git file or link in a parent (or a .git directory another user owns)
+    used to make that parent the repository top, so its .dsh configured the run."""
+    parent = tmp_path / "parent"
+    ws = parent / "ws"
+    ws.mkdir(parents=True)
+    write(parent / ".dsh" / "config.toml", 'mode = "read-only"\n')
+    git = parent / ".git"
+    if planted == "file":
+        git.write_text("gitdir: /nowhere\n")
+    elif planted == "symlink":
+        (tmp_path / "real-git").mkdir()
+        git.symlink_to(tmp_path / "real-git")
+    else:
+        git.mkdir()
+        os.chown(git, 65534, 65534)
+    assert show(ws, env_with(user_dir))["mode"] == (None, "default")
+    # A real repository of yours above the workspace still holds the project's file.
+    git.unlink() if planted != "other-users-dir" else git.rmdir()
+    git.mkdir()
+    assert show(ws, env_with(user_dir))["mode"] == ("read-only", f"{parent / '.dsh' / 'config.toml'}:1")
+
+
+def test_a_worktree_git_file_at_the_workspace_is_its_top(workspace: Path, user_dir: Path) -> None:
+    (workspace / ".git").write_text("gitdir: /elsewhere/.git/worktrees/w\n")
+    write(workspace / ".dsh" / "config.toml", 'mode = "read-only"\n')
+    assert show(workspace, env_with(user_dir))["mode"][0] == "read-only"
+
+
+@pytest.mark.parametrize("link", [".dsh", ".dsh/config.toml"])
+def test_a_linked_project_config_is_refused(workspace: Path, user_dir: Path, tmp_path: Path, link: str) -> None:
+    """A .dsh (or its config.toml) that is a link could lead anywhere a run wrote."""
+    elsewhere = write(tmp_path / "elsewhere" / "config.toml", 'mode = "read-only"\n')
+    if link == ".dsh":
+        (workspace / ".dsh").symlink_to(elsewhere.parent)
+    else:
+        (workspace / ".dsh").mkdir()
+        (workspace / ".dsh" / "config.toml").symlink_to(elsewhere)
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env=env_with(user_dir))
+    assert done.returncode == 2 and b"symbolic link" in done.stderr, done.stderr
+    assert not (workspace / "ran").exists()
+
+
+def test_config_show_shows_a_refused_project_file_with_the_reason(workspace: Path, user_dir: Path) -> None:
+    project = write(workspace / ".dsh" / "config.toml",
+                    'mode = "read-only"\nrunner = "landlock"\nnetwork = true\n[env]\nLD_PRELOAD = "x.so"\n')
+    env = env_with(user_dir)
+    done = cli("config", "show", "--json", cwd=workspace, env=env)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    refused = {item["key"]: item for item in data["refused"]}
+    assert set(refused) == {"runner", "network", "env.LD_PRELOAD"}
+    assert refused["runner"]["source"] == f"{project}:2" and "chooses the runner" in refused["runner"]["why"]
+    values = {row["key"]: row for row in data["values"]}
+    assert values["runner"]["value"] == "auto" and values["mode"]["value"] == "read-only"  # tightening applies
+    assert "env.LD_PRELOAD" not in values
+    text = cli("config", "show", cwd=workspace, env=env).stdout.decode()
+    assert "refused (not applied" in text and f"runner = landlock  {project}:2" in text, text
+    assert cli("run", "--", "true", cwd=workspace, env=env).returncode == 2  # a run still refuses it
+
+
+def test_config_show_prints_effective_values(workspace: Path, user_dir: Path) -> None:
+    """Not "mode (unset) default": what a run would use, and why."""
+    text = cli("config", "show", cwd=workspace, env=env_with(user_dir)).stdout.decode()
+    line = next(row for row in text.splitlines() if row.startswith("mode "))
+    assert "workspace-write (default)" in line and "(unset)" not in line, text
+    rows = json.loads(cli("config", "show", "--json", "--profile", "read-only", cwd=workspace,
+                          env=env_with(user_dir)).stdout)["values"]
+    mode = next(row for row in rows if row["key"] == "mode")
+    assert mode["effective"] == "read-only" and mode["effective_because"] == "profile read-only"
+
+
+def test_profile_by_name_from_your_profiles_directory(workspace: Path, user_dir: Path, tmp_path: Path) -> None:
+    need_runner("bwrap")
+    mine = write(user_dir / "dsh-sandbox" / "profiles" / "mytests.toml", 'extends = "read-only"\n')
+    env = env_with(user_dir)
+    done = cli("run", "--runner", "bwrap", "--profile", "mytests", "--", "touch", "ran", cwd=workspace, env=env)
+    assert done.returncode != 0 and b"denied under read-only" in done.stderr, done.stderr
+    assert not (workspace / "ran").exists()
+    ok = cli("profile", "validate", "mytests", cwd=workspace, env=env)
+    assert ok.returncode == 0 and str(mine).encode() in ok.stdout, ok.stderr
+    # A built-in's name is not yours to shadow, nor the other way round.
+    write(user_dir / "dsh-sandbox" / "profiles" / "python.toml", 'extends = "read-only"\n')
+    clash = cli("run", "--profile", "python", "--", "touch", "ran", cwd=workspace, env=env)
+    assert clash.returncode == 2 and b"both a built-in profile and your" in clash.stderr, clash.stderr
+    # Your profiles directory where a command could write it: refused like any profile there.
+    xdg = tmp_path / "xdg"
+    write(xdg / "dsh-sandbox" / "profiles" / "mytests.toml", 'extends = "workspace-write"\n')
+    writable = cli("run", "--profile", "mytests", "--", "touch", "ran", cwd=workspace, env=env_with(xdg))
+    assert writable.returncode == 2 and b"lies inside the writable root" in writable.stderr, writable.stderr
+    assert not (workspace / "ran").exists()

@@ -8,6 +8,9 @@ refuses: a value that slips through becomes a run without the limit.
 from __future__ import annotations
 
 import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,8 +73,8 @@ def test_bad_limit_is_refused(workspace: Path, tmp_path: Path, case: str) -> Non
 
 @pytest.mark.parametrize(
     ("key", "value", "shown"),
-    [("max_memory", "1", b"from 16777216 to"), ("max_processes", "1", b"from 4 to"),
-     ("wall_time_s", "0.0000001", b"from 0.001 to")],
+    [("max_memory", "1", b"from 16 MiB to 1 PiB"), ("max_processes", "1", b"from 4 to"),
+     ("wall_time_s", "0.0000001", b"from 1 ms to 366 days")],
 )
 @pytest.mark.parametrize("runner", ["bwrap", "docker"])
 def test_limit_below_its_floor_names_field_range_and_fix(
@@ -109,3 +112,152 @@ def test_dangerous_writable_root_is_refused(workspace: Path, tmp_path: Path, roo
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert os.fsencode(path) in done.stderr and b"Traceback" not in done.stderr
     assert not marker.exists()
+
+
+# -- input files: bounded, typed, never blocking ----------------------------------------
+def cli_bounded(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The CLI with 2 GiB of address space and 60 s: a reader of /dev/zero dies of
+    MemoryError, a reader of a FIFO times out, instead of taking the machine with it."""
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+    argv = [sys.executable, "-m", "dsh.cli", *args]
+    try:
+        return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=60, preexec_fn=limit,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"dsh-sandbox {' '.join(args)} blocked for 60 s")
+
+
+def fifo(directory: Path) -> Path:
+    path = directory / "fifo.toml"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "kind"),
+    [
+        (("--profile", "/dev/zero"), b"is a character device, not a regular file"),
+        (("--approval", "rules:/dev/zero"), b"is a character device, not a regular file"),
+        (("--profile", "{fifo}"), b"is a FIFO, not a regular file"),
+        (("--approval", "rules:{fifo}"), b"is a FIFO, not a regular file"),
+        (("--composition", "{fifo}"), b"is a FIFO, not a regular file"),
+        (("--profile", "{big}"), b"over the 1 MiB limit"),
+    ],
+)
+def test_an_input_file_that_is_not_a_small_regular_file_is_refused(
+    workspace: Path, trusted_dir: Path, flags: tuple[str, str], kind: bytes
+) -> None:
+    """Used to read /dev/zero until the OOM killer and hang on a FIFO forever."""
+    big = trusted_dir / "big.toml"
+    big.write_text("# " + "x" * (1 << 20) + "\n")
+    shown = tuple(f.format(fifo=fifo(trusted_dir) if "{fifo}" in f else "", big=big) for f in flags)
+    done = cli_bounded("run", *shown, "--", "touch", "ran", cwd=workspace)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert kind in done.stderr and b"Traceback" not in done.stderr, done.stderr[-2000:]
+    assert not (workspace / "ran").exists()
+
+
+LONG = "a" * 300
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "named"),
+    [
+        (("--writable", f"/tmp/{LONG}"), {}, b"--writable"),
+        (("--workspace", f"/tmp/{LONG}"), {}, b"--workspace"),
+        (("--profile", LONG), {}, b"profile"),
+        (("--profile", f"/var/tmp/{LONG}.toml"), {}, b"profile"),
+        ((), {"XDG_CONFIG_HOME": f"/tmp/{LONG}"}, b"XDG_CONFIG_HOME"),
+        ((), {"TMPDIR": f"/tmp/{LONG}"}, b"TMPDIR"),
+        ((), {"HOME": f"/tmp/{LONG}"}, b"HOME"),
+        ((), {"XDG_CACHE_HOME": f"/tmp/{LONG}"}, b"XDG_CACHE_HOME"),
+        ((), {"DSH_SANDBOX_PROFILE": f"/var/tmp/{LONG}.toml"}, b"DSH_SANDBOX_PROFILE"),
+    ],
+)
+def test_a_name_over_the_kernels_limits_is_refused(
+    workspace: Path, flags: tuple[str, ...], env: dict[str, str], named: bytes
+) -> None:
+    """A component over 255 bytes used to end in an OSError traceback."""
+    done = cli("run", *flags, "--", "touch", "ran", cwd=workspace, env={**os.environ, **env})
+    assert done.returncode == 2, (flags, env, done.stderr[-2000:])
+    assert named in done.stderr and b"255-byte limit" in done.stderr, done.stderr[-2000:]
+    assert b"Traceback" not in done.stderr and not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    ("where", "text", "named"),
+    [
+        ("profile", 'home = "/var/tmp/a\\u0000b"\n', b"home"),
+        ("profile", f'writable_roots = ["/var/tmp/{LONG}"]\n', b"writable_roots"),
+        ("profile", f'extends = "{LONG}"\n', b"extends"),
+        ("profile", 'description = "a\\u0000b"\n', b"description"),
+        ("config", 'profile = "/var/tmp/a\\u0000b.toml"\n', b"profile"),
+        ("config", 'approval = "rules:/var/tmp/a\\u0000b"\n', b"approval"),
+        ("config", '[runners.docker]\nimage = "a\\u0000b"\n', b"runners.docker.image"),
+        ("config", f'profile = "{LONG}"\n', b"profile"),
+        ("config", f'trusted_projects = ["/var/tmp/{LONG}"]\n', b"trusted_projects"),
+    ],
+)
+def test_a_nul_or_overlong_value_in_a_file_is_refused(
+    workspace: Path, trusted_dir: Path, where: str, text: str, named: bytes
+) -> None:
+    """NUL bytes and overlong names in profile and config values used to give
+    tracebacks (or pass unnoticed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DSH_SANDBOX_")}
+    env["XDG_CONFIG_HOME"] = str(trusted_dir)
+    flags: tuple[str, ...] = ()
+    if where == "profile":
+        profile = trusted_dir / "p.toml"
+        profile.write_text(text)
+        flags = ("--profile", str(profile))
+    else:
+        (trusted_dir / "dsh-sandbox").mkdir()
+        (trusted_dir / "dsh-sandbox" / "config.toml").write_text(text)
+    done = cli("run", *flags, "--", "touch", "ran", cwd=workspace, env=env)
+    assert done.returncode == 2, (text, done.stderr[-2000:])
+    assert named in done.stderr and (b"NUL byte" in done.stderr or b"255-byte limit" in done.stderr), done.stderr
+    assert b"Traceback" not in done.stderr and not (workspace / "ran").exists()
+
+
+def test_deeply_nested_tool_json_is_refused(workspace: Path) -> None:
+    """Used to be a RecursionError traceback."""
+    nested = "[" * 20000 + "]" * 20000
+    done = cli("tool", "call", "bash", nested, "--workspace", str(workspace), cwd=workspace)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert b"nest deeper than" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_a_nul_byte_in_a_tool_command_is_an_error_result(workspace: Path) -> None:
+    """Used to return exit 0 with is_error false ("spawn failed")."""
+    import json
+
+    args = json.dumps({"command": f"touch {workspace}/ran\u0000; touch {workspace}/also", "description": "x"})
+    done = cli("tool", "call", "bash", args, "--json", "--mode", "danger-full-access",
+               "--workspace", str(workspace), cwd=workspace)
+    result = json.loads(done.stdout)
+    assert done.returncode == 1 and result["is_error"] is True, done.stdout
+    assert "NUL byte" in result["content"], result
+    assert list(workspace.iterdir()) == []
+
+
+def test_an_unreadable_home_is_a_clear_error(trusted_dir: Path) -> None:
+    """nobody with HOME=/root used to get a PermissionError traceback."""
+    from tests.runners.test_trusted_files import NOBODY
+    from tests.runners.test_trusted_files import cli as cli_as
+
+    if os.geteuid() != 0:
+        pytest.skip("SANDBOX_UNAVAILABLE: running as nobody needs root")
+    home = trusted_dir / "home"
+    (home / ".config" / "dsh-sandbox").mkdir(parents=True)
+    home.chmod(0o700)  # root's own, as /root is
+    ws = trusted_dir / "ws"
+    ws.mkdir()
+    os.chown(ws, NOBODY, NOBODY)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8"}
+    done = subprocess.run([*cli_as("nobody"), "run", "--", "touch", "ran"], cwd=ws, env=env, capture_output=True,
+                          timeout=120, check=False, user=NOBODY, group=NOBODY, extra_groups=[])
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert b"cannot look for your config file" in done.stderr and b"set HOME" in done.stderr, done.stderr
+    assert b"Traceback" not in done.stderr and not (ws / "ran").exists()
