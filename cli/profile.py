@@ -79,15 +79,54 @@ def validate_cmd(name: str, mode: str | None, workspace: str | None) -> None:
     from dsh.sandbox.policy_guard import refuse_untrusted_config
     from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 
+    from dsh.sandbox.errors import ConfigError
+    from dsh.sandbox.input_files import check_path
+
+    if workspace is not None:
+        check_path("--workspace", workspace, "pass a shorter path")
     # Errors are UsageErrors: printed with their line and fix, exit 2.
-    with Context() as ctx:
-        service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
-        ctx.provide(service)
-        refuse_untrusted_config(ctx, None)
-        loaded = service.profile
+    try:
+        with Context() as ctx:
+            service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
+            ctx.provide(service)
+            service.resolve()
+            refuse_untrusted_config(ctx, None)
+            loaded = service.profile
+    except ConfigError as exc:
+        raise _with_line(exc, name) from None
     shown = loaded.mode.value if loaded.mode else "the default mode"
     chain = f" (extends {' -> '.join(loaded.chain[1:])})" if len(loaded.chain) > 1 else ""
     click.echo(f"ok: {loaded.source}: profile {loaded.name}, {shown}{chain}")
+
+
+def _with_line(exc: Any, name: str) -> Any:
+    """A policy error about a profile key ("profile p: writable_roots entry
+    '/etc': ...") with the file and line that set it, when they can be found."""
+    import re
+
+    from dsh.sandbox.errors import ConfigError
+    from dsh.sandbox.profile_schema import TOP_KEYS, ProfileError, find_key_line
+    from dsh.sandbox.profiles import load_profile
+
+    if isinstance(exc, ProfileError) and exc.line is not None:
+        return exc
+    found = re.match(r"profile [^:]+: (\w+)\b", str(exc))
+    if found is None or found.group(1) not in TOP_KEYS:
+        return exc
+    key = found.group(1)
+    try:
+        sources = load_profile(name).sources
+    except ProfileError:
+        return exc
+    for source in sources:
+        try:
+            with open(source, encoding="utf-8") as f:
+                line = find_key_line(f.read(), key)
+        except (OSError, UnicodeDecodeError):
+            continue
+        if line is not None:
+            return ConfigError(f"{source}:{line}: {exc}")
+    return exc
 
 
 @profile.command("explain")
@@ -101,7 +140,11 @@ def explain_cmd(name: str, runner: str, mode: str | None, workspace: str | None)
     from dsh.sandbox.host import SandboxHost, SandboxHostConfig, check_runner_name
     from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
 
+    from dsh.sandbox.input_files import check_path
+
     check_runner_name(runner)
+    if workspace is not None:
+        check_path("--workspace", workspace, "pass a shorter path")
     with Context() as ctx:
         service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
         policy = service.default_policy

@@ -34,7 +34,7 @@ from dsh.cli.config_files import (
     runner_config_keys,
 )
 from dsh.sandbox.errors import ConfigError, UsageError
-from dsh.sandbox.input_files import path_problem
+from dsh.sandbox.input_files import check_path, path_problem
 from dsh.sandbox.modes import SandboxMode
 
 if TYPE_CHECKING:
@@ -153,6 +153,7 @@ def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path, every_run
     ``keep_refused``: a project value that would weaken the sandbox is left out
     and listed in ``Settings.refused`` instead of raising (``config show``)."""
     check_environment(environ)
+    check_path("--workspace", os.fspath(workspace), "pass a shorter path")
     user_path = find_user_config(environ)
     user = read_config(user_path, "user") if user_path is not None else None
     project_path = project_config_path(Path(os.path.realpath(os.path.expanduser(workspace))))

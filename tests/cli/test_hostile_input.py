@@ -261,3 +261,32 @@ def test_an_unreadable_home_is_a_clear_error(trusted_dir: Path) -> None:
     assert done.returncode == 2, done.stderr[-2000:]
     assert b"cannot look for your config file" in done.stderr and b"set HOME" in done.stderr, done.stderr
     assert b"Traceback" not in done.stderr and not (ws / "ran").exists()
+
+
+def test_profile_validate_lists_every_error_with_its_line_in_human_units(workspace: Path, trusted_dir: Path) -> None:
+    """Used to stop at the first error, print 3.16224e+07 seconds, and give
+    policy errors (a refused writable root) no line."""
+    profile = trusted_dir / "p.toml"
+    profile.write_text('modes = "read-only"\nnetwork = "no"\n[limits]\nwall_time_s = 1e9\nmax_memory = "1MiB"\n')
+    done = cli("profile", "validate", str(profile), cwd=workspace)
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "4 problems" in err, err
+    for expected in ("unknown key 'modes' at line 1", "key 'network' at line 2",
+                     "key 'limits.wall_time_s' at line 4: must be a number of seconds from 1 ms to 366 days",
+                     "key 'limits.max_memory' at line 5: must be a size from 16 MiB to 1 PiB"):
+        assert expected in err, (expected, err)
+    assert "e+0" not in err
+    profile.write_text('description = "x"\nwritable_roots = ["/etc"]\n')
+    policy = cli("profile", "validate", str(profile), cwd=workspace)
+    assert policy.returncode == 2 and f"{profile}:2: ".encode() in policy.stderr, policy.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("tool", "call", "bash", '{"command": "true", "description": "x"}'), ("profile", "validate", "read-only"),
+     ("profile", "explain", "read-only"), ("config", "show")],
+)
+def test_an_overlong_workspace_is_refused_by_every_command(workspace: Path, command: tuple[str, ...]) -> None:
+    done = cli(*command, "--workspace", f"/tmp/{LONG}", cwd=workspace)
+    assert done.returncode == 2 and b"--workspace" in done.stderr and b"255-byte limit" in done.stderr, done.stderr
+    assert b"Traceback" not in done.stderr
