@@ -76,11 +76,10 @@ def validate_cmd(name: str, mode: str | None, workspace: str | None) -> None:
     rewrite, so "ok" means `run` accepts it.
     """
     from dsh.sandbox.context import Context
-    from dsh.sandbox.policy_guard import refuse_untrusted_config
-    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
-
     from dsh.sandbox.errors import ConfigError
     from dsh.sandbox.input_files import check_path
+    from dsh.sandbox.policy_guard import refuse_untrusted_config
+    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 
     if workspace is not None:
         check_path("--workspace", workspace, "pass a shorter path")
@@ -138,9 +137,8 @@ def explain_cmd(name: str, runner: str, mode: str | None, workspace: str | None)
     """Explain what a runner will enforce for a profile, and what it cannot."""
     from dsh.sandbox.context import Context
     from dsh.sandbox.host import SandboxHost, SandboxHostConfig, check_runner_name
-    from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
-
     from dsh.sandbox.input_files import check_path
+    from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
 
     check_runner_name(runner)
     if workspace is not None:
