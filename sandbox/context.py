@@ -62,6 +62,8 @@ class Context:
     def __init__(self) -> None:
         self._services: dict[str, Service] = {}
         self._origin: dict[str, str] = {}
+        #: The real path of the composition file this context was built from, if any.
+        self.composition_file: str | None = None
         self._lock = threading.Lock()
         self._closed = False
 
@@ -207,11 +209,17 @@ def parse_composition(data: Any, *, source: str = "composition") -> list[Composi
 
 
 def load_composition_file(path: str | Path) -> list[CompositionEntry]:
+    return _load_composition(path)[0]
+
+
+def _load_composition(path: str | Path) -> tuple[list[CompositionEntry], str]:
+    """The entries of a composition file and the real path of the file read."""
     from dsh.sandbox.input_files import InputFileError, read_input_file
 
     p = Path(path)
     try:
-        text = read_input_file(str(p)).text
+        read = read_input_file(str(p))
+        text = read.text
     except InputFileError as exc:
         raise CompositionError(f"composition {str(p)!r}: cannot read: {exc.problem}; {exc.fix}") from None
     try:
@@ -225,7 +233,7 @@ def load_composition_file(path: str | Path) -> list[CompositionEntry]:
             data = yaml.safe_load(text)
     except Exception as exc:
         raise CompositionError(f"composition {str(p)!r}: not valid {p.suffix or 'YAML'}: {exc}") from None
-    return parse_composition(data, source=str(p))
+    return parse_composition(data, source=str(p)), read.real
 
 
 Loader = Callable[[str], type[Service]]
@@ -239,8 +247,9 @@ def build_context(
     """Build a context from a composition (entries, or a YAML/TOML file path).
 
     ``load`` finds a provider class by name (default: the entry points)."""
+    source: str | None = None
     if isinstance(entries, (str, Path)):
-        parsed = load_composition_file(entries)
+        parsed, source = _load_composition(entries)
     else:
         items = list(entries)
         parsed = [e for e in items if isinstance(e, CompositionEntry)]
@@ -251,7 +260,9 @@ def build_context(
     for entry in parsed:
         cls = load(entry.name) if load is not None else load_plugin(entry.name, entry_id=entry.id)
         planned.append(Planned(cls, build_config(cls, entry.config, entry=entry.id), entry.id))
-    return mount_all(planned)
+    ctx = mount_all(planned)
+    ctx.composition_file = source
+    return ctx
 
 
 @dataclasses.dataclass(frozen=True)

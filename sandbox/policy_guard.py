@@ -244,7 +244,7 @@ def refuse_untrusted_config(ctx: Context, composition: str | None, approval: Any
         return
     roots = service.trusted_roots()
     if composition is not None:
-        refuse_writable_config_file("--composition", composition, roots)
+        refuse_writable_config_file("--composition", composition, roots, real=getattr(ctx, "composition_file", None))
     for source in service.profile.sources:  # real paths of the files read
         refuse_writable_config_file("profile", source, roots, real=source)
     approver = approval if approval is not None else _mounted_approval(ctx)
