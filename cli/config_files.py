@@ -339,4 +339,12 @@ def env_problem(name: str, value: object) -> tuple[str, str] | None:
         return f"{name}: DSH_* variables are managed by dsh-sandbox", "choose another name"
     if not isinstance(value, str) or "\0" in value:
         return f"the value of {name} must be a string without NUL bytes", f'write {name} = "..."'
+    if len(os.fsencode(f"{name}={value}")) >= ENV_STRING_MAX:
+        # The kernel refuses to start a program given a longer one (E2BIG).
+        return (f"{name}=VALUE is over the kernel's {ENV_STRING_MAX - 1}-byte limit for one variable",
+                "shorten the value, or pass a file name that holds it")
     return None
+
+
+#: MAX_ARG_STRLEN on Linux: one environment string, NUL included.
+ENV_STRING_MAX = 128 * 1024

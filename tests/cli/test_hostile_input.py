@@ -198,6 +198,7 @@ def test_a_name_over_the_kernels_limits_is_refused(
         ("config", '[runners.docker]\nimage = "a\\u0000b"\n', b"runners.docker.image"),
         ("config", f'profile = "{LONG}"\n', b"profile"),
         ("config", f'trusted_projects = ["/var/tmp/{LONG}"]\n', b"trusted_projects"),
+        ("config", f'[env]\nA = "{"x" * 140_000}"\n', b"env.A"),
     ],
 )
 def test_a_nul_or_overlong_value_in_a_file_is_refused(
@@ -217,7 +218,7 @@ def test_a_nul_or_overlong_value_in_a_file_is_refused(
         (trusted_dir / "dsh-sandbox" / "config.toml").write_text(text)
     done = cli("run", *flags, "--", "touch", "ran", cwd=workspace, env=env)
     assert done.returncode == 2, (text, done.stderr[-2000:])
-    assert named in done.stderr and (b"NUL byte" in done.stderr or b"255-byte limit" in done.stderr), done.stderr
+    assert named in done.stderr and (b"NUL byte" in done.stderr or b"-byte limit" in done.stderr), done.stderr[:2000]
     assert b"Traceback" not in done.stderr and not (workspace / "ran").exists()
 
 
