@@ -26,17 +26,30 @@ def profile() -> None:
 @profile.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 def list_cmd(as_json: bool) -> None:
-    """List the built-in profiles."""
-    from dsh.sandbox.profiles import list_profiles
+    """List the built-in profiles, then yours (~/.config/dsh-sandbox/profiles/NAME.toml)."""
+    from dsh.sandbox.errors import ConfigError
+    from dsh.sandbox.profiles import list_profiles, load_profile, user_profile_dir
 
     profiles = list_profiles()
+    mine: list[Any] = []
+    broken: list[tuple[str, str]] = []
+    directory = user_profile_dir()
+    names = sorted(p.stem for p in directory.glob("*.toml")) if directory.is_dir() else []
+    for name in names:
+        try:
+            mine.append(load_profile(name))
+        except ConfigError as exc:  # a clash with a built-in, or an invalid file: say so, list the rest
+            broken.append((name, str(exc)))
     if as_json:
-        click.echo(json.dumps([p.to_dict() for p in profiles], indent=2))
+        click.echo(json.dumps([p.to_dict() for p in (*profiles, *mine)], indent=2))
         return
-    width = max((len(p.name) for p in profiles), default=4)
-    for p in profiles:
+    width = max((len(p.name) for p in (*profiles, *mine)), default=4)
+    for p in (*profiles, *mine):
         mode = p.mode.value if p.mode else "(default)"
-        click.echo(f"{p.name:<{width}}  {mode:<18}  {p.description}")
+        where = "" if p.builtin else f"  ({p.source})"
+        click.echo(f"{p.name:<{width}}  {mode:<18}  {p.description}{where}")
+    for name, why in broken:
+        click.echo(f"{name:<{width}}  (not usable)        {why}")
 
 
 @profile.command("show")

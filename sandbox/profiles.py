@@ -303,4 +303,5 @@ def validate_profile_file(path: str | os.PathLike[str]) -> Profile:
 
 def list_profiles() -> list[Profile]:
     """Every built-in profile, loaded (sorted by name)."""
-    return [load_profile(name) for name in builtin_profile_names()]
+    # By file, not by name: a user profile clashing with a name must not hide the built-in.
+    return [_build(_builtin_dir() / f"{name}.toml", True) for name in builtin_profile_names()]

@@ -431,6 +431,9 @@ def test_profile_by_name_from_your_profiles_directory(workspace: Path, user_dir:
     write(user_dir / "dsh-sandbox" / "profiles" / "python.toml", 'extends = "read-only"\n')
     clash = cli("run", "--profile", "python", "--", "touch", "ran", cwd=workspace, env=env)
     assert clash.returncode == 2 and b"both a built-in profile and your" in clash.stderr, clash.stderr
+    listed = cli("profile", "list", cwd=workspace, env=env).stdout.decode()
+    assert f"({mine})" in listed and "(not usable)" in listed, listed
+    assert any(row.startswith("python ") and "workspace-write" in row for row in listed.splitlines()), listed
     # Your profiles directory where a command could write it: refused like any profile there.
     xdg = tmp_path / "xdg"
     write(xdg / "dsh-sandbox" / "profiles" / "mytests.toml", 'extends = "workspace-write"\n')
