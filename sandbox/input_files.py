@@ -122,19 +122,9 @@ def read_input_file(path: str, *, nofollow: bool = False, limit: int = MAX_INPUT
     problem = path_problem(path)
     if problem is not None:
         raise InputFileError(path, problem, "fix the path")
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC | (os.O_NOFOLLOW if nofollow else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise _open_error(path, exc, nofollow) from None
+    fd = _open_regular(path, nofollow, limit)
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = next((word for test, word in _KINDS if test(st.st_mode)), "not a regular file")
-            raise InputFileError(path, f"is {kind}, not a regular file", "name the .toml file itself")
-        if st.st_size > limit:
-            raise InputFileError(path, f"is {st.st_size} bytes, over the {_mib(limit)} limit for this file",
-                                 "name the right file; no configuration is this large")
         real = fd_real_path(fd, path)
         data = _read_bounded(fd, path, limit)
     finally:
@@ -144,6 +134,54 @@ def read_input_file(path: str, *, nofollow: bool = False, limit: int = MAX_INPUT
     except UnicodeDecodeError:
         raise InputFileError(path, "is not UTF-8 text", "save it as UTF-8") from None
     return InputFile(path, real, text, st.st_uid, st.st_mode)
+
+
+def _open_regular(path: str, nofollow: bool, limit: int) -> int:
+    """A read descriptor on ``path``, which must be a regular file of at most ``limit`` bytes.
+
+    The file is looked at before it is opened for reading: opening some
+    devices for reading has effects of its own (a watchdog arms, a tape
+    rewinds).  Where the system has ``O_PATH`` and ``/proc``, the descriptor
+    that was checked is reopened through ``/proc/self/fd``, so the file read
+    is the file checked; elsewhere the opened file must be the one checked.
+    """
+    follow = os.O_NOFOLLOW if nofollow else 0
+    o_path = getattr(os, "O_PATH", 0)
+    try:
+        probe = os.open(path, (o_path or os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY) | os.O_CLOEXEC | follow)
+    except OSError as exc:
+        raise _open_error(path, exc, nofollow) from None
+    try:
+        st = os.fstat(probe)
+        _check_regular(path, st, limit)
+        if not o_path:
+            return os.dup(probe)
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+        try:
+            fd = os.open(f"/proc/self/fd/{probe}", flags)
+        except FileNotFoundError:
+            fd = os.open(path, flags | follow)  # no /proc: the identity check below decides
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+            os.close(fd)
+            raise InputFileError(path, "changed while it was being opened", "try again; if it keeps changing, "
+                                 "something is rewriting it")
+        return fd
+    except OSError as exc:
+        raise _open_error(path, exc, nofollow) from None
+    finally:
+        os.close(probe)
+
+
+def _check_regular(path: str, st: os.stat_result, limit: int) -> None:
+    if stat.S_ISLNK(st.st_mode):  # O_PATH | O_NOFOLLOW opens the link itself
+        raise InputFileError(path, "is a symbolic link", "replace the link with the file itself")
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((word for test, word in _KINDS if test(st.st_mode)), "not a regular file")
+        raise InputFileError(path, f"is {kind}, not a regular file", "name the .toml file itself")
+    if st.st_size > limit:
+        raise InputFileError(path, f"is {st.st_size} bytes, over the {_mib(limit)} limit for this file",
+                             "name the right file; no configuration is this large")
 
 
 def fd_real_path(fd: int, name: str) -> str:
