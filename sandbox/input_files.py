@@ -2,12 +2,13 @@
 
 Profiles (and the files they extend), approval rules, compositions and config
 files are named by people and sometimes by whoever wrote a repository.  Each
-is opened once, without blocking and without acquiring a terminal, checked on
-the opened descriptor (a regular file, at most ``MAX_INPUT_BYTES``), and read
-from that same descriptor: ``/dev/zero`` cannot exhaust memory, a FIFO cannot
-hang the CLI, and the real path any later check judges (e.g. "not inside a
-writable root") is the one of the file that was read, not of whatever the
-name points at a moment later.
+is resolved once to a descriptor (``O_PATH`` where there is one), checked on
+it (a regular file, at most ``MAX_INPUT_BYTES``) before it is opened for
+reading, then read from that same file, without blocking and without
+acquiring a terminal: ``/dev/zero`` cannot exhaust memory, a FIFO cannot hang
+the CLI, a device is never opened, and the real path any later check judges
+(e.g. "not inside a writable root") is the one of the file that was read, not
+of whatever the name points at a moment later.
 
 Symbolic links to an input file are followed (dotfile managers link
 ``~/.config``): what is trusted is the file's content, and that is judged by
