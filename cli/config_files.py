@@ -119,6 +119,8 @@ def _project_dirs(workspace: Path) -> list[Path]:
     parents up to the first real repository top, else the workspace alone."""
     walked: list[Path] = []
     for directory in (workspace, *workspace.parents):
+        if directory != workspace and _anyone_can_write(directory):
+            return [workspace]  # /tmp and the like: anyone could have planted its .git and .dsh
         kind = _git_kind(directory / ".git")
         if kind == "top":
             return [*walked, directory]
@@ -128,6 +130,13 @@ def _project_dirs(workspace: Path) -> list[Path]:
             return [workspace] if directory == workspace else walked
         walked.append(directory)
     return [workspace]
+
+
+def _anyone_can_write(directory: Path) -> bool:
+    try:
+        return bool(os.stat(directory).st_mode & stat.S_IWOTH)
+    except OSError:
+        return True  # cannot tell: do not walk on
 
 
 def _git_kind(git: Path) -> str | None:

@@ -369,6 +369,20 @@ def test_the_walk_stops_at_a_git_a_run_could_have_planted(tmp_path: Path, user_d
     assert show(ws, env_with(user_dir))["mode"] == ("read-only", f"{parent / '.dsh' / 'config.toml'}:1")
 
 
+def test_the_walk_does_not_enter_a_directory_anyone_can_write(tmp_path: Path, user_dir: Path) -> None:
+    """A shared temp directory holding a real .git of yours is still no repository top:
+    anyone (an earlier sandboxed run among them) could have made it and its .dsh."""
+    shared = tmp_path / "shared"
+    ws = shared / "ws"
+    ws.mkdir(parents=True)
+    (shared / ".git").mkdir()
+    write(shared / ".dsh" / "config.toml", 'mode = "read-only"\n')
+    shared.chmod(0o1777)
+    assert show(ws, env_with(user_dir))["mode"] == (None, "default")
+    shared.chmod(0o755)
+    assert show(ws, env_with(user_dir))["mode"][0] == "read-only"
+
+
 def test_a_worktree_git_file_at_the_workspace_is_its_top(workspace: Path, user_dir: Path) -> None:
     (workspace / ".git").write_text("gitdir: /elsewhere/.git/worktrees/w\n")
     write(workspace / ".dsh" / "config.toml", 'mode = "read-only"\n')
