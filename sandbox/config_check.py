@@ -7,6 +7,7 @@ is a ``CompositionError`` naming the entry, the field and what it must be.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -44,12 +45,22 @@ def build_config(cls: type[Service], raw: Mapping[str, Any], *, entry: str) -> A
         raise CompositionError(f"entry {entry!r}: invalid config: {exc}") from None
 
 
+#: Fields whose strings name files or directories: held to the kernel's limits.
+_PATH_FIELD = re.compile(r"(cwd|workspace|workdir|path|dir|file|profile|home|root|writable|tty)", re.IGNORECASE)
+
+
 def _coerce(value: Any, hint: Any, *, entry: str, field: str) -> Any:
     ok, coerced = _check(value, hint)
     if not ok:
         raise CompositionError(
             f"entry {entry!r}: config field {field!r} must be {_describe(hint)}, got {value!r}"
         )
+    for text in _strings(coerced):
+        from dsh.sandbox.input_files import path_problem, text_problem
+
+        problem = path_problem(text) if _PATH_FIELD.search(field) else text_problem(text, limit=128 * 1024)
+        if problem is not None:
+            raise CompositionError(f"entry {entry!r}: config field {field!r}: {text[:40]!r}: {problem}; fix the value")
     if isinstance(coerced, (int, float)) and not isinstance(coerced, bool):
         from dsh.sandbox.numeric import NumberError, config_number
 
@@ -58,6 +69,17 @@ def _coerce(value: Any, hint: Any, *, entry: str, field: str) -> Any:
         except NumberError as exc:
             raise CompositionError(f"entry {entry!r}: config field {exc}") from None
     return coerced
+
+
+def _strings(value: Any) -> list[str]:
+    """Every string in a config value (lists and mappings included)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for item in value for s in _strings(item)]
+    if isinstance(value, Mapping):
+        return [s for pair in value.items() for item in pair for s in _strings(item)]
+    return []
 
 
 def _check(value: Any, hint: Any) -> tuple[bool, Any]:

@@ -291,3 +291,18 @@ def test_an_overlong_workspace_is_refused_by_every_command(workspace: Path, comm
     done = cli(*command, "--workspace", f"/tmp/{LONG}", cwd=workspace)
     assert done.returncode == 2 and b"--workspace" in done.stderr and b"255-byte limit" in done.stderr, done.stderr
     assert b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("entry", "named"),
+    [('{id: policy, name: sandbox-policy, config: {workspace: "/tmp/a\\0b"}}', b"'workspace'"),
+     (f'{{id: policy, name: sandbox-policy, config: {{workspace: "/tmp/{LONG}"}}}}', b"'workspace'")],
+)
+def test_a_nul_or_overlong_value_in_a_composition_is_refused(
+    workspace: Path, trusted_dir: Path, entry: str, named: bytes
+) -> None:
+    composition = trusted_dir / "c.yaml"
+    composition.write_text(f"- {entry}\n- {{name: sandbox}}\n- {{name: bash-sandbox}}\n")
+    done = cli("run", "--composition", str(composition), "--", "touch", "ran", cwd=workspace)
+    assert done.returncode == 2 and named in done.stderr, done.stderr[-2000:]
+    assert b"Traceback" not in done.stderr and not (workspace / "ran").exists()
