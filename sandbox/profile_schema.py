@@ -10,7 +10,6 @@ same format for editors; a test keeps the two in step.
 from __future__ import annotations
 
 import difflib
-import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -20,15 +19,14 @@ from dsh.sandbox.input_files import path_problem, text_problem
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import (
     MAX_BYTES,
-    MAX_SECONDS,
     MIN_MEMORY_BYTES,
-    MIN_SECONDS,
     NumberError,
     byte_count,
     processes,
     seconds,
 )
 from dsh.sandbox.protected_scan import GIT_ACCESS
+from dsh.sandbox.units import limit_range_problem
 
 LIST_KEYS = (
     "writable_roots",
@@ -294,7 +292,7 @@ class _Checker:
             except NumberError as exc:
                 # A range is shown in units a person reads; other problems as they are.
                 ranged = exc.problem.startswith("must be a") and " from " in exc.problem
-                problem = (_human_problem(key, item) if ranged else None) or exc.problem
+                problem = (limit_range_problem(key, item) if ranged else None) or exc.problem
                 self.errors.append(self.fail(key, problem, _LIMIT_FIXES[key], table="limits"))
         return out
 
@@ -309,43 +307,6 @@ def _combined(errors: list[ProfileError]) -> ProfileError:
     combined = ProfileError(message, path=first.path, line=first.line, key=first.key, fix=first.fix)
     combined.errors = tuple(ordered)
     return combined
-
-
-# -- numbers in human units -------------------------------------------------------------
-def human_bytes(n: float) -> str:
-    """``16 MiB``, ``1 PiB``, ``1.5 GiB``, ``512 bytes``."""
-    for unit, size in (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{_figure(n / size)} {unit}"
-    return f"{_figure(n)} byte" + ("" if n == 1 else "s")
-
-
-def human_seconds(s: float) -> str:
-    """``1 ms``, ``5 min``, ``366 days``; a year and more in days."""
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if s >= size:
-            return f"{_figure(s / size)} {unit}"
-    return f"{_figure(s * 1000)} ms"
-
-
-def _figure(x: float) -> str:
-    """At most three significant digits below 1000, whole numbers above: no exponents."""
-    return f"{x:.3g}" if x < 1000 else f"{round(x):,}"
-
-
-def _human_problem(key: str, value: object) -> str | None:
-    """The range of limit ``key`` in units a person reads, with the value given."""
-    if key == "wall_time_s":
-        accepted = f"a number of seconds from {human_seconds(MIN_SECONDS)} to {human_seconds(MAX_SECONDS)}"
-        shown = value
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
-            shown = f"{value!r} ({human_seconds(value)})"
-        return f"must be {accepted}, got {shown}"
-    if key in ("max_memory", "max_file_size"):
-        low = MIN_MEMORY_BYTES if key == "max_memory" else 1
-        accepted = f"a size from {human_bytes(low)} to {human_bytes(MAX_BYTES)}"
-        return f"must be {accepted}, got {value!r}"
-    return None
 
 
 def _path_item(item: str) -> tuple[str, str] | None:
