@@ -96,6 +96,7 @@ def test_json_shape(workspace: Path, tmp_path: Path, runner: str) -> None:
         "runner_error": None,
         "trusted_changed": [],
         "trusted_unsearched": [],
+        "refusal_note": None,  # a refusal no wider mode would lift (socket, network off, ...)
     }
     assert data["sandbox"]["enforcement"].startswith(("full", "partial"))
 
