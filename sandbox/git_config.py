@@ -321,8 +321,13 @@ def host_entries() -> tuple[list[tuple[str, str]], list[Path]]:
 
 
 # -- what the values name ---------------------------------------------------------------------
-def _inside(path: Path, tops: Iterable[Path]) -> bool:
-    return any(top == path or top in path.parents for top in tops)
+def _inside(path: Path | str, tops: Iterable[Path]) -> bool:
+    text = str(path)
+    for top in tops:
+        t = str(top)
+        if text == t or text.startswith(t.rstrip("/") + "/"):
+            return True
+    return False
 
 
 def _candidates(key: str, value: str) -> set[str]:
@@ -344,20 +349,20 @@ def _named(values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Seq
             word = _expand_home(word)
             if "\0" in word:
                 continue
-            places = [Path(word)] if os.path.isabs(word) else [base / word for base in bases]
+            places = [word] if os.path.isabs(word) else [os.path.join(base, word) for base in bases]
             for place in places:
-                path = Path(os.path.normpath(place))
+                path = os.path.normpath(place)
                 try:
                     st = os.stat(path)
                 except (OSError, ValueError):
                     continue
                 if stat.S_ISDIR(st.st_mode) and not dirs_too:
                     continue  # ``cd src``: a directory argument names no program
-                real = canonical(path)
+                real = os.path.realpath(path)
                 if _inside(path, within):
-                    out.add(path)
+                    out.add(Path(path))
                 if _inside(real, within):
-                    out.add(real)
+                    out.add(Path(real))
     return out
 
 
