@@ -66,6 +66,16 @@ _RUNS = re.compile(
 #: Keys whose value may name a directory git runs from or copies into new
 #: repositories: a directory there is protected whole.
 _DIR_KEYS = frozenset(("core.hookspath", "init.templatedir", "core.worktree"))
+#: The hooks git runs (``githooks(5)``): what a hooks directory that is also a
+#: working tree or a root (``core.hooksPath = .``) holds that git would run.
+_HOOKS = (
+    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
+    "prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase", "post-checkout", "post-merge",
+    "pre-push", "pre-receive", "update", "proc-receive", "post-receive", "post-update",
+    "reference-transaction", "push-to-checkout", "pre-auto-gc", "post-rewrite", "sendemail-validate",
+    "fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit",
+    "post-index-change",
+)  # fmt: skip
 _INCLUDE = re.compile(r"^(include|includeif\..+)\.path$")
 _SECTION = re.compile(r'^\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\](.*)$')
 _ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
@@ -123,16 +133,27 @@ def entries(text: str) -> Iterator[tuple[str, str]]:
 
 
 # -- words of a value ------------------------------------------------------------------------
+_TOKEN = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s;&|()<>'"`]+)""")
+_SHLEX_MAX = 4096  # longer values are split by ``_TOKEN`` alone (shlex is slow: seconds per MiB)
+
+
 def _split(text: str) -> list[str]:
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        return list(lexer)
-    except ValueError:  # an unbalanced quote: git's shell would refuse, we still look
-        return text.replace('"', " ").replace("'", " ").split()
+    """The words of a shell command: shlex's (quotes joined as the shell
+    does), and a regular expression's (each quoted or bare run on its own),
+    which is fast on any length and never fails on an unbalanced quote."""
+    words = [a or b or c for a, b, c in _TOKEN.findall(text)]
+    if len(text) <= _SHLEX_MAX:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            words += list(lexer)
+        except ValueError:  # an unbalanced quote: git's shell would refuse, we still look
+            pass
+    return words
 
 
-def command_words(value: str, depth: int = 0) -> set[str]:
+@functools.lru_cache(maxsize=4096)
+def command_words(value: str, depth: int = 0) -> frozenset[str]:
     """Every word of a command that could name a file: each argument (bare
     names too), what follows ``=`` in ``--opt=file`` or ``VAR=file``, the words
     of an argument that is itself a script (``sh -c '...'``), and the default
@@ -142,14 +163,15 @@ def command_words(value: str, depth: int = 0) -> set[str]:
         if not word or set(word) <= _OPERATORS:
             continue
         word = word.lstrip("$`")  # ``$(cmd`` and backticks
-        out.add(word)
-        if "=" in word:
-            out.add(word.split("=", 1)[1])
-        out.update(_IMPLIED.get(os.path.basename(word), ()))
-        if depth < _SCRIPT_DEPTH and any(c.isspace() or c in _OPERATORS for c in word):
-            out |= command_words(word, depth + 1)
+        # ``--opt=file``, ``VAR=file``, ``-c core.fsmonitor='sh x.sh'`` in a plain alias.
+        for part in (word, word.split("=", 1)[1]) if "=" in word else (word,):
+            out.add(part)
+            out.add(part.split("::", 1)[-1])  # ``ext::sh x.sh``: a transport's command
+            out.update(_IMPLIED.get(os.path.basename(part), ()))
+            if depth < _SCRIPT_DEPTH and any(c.isspace() or c in _OPERATORS for c in part):
+                out |= command_words(part, depth + 1)
     out.discard("")
-    return out
+    return frozenset(out)
 
 
 # -- reading config files, cached ------------------------------------------------------------
@@ -330,12 +352,12 @@ def _inside(path: Path | str, tops: Iterable[Path]) -> bool:
     return False
 
 
-def _candidates(key: str, value: str) -> set[str]:
+def _candidates(key: str, value: str) -> frozenset[str]:
     if _RUNS.match(key):
         return command_words(value)
     # Any other value that names a file (``core.excludesFile``, ``commit.template``):
     # read, not run, but protecting it costs little.
-    return {value} if value and "\n" not in value and len(value) < 4096 else set()
+    return frozenset((value,)) if value and "\n" not in value and len(value) < 4096 else frozenset()
 
 
 def _named(values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Sequence[Path]) -> set[Path]:
@@ -356,8 +378,13 @@ def _named(values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Seq
                     st = os.stat(path)
                 except (OSError, ValueError):
                     continue
-                if stat.S_ISDIR(st.st_mode) and not dirs_too:
-                    continue  # ``cd src``: a directory argument names no program
+                if stat.S_ISDIR(st.st_mode):
+                    if not dirs_too:
+                        continue  # ``cd src``: a directory argument names no program
+                    if any(_inside(b, [Path(path)]) for b in (*bases, *within)):
+                        # The working tree or a root itself: its hook files, not all of it.
+                        out |= _named([(key, os.path.join(path, h)) for h in _HOOKS], bases, within)
+                        continue
                 real = os.path.realpath(path)
                 if _inside(path, within):
                     out.add(Path(path))

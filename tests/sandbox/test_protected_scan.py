@@ -590,3 +590,20 @@ def test_writes_through_a_hard_link_are_reported(workspace: Path, host_git: Path
     with open(workspace / "cfg", "a") as f:  # what landlock lets through
         f.write("[core]\n\tfsmonitor = evil\n")
     assert git / "config" in svc.changed_files(policy, before).paths
+
+
+def test_hooks_path_naming_the_working_tree_protects_its_hooks_not_the_tree(workspace: Path, host_git: Path) -> None:
+    write(host_git / "global.gitconfig", "[core]\n\thooksPath = .\n")
+    repo = make_repo(workspace / "r").parent
+    write(repo / "pre-commit")
+    write(repo / "main.py")
+    svc = service(workspace)
+    policy = svc.resolve()
+    assert repo / "pre-commit" in policy.protected_paths
+    assert repo not in policy.protected_paths and repo / "main.py" not in policy.protected_paths
+    time.sleep(0.05)
+    before = svc.baseline(policy)
+    assert before is not None
+    write(repo / "main.py", "changed\n")
+    write(repo / "post-checkout")
+    assert svc.changed_files(policy, before).paths == (repo / "post-checkout",)
