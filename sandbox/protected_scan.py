@@ -40,7 +40,7 @@ def __getattr__(name: str) -> tuple[str, ...]:
     """``DEFAULT_PROTECTED_NAMES``: names whose content the host or the user's
     tools run or trust later, kept read-only wherever they exist under a
     writable root and reported when a run creates or changes them.  They are
-    data (``protected_names.toml``, each with the tool that reads it and what
+    data (``protected_names.json``, each with the tool that reads it and what
     it runs), read when first asked for."""
     if name == "DEFAULT_PROTECTED_NAMES":
         from dsh.sandbox.protected_names import default_protected_names
