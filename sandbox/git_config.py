@@ -46,6 +46,7 @@ from dsh.sandbox.policy_paths import canonical
 
 _CONFIG_MAX = 1024 * 1024  # bytes read of one config file (git's own are a few KiB)
 _INCLUDE_DEPTH = 10  # git's own limit on nested includes
+_CHAIN_MAX = 1000  # config files read for one repository (a fan-out of includes stays bounded)
 _SCRIPT_DEPTH = 3  # ``sh -c "bash -c '...'"`` nesting followed
 
 #: Keys (lower-case, ``section[.subsection].key``) whose value is a command or
@@ -243,7 +244,7 @@ def config_chain(starts: Iterable[Path]) -> Iterator[tuple[Path, tuple[tuple[str
     (every ``includeIf`` taken as active), to git's depth limit."""
     stack = [(Path(os.path.abspath(p)), 0) for p in starts]
     seen: set[Path] = set()
-    while stack:
+    while stack and len(seen) < _CHAIN_MAX:
         path, depth = stack.pop()
         if path in seen or depth > _INCLUDE_DEPTH:
             continue
@@ -276,14 +277,18 @@ def _prefixes_on(path: str) -> frozenset[Path]:
 
 
 def _homes() -> set[Path]:
-    """``$HOME`` and the caller's passwd home: a later git may run with either."""
+    """``$HOME`` and the caller's passwd homes: a later git may run with either."""
     out: set[Path] = set()
     if os.environ.get("HOME"):
         out.add(Path(os.environ["HOME"]))
-    try:
-        out.add(Path(pwd.getpwuid(os.getuid()).pw_dir))
-    except KeyError:
-        pass
+    # The passwd home, and the home of the user who ran sudo: their next git
+    # runs as them.
+    for user in (os.getuid(), os.environ.get("SUDO_USER")):
+        try:
+            entry = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user or "")
+        except (KeyError, ValueError):
+            continue
+        out.add(Path(entry.pw_dir))
     return out
 
 
