@@ -64,6 +64,16 @@ _RUNS = re.compile(
     )$""",
     re.VERBOSE,
 )
+#: Keys whose value names a file git reads and trusts (not runs): what it
+#: ignores, signs with, verifies against, sends cookies or certificates from.
+_FILES = re.compile(
+    r"""^(
+      core\.excludesfile | commit\.template | blame\.ignorerevsfile | mailmap\.file | user\.signingkey
+    | gpg\.ssh\.allowedsignersfile | gpg\.ssh\.revocationfile
+    | http\.(.+\.)?(sslcainfo|sslcapath|sslcert|sslkey|cookiefile)
+    )$""",
+    re.VERBOSE,
+)
 #: Keys whose value may name a directory git runs from or copies into new
 #: repositories: a directory there is protected whole.
 _DIR_KEYS = frozenset(("core.hookspath", "init.templatedir", "core.worktree"))
@@ -360,9 +370,10 @@ def _inside(path: Path | str, tops: Iterable[Path]) -> bool:
 def _candidates(key: str, value: str) -> frozenset[str]:
     if _RUNS.match(key):
         return command_words(value)
-    # Any other value that names a file (``core.excludesFile``, ``commit.template``):
-    # read, not run, but protecting it costs little.
-    return frozenset((value,)) if value and "\n" not in value and len(value) < 4096 else frozenset()
+    if _FILES.match(key) and value and "\n" not in value and len(value) < 4096:
+        return frozenset((value,))
+    # Not every value: ``init.defaultBranch = main`` would protect a binary called ``main``.
+    return frozenset()
 
 
 def _named(values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Sequence[Path]) -> set[Path]:

@@ -607,3 +607,15 @@ def test_hooks_path_naming_the_working_tree_protects_its_hooks_not_the_tree(work
     write(repo / "main.py", "changed\n")
     write(repo / "post-checkout")
     assert svc.changed_files(policy, before).paths == (repo / "post-checkout",)
+
+
+def test_ordinary_values_protect_nothing(workspace: Path, host_git: Path) -> None:
+    """``init.defaultBranch = main`` is no program: a build's ``main`` binary stays writable."""
+    write(host_git / "global.gitconfig", "[init]\n\tdefaultBranch = main\n[pull]\n\trebase = true\n"
+                                         "[core]\n\texcludesFile = ignored.txt\n")
+    repo = make_repo(workspace / "r").parent
+    for rel in ("main", "true", "ignored.txt"):
+        write(repo / rel)
+    protected = service(workspace).resolve().protected_paths
+    assert repo / "main" not in protected and repo / "true" not in protected
+    assert repo / "ignored.txt" in protected  # a file git reads and trusts
