@@ -290,7 +290,10 @@ def _env_entries() -> list[tuple[str, str]]:
     return out
 
 
-def host_entries() -> tuple[list[tuple[str, str]], list[Path]]:
+HostConfig = tuple[list[tuple[str, str]], list[Path]]
+
+
+def host_entries() -> HostConfig:
     """Entries of every host-wide config (system, global, environment), and
     every file that is part of it (includes, missing ones too)."""
     values: list[tuple[str, str]] = []
@@ -378,15 +381,18 @@ def repo_config_files(git_dirs: Sequence[Path]) -> list[Path]:
     return files
 
 
-def programs_named_in_config(dot_git: Path, git_dirs: Sequence[Path], roots: Sequence[Path] = ()) -> set[Path]:
+def programs_named_in_config(
+    dot_git: Path, git_dirs: Sequence[Path], roots: Sequence[Path] = (), host: HostConfig | None = None
+) -> set[Path]:
     """Existing paths that git's configuration, as it applies to this
     repository (host-wide configs, the repository's own, their includes),
     makes git run or read: every word of a command value that names a file
     where git would run it, and every included config file.  Kept when they
-    lie inside ``roots`` (or the working tree, when no roots are given)."""
+    lie inside ``roots`` (or the working tree, when no roots are given).
+    ``host`` is ``host_entries()``, read once for many repositories."""
     own = list(config_chain(repo_config_files(git_dirs)))
     own_values = [kv for _path, found in own for kv in found]
-    host_values, _host_files = host_entries()
+    host_values, _host_files = host if host is not None else host_entries()
     bases = _bases(dot_git, git_dirs, own_values)
     within = list(roots) or [dot_git.parent, canonical(dot_git.parent)]
     out = _named([*own_values, *host_values], bases, within)
@@ -396,7 +402,7 @@ def programs_named_in_config(dot_git: Path, git_dirs: Sequence[Path], roots: Seq
     return out
 
 
-def host_named_paths(roots: Sequence[Path]) -> set[Path]:
+def host_named_paths(roots: Sequence[Path], host: HostConfig | None = None) -> set[Path]:
     """Paths inside ``roots`` that a host-wide config is made of or names:
     the config files themselves, existing or not (``GIT_CONFIG_GLOBAL`` in a
     workspace, an included file there), what an absolute (or ``~``) word of a
@@ -404,7 +410,7 @@ def host_named_paths(roots: Sequence[Path]) -> set[Path]:
     a root (git run outside any repository runs it from the user's cwd).
     Relative names inside repositories are resolved per repository by
     ``programs_named_in_config``."""
-    values, files = host_entries()
+    values, files = host if host is not None else host_entries()
     out = {f for f in files if _inside(f, roots)}
     relative: list[tuple[str, str]] = []
     for key, value in values:

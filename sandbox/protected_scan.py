@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dsh.sandbox.git_config import host_named_paths, programs_named_in_config
+from dsh.sandbox.git_config import host_entries, host_named_paths, programs_named_in_config
 from dsh.sandbox.policy_paths import canonical, git_dirs
 from dsh.sandbox.protected_links import other_names
 
@@ -273,11 +273,12 @@ def protected_from(found: Found, access: GitAccess, roots: Sequence[Path] = ()) 
     closed: the policy service refuses a root inside a protected path.)
     """
     out: set[Path] = set()
-    named_by_config: set[Path] = {p for p in host_named_paths(roots) if os.path.lexists(p)}
+    host = host_entries()  # the user's and the system's git config: once for every repository
+    named_by_config: set[Path] = {p for p in host_named_paths(roots, host) if os.path.lexists(p)}
     for dot_git in found.repos:
         holds_root = dot_git.name != ".git" and any(r == dot_git or dot_git in r.parents for r in roots)
         out |= protected_in_repo(dot_git, "commit" if holds_root else access)
-        named_by_config |= programs_named_in_config(dot_git, git_dirs_of(dot_git), roots)
+        named_by_config |= programs_named_in_config(dot_git, git_dirs_of(dot_git), roots, host)
     # A config value naming ``.`` or a root's directory must not make a root read-only.
     out |= {p for p in named_by_config if not any(r == p or p in r.parents for r in roots)}
     for path in found.named:

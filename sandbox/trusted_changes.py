@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.sandbox.git_config import host_named_paths, programs_named_in_config
+from dsh.sandbox.git_config import host_entries, host_named_paths, programs_named_in_config
 from dsh.sandbox.protected_scan import GIT_CONTROL_PARTS, Found, git_dirs_of
 
 _REPORT_LIMIT = 2_000  # entries looked at per trusted entry: a report, not an inventory
@@ -133,6 +133,7 @@ def trusted_changes(before: Baseline, after: Found) -> Changes:
     since_ns = before.since_ns
     roots = after.roots
     hits: list[Path] = []
+    host = host_entries()
     for dot_git in after.repos:
         since = since_ns if (dot_git, inode.get(dot_git, -1)) in known else 0
         if not os.path.isdir(dot_git) or os.path.islink(dot_git):
@@ -141,10 +142,10 @@ def trusted_changes(before: Baseline, after: Found) -> Changes:
         for git_dir in targets:
             for part in GIT_CONTROL_PARTS:
                 _collect(os.path.join(git_dir, part), since, hits, roots)
-        for program in programs_named_in_config(dot_git, targets, roots):
+        for program in programs_named_in_config(dot_git, targets, roots, host):
             moved = _moved_in(program, dot_git.parent, since_ns)
             _collect(str(program), 0 if moved else since, hits, roots)
-    for path in host_named_paths(roots) if roots else ():
+    for path in host_named_paths(roots, host) if roots else ():
         _collect(str(path), since_ns, hits, roots)
     for path in after.named:
         since = since_ns if (path, inode.get(path, -1)) in known else 0
