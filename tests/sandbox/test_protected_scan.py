@@ -508,7 +508,7 @@ def test_gitmodules_and_gitattributes_are_trusted_names(workspace: Path, host_gi
 NEW_TOOL_NAMES = [
     ".gemini/settings.json", ".zed/tasks.json", ".kiro/hooks/h.json", ".amazonq/mcp.json",
     ".continue/config.yaml", ".roo/mcp.json", ".windsurf/rules.md", "opencode.json", ".aider.conf.yml",
-    ".vimrc", ".nvimrc", "lefthook.yml", ".lefthook.yml", ".bazelrc",
+    ".vimrc", ".nvimrc", "lefthook.yml", ".lefthook.yml", ".bazelrc", ".lfsconfig", "mise.toml", ".mise.toml",
 ]  # fmt: skip
 
 
