@@ -1,43 +1,92 @@
-"""Working-tree files a repository's git config makes git run or read as config.
+"""Files in the writable roots that git's configuration makes git run or read as config.
 
 A config value can name a program git runs on a later host command (a filter
 on ``git add``, an fsmonitor on ``git status``, a pager, an alias starting with
 ``!``), and ``include.path`` makes another file part of the config.  When such
-a value names a file in the working tree, a sandboxed command that rewrote the
-file would have its code run by the user's next git command: those files are
-kept read-only like the hooks, and reported when a run creates them.
+a value names a file a sandboxed command can write, the command's code would
+run at the user's next git command: those files are kept read-only like the
+hooks, and reported when a run creates or changes them.
 
-The parser is deliberately lenient (it reads what git reads, and a bit more):
-protecting an extra file costs a refused write, missing one costs the host.
+Every config git reads counts: the system file (``/etc/gitconfig``, the one
+under each ``git``'s prefix, ``$GIT_CONFIG_SYSTEM``), the global ones
+(``$GIT_CONFIG_GLOBAL``, ``$XDG_CONFIG_HOME/git/config``, ``~/.gitconfig``),
+``GIT_CONFIG_COUNT``/``GIT_CONFIG_PARAMETERS``, each repository's ``config``
+and ``config.worktree``, and every file they include.  The user's later git
+may run with other variables than this process, so every candidate is read
+(a superset of what git's precedence would pick); every ``includeIf`` is taken
+as active whatever its condition.
+
+A command value protects every word that names an existing file, bare names
+included (``python3 fsm.py``, ``!sh tools.sh``), the scripts of ``sh -c``
+arguments word by word, and the files some programs read by default
+(``make``: ``Makefile``).  Relative words are taken from where git runs them:
+the top of the working tree (git changes there before running anything), the
+git dir of a bare repository, ``core.worktree``.  A false protect costs a
+refused write; a miss costs code execution on the host.
+
+Parsing is cached on each file's (dev, inode, mtime, ctime, size), so a search
+of an unchanged set of repositories costs one ``stat`` per config file.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import pwd
 import re
 import shlex
-from collections.abc import Iterator, Sequence
+import shutil
+import stat
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.sandbox.policy_paths import canonical, read_small_file
+from dsh.sandbox.git_value_words import command_words
+from dsh.sandbox.policy_paths import canonical
 
-_CONFIG_MAX = 256 * 1024
+_CONFIG_MAX = 1024 * 1024  # bytes read of one config file (git's own are a few KiB)
 _INCLUDE_DEPTH = 10  # git's own limit on nested includes
+_CHAIN_MAX = 1000  # config files read for one repository (a fan-out of includes stays bounded)
 
 #: Keys (lower-case, ``section[.subsection].key``) whose value is a command or
 #: a program path that git or a git tool runs.
 _RUNS = re.compile(
     r"""^(
-      core\.(hookspath|fsmonitor|pager|editor|sshcommand|askpass|gitproxy|attributesfile)
-    | sequence\.editor | diff\.external | interactive\.difffilter | web\.browser
-    | uploadpack\.packobjectshook | alias\..+ | pager\..+
-    | credential\.(.+\.)?helper | gpg\.(.+\.)?program
+      core\.(hookspath|fsmonitor|pager|editor|sshcommand|askpass|gitproxy|attributesfile|worktree)
+    | sequence\.editor | diff\.external | diff\.tool | merge\.tool | interactive\.difffilter | web\.browser
+    | uploadpack\.packobjectshook | alias\..+ | pager\..+ | init\.templatedir
+    | credential\.(.+\.)?helper | gpg\.(.+\.)?program | ssh\.variant
     | diff\..+\.(textconv|command) | merge\..+\.driver | filter\..+\.(clean|smudge|process)
     | (difftool|mergetool|browser|man)\..+\.(cmd|path)
-    | remote\..+\.(receivepack|uploadpack) | sendemail\.(smtpserver|sendmailcmd)
+    | remote\..+\.(receivepack|uploadpack|vcs) | sendemail\.(smtpserver|sendmailcmd|tocmd|cccmd)
+    | lfs\.customtransfer\..+\.path | lfs\.extension\..+\.(clean|smudge)
     )$""",
     re.VERBOSE,
 )
+#: Keys whose value names a file git reads and trusts (not runs): what it
+#: ignores, signs with, verifies against, sends cookies or certificates from.
+_FILES = re.compile(
+    r"""^(
+      core\.excludesfile | commit\.template | blame\.ignorerevsfile | mailmap\.file | user\.signingkey
+    | gpg\.ssh\.allowedsignersfile | gpg\.ssh\.revocationfile
+    | http\.(.+\.)?(sslcainfo|sslcapath|sslcert|sslkey|cookiefile)
+    )$""",
+    re.VERBOSE,
+)
+#: Keys whose value may name a directory git runs from or copies into new
+#: repositories: a directory there is protected whole.
+_DIR_KEYS = frozenset(("core.hookspath", "init.templatedir", "core.worktree"))
+#: The hooks git runs (``githooks(5)``): what a hooks directory that is also a
+#: working tree or a root (``core.hooksPath = .``) holds that git would run.
+_HOOKS = (
+    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
+    "prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase", "post-checkout", "post-merge",
+    "pre-push", "pre-receive", "update", "proc-receive", "post-receive", "post-update",
+    "reference-transaction", "push-to-checkout", "pre-auto-gc", "post-rewrite", "sendemail-validate",
+    "fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit",
+    "post-index-change",
+)  # fmt: skip
 _INCLUDE = re.compile(r"^(include|includeif\..+)\.path$")
 _SECTION = re.compile(r'^\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\](.*)$')
 _ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
@@ -86,63 +135,291 @@ def entries(text: str) -> Iterator[tuple[str, str]]:
             yield f"{section}.{entry.group(1).lower()}", _unquote(entry.group(2) or "")
 
 
-def _words(value: str) -> list[str]:
-    """The program (first word) and every path-looking argument of a command."""
-    value = value.lstrip("!").strip()
+# -- reading config files, cached ------------------------------------------------------------
+@dataclass(frozen=True)
+class _Parsed:
+    key: tuple[int, int, int, int, int]  # (dev, ino, mtime_ns, ctime_ns, size)
+    entries: tuple[tuple[str, str], ...]
+
+
+_CACHE: dict[str, _Parsed] = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_MAX = 4096  # config files remembered (bounded memory over a long session)
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    # ctime too: a command can set mtime back, never ctime.
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+
+
+def read_config(path: Path) -> tuple[tuple[str, str], ...] | None:
+    """The entries of one config file (git follows a symlinked config), or
+    ``None`` when it is missing or not a regular file.  Opened non-blocking
+    (a FIFO planted as config must not hang the host), at most ``_CONFIG_MAX``
+    bytes read."""
     try:
-        words = shlex.split(value)
-    except ValueError:
-        words = value.split()
-    return [w for i, w in enumerate(words) if i == 0 or "/" in w or w.startswith(".")]
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    with _CACHE_LOCK:
+        cached = _CACHE.get(str(path))
+    if cached is not None and cached.key == _stat_key(st):
+        return cached.entries
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        chunks: list[bytes] = []
+        left = _CONFIG_MAX
+        while left > 0:
+            chunk = os.read(fd, min(left, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    parsed = _Parsed(_stat_key(st), tuple(entries(b"".join(chunks).decode("utf-8", errors="replace"))))
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_MAX:
+            _CACHE.clear()
+        _CACHE[str(path)] = parsed
+    return parsed.entries
 
 
-def _inside(path: Path, top: Path) -> bool:
-    return top in path.parents
+def _expand_home(value: str) -> str:
+    return os.path.expanduser(value) if value.startswith("~") else value
 
 
-def _configs(git_dirs: Sequence[Path]) -> Iterator[tuple[Path, str]]:
-    """Each config file of the repository and, transitively, the files it includes."""
-    stack = [(d / name, 0) for d in git_dirs for name in ("config", "config.worktree")]
+def config_chain(starts: Iterable[Path]) -> Iterator[tuple[Path, tuple[tuple[str, str], ...]]]:
+    """Each config file of ``starts`` and, transitively, every file it includes
+    (every ``includeIf`` taken as active), to git's depth limit."""
+    stack = [(Path(os.path.abspath(p)), 0) for p in starts]
     seen: set[Path] = set()
-    while stack:
+    while stack and len(seen) < _CHAIN_MAX:
         path, depth = stack.pop()
         if path in seen or depth > _INCLUDE_DEPTH:
             continue
         seen.add(path)
-        # Never a plain open: a FIFO planted as config would hang the host.
-        text = read_small_file(path, _CONFIG_MAX)
-        if text is None:
+        found = read_config(path)
+        if found is None:
+            yield path, ()  # missing: an include the command could create
             continue
-        yield path, text
-        for key, value in entries(text):
+        yield path, found
+        for key, value in found:
             if _INCLUDE.match(key) and value:
+                value = value.removeprefix(":(optional)")
                 # A relative include is relative to the including file's directory.
-                target = Path(os.path.expanduser(value))
-                stack.append((canonical(target, path.parent), depth + 1))
+                target = Path(_expand_home(value))
+                stack.append((Path(os.path.normpath(path.parent / target)), depth + 1))
 
 
-def programs_named_in_config(dot_git: Path, git_dirs: Sequence[Path]) -> set[Path]:
-    """Existing working-tree paths the repository's config makes git run or read:
-    every program word and path-looking argument of a command value (commands
-    run at the top of the working tree), and every included config file in the
-    working tree.  Values that name nothing there (``true``, a program on
-    ``PATH``) are ignored."""
-    top = dot_git.parent
-    real_top = canonical(top)
+def _git_prefixes() -> frozenset[Path]:
+    """``$(prefix)`` of each ``git`` on ``PATH`` (``/usr/bin/git`` -> ``/usr``)."""
+    return _prefixes_on(os.environ.get("PATH", os.defpath))
+
+
+@functools.lru_cache(maxsize=8)
+def _prefixes_on(path: str) -> frozenset[Path]:
     out: set[Path] = set()
+    found = shutil.which("git", path=path)
+    for git in {found, os.path.realpath(found)} if found else set():
+        out.add(Path(git).parent.parent)
+    return frozenset(out)
 
-    def keep(path: Path) -> None:
-        real = canonical(path)
-        if os.path.lexists(path) and (_inside(path, top) or _inside(real, real_top)):
-            out.update({path, real} if _inside(real, real_top) else {path})
 
-    for path, text in _configs(git_dirs):
-        if path.parent not in git_dirs:
-            keep(path)  # an included file: part of the config
-        for key, value in entries(text):
-            if not _RUNS.match(key):
-                continue
-            for word in _words(value):
-                word = os.path.expanduser(word)
-                keep(Path(os.path.normpath(word if os.path.isabs(word) else top / word)))
+def _homes() -> set[Path]:
+    """``$HOME`` and the caller's passwd homes: a later git may run with either."""
+    out: set[Path] = set()
+    if os.environ.get("HOME"):
+        out.add(Path(os.environ["HOME"]))
+    # The passwd home, and the home of the user who ran sudo: their next git
+    # runs as them.
+    for user in (os.getuid(), os.environ.get("SUDO_USER")):
+        try:
+            entry = pwd.getpwuid(user) if isinstance(user, int) else pwd.getpwnam(user or "")
+        except (KeyError, ValueError):
+            continue
+        out.add(Path(entry.pw_dir))
     return out
+
+
+def host_config_files() -> list[Path]:
+    """Every system and global config file git could read on this host, existing or not."""
+    files: list[Path] = [Path("/etc/gitconfig")]
+    files += [prefix / "etc" / "gitconfig" for prefix in sorted(_git_prefixes())]
+    for var in ("GIT_CONFIG_SYSTEM", "GIT_CONFIG_GLOBAL"):
+        value = os.environ.get(var)
+        if value and value != "/dev/null":
+            files.append(Path(_expand_home(value)))
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    if xdg:
+        files.append(Path(xdg) / "git" / "config")
+    for home in sorted(_homes()):
+        files += [home / ".config" / "git" / "config", home / ".gitconfig"]
+    return list(dict.fromkeys(Path(os.path.abspath(f)) for f in files))
+
+
+def _env_entries() -> list[tuple[str, str]]:
+    """Config given through the environment (``git -c`` passes it on this way)."""
+    out: list[tuple[str, str]] = []
+    try:
+        count = int(os.environ.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        count = 0
+    for i in range(min(count, 1000)):
+        key = os.environ.get(f"GIT_CONFIG_KEY_{i}", "")
+        out.append((key.lower(), os.environ.get(f"GIT_CONFIG_VALUE_{i}", "")))
+    params = os.environ.get("GIT_CONFIG_PARAMETERS", "")
+    if params:
+        try:
+            words = shlex.split(params)
+        except ValueError:
+            words = params.split()
+        for word in words:
+            key, _, value = word.partition("=")
+            out.append((key.lower(), value))
+    return out
+
+
+HostConfig = tuple[list[tuple[str, str]], list[Path]]
+
+
+def host_entries() -> HostConfig:
+    """Entries of every host-wide config (system, global, environment), and
+    every file that is part of it (includes, missing ones too)."""
+    values: list[tuple[str, str]] = []
+    files: list[Path] = []
+    for path, found in config_chain(host_config_files()):
+        files.append(path)
+        values += found
+    env = _env_entries()
+    values += env
+    extra = [Path(_expand_home(v)) for k, v in env if _INCLUDE.match(k) and v]
+    for path, found in config_chain(p for p in extra if p.is_absolute()):
+        files.append(path)
+        values += found
+    return values, files
+
+
+# -- what the values name ---------------------------------------------------------------------
+def _inside(path: Path | str, tops: Iterable[Path]) -> bool:
+    text = str(path)
+    for top in tops:
+        t = str(top)
+        if text == t or text.startswith(t.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _candidates(key: str, value: str) -> frozenset[str]:
+    if _RUNS.match(key):
+        return command_words(value)
+    if _FILES.match(key) and value and "\n" not in value and len(value) < 4096:
+        return frozenset((value,))
+    # Not every value: ``init.defaultBranch = main`` would protect a binary called ``main``.
+    return frozenset()
+
+
+def _named(values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Sequence[Path]) -> set[Path]:
+    """Existing files (and directories, for directory keys) the values name,
+    relative words taken from each of ``bases``, kept when inside ``within``;
+    a link is kept with its target."""
+    out: set[Path] = set()
+    for key, value in values:
+        dirs_too = key in _DIR_KEYS
+        for word in _candidates(key, value):
+            word = _expand_home(word)
+            if "\0" in word:
+                continue
+            places = [word] if os.path.isabs(word) else [os.path.join(base, word) for base in bases]
+            for place in places:
+                path = os.path.normpath(place)
+                try:
+                    st = os.stat(path)
+                except (OSError, ValueError):
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    if not dirs_too:
+                        continue  # ``cd src``: a directory argument names no program
+                    if any(_inside(b, [Path(path)]) for b in (*bases, *within)):
+                        # The working tree or a root itself: its hook files, not all of it.
+                        out |= _named([(key, os.path.join(path, h)) for h in _HOOKS], bases, within)
+                        continue
+                real = os.path.realpath(path)
+                if _inside(path, within):
+                    out.add(Path(path))
+                if _inside(real, within):
+                    out.add(Path(real))
+    return out
+
+
+def _bases(dot_git: Path, git_dirs: Sequence[Path], values: Iterable[tuple[str, str]]) -> list[Path]:
+    """Where git runs what a repository's config names: the top of its working
+    tree (``core.worktree`` too), or the git dir of a bare repository."""
+    bases = [dot_git.parent] if dot_git.name == ".git" else [dot_git, dot_git.parent]
+    for key, value in values:
+        if key == "core.worktree" and value:
+            for git_dir in git_dirs:
+                bases.append(Path(os.path.normpath(git_dir / _expand_home(value))))
+    return list(dict.fromkeys(bases))
+
+
+def repo_config_files(git_dirs: Sequence[Path]) -> list[Path]:
+    """A repository's own config files (the worktree config of each linked worktree too)."""
+    files: list[Path] = []
+    for git_dir in git_dirs:
+        files += [git_dir / "config", git_dir / "config.worktree"]
+    return files
+
+
+def programs_named_in_config(
+    dot_git: Path, git_dirs: Sequence[Path], roots: Sequence[Path] = (), host: HostConfig | None = None
+) -> set[Path]:
+    """Existing paths that git's configuration, as it applies to this
+    repository (host-wide configs, the repository's own, their includes),
+    makes git run or read: every word of a command value that names a file
+    where git would run it, and every included config file.  Kept when they
+    lie inside ``roots`` (or the working tree, when no roots are given).
+    ``host`` is ``host_entries()``, read once for many repositories."""
+    own = list(config_chain(repo_config_files(git_dirs)))
+    own_values = [kv for _path, found in own for kv in found]
+    host_values, _host_files = host if host is not None else host_entries()
+    bases = _bases(dot_git, git_dirs, own_values)
+    within = list(roots) or [dot_git.parent, canonical(dot_git.parent)]
+    out = _named([*own_values, *host_values], bases, within)
+    for path, _found in own:
+        if path.parent not in git_dirs and os.path.lexists(path) and _inside(path, within):
+            out.add(path)  # an included file: part of the config
+    return out
+
+
+def host_named_paths(roots: Sequence[Path], host: HostConfig | None = None) -> set[Path]:
+    """Paths inside ``roots`` that a host-wide config is made of or names:
+    the config files themselves, existing or not (``GIT_CONFIG_GLOBAL`` in a
+    workspace, an included file there), what an absolute (or ``~``) word of a
+    value names, existing or not, and what a relative word names directly in
+    a root (git run outside any repository runs it from the user's cwd).
+    Relative names inside repositories are resolved per repository by
+    ``programs_named_in_config``."""
+    values, files = host if host is not None else host_entries()
+    out = {f for f in files if _inside(f, roots)}
+    relative: list[tuple[str, str]] = []
+    for key, value in values:
+        for word in _candidates(key, value):
+            word = _expand_home(word)
+            if not os.path.isabs(word) or "\0" in word:
+                relative.append((key, word))
+                continue
+            path = Path(os.path.normpath(word))
+            if _inside(path, roots) and (key in _DIR_KEYS or not os.path.isdir(path)):
+                out.add(path)
+    return out | _named(relative, roots, roots)

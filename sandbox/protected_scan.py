@@ -29,29 +29,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dsh.sandbox.git_config import programs_named_in_config
+from dsh.sandbox.git_config import host_entries, host_named_paths, programs_named_in_config
 from dsh.sandbox.policy_paths import canonical, git_dirs
+from dsh.sandbox.protected_links import other_names
 
 GitAccess = Literal["read-only", "commit"]
 GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
 
-#: Names whose content the host or the user's tools run or trust later, kept
-#: read-only wherever they exist under a writable root and reported when a run
-#: creates or changes them.  Shell start-up files and direnv run on the next
-#: shell or ``cd``; editor and agent configs run tasks, hooks and MCP servers;
-#: package-manager configs redirect registries or the shell scripts run in;
-#: credential directories hold keys a command must not replace.  A name with a
-#: ``/`` is a file in a directory of that name (``.cargo/config.toml``): the
-#: rest of ``.cargo`` is a build cache, and ``.hg`` holds a repository's data.
-DEFAULT_PROTECTED_NAMES: tuple[str, ...] = (
-    ".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
-    ".zshrc", ".zshenv", ".zprofile", ".zlogin", ".envrc", ".gitconfig", ".ripgreprc",
-    ".vscode", ".idea", ".claude", ".codex", ".agents", ".cursor", ".mcp.json", ".devcontainer",
-    ".husky", ".pre-commit-config.yaml", ".pnpmfile.cjs", ".nvim.lua", ".exrc",
-    ".cargo/config.toml", ".cargo/config", ".hg/hgrc",
-    ".npmrc", ".yarnrc", ".yarnrc.yml", ".pypirc", ".netrc",
-    ".aws", ".ssh", ".gnupg", ".docker", ".kube",
-)  # fmt: skip
+def __getattr__(name: str) -> tuple[str, ...]:
+    """``DEFAULT_PROTECTED_NAMES``: names whose content the host or the user's
+    tools run or trust later, kept read-only wherever they exist under a
+    writable root and reported when a run creates or changes them.  They are
+    data (``protected_names.json``, each with the tool that reads it and what
+    it runs), read when first asked for."""
+    if name == "DEFAULT_PROTECTED_NAMES":
+        from dsh.sandbox.protected_names import default_protected_names
+
+        return default_protected_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: The parts of a git dir that git runs or trusts: hooks and config (which
 #: names ``core.fsmonitor``, ``core.hooksPath``, ``core.sshCommand``, aliases,
@@ -80,6 +75,8 @@ class Found:
     #: (path, inode) of every repository and named entry: one renamed or
     #: swapped into place is new even where no ctime under it changed.
     identity: tuple[tuple[Path, int], ...] = ()
+    #: The roots searched (at any depth and directly inside).
+    roots: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -149,6 +146,7 @@ class TreeIndex:
             tuple(sorted({p for p, _ in named})),
             tuple(dict.fromkeys(incomplete)),
             identity,
+            tuple(dict.fromkeys([*roots, *shallow])),
         )
 
     def _walk(
@@ -275,17 +273,19 @@ def protected_from(found: Found, access: GitAccess, roots: Sequence[Path] = ()) 
     closed: the policy service refuses a root inside a protected path.)
     """
     out: set[Path] = set()
+    host = host_entries()  # the user's and the system's git config: once for every repository
+    named_by_config: set[Path] = {p for p in host_named_paths(roots, host) if os.path.lexists(p)}
     for dot_git in found.repos:
         holds_root = dot_git.name != ".git" and any(r == dot_git or dot_git in r.parents for r in roots)
         out |= protected_in_repo(dot_git, "commit" if holds_root else access)
-        # A config value naming ``.`` or a root's directory must not make a root read-only.
-        out |= {
-            p
-            for p in programs_named_in_config(dot_git, git_dirs_of(dot_git))
-            if not any(r == p or p in r.parents for r in roots)
-        }
+        named_by_config |= programs_named_in_config(dot_git, git_dirs_of(dot_git), roots, host)
+    # A config value naming ``.`` or a root's directory must not make a root read-only.
+    out |= {p for p in named_by_config if not any(r == p or p in r.parents for r in roots)}
     for path in found.named:
         out.add(path)
         if os.path.islink(path):
             out.add(canonical(path))
+    # The same files through other names: a link inside a protected directory
+    # (``.git/hooks/pre-commit -> ../../tools/hook``), a second hard link.
+    out |= {p for p in other_names(out, found.repos, roots) if not any(r == p or p in r.parents for r in roots)}
     return out

@@ -15,13 +15,15 @@ from __future__ import annotations
 import os
 import stat
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.sandbox.git_config import programs_named_in_config
+from dsh.sandbox.git_config import host_entries, host_named_paths, programs_named_in_config
 from dsh.sandbox.protected_scan import GIT_CONTROL_PARTS, Found, git_dirs_of
 
 _REPORT_LIMIT = 2_000  # entries looked at per trusted entry: a report, not an inventory
+_LINK_DEPTH = 4  # links followed in a chain of links
 
 
 @dataclass(frozen=True)
@@ -60,16 +62,20 @@ def _fresh(path: str, since_ns: int) -> bool:
         return False
 
 
-def _collect(path: str, since_ns: int, hits: list[Path]) -> None:
-    """Files at or under ``path`` (no symlink followed) changed at or after
-    ``since_ns``; under a directory changed then, every file (it may have been
-    renamed in whole).  Directories are not reported (their files are what
-    runs), nor are ``hooks/*.sample``: git never runs them, and ``git init``
-    writes a dozen that would bury the one that matters."""
+def _collect(path: str, since_ns: int, hits: list[Path], roots: Sequence[Path] = (), depth: int = 0) -> None:
+    """Files at or under ``path`` changed at or after ``since_ns``; under a
+    directory changed then, every file (it may have been renamed in whole).
+    Directories are not reported (their files are what runs), nor are
+    ``hooks/*.sample``: git never runs them, and ``git init`` writes a dozen
+    that would bury the one that matters.  A symbolic link (``path`` itself or
+    one inside it) whose target lies in ``roots`` is followed: what changed
+    behind it is reported under the link's name, the one the host reads."""
     try:
         st = os.lstat(path)
-    except OSError:
+    except (OSError, ValueError):
         return
+    if stat.S_ISLNK(st.st_mode):
+        _through_link(path, since_ns, hits, roots, depth)
     if not stat.S_ISDIR(st.st_mode):
         if st.st_ctime_ns >= since_ns:
             hits.append(Path(path))
@@ -91,10 +97,25 @@ def _collect(path: str, since_ns: int, hits: list[Path]) -> None:
                         continue
                     if stat.S_ISDIR(est.st_mode):
                         stack.append((entry.path, 0 if est.st_ctime_ns >= since else since))
-                    elif est.st_ctime_ns >= since:
-                        hits.append(Path(entry.path))
+                    else:
+                        if est.st_ctime_ns >= since:
+                            hits.append(Path(entry.path))
+                        if stat.S_ISLNK(est.st_mode):
+                            _through_link(entry.path, since, hits, roots, depth)
         except OSError:
             continue
+
+
+def _through_link(link: str, since_ns: int, hits: list[Path], roots: Sequence[Path], depth: int) -> None:
+    """What changed behind a link into a writable root, named through the link."""
+    target = os.path.realpath(link)
+    if depth >= _LINK_DEPTH or not any(r == Path(target) or r in Path(target).parents for r in roots):
+        return
+    found: list[Path] = []
+    _collect(target, since_ns, found, roots, depth + 1)
+    for hit in found:
+        rel = os.path.relpath(hit, target)
+        hits.append(Path(link) if rel == "." else Path(link, rel))
 
 
 def _moved_in(path: Path, top: Path, since_ns: int) -> bool:
@@ -104,12 +125,15 @@ def _moved_in(path: Path, top: Path, since_ns: int) -> bool:
 
 def trusted_changes(before: Baseline, after: Found) -> Changes:
     """Git control parts of every repository (and a ``.git`` file or link
-    itself), the working-tree programs its config names, and every entry with
-    a protected name and what it holds, that the run created or changed."""
+    itself), the files git's configuration names (the repository's and the
+    host's), and every entry with a protected name and what it holds, that the
+    run created or changed, including through links into the writable roots."""
     known = set(before.found.identity)
     inode = dict(after.identity)
     since_ns = before.since_ns
+    roots = after.roots
     hits: list[Path] = []
+    host = host_entries()
     for dot_git in after.repos:
         since = since_ns if (dot_git, inode.get(dot_git, -1)) in known else 0
         if not os.path.isdir(dot_git) or os.path.islink(dot_git):
@@ -117,11 +141,13 @@ def trusted_changes(before: Baseline, after: Found) -> Changes:
         targets = git_dirs_of(dot_git)
         for git_dir in targets:
             for part in GIT_CONTROL_PARTS:
-                _collect(os.path.join(git_dir, part), since, hits)
-        for program in programs_named_in_config(dot_git, targets):
+                _collect(os.path.join(git_dir, part), since, hits, roots)
+        for program in programs_named_in_config(dot_git, targets, roots, host):
             moved = _moved_in(program, dot_git.parent, since_ns)
-            _collect(str(program), 0 if moved else since, hits)
+            _collect(str(program), 0 if moved else since, hits, roots)
+    for path in host_named_paths(roots, host) if roots else ():
+        _collect(str(path), since_ns, hits, roots)
     for path in after.named:
         since = since_ns if (path, inode.get(path, -1)) in known else 0
-        _collect(str(path), since, hits)
+        _collect(str(path), since, hits, roots)
     return Changes(tuple(sorted(set(hits))), after.incomplete)

@@ -309,6 +309,9 @@ from dsh.cli.conformance import catalog_host, catalog_kernel, catalog_policy  # 
 SCENARIOS += catalog_host.SCENARIOS
 SCENARIOS += catalog_kernel.SCENARIOS
 SCENARIOS += catalog_policy.SCENARIOS
+from dsh.cli.conformance.catalog_gitsurface import SCENARIOS as GITSURFACE_SCENARIOS  # noqa: E402
+
+SCENARIOS += GITSURFACE_SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:

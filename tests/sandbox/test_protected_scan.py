@@ -334,3 +334,288 @@ def test_nested_names_protect_one_file_of_a_directory(workspace: Path) -> None:
     (workspace / "b" / ".cargo").mkdir(parents=True)
     (workspace / "b" / ".cargo" / "config").write_text("[target.x]\nrunner = './evil'\n")
     assert svc.changed_files(policy, before).paths == (workspace / "b" / ".cargo" / "config",)
+
+
+# -- git's whole execution surface ----------------------------------------------------------
+@pytest.fixture
+def host_git(monkeypatch: pytest.MonkeyPatch, trusted_dir: Path) -> Path:
+    """An empty host-wide git configuration: HOME, XDG and both config variables
+    point into a private directory (the tests write the files they need there)."""
+    home = trusted_dir / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(trusted_dir / "xdg"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(trusted_dir / "global.gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_SYSTEM", str(trusted_dir / "system.gitconfig"))
+    for name in ("GIT_CONFIG_COUNT", "GIT_CONFIG_PARAMETERS"):
+        monkeypatch.delenv(name, raising=False)
+    return trusted_dir
+
+
+def write(path: Path, text: str = "#!/bin/sh\n") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("config", "files"),
+    [
+        ("[core]\n\tfsmonitor = python3 fsm.py\n", ["fsm.py"]),
+        ("[alias]\n\tt = !sh tools.sh\n", ["tools.sh"]),
+        ('[filter "x"]\n\tclean = node x.js --stdin\n', ["x.js"]),
+        ("[alias]\n\tb = \"!bash -c 'python3 inner.py && make -s'\"\n", ["inner.py", "Makefile"]),
+        ("[core]\n\tpager = perl --script=pager.pl\n", ["pager.pl"]),
+        ('[diff "pdf"]\n\ttextconv = conv\n', ["conv"]),
+        ("[credential]\n\thelper = !$(cat helper.sh)\n", ["helper.sh"]),
+    ],
+)
+def test_bare_file_names_in_config_values_are_protected(
+    workspace: Path, host_git: Path, config: str, files: list[str]
+) -> None:
+    repo = workspace / "r"
+    git = make_repo(repo)
+    (git / "config").write_text(config)
+    for rel in [*files, "src/other.py"]:
+        write(repo / rel)
+    protected = service(workspace).resolve().protected_paths
+    for rel in files:
+        assert repo / rel in protected, rel
+    assert repo / "src" not in protected and repo / "src" / "other.py" not in protected
+
+
+def test_a_directory_word_protects_nothing(workspace: Path, host_git: Path) -> None:
+    repo = workspace / "r"
+    git = make_repo(repo)
+    (git / "config").write_text("[alias]\n\tup = !cd src && ls ..\n")
+    write(repo / "src" / "a.py")
+    protected = service(workspace).resolve().protected_paths
+    assert not {repo, repo / "src", workspace} & set(protected)
+
+
+@pytest.mark.parametrize("where", ["GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "HOME", "XDG_CONFIG_HOME"])
+def test_host_wide_config_values_apply_in_every_repository(
+    workspace: Path, host_git: Path, where: str
+) -> None:
+    """``core.hooksPath = .githooks`` in the user's global (or the system)
+    config makes ``.githooks`` of every repository run on the next commit."""
+    config = {
+        "GIT_CONFIG_GLOBAL": host_git / "global.gitconfig",
+        "GIT_CONFIG_SYSTEM": host_git / "system.gitconfig",
+        "HOME": host_git / "home" / ".gitconfig",
+        "XDG_CONFIG_HOME": host_git / "xdg" / "git" / "config",
+    }[where]
+    write(config, "[core]\n\thooksPath = .githooks\n[alias]\n\tt = !sh tools.sh\n")
+    first, second = make_repo(workspace / "a").parent, make_repo(workspace / "deep" / "b").parent
+    for repo in (first, second):
+        write(repo / ".githooks" / "pre-commit")
+        write(repo / "tools.sh")
+    svc = service(workspace)
+    protected = svc.resolve().protected_paths
+    for repo in (first, second):
+        assert repo / ".githooks" in protected and repo / "tools.sh" in protected
+
+
+def test_host_hooks_path_created_in_a_run_is_reported(workspace: Path, host_git: Path) -> None:
+    write(host_git / "global.gitconfig", "[core]\n\thooksPath = .githooks\n")
+    repo = make_repo(workspace / "r").parent
+    svc = service(workspace)
+    policy = svc.resolve()
+    time.sleep(0.05)  # the setup's own writes land in earlier clock ticks
+    before = svc.baseline(policy)
+    assert before is not None
+    write(repo / ".githooks" / "pre-commit")
+    assert repo / ".githooks" / "pre-commit" in svc.changed_files(policy, before).paths
+
+
+def test_include_chains_are_followed(workspace: Path, host_git: Path) -> None:
+    """Global config -> include (relative) -> includeIf gitdir (taken as
+    active whatever the condition) -> a filter naming a bare script; and a
+    repository's own config including a file of its working tree."""
+    write(host_git / "global.gitconfig", "[include]\n\tpath = inc/a.inc\n")
+    write(host_git / "inc" / "a.inc", '[includeIf "gitdir:/nowhere/"]\n\tpath = ../b.inc\n')
+    write(host_git / "b.inc", '[filter "f"]\n\tclean = perl filt.pl\n')
+    repo = workspace / "r"
+    git = make_repo(repo)
+    (git / "config").write_text('[includeIf "onbranch:zzz"]\n\tpath = ../shared.gitconfig\n')
+    write(repo / "shared.gitconfig", "[core]\n\tfsmonitor = ruby mon.rb\n")
+    write(repo / "filt.pl")
+    write(repo / "mon.rb")
+    protected = service(workspace).resolve().protected_paths
+    for rel in ("filt.pl", "shared.gitconfig", "mon.rb"):
+        assert repo / rel in protected, rel
+
+
+def test_worktree_config_is_read(workspace: Path, host_git: Path) -> None:
+    repo = workspace / "r"
+    git = make_repo(repo)
+    (git / "config.worktree").write_text("[core]\n\tsshCommand = sh ssh.sh\n")
+    write(repo / "ssh.sh")
+    assert repo / "ssh.sh" in service(workspace).resolve().protected_paths
+
+
+def test_host_config_inside_a_writable_root_is_protected(workspace: Path, host_git: Path) -> None:
+    """``GIT_CONFIG_GLOBAL`` (or an included file) inside the workspace, and an
+    absolute program path there: the command must not rewrite them."""
+    inside = write(workspace / "dot" / "gitconfig", "[include]\n\tpath = more.inc\n")
+    write(workspace / "dot" / "more.inc", f"[core]\n\tfsmonitor = {workspace}/bin/mon\n")
+    write(workspace / "bin" / "mon")
+    os.environ["GIT_CONFIG_GLOBAL"] = str(inside)
+    protected = service(workspace).resolve().protected_paths
+    for path in (inside, workspace / "dot" / "more.inc", workspace / "bin" / "mon"):
+        assert path in protected, path
+
+
+def test_git_config_environment_values_count(
+    workspace: Path, host_git: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
+    monkeypatch.setenv("GIT_CONFIG_KEY_0", "core.fsmonitor")
+    monkeypatch.setenv("GIT_CONFIG_VALUE_0", "python3 envmon.py")
+    repo = make_repo(workspace / "r").parent
+    write(repo / "envmon.py")
+    assert repo / "envmon.py" in service(workspace).resolve().protected_paths
+
+
+def test_config_rewritten_with_same_size_and_mtime_is_read_again(workspace: Path, host_git: Path) -> None:
+    """The parse cache must not hide a rewrite whose size and mtime were set back."""
+    repo = workspace / "r"
+    git = make_repo(repo)
+    (git / "config").write_text("[core]\n\tfsmonitor = sh aaaa.sh\n")
+    write(repo / "aaaa.sh")
+    write(repo / "bbbb.sh")
+    svc = service(workspace)
+    assert repo / "aaaa.sh" in svc.resolve().protected_paths
+    st = os.stat(git / "config")
+    (git / "config").write_text("[core]\n\tfsmonitor = sh bbbb.sh\n")
+    os.utime(git / "config", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert repo / "bbbb.sh" in svc.resolve().protected_paths
+
+
+@pytest.mark.parametrize("name", [".gitmodules", ".gitattributes"])
+def test_gitmodules_and_gitattributes_are_trusted_names(workspace: Path, host_git: Path, name: str) -> None:
+    write(workspace / "a" / name, "x\n")
+    svc = service(workspace)
+    policy = svc.resolve()
+    assert workspace / "a" / name in policy.protected_paths
+    time.sleep(0.05)
+    before = svc.baseline(policy)
+    assert before is not None
+    write(workspace / "b" / name, "x\n")
+    assert workspace / "b" / name in svc.changed_files(policy, before).paths
+
+
+NEW_TOOL_NAMES = [
+    ".gemini/settings.json", ".zed/tasks.json", ".kiro/hooks/h.json", ".amazonq/mcp.json",
+    ".continue/config.yaml", ".roo/mcp.json", ".windsurf/rules.md", "opencode.json", ".aider.conf.yml",
+    ".vimrc", ".nvimrc", "lefthook.yml", ".lefthook.yml", ".bazelrc", ".lfsconfig", "mise.toml", ".mise.toml",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("rel", NEW_TOOL_NAMES)
+def test_tool_configs_people_run_today_are_protected_and_reported(workspace: Path, rel: str) -> None:
+    top = rel.split("/")[0]
+    write(workspace / "old" / rel, "x\n")
+    svc = service(workspace)
+    policy = svc.resolve()
+    assert workspace / "old" / top in policy.protected_paths
+    time.sleep(0.05)
+    before = svc.baseline(policy)
+    assert before is not None
+    write(workspace / "new" / "deep" / rel, "x\n")
+    assert workspace / "new" / "deep" / rel in svc.changed_files(policy, before).paths
+
+
+def test_every_protected_name_says_which_tool_reads_it_and_what_it_runs() -> None:
+    from dsh.sandbox.protected_names import protected_name_entries
+    from dsh.sandbox.protected_scan import DEFAULT_PROTECTED_NAMES
+
+    entries = protected_name_entries()
+    assert len(entries) >= 50 and DEFAULT_PROTECTED_NAMES == tuple(e.name for e in entries)
+    for entry in entries:
+        assert len(entry.source) > 3 and len(entry.runs) > 10, entry
+    for rel in NEW_TOOL_NAMES:
+        assert rel.split("/")[0] in DEFAULT_PROTECTED_NAMES, rel
+    assert {".gitmodules", ".gitattributes"} <= set(DEFAULT_PROTECTED_NAMES)
+
+
+def test_hard_link_to_a_protected_file_is_protected_too(workspace: Path, host_git: Path) -> None:
+    """A run made ``cfg`` a second name of a new repository's ``.git/config``
+    (and of a hook): the next run must not rewrite them through it."""
+    git = make_repo(workspace / "r")
+    write(git / "hooks" / "post-checkout")
+    os.link(git / "config", workspace / "cfg")
+    (workspace / "deep").mkdir()
+    os.link(git / "hooks" / "post-checkout", workspace / "deep" / "h")
+    (workspace / "plain").write_text("x\n")
+    protected = service(workspace).resolve().protected_paths
+    assert workspace / "cfg" in protected and workspace / "deep" / "h" in protected
+    assert workspace / "plain" not in protected
+
+
+def test_link_inside_a_protected_directory_protects_its_target(workspace: Path, host_git: Path) -> None:
+    git = make_repo(workspace / "r")
+    write(workspace / "r" / "tools" / "hook.sh")
+    (git / "hooks" / "pre-commit").symlink_to("../../tools/hook.sh")
+    (workspace / ".vscode").mkdir()
+    write(workspace / "cfg" / "tasks.json", "{}")
+    (workspace / ".vscode" / "tasks.json").symlink_to(workspace / "cfg" / "tasks.json")
+    protected = service(workspace).resolve().protected_paths
+    assert workspace / "r" / "tools" / "hook.sh" in protected
+    assert workspace / "cfg" / "tasks.json" in protected
+
+
+def test_writes_behind_an_existing_symlinked_protected_name_are_reported(workspace: Path, host_git: Path) -> None:
+    """``.codex -> d`` existed before the run; the run writes ``d/config.toml``
+    (what landlock cannot stop): reported under the name the tool reads."""
+    (workspace / "d").mkdir()
+    (workspace / ".codex").symlink_to("d")
+    svc = service(workspace)
+    policy = svc.resolve()
+    time.sleep(0.05)
+    before = svc.baseline(policy)
+    assert before is not None
+    write(workspace / "d" / "config.toml", "x\n")
+    assert workspace / ".codex" / "config.toml" in svc.changed_files(policy, before).paths
+
+
+def test_writes_through_a_hard_link_are_reported(workspace: Path, host_git: Path) -> None:
+    git = make_repo(workspace / "r")
+    os.link(git / "config", workspace / "cfg")
+    svc = service(workspace)
+    policy = svc.resolve()
+    time.sleep(0.05)
+    before = svc.baseline(policy)
+    assert before is not None
+    with open(workspace / "cfg", "a") as f:  # what landlock lets through
+        f.write("[core]\n\tfsmonitor = evil\n")
+    assert git / "config" in svc.changed_files(policy, before).paths
+
+
+def test_hooks_path_naming_the_working_tree_protects_its_hooks_not_the_tree(workspace: Path, host_git: Path) -> None:
+    write(host_git / "global.gitconfig", "[core]\n\thooksPath = .\n")
+    repo = make_repo(workspace / "r").parent
+    write(repo / "pre-commit")
+    write(repo / "main.py")
+    svc = service(workspace)
+    policy = svc.resolve()
+    assert repo / "pre-commit" in policy.protected_paths
+    assert repo not in policy.protected_paths and repo / "main.py" not in policy.protected_paths
+    time.sleep(0.05)
+    before = svc.baseline(policy)
+    assert before is not None
+    write(repo / "main.py", "changed\n")
+    write(repo / "post-checkout")
+    assert svc.changed_files(policy, before).paths == (repo / "post-checkout",)
+
+
+def test_ordinary_values_protect_nothing(workspace: Path, host_git: Path) -> None:
+    """``init.defaultBranch = main`` is no program: a build's ``main`` binary stays writable."""
+    write(host_git / "global.gitconfig", "[init]\n\tdefaultBranch = main\n[pull]\n\trebase = true\n"
+                                         "[core]\n\texcludesFile = ignored.txt\n")
+    repo = make_repo(workspace / "r").parent
+    for rel in ("main", "true", "ignored.txt"):
+        write(repo / rel)
+    protected = service(workspace).resolve().protected_paths
+    assert repo / "main" not in protected and repo / "true" not in protected
+    assert repo / "ignored.txt" in protected  # a file git reads and trusts

@@ -1,0 +1,68 @@
+"""The words of a git config value that could name a file git would run.
+
+A command value (an ``!`` alias, ``core.fsmonitor``, a filter driver) is
+shell: any word can be a program or a script handed to one, bare names
+included (``python3 fsm.py``, ``sh tools.sh``), and an argument can itself be
+a script (``bash -c 'python3 inner.py'``).  Words are over-collected on
+purpose: only those that name an existing file where git runs the command are
+kept by the caller, and a false match costs a refused write.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+
+_SCRIPT_DEPTH = 3  # ``sh -c "bash -c '...'"`` nesting followed
+#: Files a program reads when given none: a word naming the program protects them.
+_IMPLIED = {
+    "make": ("Makefile", "makefile", "GNUmakefile"), "gmake": ("Makefile", "makefile", "GNUmakefile"),
+    "npm": ("package.json",), "pnpm": ("package.json", ".pnpmfile.cjs"), "yarn": ("package.json",),
+    "npx": ("package.json",), "just": ("justfile", "Justfile", ".justfile"), "rake": ("Rakefile",),
+    "tox": ("tox.ini",), "nox": ("noxfile.py",), "invoke": ("tasks.py",), "inv": ("tasks.py",),
+}  # fmt: skip
+_OPERATORS = frozenset(";&|()<>")
+
+_TOKEN = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s;&|()<>'"`]+)""")
+_SHLEX_MAX = 4096  # longer values are split by ``_TOKEN`` alone (shlex is slow: seconds per MiB)
+
+
+def _split(text: str) -> list[str]:
+    """The words of a shell command: shlex's (quotes joined as the shell
+    does), and a regular expression's (each quoted or bare run on its own),
+    which is fast on any length and never fails on an unbalanced quote."""
+    words = [a or b or c for a, b, c in _TOKEN.findall(text)]
+    if len(text) <= _SHLEX_MAX:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            words += list(lexer)
+        except ValueError:  # an unbalanced quote: git's shell would refuse, we still look
+            pass
+    return words
+
+
+@functools.lru_cache(maxsize=4096)
+def command_words(value: str, depth: int = 0) -> frozenset[str]:
+    """Every word of a command that could name a file: each argument (bare
+    names too), what follows ``=`` in ``--opt=file`` or ``VAR=file``, the words
+    of an argument that is itself a script (``sh -c '...'``), and the default
+    files of a program that reads one (``make``)."""
+    out: set[str] = set()
+    for word in _split(value.lstrip("!").strip()):
+        if not word or set(word) <= _OPERATORS:
+            continue
+        word = word.lstrip("$`")  # ``$(cmd`` and backticks
+        # ``--opt=file``, ``VAR=file``, ``-c core.fsmonitor='sh x.sh'`` in a plain alias.
+        for part in (word, word.split("=", 1)[1]) if "=" in word else (word,):
+            out.add(part)
+            out.add(part.split("::", 1)[-1])  # ``ext::sh x.sh``: a transport's command
+            out.update(_IMPLIED.get(os.path.basename(part), ()))
+            if depth < _SCRIPT_DEPTH and any(c.isspace() or c in _OPERATORS for c in part):
+                out |= command_words(part, depth + 1)
+    out.discard("")
+    return frozenset(out)
+
+
