@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
+from dsh.runners.docker.keeper import DockerKeeper
 from dsh.runners.docker.spec import (
     OWN_PROCESSES,
     ContainerSpec,
@@ -192,6 +193,9 @@ class DockerRunner(Runner):
         self._info: dict[str, Any] = {}
         self._warm: dict[tuple[object, ...], _Warm] = {}
         self._placeholders: set[str] = set()  # empty dirs this runner made; removed at close
+        # Removes this runner's containers when this process is gone, SIGKILL included.
+        self._keeper = DockerKeeper()
+        self._reaped = False
 
     # -- daemon ----------------------------------------------------------------------
     def _docker(self) -> Any:
@@ -380,6 +384,13 @@ class DockerRunner(Runner):
         image_id = dc.find_image(client, spec.image)
         if image_id is None:
             raise SandboxUnavailable(dc.missing_image_reason(spec.image), runner=self.name)
+        if not self._reaped:
+            self._reaped = True
+            # Containers of this user's sessions that died with their keeper.
+            try:
+                dc.reap_dead_owners(client)
+            except (DockerException, OSError):
+                pass  # a leftover stays for the next run or runners --prune; this run is unaffected
         for path in spec.placeholders:
             try:
                 os.mkdir(path, 0o755)
@@ -409,6 +420,12 @@ class DockerRunner(Runner):
             raise SandboxUnavailable(f"cannot create the container{limits_hint(spec, exc)}: {exc}",
                                      runner=self.name) from None
         warm = _Warm(container.id, name, spec, pinned, pin_fds)
+        try:
+            self._keeper.add(container.id)
+        except OSError as exc:
+            self._discard(warm)
+            raise SandboxUnavailable(f"cannot start the keeper that removes container {name} if this "
+                                     f"process dies: {exc}; nothing ran", runner=self.name) from None
         try:
             container.start()
         except DockerException as exc:
@@ -442,6 +459,7 @@ class DockerRunner(Runner):
         if client is None:
             return
         dc.remove_container(client, warm.id)
+        self._keeper.forget(warm.id)
 
     def close(self) -> None:
         with self._lock:
@@ -451,6 +469,7 @@ class DockerRunner(Runner):
         with self._lock:
             client, self._client = self._client, None
             placeholders, self._placeholders = sorted(self._placeholders), set()
+        self._keeper.close()
         if client is not None:
             dc.remove_placeholders(client, placeholders)
             client.close()
