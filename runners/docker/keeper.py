@@ -13,7 +13,7 @@ The keeper is out of the command's reach: the command runs in the container
 (own pid namespace, no network, no daemon socket); the keeper runs on the host,
 in its own session (a terminal's ^C does not reach it), ignores the catchable
 termination signals and starts with the fixed helper environment plus the
-caller's ``DOCKER_*`` connection settings.  It is a few lines of Python that
+caller's ``DOCKER_*`` connection settings and ``HOME``.  It is a few lines of Python that
 load nothing else until EOF, and the Docker SDK only when a container is left.
 
 If the keeper itself dies, containers whose owner is gone are removed by the
@@ -32,8 +32,9 @@ from dsh.sandbox.helper_env import helper_env
 
 #: The keeper's name on its command line (so a person can tell what it is).
 KEEPER_NAME = "dsh-docker-keeper"
-#: The caller's settings the keeper needs to reach the same daemon.
-CONNECTION_VARS = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG")
+#: The caller's own settings (never a command's) the keeper needs to reach the
+#: same daemon; HOME locates ``~/.docker`` certificates when no path is set.
+CONNECTION_VARS = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG", "HOME")
 
 _KEEPER = r"""
 import os, signal, sys

@@ -292,6 +292,8 @@ class DockerRunner(Runner):
                  + ("read-only" if spec.read_only_root else "writable (danger-full-access)"),
                  "only the mounts below exist; the rest of the host is invisible",
                  "cap_drop=ALL, no-new-privileges, init process, user " + spec.user,
+                 "the container goes with this process: a keeper on the host removes it when the "
+                 "process ends, SIGKILL included; the next run reaps one whose keeper died too",
                  *([SECCOMP_LINE] if spec.seccomp_profile else []),
                  *(m.describe() for m in spec.mounts)]
         rules += [f"{p}: missing writable root, not mounted" for p in policy.missing_roots]

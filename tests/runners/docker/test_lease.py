@@ -195,3 +195,28 @@ def test_a_live_sessions_container_is_never_reaped(daemon: Any, workspace: Path)
         proc.wait()
         if cid is not None:
             wait_until(lambda: not _exists(daemon, cid), "the container's removal after the CLI stopped")
+
+
+def test_a_keeper_that_died_is_replaced_and_takes_over_the_list(daemon: Any) -> None:
+    """Killed by hand or by the OOM killer mid-session: the next container starts
+    a new keeper, which holds the earlier containers too."""
+    from dsh.runners.docker.keeper import DockerKeeper
+
+    keeper = DockerKeeper()
+    made: list[str] = []
+    try:
+        made.append(_labelled(daemon, dc.DEFAULT_IMAGE))
+        keeper.add(made[0])
+        first = keeper.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: first not in pids_with(KEEPER_NAME), "the first keeper's end")
+        made.append(_labelled(daemon, dc.DEFAULT_IMAGE))
+        keeper.add(made[1])
+        assert keeper.pid not in (None, first)
+        keeper.close()  # as if this process died: the new keeper removes both
+        wait_until(lambda: not any(_exists(daemon, cid) for cid in made), "both containers' removal")
+    finally:
+        keeper.close()
+        for cid in made:
+            dc.remove_container(daemon, cid)
