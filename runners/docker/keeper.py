@@ -36,6 +36,12 @@ KEEPER_NAME = "dsh-docker-keeper"
 #: same daemon; HOME locates ``~/.docker`` certificates when no path is set.
 CONNECTION_VARS = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH", "DOCKER_CONFIG", "HOME")
 
+def connection_env() -> dict[str, str]:
+    """The fixed helper environment plus the caller's daemon settings: for every
+    process this runner starts on the host (the keeper, ``docker`` for the bench)."""
+    return helper_env(**{k: os.environ[k] for k in CONNECTION_VARS if k in os.environ})
+
+
 _KEEPER = r"""
 import os, signal, sys
 for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGPIPE):
@@ -90,7 +96,7 @@ class DockerKeeper:
         if not sys.executable:
             raise OSError("no Python interpreter to run the container keeper with")
         read_fd, write_fd = os.pipe()  # both close-on-exec
-        env = helper_env(**{k: os.environ[k] for k in CONNECTION_VARS if k in os.environ})
+        env = connection_env()
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-I", "-c", _KEEPER, KEEPER_NAME],

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
-from dsh.runners.docker.keeper import DockerKeeper
+from dsh.runners.docker.keeper import DockerKeeper, connection_env
 from dsh.runners.docker.spec import (
     OWN_PROCESSES,
     ContainerSpec,
@@ -280,11 +280,14 @@ class DockerRunner(Runner):
 
     def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline:
         """A fresh container per command, the way ``docker run`` is used without dsh."""
+        import shutil
         import subprocess
 
-        argv = ["docker", "run", "--rm", "--network", "none", self.image, "true"]
+        # Found on the caller's PATH; run with the fixed environment.
+        argv = [shutil.which("docker") or "docker", "run", "--rm", "--network", "none", self.image, "true"]
+        env = connection_env()
         return Baseline("docker run --rm true",
-                        lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL), slow=True)
+                        lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env), slow=True)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         spec = self._spec(policy)
