@@ -120,6 +120,15 @@ class DockerKeeper:
         if os.write(self._write_fd, data) != len(data):  # below PIPE_BUF: all or an error
             raise OSError("short write to the container keeper")
 
+    def ensure_started(self) -> None:
+        """Start the keeper ahead of the first container, so its start-up is over
+        before the container starts (raises OSError if it cannot start)."""
+        with self._lock:
+            if self._write_fd == -1:
+                self._start()
+                for known in self._ids:
+                    self._send("+" + known)
+
     def add(self, container_id: str) -> None:
         """Register a container before it starts (raises OSError if no keeper can hold it)."""
         with self._lock:

@@ -389,6 +389,11 @@ class DockerRunner(Runner):
         image_id = dc.find_image(client, spec.image)
         if image_id is None:
             raise SandboxUnavailable(dc.missing_image_reason(spec.image), runner=self.name)
+        try:
+            self._keeper.ensure_started()
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot start the keeper that removes this session's containers "
+                                     f"if this process dies: {exc}; nothing ran", runner=self.name) from None
         if not self._reaped:
             self._reaped = True
             # Containers of this user's sessions that died with their keeper.
