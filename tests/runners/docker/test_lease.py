@@ -220,3 +220,22 @@ def test_a_keeper_that_died_is_replaced_and_takes_over_the_list(daemon: Any) -> 
         keeper.close()
         for cid in made:
             dc.remove_container(daemon, cid)
+
+
+def test_the_keeper_is_out_of_the_commands_reach(workspace: Path) -> None:
+    """The command cannot signal the keeper (another pid namespace, the host's
+    pid means nothing in the container), and a signal to the caller's process
+    group (a terminal's ^C) does not reach it either: its own session."""
+    from tests.runners.docker.helpers import docker_runner, policy, run
+
+    with docker_runner() as runner:
+        assert run(runner, ["true"], policy(workspace)).status.exit_code == 0
+        keeper = runner._keeper.pid
+        assert keeper is not None
+        script = f"for s in KILL TERM INT HUP; do kill -$s {keeper} 2>/dev/null && echo SENT-$s; done; true"
+        result = run(runner, ["sh", "-c", script], policy(workspace))
+        assert result.status.exit_code == 0 and b"SENT" not in result.stdout, result.stdout
+        assert os.getsid(keeper) == keeper != os.getsid(0)
+        os.killpg(keeper, 0)  # still there (raises if gone)
+        state = Path(f"/proc/{keeper}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state in ("S", "R"), state
