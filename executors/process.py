@@ -317,7 +317,9 @@ class LocalSubprocessService(Service):
         self, launch: LocalLaunch, *, cwd: str, env: Mapping[str, str], stdin: bytes | None
     ) -> tuple[_LocalTarget, tuple[int, int], int]:
         self._become_subreaper()
-        full_env = {**env, **launch.env}
+        # A runner that wraps the command in host-side helpers starts them with a
+        # fixed environment and hands the command its own further in.
+        full_env = dict(launch.spawn_env) if launch.spawn_env is not None else {**env, **launch.env}
         # Every fd is made here, outside ``spawn_in``: a Landlock spawn thread
         # may not be allowed to open anything for writing by path.
         out_r, out_w = os.pipe()

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 
+from dsh.sandbox.helper_env import helper_env
+
 _ORPHAN_KILLER = r"""
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -47,6 +49,7 @@ class OrphanKiller:
                     [sys.executable, "-I", "-S", "-c", _ORPHAN_KILLER],
                     stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL,
+                    env=helper_env(),  # needs nothing of ours; loader variables stay out
                     start_new_session=True,  # a Ctrl-C to our group must not kill it
                 )
             assert self._proc.stdin is not None

@@ -163,6 +163,11 @@ class LocalLaunch:
       context (for Landlock: a thread that has applied the ruleset, no_new_privs
       and seccomp).  ``None`` means spawn normally.
     - ``env``: variables the runner adds (after the executor's env layering).
+    - ``spawn_env``: when set, the whole environment ``argv[0]`` starts with
+      instead of the command's: ``argv`` begins with host-side helpers, which
+      must not see the command's variables (``dsh.sandbox.helper_env``), and
+      the runner hands the command its own environment (``env`` of
+      ``prepare``, plus ``env`` above) through the last hop.
     - ``kill_tree``: kills everything the command started (e.g. a cgroup);
       ``None`` means the subprocess service kills the process group and tree.
     - ``cleanup``: called once the process is reaped.
@@ -175,6 +180,7 @@ class LocalLaunch:
     argv: tuple[str | bytes, ...]
     spawn_in: Callable[[Callable[[], Any]], Any] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    spawn_env: Mapping[str, str] | None = None
     pass_fds: tuple[int, ...] = ()
     kill_tree: Callable[[int, int], None] | None = None  # (pid, signal)
     cleanup: Callable[[], None] | None = None

@@ -71,11 +71,14 @@ class SandboxLifecycle:
         *,
         bwrap: bool = True,
         seccomp_fd: int = -1,
+        env_fd: int = -1,
     ) -> None:
         self.opened = opened
         self.group = group
         self._session = session
         self.seccomp_fd = seccomp_fd
+        # The command's environment (bwrap's --args, or the hop's file).
+        self.env_fd = env_fd
         # The cgroup.procs fds the join script writes to (closed at cleanup).
         self.join_fds: list[int] = group.open_procs() if group is not None else []
         self._info_read = self.info_write = -1
@@ -90,7 +93,7 @@ class SandboxLifecycle:
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
-        extra = [fd for fd in (self.info_write, self.status_write, self.seccomp_fd) if fd != -1]
+        extra = [fd for fd in (self.info_write, self.status_write, self.seccomp_fd, self.env_fd) if fd != -1]
         return (*self.opened.fds, *extra, *self.join_fds)
 
     def exit_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
@@ -193,11 +196,12 @@ class SandboxLifecycle:
                 return
             self._closed = True
         self.opened.close()
-        for fd in (self._info_read, self.info_write, self._status_read, self.status_write, self.seccomp_fd):
+        for fd in (self._info_read, self.info_write, self._status_read, self.status_write, self.seccomp_fd,
+                   self.env_fd):
             if fd != -1:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.info_write = self.status_write = self.seccomp_fd = -1
+        self.info_write = self.status_write = self.seccomp_fd = self.env_fd = -1
         for fd in self.join_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dsh.runners.bwrap import filter as syscall_filter
+from dsh.runners.bwrap.environ import env_args_fd
 from dsh.runners.bwrap.filter import SyscallFilter, build_filter
 from dsh.runners.bwrap.kernel import KernelCover, kernel_cover
 from dsh.runners.bwrap.lifecycle import SandboxLifecycle
@@ -42,10 +43,12 @@ from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import plan_mounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args
 from dsh.runners.linux.chroot import chroot_reason
+from dsh.runners.linux.env_hop import EnvHop
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
 from dsh.sandbox.gate import check_accepted
+from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
     EXEC_CHECK_SH,
@@ -129,6 +132,7 @@ def _run_with(argv: list[str], *pass_fds: int) -> subprocess.CompletedProcess[st
     return subprocess.run(
         argv,
         pass_fds=pass_fds,
+        env=helper_env(),
         capture_output=True,
         text=True,
         errors="replace",
@@ -364,7 +368,7 @@ class BwrapRunner(Runner):
             for fd in launch.pass_fds:
                 with contextlib.suppress(OSError):
                     os.lseek(fd, 0, os.SEEK_SET)
-            subprocess.run(argv, check=True, pass_fds=launch.pass_fds)
+            subprocess.run(argv, check=True, pass_fds=launch.pass_fds, env=launch.spawn_env)
 
         return Baseline("bare bwrap true", spawn, launch.cleanup)
 
@@ -398,15 +402,22 @@ class BwrapRunner(Runner):
         if policy.constrained and facts.syscalls.memfd is not None:
             filter_fd = facts.syscalls.open_for_launch()
         group = None
+        env_fd = -1
         try:
+            # The helpers start with a fixed environment; the command's reaches
+            # only the command, through bwrap's --setenv (or the hop without bwrap).
+            if policy.constrained:
+                env_fd = env_args_fd(env)
             group = self._cgroup(policy.limits, facts)
             opened = open_mounts(plan_mounts(policy)) if policy.constrained else OpenedMounts()
-            life = SandboxLifecycle(opened, group, self._session, bwrap=policy.constrained, seccomp_fd=filter_fd)
+            life = SandboxLifecycle(opened, group, self._session, bwrap=policy.constrained, seccomp_fd=filter_fd,
+                                    env_fd=env_fd)
         except BaseException:
             if group is not None and self._session is not None:
                 self._session.release(group)
-            if filter_fd != -1:
-                os.close(filter_fd)
+            for fd in (filter_fd, env_fd):
+                if fd != -1:
+                    os.close(fd)
             raise
         inner: list[str] = []
         if policy.constrained:
@@ -420,6 +431,8 @@ class BwrapRunner(Runner):
                 str(life.info_write),
                 "--json-status-fd",
                 str(life.status_write),
+                "--args",
+                str(env_fd),
                 *BASE_MOUNTS,
                 *facts.kernel.args,
                 *opened.args,
@@ -437,8 +450,19 @@ class BwrapRunner(Runner):
             # bwrap would print its own ``bwrap: execvp X: ...``; the check in
             # the sandbox says it as every runner does (and looks it up there).
             command = ("/bin/sh", "-c", EXEC_CHECK_SH + 'exec "$@"', "sh", *command)
+        if wrappers and not inner:
+            try:
+                hop = EnvHop(env)
+            except OSError as exc:
+                life.cleanup()
+                raise SandboxUnavailable(f"cannot hand the command its environment: {exc}; nothing ran",
+                                         runner=self.name) from None
+            life.env_fd = hop.fd
+            inner = list(hop.args)
+        helpers = bool(wrappers or inner)
         return LocalLaunch(
             argv=(*wrappers, *inner, *command),
+            spawn_env=helper_env() if helpers else None,
             pass_fds=life.pass_fds,
             kill_tree=life.kill_tree,
             cleanup=life.cleanup,

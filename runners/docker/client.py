@@ -22,6 +22,7 @@ LABEL = "dsh-sandbox"
 LABEL_OWNER_PID = "dsh-sandbox.owner-pid"
 LABEL_OWNER_START = "dsh-sandbox.owner-start"
 LABEL_OWNER_HOST = "dsh-sandbox.owner-host"
+LABEL_OWNER_UID = "dsh-sandbox.owner-uid"
 LABEL_PLACEHOLDERS = "dsh-sandbox.placeholders"  # empty dirs this container created
 LABEL_PROTECTED = "dsh-sandbox.protected"  # paths it binds read-only
 INSTALL_HINT = "install the docker extra: pip install 'dsh-sandbox[docker]'"
@@ -135,6 +136,7 @@ def owner_labels() -> dict[str, str]:
         LABEL_OWNER_PID: str(pid),
         LABEL_OWNER_START: process_start_time(pid) or "",
         LABEL_OWNER_HOST: socket.gethostname(),
+        LABEL_OWNER_UID: str(os.getuid()),
     }
 
 
@@ -153,6 +155,28 @@ def owner_alive(labels: dict[str, str]) -> bool:
     start = process_start_time(pid)
     recorded = labels.get(LABEL_OWNER_START) or start  # unrecorded: the pid alone decides
     return start is not None and start == recorded
+
+
+def reap_dead_owners(client: Any) -> list[str]:
+    """Remove this user's containers on this host whose owner process is gone.
+
+    Another user's containers are never touched (the label says whose they are),
+    nor a live session's (pid and start time), nor a container without the
+    labels that tell (``runners --prune`` is for those).  Returns the names removed.
+    """
+    mine = {LABEL: "1", LABEL_OWNER_UID: str(os.getuid()), LABEL_OWNER_HOST: socket.gethostname()}
+    filters = {"label": [f"{k}={v}" for k, v in mine.items()]}
+    removed: list[str] = []
+    placeholders: list[str] = []
+    for info in client.api.containers(all=True, filters=filters):
+        labels = info.get("Labels") or {}
+        if any(labels.get(k) != v for k, v in mine.items()) or owner_alive(labels):
+            continue
+        if remove_container(client, info["Id"]):
+            removed.append(str((info.get("Names") or [info["Id"]])[0]).lstrip("/"))
+            placeholders += placeholders_of(labels)
+    remove_placeholders(client, placeholders)
+    return removed
 
 
 def remove_container(client: Any, container_id: str) -> bool:

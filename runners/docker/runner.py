@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
+from dsh.runners.docker.keeper import DockerKeeper, connection_env
 from dsh.runners.docker.spec import (
     OWN_PROCESSES,
     ContainerSpec,
@@ -192,6 +193,9 @@ class DockerRunner(Runner):
         self._info: dict[str, Any] = {}
         self._warm: dict[tuple[object, ...], _Warm] = {}
         self._placeholders: set[str] = set()  # empty dirs this runner made; removed at close
+        # Removes this runner's containers when this process is gone, SIGKILL included.
+        self._keeper = DockerKeeper()
+        self._reaped = False
 
     # -- daemon ----------------------------------------------------------------------
     def _docker(self) -> Any:
@@ -276,11 +280,14 @@ class DockerRunner(Runner):
 
     def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline:
         """A fresh container per command, the way ``docker run`` is used without dsh."""
+        import shutil
         import subprocess
 
-        argv = ["docker", "run", "--rm", "--network", "none", self.image, "true"]
+        # Found on the caller's PATH; run with the fixed environment.
+        argv = [shutil.which("docker") or "docker", "run", "--rm", "--network", "none", self.image, "true"]
+        env = connection_env()
         return Baseline("docker run --rm true",
-                        lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL), slow=True)
+                        lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env), slow=True)
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         spec = self._spec(policy)
@@ -288,6 +295,8 @@ class DockerRunner(Runner):
                  + ("read-only" if spec.read_only_root else "writable (danger-full-access)"),
                  "only the mounts below exist; the rest of the host is invisible",
                  "cap_drop=ALL, no-new-privileges, init process, user " + spec.user,
+                 "the container goes with this process: a keeper on the host removes it when the "
+                 "process ends, SIGKILL included; the next run reaps one whose keeper died too",
                  *([SECCOMP_LINE] if spec.seccomp_profile else []),
                  *(m.describe() for m in spec.mounts)]
         rules += [f"{p}: missing writable root, not mounted" for p in policy.missing_roots]
@@ -380,6 +389,18 @@ class DockerRunner(Runner):
         image_id = dc.find_image(client, spec.image)
         if image_id is None:
             raise SandboxUnavailable(dc.missing_image_reason(spec.image), runner=self.name)
+        try:
+            self._keeper.ensure_started()
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot start the keeper that removes this session's containers "
+                                     f"if this process dies: {exc}; nothing ran", runner=self.name) from None
+        if not self._reaped:
+            self._reaped = True
+            # Containers of this user's sessions that died with their keeper.
+            try:
+                dc.reap_dead_owners(client)
+            except (DockerException, OSError):
+                pass  # a leftover stays for the next run or runners --prune; this run is unaffected
         for path in spec.placeholders:
             try:
                 os.mkdir(path, 0o755)
@@ -409,6 +430,12 @@ class DockerRunner(Runner):
             raise SandboxUnavailable(f"cannot create the container{limits_hint(spec, exc)}: {exc}",
                                      runner=self.name) from None
         warm = _Warm(container.id, name, spec, pinned, pin_fds)
+        try:
+            self._keeper.add(container.id)
+        except OSError as exc:
+            self._discard(warm)
+            raise SandboxUnavailable(f"cannot start the keeper that removes container {name} if this "
+                                     f"process dies: {exc}; nothing ran", runner=self.name) from None
         try:
             container.start()
         except DockerException as exc:
@@ -442,6 +469,7 @@ class DockerRunner(Runner):
         if client is None:
             return
         dc.remove_container(client, warm.id)
+        self._keeper.forget(warm.id)
 
     def close(self) -> None:
         with self._lock:
@@ -451,6 +479,7 @@ class DockerRunner(Runner):
         with self._lock:
             client, self._client = self._client, None
             placeholders, self._placeholders = sorted(self._placeholders), set()
+        self._keeper.close()
         if client is not None:
             dc.remove_placeholders(client, placeholders)
             client.close()

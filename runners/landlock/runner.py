@@ -21,9 +21,11 @@ from dsh.runners.landlock.rules import ProtectedStrategy, RulePlan, build_rulese
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
 from dsh.runners.linux import seccomp
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, join_args
+from dsh.runners.linux.env_hop import EnvHop
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
 from dsh.sandbox.gate import check_accepted
+from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
@@ -351,10 +353,24 @@ class LandlockRunner(Runner):
         except OSError as exc:
             limited.cleanup()
             raise SandboxUnavailable(f"cannot join the command's cgroup: {exc}; nothing ran", runner=NAME) from exc
+        if not join and not limits.prlimit:
+            return LocalLaunch(argv=exact, spawn_in=limited.spawn_in,
+                               kill_tree=limited.kill_tree if cgroups is not None else None,
+                               cleanup=limited.cleanup)
+        # The join shell and prlimit run before the command: a loader variable
+        # of the command's could make them skip the join or the limits.  They
+        # start with a fixed environment; the hop hands the command its own.
+        try:
+            limited.hop = EnvHop(env)
+        except OSError as exc:
+            limited.cleanup()
+            raise SandboxUnavailable(f"cannot hand the command its environment: {exc}; nothing ran",
+                                     runner=NAME) from exc
         return LocalLaunch(
-            argv=(*join, *limits.prlimit, *exact),
+            argv=(*join, *limits.prlimit, *limited.hop.args, *exact),
             spawn_in=limited.spawn_in,
-            pass_fds=tuple(limited.join_fds),
+            spawn_env=helper_env(),
+            pass_fds=(*limited.join_fds, limited.hop.fd),
             kill_tree=limited.kill_tree if cgroups is not None else None,
             cleanup=limited.cleanup,
         )
@@ -387,6 +403,7 @@ class _LimitedSpawn:
         self.cgroup: CommandCgroup | None = None
         self.wall_time_killer: WallTimeKiller | None = None
         self.join_fds: list[int] = []
+        self.hop: EnvHop | None = None
         if cgroups is not None:
             self.cgroup = cgroups.command(limits.cgroup)
             if self.cgroup.per_process:
@@ -404,6 +421,8 @@ class _LimitedSpawn:
                 result = self._spawn_in_cgroup(self.cgroup, fn)
         finally:
             self._close_join_fds()  # the child has its copies (or never ran)
+            if self.hop is not None:
+                self.hop.close()
         if self._limits.wall_time_s is not None:
             pid = getattr(result, "pid", None)
             self.wall_time_killer = WallTimeKiller(
@@ -442,6 +461,8 @@ class _LimitedSpawn:
         if self.wall_time_killer is not None:
             self.wall_time_killer.cancel()
         self._close_join_fds()
+        if self.hop is not None:
+            self.hop.close()
         if self.cgroup is not None and self._cgroups is not None:
             self._cgroups.release(self.cgroup)  # kills what is left (double forks, setsid) first
             self.cgroup = None

@@ -23,6 +23,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dsh.sandbox.helper_env import helper_env
+
 
 class Keeper:
     """The supervisor's side: the child process and the pipe's write end."""
@@ -43,6 +45,7 @@ class Keeper:
                 stdin=read_fd,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                env=helper_env(),  # never a command's loader variables
                 start_new_session=True,
                 close_fds=True,
                 cwd="/",  # keeps no directory of the caller busy

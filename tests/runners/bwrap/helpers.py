@@ -92,9 +92,11 @@ def policy(
 
 
 def spawn(launch: LocalLaunch, **kw: object) -> subprocess.Popen[bytes]:
+    """Spawn as the subprocess service does: the helpers with the launch's own environment."""
     return subprocess.Popen(
         launch.argv,
         pass_fds=launch.pass_fds,
+        env=launch.spawn_env,
         start_new_session=True,
         **kw,  # type: ignore[call-overload]
     )
@@ -119,7 +121,7 @@ def run(
     stdin: bytes | None = None,
     timeout: float = PATIENCE_S,
 ) -> Completed:
-    launch = runner.prepare(argv, pol, cwd=str(cwd or pol.workspace), env={})
+    launch = runner.prepare(argv, pol, cwd=str(cwd or pol.workspace), env=dict(os.environ))
     assert isinstance(launch, LocalLaunch)
     try:
         proc = spawn(

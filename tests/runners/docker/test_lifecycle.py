@@ -64,7 +64,7 @@ CRASHER = textwrap.dedent("""
                         protected_paths=(ws / ".git",))
     runner = DockerRunner()
     runner.prepare(["true"], pol, cwd=str(ws), env={})
-    print(json.dumps([w.name for w in runner._warm.values()]), flush=True)
+    print(json.dumps([[w.name for w in runner._warm.values()], runner._keeper.pid]), flush=True)
     time.sleep(3600)
 """)
 
@@ -77,7 +77,9 @@ def test_prune_removes_the_leftovers_of_a_killed_executor(workspace: Path) -> No
                                    stdout=subprocess.PIPE, text=True)
         try:
             assert crasher.stdout is not None
-            names = json.loads(crasher.stdout.readline())
+            names, keeper = json.loads(crasher.stdout.readline())
+            # The keeper would remove the container at the crasher's death: it dies first.
+            os.kill(keeper, signal.SIGKILL)
         finally:
             crasher.send_signal(signal.SIGKILL)  # no close(): the container stays behind
             crasher.wait(PATIENCE_S)

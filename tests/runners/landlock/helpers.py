@@ -64,8 +64,9 @@ def start(
 ) -> tuple[subprocess.Popen[bytes], LocalLaunch]:
     """Spawn ``argv`` in the sandbox and return at once (the caller reaps it and runs ``cleanup``)."""
     workdir = str(cwd or policy.workspace)
-    launch = runner.prepare(argv, policy, cwd=workdir, env=dict(env or {}))
-    full_env = {**os.environ, **launch.env, **(env or {})}
+    command_env = {**os.environ, **(env or {})}
+    launch = runner.prepare(argv, policy, cwd=workdir, env=command_env)
+    full_env = dict(launch.spawn_env) if launch.spawn_env is not None else {**command_env, **launch.env}
     assert launch.spawn_in is not None or not policy.constrained
 
     def spawn() -> subprocess.Popen[bytes]:

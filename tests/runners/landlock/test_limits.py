@@ -13,6 +13,7 @@ from dsh.runners.landlock import LandlockRunner
 from dsh.runners.landlock.limits import DEGRADE_ESCAPE, DEGRADE_LIMITS
 from dsh.runners.landlock.rules import DEGRADE_METADATA
 from dsh.runners.linux.cgroups import CgroupSession
+from dsh.runners.linux.env_hop import HOP_NAME
 from dsh.sandbox.policy import ResourceLimits
 
 from tests.runners.landlock.helpers import PY, RO, WW, make_policy, run
@@ -67,7 +68,11 @@ def test_file_size_limit(runner: LandlockRunner, layout: Layout) -> None:
     # Not about containment: a user without a writable cgroup accepts that gap here.
     policy = make_policy(WW, ws, limits=ResourceLimits(max_file_size_bytes=1 * MiB), accept_degraded=(DEGRADE_ESCAPE,))
     launch = runner.prepare(["head", "-c", "4M", "/dev/zero"], policy, cwd=str(ws), env={})
-    assert launch.argv[-5:] == ("--", "head", "-c", "4M", "/dev/zero")  # exact after "--"
+    # Exact after prlimit's "--" and the hop that hands the command its environment.
+    assert launch.argv[-6] == HOP_NAME and str(launch.argv[-5]).isdigit()
+    assert launch.argv[-4:] == ("head", "-c", "4M", "/dev/zero")
+    if launch.cleanup is not None:
+        launch.cleanup()
     result = run(runner, policy, ["bash", "-c", "head -c 4M /dev/zero > big"])
     assert result.returncode != 0
     assert os.path.getsize(ws / "big") <= 1 * MiB

@@ -8,6 +8,7 @@ the cgroup hierarchies, ``2`` behaving as a v2-only host would.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,11 +39,11 @@ def main(args: list[str]) -> int:
     fields = dict(item.split("=") for item in spec.split(",") if "=" in item)
     limits = ResourceLimits(**{k: float(v) if k == "wall_time_s" else int(v) for k, v in fields.items()})
     policy = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=Path(workspace), limits=limits)
-    launch = runner.prepare(argv, policy, cwd=workspace, env={})  # type: ignore[attr-defined]
+    launch = runner.prepare(argv, policy, cwd=workspace, env=dict(os.environ))  # type: ignore[attr-defined]
 
     def spawn() -> subprocess.Popen[bytes]:
         return subprocess.Popen(list(launch.argv), pass_fds=launch.pass_fds, start_new_session=True,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=launch.spawn_env)
 
     proc = launch.spawn_in(spawn) if launch.spawn_in is not None else spawn()
     print(proc.pid, flush=True)
