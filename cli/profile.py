@@ -158,6 +158,7 @@ def explain_cmd(name: str, runner: str, mode: str | None, workspace: str | None)
         check_path("--workspace", workspace, "pass a shorter path")
     with Context() as ctx:
         service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
+        ctx.provide(service)  # closed with the context (its private /tmp goes with it)
         policy = service.default_policy
         click.echo("policy:")
         for line in describe_policy(policy):

@@ -12,6 +12,7 @@ Docker containers of crashed sessions (``--all``: every dsh-sandbox container).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -53,14 +54,18 @@ def collect(*, profile: str | None, workspace: str | None) -> tuple[list[dict[st
 
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    with Context() as ctx:
+    services: list[PolicyService] = []
+    with Context() as ctx, contextlib.ExitStack() as stack:
+        # Closed at the end: their private /tmp directories go with them.
+        stack.callback(lambda: list(map(PolicyService.close, services)))
         policies: dict[SandboxMode, Any] = {}
         for mode in SandboxMode:
             if not mode.constrains:
                 continue
             try:
                 config = PolicyConfig(mode=mode.value, profile=profile, workspace=workspace)
-                policies[mode] = PolicyService(ctx, config).default_policy
+                services.append(PolicyService(ctx, config))
+                policies[mode] = services[-1].default_policy
             except ConfigError as exc:
                 policies[mode] = None
                 notes.append(f"{mode}: {exc}")

@@ -159,6 +159,9 @@ class SandboxedExecutor(_MixinBase):
         if policy.home is not None:
             # The real HOME is read from the unfiltered environment: its settings stay readable.
             kept.update(home_env(policy.home, {**kept, "HOME": env.get("HOME", "")}, policy.hidden_paths))
+        if policy.private_tmp is not None:
+            # Tools put their scratch files where TMPDIR says: in the session's own directory.
+            kept["TMPDIR"] = str(policy.private_tmp)
         return kept
 
     def prepare_launch(

@@ -53,6 +53,7 @@ LOOPBACK = Capability("loopback", "the command's own loopback servers work")
 POSIX_SHM = Capability("posix-shm", "the command's own POSIX shared memory works")
 ADDRESS_SPACE = Capability("address-space", "runtimes that reserve large address ranges (Node/V8, Go, the JVM) start")
 SIGNAL_STATUS = Capability("signal-status", "a command killed by a signal is reported as such")
+TMP_PATH = Capability("tmp-path", "the path /tmp itself is writable in workspace-write (not only $TMPDIR)")
 
 LIMITS = (LIMITS_PROCESSES, LIMITS_MEMORY, LIMITS_FILE_SIZE, LIMITS_WALL_TIME)
 

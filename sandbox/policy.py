@@ -35,8 +35,8 @@ class SandboxPolicy:
     """Everything a runner needs to enforce one command's mode.
 
     - ``writable_roots``: canonical directories writable in workspace-write (the
-      workspace, the profile's extra roots, ``/tmp`` and ``$TMPDIR`` unless
-      excluded).  Empty in read-only; unused in danger-full-access.
+      workspace, the profile's extra roots, the sandbox HOME, the private
+      temporary directory, or ``/tmp`` and ``$TMPDIR`` when shared).  Empty in read-only; unused in danger-full-access.
     - ``protected_paths``: canonical paths that stay read-only inside writable
       roots, including ones that do not exist yet (``.git``, the git dir a
       ``.git`` file points to, ``.dsh``, the profile's names).
@@ -54,6 +54,10 @@ class SandboxPolicy:
       (e.g. ``"landlock-protected-paths"``); anything else partial is refused.
     - ``home``: the command's ``HOME`` (a writable root in workspace-write, see
       ``sandbox_home``), or ``None`` to keep the real, read-only one.
+    - ``private_tmp``: the session's own temporary directory (a writable root
+      in workspace-write, see ``private_tmp``): ``$TMPDIR`` names it, and a
+      runner with a mount namespace shows it at ``/tmp`` as well; ``None``
+      when the profile shares the host's ``/tmp`` or excludes it.
     """
 
     mode: SandboxMode
@@ -72,6 +76,7 @@ class SandboxPolicy:
     git: str = "read-only"  # "commit": objects, refs, index writable; hooks and config not
     unscanned_roots: tuple[Path, ...] = ()  # where the search for nested repositories stopped
     home: Path | None = None  # HOME inside the sandbox; None: the real one (read-only)
+    private_tmp: Path | None = None  # the session's /tmp and $TMPDIR; None: shared or none
 
     @property
     def constrained(self) -> bool:

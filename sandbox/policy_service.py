@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.sandbox.context import Context, Service
+from dsh.sandbox.enclosing_repo import describe_enclosing, enclosing_repository, kept_read_only
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -36,6 +37,7 @@ from dsh.sandbox.policy_paths import (
     sorted_paths,
     system_dir_reason,
 )
+from dsh.sandbox.private_tmp import SHARED, PrivateTmp, describe_tmp
 from dsh.sandbox.profile_schema import degradation_problem
 from dsh.sandbox.profiles import Profile, load_profile
 from dsh.sandbox.protected_scan import (
@@ -107,8 +109,15 @@ class PolicyService(Service):
         self._latest: dict[frozenset[Path], Found] = {}
         self._latest_lock = threading.Lock()
         self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
+        # Made at the first workspace-write resolve, removed when the session closes.
+        self._private_tmp: PrivateTmp | None = None
+        self._tmp_lock = threading.Lock()
         # Surface every configuration error now, not at the first command.
-        self._default_policy = self.resolve()
+        try:
+            self._default_policy = self.resolve()
+        except BaseException:
+            self.close()  # the private /tmp made on the way: nobody will close this service
+            raise
 
     # -- configuration checks --------------------------------------------------------
     @staticmethod
@@ -170,7 +179,25 @@ class PolicyService(Service):
     def trusted_roots(self) -> list[Path]:
         """Every root workspace-write would make writable (in any mode): no
         file that configures a later run may live under one."""
-        return self._writable_roots(refuse=False)[2]
+        roots = self._writable_roots(refuse=False)[2]
+        private = self._private_tmp
+        # The shared /tmp and $TMPDIR count whatever this profile says: a run
+        # of another session (tmp = "shared") could have written there.
+        shared = [t for t in sorted(self._temp) if t not in roots and t.is_dir()]
+        return roots + shared + ([private.path] if private is not None else [])
+
+    def close(self) -> None:
+        with self._tmp_lock:
+            private, self._private_tmp = self._private_tmp, None
+        if private is not None:
+            private.close()
+
+    def _session_tmp(self, roots: Iterable[Path]) -> Path:
+        """The session's private temporary directory, made on first use."""
+        with self._tmp_lock:
+            if self._private_tmp is None:
+                self._private_tmp = PrivateTmp.create([*self._temp, *roots])
+            return self._private_tmp.path
 
     # -- resolution ----------------------------------------------------------------------
     def resolve(self, mode: SandboxMode | str | None = None) -> SandboxPolicy:
@@ -198,18 +225,25 @@ class PolicyService(Service):
         candidates, candidate_missing, _trusted = self._writable_roots(refuse=writing)
         roots: list[tuple[str, Path]] = []
         missing: list[Path] = []
+        private_tmp: Path | None = None
         if writing:
             roots, missing = candidates, candidate_missing
+            if not profile.exclude_tmp and profile.tmp != SHARED:
+                private_tmp = self._session_tmp(path for _label, path in roots)
+                roots = [*roots, ("private /tmp", private_tmp)]
         protected: set[Path] = set()
         for _label, root in roots:
-            if root == self._home:
-                continue  # only sandboxed commands use it as their HOME: no host action trusts it
+            if root in (self._home, private_tmp):
+                continue  # only sandboxed commands use these: no host action trusts them
             # Missing ones stay uncreatable (an empty read-only placeholder);
             # .git is not among them: ``git init`` must work, and a repository
             # made during a run is reported after it (``changed_files``).
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
         found = self._find([path for _label, path in roots])
         protected |= protected_from(found, self._git, [path for _label, path in roots])
+        enclosing = enclosing_repository(self._workspace)
+        if enclosing is not None:
+            protected |= kept_read_only(enclosing, [path for _label, path in roots])
         read_only = self._paths("read_only_paths", profile.read_only_paths)
         # A missing hidden path holds nothing to hide (runners mask what exists).
         hidden = [
@@ -228,17 +262,18 @@ class PolicyService(Service):
             git=self._git,
             unscanned_roots=found.incomplete,
             home=self._home,
+            private_tmp=private_tmp,
             **common,
         )
 
     def _find(self, roots: list[Path]) -> Found:
         """The repositories and protected names under ``roots``: at any depth in
-        the workspace and the configured roots; directly inside the temporary
-        roots (shared scratch space, often huge, that no later host action runs
-        from)."""
-        # The sandbox home is scratch space too (tool caches, often huge).
-        temp = self._temp | ({self._home} if self._home else set())
-        found = self._index.refresh([r for r in roots if r not in temp], [r for r in roots if r in temp])
+        the workspace, the configured roots and a shared ``/tmp``; directly
+        inside the sandbox's own scratch space (its HOME and private ``/tmp``:
+        tool caches, often huge, that only sandboxed commands use)."""
+        private = self._private_tmp
+        own = {p for p in (self._home, private.path if private else None) if p is not None}
+        found = self._index.refresh([r for r in roots if r not in own], [r for r in roots if r in own])
         with self._latest_lock:
             self._latest[frozenset(roots)] = found
         return found
@@ -267,7 +302,7 @@ class PolicyService(Service):
     def _writable_roots(
         self, *, refuse: bool
     ) -> tuple[list[tuple[str, Path]], list[Path], list[Path]]:
-        """Workspace, profile roots, flag roots, and /tmp + $TMPDIR unless excluded.
+        """Workspace, profile roots, flag roots, and /tmp + $TMPDIR when shared.
 
         Returns the roots with a label naming where each came from (for errors),
         the missing ones, and the roots links are checked against.  Refuses dangerous roots (when ``refuse``) and a
@@ -300,7 +335,7 @@ class PolicyService(Service):
                 continue
             expanded = expand(raw) or raw
             written.append((f"--writable {raw}", raw, cwd / expanded, path))
-        if not self._profile.exclude_tmp:
+        if not self._profile.exclude_tmp and self._profile.tmp == SHARED:
             for label, raw_tmp in (("/tmp", "/tmp"), ("$TMPDIR", os.environ.get("TMPDIR"))):
                 if raw_tmp:
                     tmp = canonical(raw_tmp)
@@ -331,7 +366,7 @@ class PolicyService(Service):
                 "(or force_writable_roots in the profile)"
             )
             if label.startswith("$TMPDIR"):
-                fix = "use exclude_tmp = true in the profile or set TMPDIR to a private directory"
+                fix = 'drop tmp = "shared" from the profile or set TMPDIR to a private directory'
             elif label == "workspace":
                 fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
             elif forceable:
@@ -418,13 +453,16 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
         if policy.mode is SandboxMode.WORKSPACE_WRITE:
             lines.append(
                 "git: read-only (every repository's git dir)" if policy.git == "read-only" else
-                "git: commit (objects, refs, index, logs writable; hooks, config, info, modules, "
-                "worktrees and the links that move them stay read-only)"
+                "git: commit (objects, refs, index, logs, packed-refs and the other state a commit "
+                "writes are writable; hooks (even missing), config, info, modules, worktrees and the "
+                "links that move them stay read-only)"
             )
             lines.append(
                 "created or changed during a run and reported after it: .git control files and "
-                "protected names at any depth (the temporary roots: directly inside only)"
+                "protected names at any depth (the sandbox's own HOME and private /tmp: directly inside only)"
             )
+            lines.append(describe_tmp(policy))
+        lines.extend(describe_enclosing(policy))
         if policy.home is not None:
             lines.append(f"HOME: {policy.home} (the sandbox's own, "
                          + ("writable; " if policy.mode is SandboxMode.WORKSPACE_WRITE else "read-only; ")

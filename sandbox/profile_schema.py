@@ -43,6 +43,7 @@ TOP_KEYS = (
     "mode",
     "extends",
     "exclude_tmp",
+    "tmp",
     "network",
     "git",
     "home",
@@ -232,6 +233,15 @@ class _Checker:
                     key,
                     f"must be \"read-only\" or \"commit\", got {value!r}",
                     'write git = "read-only" (the default) or git = "commit" to let commands commit',
+                )
+            return value
+        if key == "tmp":
+            if value not in ("private", "shared"):
+                raise self.fail(
+                    key,
+                    f"must be \"private\" or \"shared\", got {value!r}",
+                    'write tmp = "private" (the default: a /tmp and $TMPDIR of the session\'s own) or '
+                    'tmp = "shared" (the host\'s /tmp and $TMPDIR, searched at any depth)',
                 )
             return value
         if key in ("exclude_tmp", "network"):

@@ -4,7 +4,7 @@ A profile is found by name (the built-ins shipped in ``dsh.profiles``) or by
 path (``--profile ./my.toml``).  ``extends`` inherits from another profile (a
 built-in name, or a path relative to the extending file).  Inheritance rules:
 
-- scalars (``mode``, ``network``, ``exclude_tmp``, ``git``, ``home``) and each ``limits`` key:
+- scalars (``mode``, ``network``, ``exclude_tmp``, ``tmp``, ``git``, ``home``) and each ``limits`` key:
   the child's value wins when it sets one;
 - ``allowed_runners``: the child's list replaces the parent's when set;
 - every other list (roots, read-only, hidden, protected names, env
@@ -71,6 +71,7 @@ class Profile:
     hidden_paths: tuple[str, ...] = ()
     protected_names: tuple[str, ...] = ()
     exclude_tmp: bool = False
+    tmp: str | None = None  # None: "private" (see private_tmp)
     git: str | None = None  # None: "read-only"
     home: str | None = None  # None: "per-workspace" (see sandbox_home)
     network: bool | None = None  # None: the mode's default
@@ -271,6 +272,7 @@ def _build(path: Path, builtin: bool) -> Profile:
         chain=chain,
         sources=sources,
         exclude_tmp=data.get("exclude_tmp", False),
+        tmp=data.get("tmp"),
         git=data.get("git"),
         home=data.get("home"),
         network=data.get("network"),

@@ -59,6 +59,10 @@ GIT_CONTROL_PARTS: tuple[str, ...] = (
     "gitdir", "remotes", "branches", "rebase-merge", "rebase-apply", "sequencer",
 )  # fmt: skip
 
+#: Control parts kept read-only under ``commit`` even before they exist: git
+#: reads an empty ``hooks`` directory as "no hooks".
+_KEPT_WHEN_MISSING = frozenset({"hooks"})
+
 #: Entries walked before a root is given up as too big (about 1 s when cold).
 DEFAULT_MAX_ENTRIES = 300_000
 
@@ -243,10 +247,13 @@ def protected_in_repo(dot_git: Path, access: GitAccess) -> set[Path]:
 
     ``read-only``: the whole git dir(s).  ``commit``: the ``.git`` entry itself
     when it is a file or a link, and the existing control parts of each git
-    dir; objects, refs, logs, the index and the HEAD files stay writable.  A
-    control part that does not exist yet is not held open (git would read an
-    empty placeholder as a broken repository): creating one is reported after
-    the run instead.
+    dir; objects, refs, logs, the index, ``packed-refs``, the HEAD files,
+    the messages and their ``*.lock`` files stay writable (what ``git add``,
+    ``commit``, ``merge`` and ``fetch`` write).  ``hooks`` is kept even when
+    missing (an empty read-only placeholder: git runs nothing from it); any
+    other control part that does not exist yet is not held open (git would
+    read an empty placeholder as a broken repository or a rebase in
+    progress): creating one is reported after the run instead.
     """
     # Found by a walk that follows no symlink under a canonical root: a real
     # directory's path is canonical already.
@@ -257,8 +264,9 @@ def protected_in_repo(dot_git: Path, access: GitAccess) -> set[Path]:
     # The git directory itself stays writable (lock files, renames over HEAD).
     out: set[Path] = set() if real_dir else {dot_git, canonical(dot_git)}
     for git_dir in targets:
+        exists = _is_real_dir(git_dir)
         for part in GIT_CONTROL_PARTS:
-            if os.path.lexists(git_dir / part):
+            if (exists and part in _KEPT_WHEN_MISSING) or os.path.lexists(git_dir / part):
                 out.add(git_dir / part)
     return out
 

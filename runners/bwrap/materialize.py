@@ -117,6 +117,10 @@ def _open_one(opened: OpenedMounts, m: Mount) -> None:
         fd = open_checked(m.path, directory=True)
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
+    elif m.kind == "private-tmp" and m.source is not None:
+        fd = open_checked(m.source, directory=True)
+        opened.fds.append(fd)
+        opened.args += ["--bind-fd", str(fd), m.path]
     elif m.kind == "ro-bind":
         fd = open_checked(m.path, directory=False)
         opened.fds.append(fd)

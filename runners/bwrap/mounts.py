@@ -13,6 +13,11 @@ by path depth so a more specific rule always lands on top of a broader one:
   bound read-write onto itself.  A mount point cannot be renamed (EBUSY), so
   ``mv sub sub2 && mkdir -p sub/.git`` cannot move the protected path aside and
   create an unprotected one at its old name;
+- ``private-tmp``: the session's private temporary directory bound at
+  ``/tmp``: the host's ``/tmp`` is invisible beneath it, so a host path there
+  is bound again only when the policy needs it (a writable root, the
+  repository enclosing the workspace, read-only so git finds it); nothing else
+  of the shared ``/tmp`` can be written, or even seen;
 - ``mask-dir`` / ``mask-file``: a hidden path, covered by an empty read-only
   tmpfs or by ``/dev/null``.  Hidden wins over every other rule: nothing is
   bound at or below a hidden path (a protected ``.env`` that is also hidden
@@ -36,23 +41,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from dsh.sandbox.enclosing_repo import enclosing_repository
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import fixed_symlink
 from dsh.sandbox.runner import Gap
 
-MountKind = Literal["bind", "pin", "ro-bind", "placeholder", "mask-dir", "mask-file"]
+MountKind = Literal["bind", "pin", "private-tmp", "ro-bind", "placeholder", "mask-dir", "mask-file"]
 
 #: Same depth, same path: writable first, then read-only, then hidden on top.
 _RANK: dict[MountKind, int] = {
     "bind": 0,
     "pin": 0,
+    "private-tmp": 0,
     "ro-bind": 1,
     "placeholder": 1,
     "mask-dir": 2,
     "mask-file": 2,
 }
 _WRITABLE_KINDS = ("bind", "pin")
+
+#: Where a runner with a mount namespace shows the session's private temporary directory.
+TMP = "/tmp"
 
 #: Mode that marks an empty directory as a dsh placeholder (nobody may write in it).
 PLACEHOLDER_MODE = 0o555
@@ -66,13 +76,15 @@ class Mount:
     kind: MountKind
     path: str
     why: str
+    source: str | None = None  # private-tmp only: the host directory bound at ``path``
 
     @property
     def writable(self) -> bool:
         return self.kind in _WRITABLE_KINDS
 
     def describe(self) -> str:
-        return f"{self.kind} {self.path} ({self.why})"
+        source = f" from {self.source}" if self.source else ""
+        return f"{self.kind} {self.path}{source} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -117,12 +129,16 @@ class _Planner:
         return True
 
     def writable_at(self, path: str) -> bool:
-        """Is ``path`` writable under the mounts planned so far (deepest wins)?"""
+        """Is the host's ``path`` writable under the mounts planned so far (deepest wins)?
+
+        Beneath the private ``/tmp`` the host's path is not there at all: it
+        needs a bind of its own to be written, or seen.
+        """
         best: Mount | None = None
         for m in self.mounts.values():
             if is_within(path, m.path) and (best is None or depth(m.path) > depth(best.path)):
                 best = m
-        return best is not None and best.writable
+        return best is not None and best.writable and not (best.kind == "private-tmp" and path != best.path)
 
     def add(self, kind: MountKind, path: str, why: str) -> None:
         # On one path the more restrictive rule wins: read-only over writable.
@@ -207,6 +223,8 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     for real in planner.hidden:
         kind: MountKind = "mask-dir" if os.path.isdir(real) else "mask-file"
         planner.add(kind, real, "hidden")
+    if policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None:
+        _private_tmp(planner, policy)
     for path, _rank, intent in sorted(intents, key=lambda i: (depth(i[0]), i[1], i[0])):
         if intent == "root":
             # A root nested in another writable root is writable already; bind it
@@ -219,6 +237,20 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
             planner.keep_read_only(path, intent)
     mounts = sorted(planner.mounts.values(), key=lambda m: (depth(m.path), _RANK[m.kind], m.path))
     return MountPlan(tuple(mounts), _dedupe(planner.degradations), tuple(dict.fromkeys(planner.overridden)))
+
+
+def _private_tmp(planner: _Planner, policy: SandboxPolicy) -> None:
+    """The session's directory at ``/tmp``, and the host's repository the
+    workspace lies in shown again beneath it, read-only (git must find it)."""
+    if any(is_within(TMP, str(r)) for r in policy.writable_roots) or planner.hidden_over(TMP, "private /tmp"):
+        return  # a root that holds /tmp is writable as the host's, searched like any root
+    planner.mounts[TMP] = Mount("private-tmp", TMP, "the session's private /tmp; the host's is not visible",
+                                str(policy.private_tmp))
+    repo = enclosing_repository(policy.workspace)
+    for path in repo.paths() if repo is not None else ():
+        shown = str(path)
+        if depth(shown) > depth(TMP) and is_within(shown, TMP) and not planner.hidden_over(shown, "enclosing"):
+            planner.add("ro-bind", shown, "the repository enclosing the workspace, read-only")
 
 
 def _dedupe(items: Iterable[Gap]) -> tuple[Gap, ...]:

@@ -34,6 +34,7 @@ from dsh.runners.docker.spec import (
     OWN_PROCESSES,
     ContainerSpec,
     build_spec,
+    container_env,
     limits_hint,
     mount_points_below,
     symlinked_protected,
@@ -333,8 +334,8 @@ class DockerRunner(Runner):
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
                 env: Mapping[str, str]) -> RemoteLaunch:
         exact, decode = encode_argv(argv)
-        environment = text_env(env)
         spec = self._spec(policy)
+        environment = container_env(text_env(env), spec)
         cwd_path = Path(cwd)
         binds = [Path(m.target) for m in spec.mounts if m.kind == "bind"]
         if not cwd_path.is_absolute() or not any(b == cwd_path or b in cwd_path.parents

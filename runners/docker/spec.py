@@ -7,9 +7,12 @@ containers by.
 
 Paths: binds keep the host path (the workspace is at the same path inside),
 so cwd and absolute paths mean the same thing on both sides.  Only the
-workspace, the writable roots and (read-only) the git repository enclosing the
-workspace are visible; the rest of the host does not exist in the container,
-which is stricter than the local runners' read-only.
+workspace, the writable roots (the session's private temporary directory
+among them: ``$TMPDIR`` names it) and, read-only, the git repository
+enclosing the workspace and the user's ``~/.gitconfig`` (which
+``GIT_CONFIG_GLOBAL`` names) are visible; the rest of the host does not exist
+in the container, which is stricter than the local runners' read-only.  The
+container's ``/tmp`` is its own tmpfs, never the host's.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dsh.runners.linux.seccomp_docker import container_profile
+from dsh.sandbox.enclosing_repo import enclosing_repository as core_enclosing_repository
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -145,15 +149,34 @@ def enclosing_repository(workspace: Path) -> list[Path]:
     subdirectory of a checkout.  Never the home directory or a system
     directory (a dotfiles repository would put all of ``~`` in the container).
     """
-    for top in workspace.parents:
-        dot_git = top / ".git"
-        if not os.path.lexists(dot_git):
-            continue
-        if top in _RESERVED or system_dir_reason(top) is not None:
+    repo = core_enclosing_repository(workspace)
+    if repo is not None:
+        if repo.top in _RESERVED or system_dir_reason(repo.top) is not None:
             return []
-        return [top, *(d for d in git_dirs(dot_git) if not _under(d, top))]
+        return list(repo.paths())
     # The workspace is a repository's top itself: only a git dir elsewhere is missing.
     return [d for d in git_dirs(workspace / ".git") if not _under(d, workspace)]
+
+
+def global_git_config(policy: SandboxPolicy) -> Path | None:
+    """The user's ``~/.gitconfig`` that ``GIT_CONFIG_GLOBAL`` names when the
+    command has a sandbox HOME (``sandbox_home.home_env``): bound read-only so
+    git finds the user's name and settings, as on the local runners."""
+    if policy.home is None or policy.mode is SandboxMode.DANGER_FULL_ACCESS:
+        return None
+    path = Path(os.path.expanduser("~")) / ".gitconfig"
+    if not path.is_file() or any(_under(path, h) for h in policy.hidden_paths):
+        return None
+    return path
+
+
+def container_env(env: dict[str, str], spec: ContainerSpec) -> dict[str, str]:
+    """``env`` without a ``GIT_CONFIG_GLOBAL`` the container cannot read
+    (git would then fail on it rather than fall back to HOME's)."""
+    named = env.get("GIT_CONFIG_GLOBAL")
+    if named is not None and not any(m.kind == "bind" and m.target == named for m in spec.mounts):
+        env = {k: v for k, v in env.items() if k != "GIT_CONFIG_GLOBAL"}
+    return env
 
 
 def symlinked_protected(policy: SandboxPolicy, uid: int | None) -> list[Path]:
@@ -214,6 +237,10 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
         if str(repo) not in mounts and not any(_under(repo, h) for h in hidden) and repo.is_dir():
             # Read-only under the workspace's own (deeper, writable) bind.
             mounts[str(repo)] = MountSpec(str(repo), "bind", True, str(repo), "the enclosing git repository")
+    config = global_git_config(policy)
+    if config is not None and str(config) not in mounts:
+        mounts[str(config)] = MountSpec(str(config), "bind", True, str(config),
+                                        "GIT_CONFIG_GLOBAL: the user's git settings")
     placeholders: list[str] = []
     if mode is not SandboxMode.DANGER_FULL_ACCESS:
         for path in (*policy.protected_paths, *policy.read_only_paths):

@@ -83,6 +83,15 @@ LOCAL_IPC = (
     "loopback TCP/UDP test server: without namespaces these are the host's, not the command's own"
 )
 
+# Landlock cannot show another directory at /tmp, and the shared one holds
+# other checkouts at any depth that the host's git runs hooks from.
+PRIVATE_TMP = (
+    "the host's /tmp stays read-only: Landlock cannot put the session's private directory there; "
+    "$TMPDIR ({}) is writable and what honours it works (mktemp, Python's tempfile, pip, pytest's "
+    "tmp_path, compilers); a literal /tmp path fails; tmp = \"shared\" in the profile makes the host's "
+    "/tmp writable (searched at any depth)"
+)
+
 
 class LandlockRunner(Runner):
     """Enforces a policy with Landlock on a restricted spawner thread per policy.
@@ -229,7 +238,10 @@ class LandlockRunner(Runner):
             return found
         # Without namespaces the host's /dev/shm, unix sockets and loopback are
         # the command's only ones, so they stay closed and this work cannot run.
-        return {cap.LOCAL_IPC.name: LOCAL_IPC, **found}
+        found = {cap.LOCAL_IPC.name: LOCAL_IPC, **found}
+        if policy.private_tmp is not None:
+            found[cap.TMP_PATH.name] = PRIVATE_TMP.format(policy.private_tmp)
+        return found
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         limits = self._limit_plan(policy)

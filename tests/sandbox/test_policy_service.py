@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from pathlib import Path
@@ -35,6 +36,17 @@ def profile_file(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
+def variant(directory: Path, *settings: str, base: str = "workspace-write") -> str:
+    """A profile extending ``base`` with ``settings`` (``git = "read-only"``, ``tmp = "shared"``)."""
+    path = directory / f"variant-{len(list(directory.glob('variant-*')))}.toml"
+    path.write_text("\n".join([f'extends = "{base}"', *settings, ""]))
+    return str(path)
+
+
+GIT_RO = 'git = "read-only"'
+SHARED = 'tmp = "shared"'
+
+
 # -- defaults and configuration --------------------------------------------------------
 def test_defaults(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(workspace)
@@ -43,9 +55,11 @@ def test_defaults(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert svc.profile.name == "workspace-write"
     policy = svc.resolve()
     assert policy.workspace == workspace and policy.profile == "workspace-write"
-    # The sandbox's own HOME is the third root (tests/sandbox/test_sandbox_home.py).
-    assert policy.home is not None
-    assert policy.writable_roots == tuple(sorted({workspace, TMP, policy.home}))
+    # The sandbox's own HOME (tests/sandbox/test_sandbox_home.py) and /tmp are roots
+    # of their own; the host's /tmp is not one.
+    assert policy.home is not None and policy.private_tmp is not None
+    assert policy.writable_roots == tuple(sorted({workspace, policy.private_tmp, policy.home}))
+    assert policy.git == "commit"
     assert policy.network is False and policy.missing_roots == ()
 
 
@@ -244,7 +258,8 @@ def test_tmp_and_tmpdir(
     link = trusted_dir / "tmplink"
     link.symlink_to(private)
     monkeypatch.setenv("TMPDIR", str(private))
-    policy = service(workspace).resolve()
+    shared = variant(trusted_dir, SHARED)
+    policy = service(workspace, profile=shared).resolve()
     assert TMP in policy.writable_roots and private in policy.writable_roots
     assert link not in policy.writable_roots
     # $TMPDIR through a link inside /tmp: a command could have planted it there.
@@ -252,23 +267,34 @@ def test_tmp_and_tmpdir(
     planted.symlink_to(private)
     monkeypatch.setenv("TMPDIR", str(planted))
     with pytest.raises(ConfigError, match=r"\$TMPDIR .*resolves through the symlink"):
-        service(workspace)
+        service(workspace, profile=shared)
     monkeypatch.setenv("TMPDIR", str(link))
     prof = profile_file(tmp_path, 'extends = "workspace-write"\nexclude_tmp = true\n')
     excluded = service(workspace, profile=prof).resolve()
     assert excluded.writable_roots == tuple(sorted({workspace, excluded.home}))
+    assert excluded.private_tmp is None
+    # Private (the default): neither /tmp nor $TMPDIR, but a directory of the session's own.
+    private_policy = service(workspace).resolve()
+    assert TMP not in private_policy.writable_roots and private not in private_policy.writable_roots
+    assert private_policy.private_tmp in private_policy.writable_roots
 
 
-def test_missing_tmpdir_is_reported(workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_tmpdir_is_reported(
+    workspace: Path, tmp_path: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path / "gone"))
-    policy = service(workspace).resolve()
+    policy = service(workspace, profile=variant(trusted_dir, SHARED)).resolve()
     assert tmp_path / "gone" in policy.missing_roots
 
 
-def test_tmpdir_pointing_at_system_dir_refused(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tmpdir_pointing_at_system_dir_refused(
+    workspace: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TMPDIR", "/etc")
-    with pytest.raises(ConfigError, match=r"\$TMPDIR \(/etc\): refusing .* exclude_tmp"):
-        service(workspace)
+    with pytest.raises(ConfigError, match=r"\$TMPDIR \(/etc\): refusing .* tmp = \"shared\""):
+        service(workspace, profile=variant(trusted_dir, SHARED))
+    # A private /tmp leaves $TMPDIR alone: nothing of /etc becomes writable.
+    assert Path("/etc") not in service(workspace).resolve().writable_roots
 
 
 # -- read-only ------------------------------------------------------------------------
@@ -284,7 +310,7 @@ def test_read_only_has_no_writable_or_protected(workspace: Path, tmp_path: Path)
 # -- protected paths ----------------------------------------------------------------------
 def test_protected_paths_exist_or_not(workspace: Path) -> None:
     (workspace / ".git").mkdir()
-    policy = service(workspace, profile="python").resolve()
+    policy = service(workspace, profile=variant(workspace.parent, GIT_RO, SHARED, base="python")).resolve()
     for name in (".git", ".dsh", ".env", ".vscode", ".idea"):
         assert workspace / name in policy.protected_paths, name
     # A missing .git is not held (git init must work); the other names are.
@@ -298,15 +324,16 @@ def test_git_file_pointing_outside_protects_real_git_dir(
     real = tmp_path / "elsewhere" / "repo.git"
     real.mkdir(parents=True)
     (workspace / ".git").write_text(f"gitdir: {tmp_path}/elsewhere/../elsewhere/repo.git\n")
-    protected = service(workspace).resolve().protected_paths
+    strict = variant(tmp_path, GIT_RO, SHARED)
+    protected = service(workspace, profile=strict).resolve().protected_paths
     assert real in protected and workspace / ".git" in protected
     # A relative gitdir resolves against the .git file's directory, not the cwd.
     monkeypatch.chdir("/")
     (workspace / ".git").write_text("gitdir: ../elsewhere/repo.git\n")
-    assert real in service(workspace).resolve().protected_paths
+    assert real in service(workspace, profile=strict).resolve().protected_paths
     # A git dir that does not exist (yet) is protected all the same.
     (workspace / ".git").write_text("gitdir: ../future.git\n")
-    assert tmp_path / "future.git" in service(workspace).resolve().protected_paths
+    assert tmp_path / "future.git" in service(workspace, profile=strict).resolve().protected_paths
 
 
 def test_worktree_common_git_dir_is_protected(workspace: Path, tmp_path: Path) -> None:
@@ -315,7 +342,7 @@ def test_worktree_common_git_dir_is_protected(workspace: Path, tmp_path: Path) -
     wt.mkdir(parents=True)
     (wt / "commondir").write_text("../..\n")
     (workspace / ".git").write_text(f"gitdir: {wt}\n")
-    protected = service(workspace).resolve().protected_paths
+    protected = service(workspace, profile=variant(tmp_path, GIT_RO, SHARED)).resolve().protected_paths
     assert wt in protected and main_git in protected
 
 
@@ -347,7 +374,7 @@ def test_hidden_path_through_planted_symlink_refused(workspace: Path, tmp_path: 
 
 
 def test_protected_paths_recomputed_per_resolve(workspace: Path, tmp_path: Path) -> None:
-    svc = service(workspace)
+    svc = service(workspace, profile=variant(tmp_path, GIT_RO, SHARED))
     before = svc.resolve()
     real = tmp_path / "later.git"
     real.mkdir()
@@ -408,7 +435,11 @@ def test_equal_policies_hash_equal(workspace: Path, tmp_path: Path) -> None:
         writable=(str(b), str(a), str(a)),
         accept_degraded=("bwrap-limit-memory", "landlock-limits"),
     ).resolve()
-    assert one == two and hash(one) == hash(two)
+    # Each session has a private /tmp of its own; the rest is equal.
+    assert one.private_tmp != two.private_tmp
+    same = dataclasses.replace(two, private_tmp=one.private_tmp, writable_roots=tuple(
+        sorted({*two.writable_roots} - {two.private_tmp} | {one.private_tmp})))  # type: ignore[operator]
+    assert one == same and hash(one) == hash(same)
     for paths in (one.writable_roots, one.protected_paths, one.accept_degraded):
         assert list(paths) == sorted(set(paths))  # type: ignore[type-var]
 
@@ -435,7 +466,8 @@ def test_describe_policy_lists_everything(workspace: Path) -> None:
     text = "\n".join(lines)
     assert lines[0] == "mode: workspace-write (profile python)"
     assert f"  {workspace}/.dsh" in lines
-    assert "git: read-only (every repository's git dir)" in lines
+    assert any(line.startswith("git: commit (") for line in lines)
+    assert any(line.startswith("tmp: private ") for line in lines)
     assert "network: off" in lines
     assert "max_memory=4GiB" in text and "max_processes=512" in text
     assert "runners: any" in lines and "env passthrough: " in text
@@ -448,10 +480,10 @@ def test_root_inside_protected_path_refused(workspace: Path, tmp_path: Path) -> 
     with pytest.raises(ConfigError) as info:
         service(workspace, writable=(str(hooks),))
     assert str(info.value) == (
-        f"--writable {hooks}: {hooks} is inside the protected path {workspace / '.git'}, which "
+        f"--writable {hooks}: {hooks} is inside the protected path {hooks}, which "
         "stays read-only; drop this root or use --mode danger-full-access"
     )
-    prof = profile_file(tmp_path, 'extends = "workspace-write"\nwritable_roots = [".git"]\n')
+    prof = profile_file(tmp_path, 'extends = "workspace-write"\ngit = "read-only"\nwritable_roots = [".git"]\n')
     with pytest.raises(ConfigError, match=r"writable_roots entry '\.git'.*protected path"):
         service(workspace, profile=prof)
 
@@ -494,13 +526,14 @@ def test_root_as_home_is_called_the_home_directory(monkeypatch: pytest.MonkeyPat
 
 def test_fifo_git_file_and_commondir_do_not_hang(workspace: Path, tmp_path: Path) -> None:
     os.mkfifo(workspace / ".git")
-    assert workspace / ".git" in service(workspace).resolve().protected_paths
+    strict = variant(tmp_path, GIT_RO, SHARED)
+    assert workspace / ".git" in service(workspace, profile=strict).resolve().protected_paths
     (workspace / ".git").unlink()
     gitdir = tmp_path / "wt"
     gitdir.mkdir()
     os.mkfifo(gitdir / "commondir")
     (workspace / ".git").write_text(f"gitdir: {gitdir}\n")
-    assert gitdir in service(workspace).resolve().protected_paths
+    assert gitdir in service(workspace, profile=strict).resolve().protected_paths
 
 
 def test_flag_roots_are_relative_to_the_cwd(

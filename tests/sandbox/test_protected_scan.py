@@ -25,6 +25,11 @@ pytestmark = pytest.mark.usefixtures("no_tmpdir")
 
 
 def service(workspace: Path, **config: Any) -> PolicyService:
+    """Every git dir read-only unless a test names its profile (the built-in one commits)."""
+    if "profile" not in config:
+        strict = workspace.parent / "git-read-only.toml"
+        strict.write_text('extends = "workspace-write"\ngit = "read-only"\n')
+        config["profile"] = str(strict)
     return PolicyService(Context(), PolicyConfig(workspace=str(workspace), **config))
 
 

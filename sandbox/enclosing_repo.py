@@ -1,0 +1,94 @@
+"""The git repository a workspace lies in, strictly above it.
+
+A workspace is often a subdirectory of a checkout (a package of a monorepo, a
+CI job's working directory).  Git run in the workspace, or by the host in any
+directory of that checkout, takes that repository's hooks and config, so its
+git dir stays read-only on every runner, wherever it lies: outside every
+writable root it is read-only already, and inside one (an explicit root that
+contains the workspace, the shared ``/tmp``) the whole git dir is protected,
+whatever the profile's ``git`` says (the workspace's own commits go to its own
+repository).  Runners that hide the host (a private ``/tmp``, a container)
+show its work tree read-only so git still finds it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import canonical, git_dirs, is_within
+from dsh.sandbox.protected_scan import protected_in_repo
+
+
+@dataclass(frozen=True)
+class EnclosingRepository:
+    top: Path  # the work tree, or a bare git dir the workspace lies in
+    dot_git: Path  # its ``.git`` entry (``top`` itself when bare)
+    git_dirs: tuple[Path, ...]  # the git dir(s) behind it (a ``.git`` file's target, the common dir)
+
+    @property
+    def bare(self) -> bool:
+        return self.dot_git == self.top
+
+    def paths(self) -> tuple[Path, ...]:
+        """The work tree's top and every git dir outside it: what must be visible."""
+        return (self.top, *(d for d in self.git_dirs if not is_within(d, self.top)))
+
+
+def _looks_bare(path: Path) -> bool:
+    """Git's test for a git dir (HEAD with objects and refs, or a commondir)."""
+    if not os.path.isfile(path / "HEAD"):
+        return False
+    return (path / "commondir").is_file() or ((path / "objects").is_dir() and (path / "refs").is_dir())
+
+
+def enclosing_repository(workspace: Path) -> EnclosingRepository | None:
+    """The nearest repository strictly above ``workspace`` (canonical), as git finds it."""
+    for top in workspace.parents:
+        dot_git = top / ".git"
+        if os.path.lexists(dot_git):
+            if os.path.isdir(dot_git) and not os.path.islink(dot_git):
+                return EnclosingRepository(top, dot_git, (dot_git,))
+            targets = ([canonical(dot_git)] if os.path.isdir(dot_git) else []) + git_dirs(dot_git)
+            return EnclosingRepository(top, dot_git, tuple(dict.fromkeys(targets)))
+        if _looks_bare(top):
+            return EnclosingRepository(top, top, (top,))
+    return None
+
+
+def kept_read_only(repo: EnclosingRepository, roots: Sequence[Path]) -> set[Path]:
+    """What of ``repo`` lies in a writable root and must be kept read-only there.
+
+    The whole git dir, but for a bare git dir the workspace lies in (it cannot
+    be read-only without the workspace): its control parts, as for any git dir
+    that holds a root.
+    """
+    wanted = protected_in_repo(repo.dot_git, "commit" if repo.bare else "read-only")
+    if not repo.bare:
+        wanted |= set(repo.git_dirs)
+    return {p for p in wanted if any(is_within(p, r) for r in roots)}
+
+
+def describe_enclosing(policy: SandboxPolicy) -> list[str]:
+    """What holds for the repository the workspace lies in, exactly."""
+    repo = enclosing_repository(policy.workspace)
+    if repo is None:
+        return []
+    kept = set(policy.protected_paths)
+    lines = [f"enclosing repository: {repo.top}" + (" (bare)" if repo.bare else "")]
+    for git_dir in dict.fromkeys((repo.dot_git, *repo.git_dirs)):
+        root = next((r for r in policy.writable_roots if is_within(git_dir, r)), None)
+        if policy.mode is not SandboxMode.WORKSPACE_WRITE or root is None:
+            lines.append(f"  {git_dir}: read-only (outside every writable root)")
+        elif repo.bare and git_dir == repo.top:
+            lines.append(f"  {git_dir}: its hooks, config and other control parts kept read-only "
+                         f"(the workspace lies inside it, in writable root {root})")
+        elif git_dir in kept:
+            lines.append(f"  {git_dir}: kept read-only inside writable root {root}")
+        else:
+            lines.append(f"  {git_dir}: WRITABLE inside writable root {root}")
+    return lines
