@@ -61,8 +61,9 @@ SCENARIOS: tuple[Scenario, ...] = (
                 " && sort -r app.o > app && chmod +x app && test -s app && echo built"),
              WRITE_ONLY_IN_WW, check_ok=c.all_of(c.exit_zero, c.stdout_has("built")),
              check_blocked=c.absent("{ws}/app")),
+    # The literal /tmp: landlock cannot show the session's private directory there (``tmp-path``).
     Scenario("pos-tmp-write", "positive", "/tmp is writable in workspace-write, and the host's is not in read-only",
-             sh("echo x > /tmp/dshconf-{nonce} && cat /tmp/dshconf-{nonce}"), WRITE_ONLY_IN_WW,
+             sh("echo x > /tmp/dshconf-{nonce} && cat /tmp/dshconf-{nonce}"), WRITE_ONLY_IN_WW, covers=("tmp-path",),
              check_ok=c.all_of(c.exit_zero, c.stdout_has("x"), c.remove("/tmp/dshconf-{nonce}")),
              # Host effect: a remote or container runner's own /tmp is not the host's.
              check_blocked=c.absent("/tmp/dshconf-{nonce}")),
@@ -304,7 +305,7 @@ def _git_repo(env: HostEnv) -> None:
 
 # The hostile-host, kernel and policy scenarios live in their own modules; each
 # adds its tuple here with one line.
-from dsh.cli.conformance import catalog_host, catalog_kernel, catalog_policy  # noqa: E402
+from dsh.cli.conformance import catalog_host, catalog_kernel, catalog_policy, catalog_tmprepo  # noqa: E402
 
 SCENARIOS += catalog_host.SCENARIOS
 SCENARIOS += catalog_kernel.SCENARIOS
@@ -312,6 +313,7 @@ SCENARIOS += catalog_policy.SCENARIOS
 from dsh.cli.conformance.catalog_gitsurface import SCENARIOS as GITSURFACE_SCENARIOS  # noqa: E402
 
 SCENARIOS += GITSURFACE_SCENARIOS
+SCENARIOS += catalog_tmprepo.SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:

@@ -268,9 +268,11 @@ WORKLOAD_SCENARIOS: tuple[Scenario, ...] = (
                                _executable("{ws}/cproj/hello")),
              check_blocked=c.all_of(c.stdout_has("compiler-ran"), c.absent("{ws}/cproj/hello"),
                                     c.absent("{ws}/cproj/main.o"))),
-    Scenario("work-tmp-exec", "workload", "a program written to /tmp can be executed (workspace-write)",
-             _sh("d=/tmp/dshconf-{nonce} && mkdir $d && printf '#!/bin/sh\\necho ran-from-tmp\\n' > $d/t && "
-                 "chmod +x $d/t && $d/t"), WRITE_ONLY_IN_WW,
+    # $TMPDIR, as the tools that write and run temporary programs use it (the literal
+    # /tmp is pos-tmp-write's); it names the session's private directory.
+    Scenario("work-tmp-exec", "workload", "a program written to $TMPDIR can be executed (workspace-write)",
+             _sh("d=${{TMPDIR:-/tmp}}/dshconf-{nonce} && mkdir $d && "
+                 "printf '#!/bin/sh\\necho ran-from-tmp\\n' > $d/t && chmod +x $d/t && $d/t"), WRITE_ONLY_IN_WW,
              check_ok=c.all_of(c.exit_zero, c.stdout_has("ran-from-tmp"), _remove_tree("/tmp/dshconf-{nonce}")),
              check_blocked=c.absent("/tmp/dshconf-{nonce}")),
     Scenario("work-mp-pool-lock", "workload", "multiprocessing Pool (fork), Lock and shared Value work",
@@ -279,7 +281,7 @@ WORKLOAD_SCENARIOS: tuple[Scenario, ...] = (
              check_ok=c.all_of(c.exit_zero, c.stdout_is(b"pool 285 lock 6\n"))),
     Scenario("work-mp-manager", "workload",
              "a multiprocessing Manager serves a shared dict (its socket needs a writable temp dir)",
-             ("bash", "-c", "mkdir /tmp/dshconf-{nonce} && TMPDIR=/tmp/dshconf-{nonce} exec python3 -c \"$1\"",
+             ("bash", "-c", "d=${{TMPDIR:-/tmp}}/dshconf-{nonce} && mkdir $d && TMPDIR=$d exec python3 -c \"$1\"",
               "bash", MP_MANAGER),
              WRITE_ONLY_IN_WW, requires=("python3",), covers=(LOCAL_IPC, POSIX_SHM, UNIX_SOCKETS),
              timeout_ms=60_000,

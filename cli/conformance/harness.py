@@ -35,6 +35,8 @@ PROFILE = """\
 description = "dsh-sandbox conformance profile"
 mode = "{mode}"
 network = false
+# As the built-in workspace-write profile: commits allowed, hooks and config read-only.
+git = "commit"
 hidden_paths = ["{root}/hidden", "{root}/.dshconf-hp", "{root}/ovl/ro/hid", "{root}/ovl/hid",
                 "{root}/.dshconf-p/hid"]
 # Overlapping rules, nested both ways: the strictest rule wins (hidden over
