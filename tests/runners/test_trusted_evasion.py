@@ -101,7 +101,9 @@ def test_another_users_link_at_a_protected_name_in_a_sticky_temp_dir_is_no_refus
     name: str, box: Box, sticky: Path
 ) -> None:
     """Any local user can plant ``$TMPDIR/.dsh -> X``: that must not refuse every
-    workspace-write run, and the command cannot replace the link (sticky bit)."""
+    workspace-write run, and the command cannot replace the link (sticky bit).
+    By default the host's $TMPDIR is no root at all (the session's private one
+    replaces it); shared, the link is judged as below."""
     runner = runner_for(name, box)
     if os.geteuid() != 0:
         pytest.skip("SANDBOX_UNAVAILABLE: planting another user's link needs root")
@@ -112,7 +114,8 @@ def test_another_users_link_at_a_protected_name_in_a_sticky_temp_dir_is_no_refus
     os.lchown(link, 12346, 12346)  # neither the caller, nor nobody, nor the directory's owner
     box.own()
     argv = [*cli(box.user), "run", "--runner", runner, "-c",
-            'rm -f "$TMPDIR/.dsh"; ln -sfn /etc "$TMPDIR/.dsh"; echo pwn > "$TMPDIR/.dsh/x"; echo ran']
+            f'rm -f "{link}"; ln -sfn /etc "{link}"; echo pwn > "{link}/x"; '
+            'rm -f "$TMPDIR/.dsh"; ln -sfn /etc "$TMPDIR/.dsh"; echo ran']
     env = {"PATH": os.environ["PATH"], "HOME": str(box.ws.parent), "LANG": "C.UTF-8", "TMPDIR": str(sticky)}
     kwargs: dict[str, object] = {}
     if box.user == "nobody":
@@ -122,8 +125,33 @@ def test_another_users_link_at_a_protected_name_in_a_sticky_temp_dir_is_no_refus
     assert proc.returncode == 0 and "ran" in proc.stdout, proc.stderr
     assert os.readlink(link) == str(target)
     assert not (target / "x").exists()
-    # The caller's own link there could be replaced: still refused by default.
-    os.lchown(link, NOBODY if box.user == "nobody" else 0, 0)
-    again = subprocess.run(argv, cwd=box.ws, env=env, capture_output=True, text=True, timeout=240,
-                           check=False, **kwargs)  # type: ignore[call-overload]
-    assert again.returncode == 125 and "protected-symlink" in again.stderr
+
+
+@pytest.mark.parametrize("owner", ["another user", "the caller"])
+def test_a_shared_sticky_temp_dir_link_is_judged_by_who_can_replace_it(sticky: Path, owner: str) -> None:
+    """With ``tmp = "shared"`` the host's $TMPDIR is a root: another user's link at a
+    protected name there cannot be replaced by the command (no degradation); the
+    caller's own could be (the runners' symlink degradation, refused by default)."""
+    from dsh.runners.bwrap.mounts import SYMLINK_DEGRADATION, plan_mounts
+    from dsh.runners.docker.spec import symlinked_protected
+    from dsh.sandbox.modes import SandboxMode
+    from dsh.sandbox.policy import SandboxPolicy
+
+    if os.geteuid() != 0:
+        pytest.skip("SANDBOX_UNAVAILABLE: planting another user's link needs root")
+    target = Path(tempfile.mkdtemp(prefix="dsh-sticky-target-", dir="/var/tmp"))
+    ws = Path(tempfile.mkdtemp(prefix="dsh-sticky-ws-", dir="/var/tmp"))
+    try:
+        link = sticky / ".dsh"
+        link.symlink_to(target)
+        uid = 12346 if owner == "another user" else 0
+        os.lchown(link, uid, uid)
+        policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws, sticky),
+                               protected_paths=(link,))
+        planned = {g.degradation for g in plan_mounts(policy).degradations}
+        replaceable = owner == "the caller"
+        assert (SYMLINK_DEGRADATION in planned) == replaceable
+        assert bool(symlinked_protected(policy, 0)) == replaceable
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(ws, ignore_errors=True)

@@ -191,8 +191,10 @@ def test_commit_option_commits_and_keeps_hooks_read_only(name: str, box: Box) ->
     assert (git_dir / "refs" / "heads" / "main").read_text() != before  # committed
     assert (git_dir / "config").read_text() == ORIGINAL
     assert not (git_dir / "hooks" / "pre-commit").exists()
-    # Without the option the git dir is read-only as a whole: no commit.
-    ran = box.run(runner, "cd sub && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m three")
+    # With git = "read-only" the git dir is read-only as a whole: no commit.
+    strict = profile(box, 'git = "read-only"\n')
+    ran = box.run(runner, "cd sub && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m three",
+                  "--profile", strict)
     assert ran.returncode != 0
 
 
