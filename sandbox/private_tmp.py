@@ -27,9 +27,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import stat
-import tempfile
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -89,7 +87,7 @@ class PrivateTmp:
                 continue
             try:
                 ensure_private_dir(base, "private /tmp")
-                made = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=base))
+                made = _make_session_dir(base)
                 fd = os.open(made, _DIR_FLAGS)
             except (ConfigError, OSError) as exc:
                 problems.append(str(exc))
@@ -113,6 +111,19 @@ class PrivateTmp:
             os.close(fd)
 
 
+def _make_session_dir(base: Path) -> Path:
+    """A new, empty 0700 directory under ``base`` (``tempfile`` would cost the
+    CLI's start-up an import of ``random``)."""
+    for _ in range(100):
+        path = base / (_PREFIX + os.urandom(6).hex())
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{base}: no free session name")
+
+
 def _remove(path: Path, fd: int) -> None:
     """Remove ``path`` if it is still the directory ``fd`` holds (no link followed)."""
     try:
@@ -122,6 +133,8 @@ def _remove(path: Path, fd: int) -> None:
     mine = os.fstat(fd)
     if (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
         return  # renamed or replaced: not ours to remove by this name
+    import shutil  # only when a session ends
+
     _make_removable(path)
     shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
 
