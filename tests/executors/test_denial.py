@@ -222,9 +222,12 @@ def test_real_programs_name_the_refused_path(workspace: Path, runner: str) -> No
         pytest.skip(f"SANDBOX_UNAVAILABLE: {', '.join(missing)} not installed; the other writers passed")
 
 
-def test_git_init_blames_the_repository_not_its_template(workspace: Path) -> None:
+def test_git_init_blames_the_repository_not_its_template(workspace: Path, trusted_dir: Path) -> None:
     need_runner("bwrap")
     subprocess.run(["git", "init", "-q", str(workspace)], check=True)
     (workspace / ".git" / "description").unlink()
-    with sandbox_ctx(workspace, runner="bwrap", mode="workspace-write") as ctx:
+    # The whole git dir read-only (the built-in profile lets git commit).
+    strict = trusted_dir / "git-read-only.toml"
+    strict.write_text('extends = "workspace-write"\ngit = "read-only"\n')
+    with sandbox_ctx(workspace, runner="bwrap", mode="workspace-write", profile=str(strict)) as ctx:
         assert _blamed(ctx, "git init") == str(workspace / ".git" / "description")
