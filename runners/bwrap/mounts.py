@@ -249,7 +249,11 @@ def _private_tmp(planner: _Planner, policy: SandboxPolicy) -> None:
     repo = enclosing_repository(policy.workspace)
     for path in repo.paths() if repo is not None else ():
         shown = str(path)
-        if depth(shown) > depth(TMP) and is_within(shown, TMP) and not planner.hidden_over(shown, "enclosing"):
+        if depth(shown) <= depth(TMP) or not is_within(shown, TMP):
+            continue  # outside /tmp: visible (read-only) already
+        if any(is_within(shown, str(r)) for r in policy.writable_roots):
+            continue  # bound with its root, its git dir kept read-only by the protected paths
+        if not planner.hidden_over(shown, "enclosing repository"):
             planner.add("ro-bind", shown, "the repository enclosing the workspace, read-only")
 
 
