@@ -74,6 +74,12 @@ def _parents_clean(env: HostEnv) -> None:
     env.cleanups.append(clean)
 
 
+def _clean_host_tmp(env: HostEnv) -> None:
+    """What a failing runner wrote to the host's /tmp goes after the verdict."""
+    path = Path(env.fmt("/tmp/dshconf-{nonce}"))
+    env.cleanups.append(lambda: path.unlink() if path.is_file() and not path.is_symlink() else None)
+
+
 def _host_git_ran_nothing(where: str, mark: str) -> Check:
     """The host's next ``git status`` there runs nothing the command planted."""
 
@@ -113,7 +119,7 @@ SCENARIOS: tuple[Scenario, ...] = (
                                     _host_git_ran_nothing(DEEP, "/tmp/dshconf-{nonce}/ran"))),
     Scenario("tmp-private", "filesystem", "what the command writes to /tmp and $TMPDIR never reaches the host's /tmp",
              ("bash", "-c", "echo x > /tmp/dshconf-{nonce}; echo x > \"${{TMPDIR:-/tmp}}/dshconf-{nonce}\"; true"),
-             BLOCKED, check_blocked=c.all_of(c.absent("/tmp/dshconf-{nonce}"))),
+             BLOCKED, setup=_clean_host_tmp, check_blocked=c.absent("/tmp/dshconf-{nonce}")),
     Scenario("tmp-enclosing-repo", "git", "write the git dir of the repository the workspace lies in",
              ("bash", "-c", "echo pwn >> {root}/../.git/config; "
                             "printf '#!/bin/sh\\n' > {root}/../.git/hooks/pre-commit; true"),

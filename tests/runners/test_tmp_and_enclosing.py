@@ -206,15 +206,16 @@ def test_private_tmp_is_the_sessions_own(name: str, box: Box) -> None:  # noqa: 
     box.own()
     probe = f"/tmp/dsh-tmprepo-{os.getpid()}-{name}-{box.user}"
     script = f'echo x > "$TMPDIR/f" && cat "$TMPDIR/f" && echo "$TMPDIR"; echo y > {probe}; exit 0'
-    ran = box.run(runner, script, *extra_for(name, box))
+    try:
+        ran = box.run(runner, script, *extra_for(name, box))
+        leaked = os.path.lexists(probe)
+    finally:
+        if os.path.lexists(probe):
+            os.unlink(probe)
     assert ran.returncode == 0, ran.err
     lines = ran.out.splitlines()
     assert lines[0] == "x", ran.out + ran.err
     private = Path(lines[1])
     assert not str(private).startswith("/tmp/")
     assert not private.exists()  # removed when the session ended
-    try:
-        assert not os.path.lexists(probe)  # private (bwrap, docker) or not writable (landlock)
-    finally:
-        if os.path.lexists(probe):
-            os.unlink(probe)
+    assert not leaked  # private (bwrap, docker) or not writable (landlock)
