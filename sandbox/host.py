@@ -30,6 +30,7 @@ from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.gate import accept_hint, best_refused, check_accepted, refusal_lines, unaccepted
+from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.registry import read_priorities, runner_entry_points, write_priorities
 from dsh.sandbox.runner import Argv, Enforcement, Gap, Launch, Runner, RunnerProbe
@@ -129,6 +130,8 @@ class SandboxHost(Service):
         self.config: SandboxHostConfig
         #: Injected runner instances: then the only runners this host knows.
         self._injected = {r.name: r for r in runners} if runners is not None else None
+        for injected in (self._injected or {}).values():
+            injected.pin_source = self._pins_of
         try:
             self.runner_name = self._check(self.config.runner)
         except ConfigError as exc:
@@ -205,6 +208,7 @@ class SandboxHost(Service):
             except RunnerLoadError as exc:
                 self._load_errors[name] = str(exc)
                 return None
+            instance.pin_source = self._pins_of
             self._runners[name] = instance
             return instance
 
@@ -320,8 +324,25 @@ class SandboxHost(Service):
                 f"{policy.mode} needs no runner under runner=auto; run it unwrapped"
             )
         selection = self.choose(policy)
-        launch = selection.runner.prepare(exact, policy, cwd=cwd, env=env)
+        try:
+            launch = selection.runner.prepare(exact, policy, cwd=cwd, env=env)
+        except OSError as exc:
+            # A path that changed while the runner read it (a race with another
+            # run): nothing ran, and the person gets the path, not a traceback.
+            where = f" ({exc.filename})" if exc.filename else ""
+            raise SandboxUnavailable(
+                f"the filesystem changed while the sandbox was prepared{where}: {exc.strerror or exc}; "
+                "nothing ran, retry",
+                runner=selection.runner.name,
+            ) from None
         return launch, selection.runner, selection.enforcement
+
+    def _pins_of(self, policy: SandboxPolicy) -> PinnedPaths | None:
+        """The fds the session's policy service holds for ``policy``'s paths."""
+        from dsh.sandbox.policy_service import PolicyService
+
+        service = self.ctx.get(PolicyService)
+        return None if service is None else service.pins(policy)
 
     # -- teardown -----------------------------------------------------------------------
     def close(self) -> None:

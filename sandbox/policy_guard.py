@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.policy_paths import home_dir, is_within, system_dir_reason
+from dsh.sandbox.policy_paths import canonical, home_dir, is_within, system_dir_reason
 
 if TYPE_CHECKING:
     from dsh.sandbox.context import Context
@@ -178,14 +178,38 @@ def planted_link(path: Path, _depth: int = 0) -> tuple[Path, str] | None:
         if not stat.S_ISLNK(mode):
             current = candidate
             continue
-        target = os.readlink(candidate)
-        if could_be_written(current):
+        plantable = could_be_written(current)
+        try:
+            target = os.readlink(candidate)
+        except OSError:
+            # Replaced since the lstat: whatever is there now, a run could
+            # have put it there when the directory is one it can write.
+            return (candidate, "(changed while read)") if plantable else None
+        if plantable:
             return candidate, target
         found = planted_link(current / target, _depth + 1)
         if found is not None:
             return found
         current = Path(os.path.realpath(candidate))
     return None
+
+
+def link_refusal(label: str, raw: str, path: Path, link: Path, target: str, holder: Path) -> ConfigError | None:
+    """The error for the symlink ``link`` (-> ``target``) met in the directory
+    ``holder`` (canonical) while resolving ``path``, if a sandboxed command
+    could have made it; ``None`` when only the host could (a system directory)."""
+    if not could_be_written(holder):
+        return None
+    return _planted_error(label, raw, link, target, path)
+
+
+def _planted_error(label: str, raw: str, link: Path, target: str, path: Path) -> ConfigError:
+    return ConfigError(
+        f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
+        "sandboxed command may write (in or under a possible writable root), so an earlier run "
+        f"could have made it; pass the real path {canonical(path)} instead if you trust "
+        "it, or remove the link"
+    )
 
 
 def refuse_planted_link(label: str, raw: str, path: Path) -> None:
@@ -195,12 +219,7 @@ def refuse_planted_link(label: str, raw: str, path: Path) -> None:
     if found is None:
         return
     link, target = found
-    raise ConfigError(
-        f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
-        "sandboxed command may write (in or under a possible writable root), so an earlier run "
-        f"could have made it; pass the real path {os.path.realpath(path)} instead if you trust "
-        "it, or remove the link"
-    )
+    raise _planted_error(label, raw, link, target, path)
 
 
 def writable_root_holding(path: Path, roots: Iterable[Path]) -> Path | None:

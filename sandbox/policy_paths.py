@@ -13,6 +13,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from dsh.sandbox.errors import ConfigError
+
 ALWAYS_PROTECTED = (".git", ".dsh")
 
 # Never writable outside danger-full-access: these trees and everything in them
@@ -36,6 +38,7 @@ SYSTEM_DIRS = tuple(Path(p) for p in (
 
 _VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
 _SMALL_FILE_MAX = 4096
+_REALPATH_ATTEMPTS = 5
 
 
 def canonical(path: str | Path, base: Path | None = None) -> Path:
@@ -43,7 +46,14 @@ def canonical(path: str | Path, base: Path | None = None) -> Path:
     p = Path(path)
     if not p.is_absolute():
         p = (base or Path.cwd()) / p
-    return Path(os.path.realpath(p))
+    for _ in range(_REALPATH_ATTEMPTS):
+        try:
+            return Path(os.path.realpath(p))
+        except OSError:
+            # A link replaced between realpath's lstat and readlink (EINVAL):
+            # something is swapping it; resolve again.
+            continue
+    raise ConfigError(f"{p} keeps changing while it is resolved (a symlink swapped back and forth); retry")
 
 
 def expand(text: str) -> str | None:

@@ -26,8 +26,9 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.enclosing_repo import describe_enclosing, enclosing_repository, kept_read_only
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.pins import Pin, PinnedPaths, PinStore, Resolved
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_guard import refuse_planted_link, root_refusal
+from dsh.sandbox.policy_guard import root_refusal
 from dsh.sandbox.policy_paths import (
     ALWAYS_PROTECTED,
     canonical,
@@ -93,12 +94,25 @@ class PolicyService(Service):
             problem = degradation_problem(name)
             if problem is not None:
                 raise ConfigError(f"accept_degraded: {problem[0]}; {problem[1]}")
-        # As written, made absolute without resolving anything: what the link
-        # checks walk (the cwd is canonical already).
+        # Every policy path is resolved by one walk that checks each link it
+        # meets and ends holding an fd (``pins``); the session keeps the fds.
+        self._pins = PinStore()
+        try:
+            self._configure(cfg)
+        except BaseException:
+            self._pins.close()
+            raise
+
+    def _configure(self, cfg: PolicyConfig) -> None:
+        # As written, made absolute without resolving anything: what the walk
+        # starts from (the cwd is canonical already).
         shown = cfg.workspace if cfg.workspace is not None else os.getcwd()
         self._workspace_written = Path.cwd() / os.path.expanduser(shown)
-        self._workspace = self._check_workspace(cfg.workspace)
-        self._extra = tuple(self._check_flag_root(raw) for raw in cfg.writable)
+        # The workspace is fixed for the session: resolved and held once.
+        self._workspace_pin = self._check_workspace(shown, self._workspace_written)
+        self._workspace = self._workspace_pin.path
+        for raw in cfg.writable:
+            self._check_flag_root(raw)
         self._forced = self._forced_roots()
         self._git: GitAccess = "commit" if self._profile.git == "commit" else "read-only"
         # Names kept read-only wherever they exist; the session's index of the
@@ -120,25 +134,24 @@ class PolicyService(Service):
             raise
 
     # -- configuration checks --------------------------------------------------------
-    @staticmethod
-    def _check_workspace(raw: str | None) -> Path:
-        shown = raw if raw is not None else os.getcwd()
-        path = canonical(os.path.expanduser(shown))
-        if not path.exists():
+    def _check_workspace(self, shown: str, written: Path) -> Pin:
+        pin = self._pins.walk("workspace", str(written), written).pin
+        if pin is None:
             raise ConfigError(f"workspace: {shown} does not exist; create it or pass --workspace DIR")
-        if not path.is_dir():
+        if not pin.is_dir:
             raise ConfigError(f"workspace: {shown} is a file, not a directory; pass --workspace DIR")
-        return path
+        return pin
 
-    def _check_flag_root(self, raw: str) -> Path:
+    def _check_flag_root(self, raw: str) -> Resolved:
         expanded = expand(raw)
         if expanded is None:
             raise ConfigError(
                 f"--writable {raw}: names an unset environment variable; set it or pass the directory itself"
             )
-        path = canonical(expanded)  # relative to the cwd, as a shell user means it
-        _refuse_non_directory(f"--writable {raw}", path)
-        return path
+        # Relative to the cwd, as a shell user means it.
+        resolved = self._pins.walk(f"--writable {raw}", raw, Path.cwd() / expanded)
+        _refuse_non_directory(f"--writable {raw}", resolved)
+        return resolved
 
     @functools.cached_property
     def _home(self) -> Path | None:
@@ -176,6 +189,11 @@ class PolicyService(Service):
     def default_policy(self) -> SandboxPolicy:
         return self._default_policy
 
+    def pins(self, policy: SandboxPolicy) -> PinnedPaths | None:
+        """The fds held for ``policy``'s paths, if this service resolved it
+        (runners bind, grant and read through them, never through the names)."""
+        return self._pins.pins_of(policy)
+
     def trusted_roots(self) -> list[Path]:
         """Every root workspace-write would make writable (in any mode): no
         file that configures a later run may live under one."""
@@ -189,8 +207,11 @@ class PolicyService(Service):
     def close(self) -> None:
         with self._tmp_lock:
             private, self._private_tmp = self._private_tmp, None
-        if private is not None:
-            private.close()
+        try:
+            if private is not None:
+                private.close()
+        finally:
+            self._pins.close()
 
     def _session_tmp(self, roots: Iterable[Path]) -> Path:
         """The session's private temporary directory, made on first use."""
@@ -215,19 +236,23 @@ class PolicyService(Service):
         )
         if chosen is SandboxMode.DANGER_FULL_ACCESS:
             # Nothing is enforced: say so rather than list rules no runner applies.
-            return SandboxPolicy(writable_roots=(Path("/"),), network=True, **common)
+            full = SandboxPolicy(writable_roots=(Path("/"),), network=True, **common)
+            self._pins.remember(full, [self._workspace_pin])
+            return full
         network = self.config.network
         if network is None:
             network = bool(profile.network)
         # Every root workspace-write would have, whatever the mode: a read-only
         # run must not follow a link an earlier workspace-write run planted.
         writing = chosen is SandboxMode.WORKSPACE_WRITE
-        candidates, candidate_missing, _trusted = self._writable_roots(refuse=writing)
+        candidates, candidate_missing, _trusted, candidate_pins = self._writable_roots(refuse=writing)
         roots: list[tuple[str, Path]] = []
         missing: list[Path] = []
+        pins = [self._workspace_pin]
         private_tmp: Path | None = None
         if writing:
             roots, missing = candidates, candidate_missing
+            pins += candidate_pins
             if not profile.exclude_tmp and profile.tmp != SHARED:
                 private_tmp = self._session_tmp(path for _label, path in roots)
                 roots = [*roots, ("private /tmp", private_tmp)]
@@ -244,15 +269,14 @@ class PolicyService(Service):
         enclosing = enclosing_repository(self._workspace)
         if enclosing is not None:
             protected |= kept_read_only(enclosing, [path for _label, path in roots])
-        read_only = self._paths("read_only_paths", profile.read_only_paths)
+        read_only_resolved = self._paths("read_only_paths", profile.read_only_paths)
+        read_only = [r.path for r in read_only_resolved]
         # A missing hidden path holds nothing to hide (runners mask what exists).
-        hidden = [
-            p
-            for p in self._paths("hidden_paths", profile.hidden_paths)
-            if os.path.lexists(p)
-        ]
+        hidden_resolved = [r for r in self._paths("hidden_paths", profile.hidden_paths) if r.pin is not None]
+        hidden = [r.path for r in hidden_resolved]
+        pins += [r.pin for r in (*read_only_resolved, *hidden_resolved) if r.pin is not None]
         _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", hidden)])
-        return SandboxPolicy(
+        policy = SandboxPolicy(
             writable_roots=sorted_paths(path for _label, path in roots),
             protected_paths=sorted_paths(protected),
             read_only_paths=sorted_paths(read_only),
@@ -265,6 +289,8 @@ class PolicyService(Service):
             private_tmp=private_tmp,
             **common,
         )
+        self._pins.remember(policy, pins)
+        return policy
 
     def _find(self, roots: list[Path]) -> Found:
         """The repositories and protected names under ``roots``: at any depth in
@@ -301,58 +327,49 @@ class PolicyService(Service):
 
     def _writable_roots(
         self, *, refuse: bool
-    ) -> tuple[list[tuple[str, Path]], list[Path], list[Path]]:
-        """Workspace, profile roots, flag roots, and /tmp + $TMPDIR when shared.
+    ) -> tuple[list[tuple[str, Path]], list[Path], list[Path], list[Pin]]:
+        """Workspace, profile roots, flag roots, the sandbox HOME, and /tmp +
+        $TMPDIR when shared.
 
         Returns the roots with a label naming where each came from (for errors),
-        the missing ones, and the roots links are checked against.  Refuses dangerous roots (when ``refuse``) and a
-        root named through a symlink that lies inside any of them (a sandboxed
-        command could have planted it).
+        the missing ones, the roots links are checked against, and the pins of
+        the roots.  Each root is resolved by one walk (``pins.walk``) that
+        refuses a symlink on the way that a sandboxed command could have
+        planted (whatever the roots of the run that planted it were, unless it
+        lies in a system directory), and ends holding the directory it checked.
+        Refuses dangerous roots (when ``refuse``).
         """
-        written: list[tuple[str, str, Path, Path]] = [
-            ("workspace", str(self._workspace_written), self._workspace_written, self._workspace)
-        ]
+        written: list[tuple[str, Resolved]] = [("workspace", Resolved(self._workspace, self._workspace_pin))]
         missing: list[Path] = []
         for raw in self._profile.writable_roots:
             expanded = expand(raw)
             if expanded is None:
                 missing.append(Path(raw))  # an unset variable: reported, never guessed
                 continue
-            path = canonical(expanded, self._workspace)
             label = f"profile {self._profile.name}: writable_roots entry {raw!r}"
-            _refuse_non_directory(label, path)
-            if path.is_dir():
-                written.append((label, raw, self._workspace / expanded, path))
-            else:
-                missing.append(path)
+            # Relative to the workspace: from the directory held, not its name.
+            resolved = self._pins.walk(label, raw, Path(expanded), base=self._workspace_pin)
+            _refuse_non_directory(label, resolved)
+            _add_root(written, missing, label, resolved)
         if self._home is not None:
+            label = f"profile {self._profile.name}: home"
             home_raw = self._profile.home or str(self._home)
-            written.append((f"profile {self._profile.name}: home", home_raw, self._home, self._home))
-        cwd = Path.cwd()
-        for raw, path in zip(self.config.writable, self._extra, strict=True):
-            if not path.is_dir():
-                missing.append(path)  # as a profile's entry: reported, never created
-                continue
-            expanded = expand(raw) or raw
-            written.append((f"--writable {raw}", raw, cwd / expanded, path))
+            _add_root(written, missing, label, self._pins.walk(label, home_raw, self._home))
+        for raw in self.config.writable:
+            # As a profile's entry: a missing one is reported, never created.
+            _add_root(written, missing, f"--writable {raw}", self._check_flag_root(raw))
         if not self._profile.exclude_tmp and self._profile.tmp == SHARED:
-            for label, raw_tmp in (("/tmp", "/tmp"), ("$TMPDIR", os.environ.get("TMPDIR"))):
+            for name, raw_tmp in (("/tmp", "/tmp"), ("$TMPDIR", os.environ.get("TMPDIR"))):
                 if raw_tmp:
-                    tmp = canonical(raw_tmp)
-                    if tmp.is_dir():
-                        written.append((f"{label} ({raw_tmp})", raw_tmp, cwd / raw_tmp, tmp))
-                    else:
-                        missing.append(tmp)
-        roots = [(label, path) for label, _raw, _written, path in written]
+                    label = f"{name} ({raw_tmp})"
+                    _add_root(written, missing, label, self._pins.walk(label, raw_tmp, Path.cwd() / raw_tmp))
+        roots = [(label, resolved.path) for label, resolved in written]
         if refuse:
             self._refuse_dangerous(roots)
-        # Any link on the way could have been planted by an earlier run,
-        # whatever its roots were, unless it lies in a system directory.
-        for label, raw, as_written, _path in written:
-            refuse_planted_link(label, raw, as_written)
+        pins = [resolved.pin for _label, resolved in written if resolved.pin is not None]
         # A system directory never becomes a root (refused above in
         # workspace-write): what lies under it is not the command's doing.
-        return roots, missing, [path for _label, path in roots if root_refusal(path)[1]]
+        return roots, missing, [path for _label, path in roots if root_refusal(path)[1]], pins
 
     def _refuse_dangerous(self, roots: Iterable[tuple[str, Path]]) -> None:
         """System directories are refused; credentials, start-up files and the
@@ -378,8 +395,8 @@ class PolicyService(Service):
                 f"{fix}{force if forceable else ''}"
             )
 
-    def _paths(self, key: str, raws: Iterable[str]) -> list[Path]:
-        out: list[Path] = []
+    def _paths(self, key: str, raws: Iterable[str]) -> list[Resolved]:
+        out: list[Resolved] = []
         for raw in raws:
             expanded = expand(raw)
             if expanded is None:
@@ -389,17 +406,23 @@ class PolicyService(Service):
                     "environment variable; set it or change the profile"
                 )
             label = f"profile {self._profile.name}: {key} entry {raw!r}"
-            refuse_planted_link(label, raw, self._workspace / expanded)
-            out.append(canonical(expanded, self._workspace))
+            out.append(self._pins.walk(label, raw, Path(expanded), base=self._workspace_pin))
         return out
 
 
-def _refuse_non_directory(label: str, path: Path) -> None:
+def _refuse_non_directory(label: str, resolved: Resolved) -> None:
     """A writable root that exists must be a directory; a missing one (from a
     flag or a profile alike) is reported in ``missing_roots`` and not writable
     until it exists: nothing is created for it."""
-    if os.path.exists(path) and not path.is_dir():
-        raise ConfigError(f"{label}: {path} is not a directory; name a directory or drop it")
+    if resolved.pin is not None and not resolved.pin.is_dir:
+        raise ConfigError(f"{label}: {resolved.path} is not a directory; name a directory or drop it")
+
+
+def _add_root(written: list[tuple[str, Resolved]], missing: list[Path], label: str, resolved: Resolved) -> None:
+    if resolved.pin is not None and resolved.pin.is_dir:
+        written.append((label, resolved))
+    else:
+        missing.append(resolved.path)
 
 
 def _refuse_overlaps(roots: Iterable[tuple[str, Path]], rules: Iterable[tuple[str, Iterable[Path]]]) -> None:

@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 
 from dsh.sandbox.capability import ADDRESS_SPACE, Capability
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.pins import PinnedPaths, PinSource, policy_pins
 from dsh.sandbox.policy import SandboxPolicy
 
 T = TypeVar("T")
@@ -298,6 +299,9 @@ class Runner(abc.ABC):
     CONFIG_KEYS: ClassVar[Mapping[str, ConfigKey]] = {}
     #: What the benchmark compares this runner's cost with.
     SPEED_TARGETS: ClassVar[SpeedTargets] = SpeedTargets()
+    #: Set on the instance by the host: the fds its session's policy service
+    #: holds for the paths of the policies it resolved (see ``pinned``).
+    pin_source: PinSource | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -318,6 +322,13 @@ class Runner(abc.ABC):
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
+
+    def pinned(self, policy: SandboxPolicy) -> PinnedPaths:
+        """The policy's paths as the policy service resolved and holds them
+        (``dsh.sandbox.pins``): bind, grant and read through these fds, never
+        through the names.  A policy no service resolved is pinned now (each
+        path must resolve to itself).  Use as a context manager."""
+        return policy_pins(policy, self.pin_source)
 
     @abc.abstractmethod
     def probe(self) -> RunnerProbe:

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.policy_guard import refuse_planted_link
-from dsh.sandbox.policy_paths import canonical, expand
+from dsh.sandbox.pins import walk
+from dsh.sandbox.policy_paths import expand
 
 PER_WORKSPACE = "per-workspace"
 HOST = "host"
@@ -104,21 +104,30 @@ def resolve_home(setting: str | None, workspace: Path, label: str) -> Path | Non
     if raw == PER_WORKSPACE:
         # A link on the way could send the command's writes anywhere.
         written = workspace_home(workspace)
-        refuse_planted_link(label, str(written), written)
+        _resolved(label, str(written), written)  # no planted link on the way before anything is made
         try:
-            return canonical(ensure_private_dir(written, label))
+            ensure_private_dir(written, label)
         except HomeUnavailable:
             return None  # no worse than home = "host": the real HOME, read-only
+        return _resolved(label, str(written), written)
     expanded = expand(raw)
     if expanded is None:
         raise ConfigError(f"{label} = {raw!r} names an unset environment variable; set it or "
                           'write home = "per-workspace"')
-    refuse_planted_link(label, raw, workspace / expanded)
-    path = canonical(expanded, workspace)
+    path = _resolved(label, raw, workspace / expanded)
     if not path.is_dir():
         raise ConfigError(f"{label} = {raw!r}: {path} is not an existing directory; create it, "
                           'or write home = "per-workspace" (or "host" for the real, read-only home)')
     return path
+
+
+def _resolved(label: str, raw: str, path: Path) -> Path:
+    """``path`` resolved by one walk that refuses a link a sandboxed command
+    could have planted (the policy service then holds the result by fd)."""
+    resolved = walk(label, raw, path)
+    if resolved.pin is not None:
+        os.close(resolved.pin.fd)
+    return resolved.path
 
 
 def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()) -> dict[str, str]:

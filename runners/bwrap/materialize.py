@@ -1,9 +1,14 @@
 """Turn a ``MountPlan`` into bwrap arguments backed by open file descriptors.
 
-Every bind source is opened here (``O_PATH|O_NOFOLLOW``) and checked against the
-planned path through ``/proc/self/fd``; bwrap then binds the fd, not the path,
-so a directory swapped for a symlink after planning cannot redirect a mount.
-Missing protected paths get a shared *placeholder* directory (see ``mounts``).
+A writable root or read-only path the policy service pinned is bound from its
+pin (a ``dup`` of the fd the service checked); a source below a pinned root
+(a protected path, a pinned ancestor) is opened from the root's fd one
+component at a time, never through a symlink; any other source is opened
+(``O_PATH|O_NOFOLLOW``) and checked against the planned path through
+``/proc/self/fd``.  bwrap then binds the fd, not the path, so a directory
+swapped for a symlink after the policy was resolved cannot redirect a mount.
+Missing protected paths get a shared *placeholder* directory (see ``mounts``),
+made from the fd of the directory that holds it.
 """
 
 from __future__ import annotations
@@ -12,10 +17,13 @@ import contextlib
 import errno
 import fcntl
 import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from dsh.runners.bwrap.mounts import PLACEHOLDER_MODE, Mount, MountPlan, is_placeholder
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.pins import PinnedPaths, open_beneath
 
 _RETRIES = 5
 
@@ -54,18 +62,30 @@ class Placeholder:
     fd: int
 
     @classmethod
-    def acquire(cls, path: str) -> Placeholder | None:
-        """The placeholder at ``path``; ``None`` if a real entry appeared there."""
+    def acquire(cls, path: str, parent_fd: int | None = None) -> Placeholder | None:
+        """The placeholder at ``path``; ``None`` if a real entry appeared there.
+
+        ``parent_fd``: the directory that holds it, pinned (its name is not
+        followed again: it may be a symlink by now)."""
+        name = os.path.basename(path) if parent_fd is not None else path
         for _ in range(_RETRIES):
             with contextlib.suppress(FileExistsError):
-                os.mkdir(path, PLACEHOLDER_MODE)
-                os.chmod(path, PLACEHOLDER_MODE)  # the umask may have cleared bits
-            if not is_placeholder(path):
+                os.mkdir(name, PLACEHOLDER_MODE, dir_fd=parent_fd)
+                os.chmod(name, PLACEHOLDER_MODE, dir_fd=parent_fd)  # the umask may have cleared bits
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+            except FileNotFoundError:
+                continue  # a finishing sandbox removed it meanwhile: make a new one
+            except OSError as exc:
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EACCES):
+                    return None  # a real entry: a file, a link, someone else's directory
+                raise
+            if not _empty_placeholder(fd):
+                os.close(fd)
                 return None
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             fcntl.flock(fd, fcntl.LOCK_SH)
             try:
-                here = os.lstat(path)
+                here = os.lstat(name, dir_fd=parent_fd)
             except OSError:
                 here = None
             mine = os.fstat(fd)
@@ -91,6 +111,12 @@ class Placeholder:
             os.close(self.fd)
 
 
+def _empty_placeholder(fd: int) -> bool:
+    """Is the directory open as ``fd`` an empty one with the placeholder mode?"""
+    info = os.fstat(fd)
+    return stat.S_IMODE(info.st_mode) == PLACEHOLDER_MODE and not os.listdir(fd)
+
+
 @dataclass
 class OpenedMounts:
     """bwrap mount arguments plus the fds and placeholders they rely on."""
@@ -112,9 +138,40 @@ class OpenedMounts:
         self.fds.clear()
 
 
-def _open_one(opened: OpenedMounts, m: Mount) -> None:
+def _source(path: str, pins: PinnedPaths | None, *, directory: bool) -> int:
+    """An ``O_PATH`` fd of the bind source ``path``: its pin, or opened from the
+    pin of the root it lies in, or opened by name and checked."""
+    if pins is not None:
+        pin = pins.get(path)
+        if pin is not None:
+            if directory and not pin.is_dir:
+                raise _changed(path, "it is no longer a directory")
+            fd = pins.dup(path)
+            assert fd is not None
+            return fd
+        if any(p.is_dir and is_inside(path, str(p.path)) for p in pins):
+            beneath = open_beneath(pins, Path(path), directory=directory)
+            if beneath is None:
+                raise _changed(path, "it is missing, a symlink or moved below its writable root")
+            return beneath
+    return open_checked(path, directory=directory)
+
+
+def is_inside(path: str, root: str) -> bool:
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
+def _parent_fd(path: str, pins: PinnedPaths | None) -> int | None:
+    """The pinned directory holding ``path`` (opened from its root's pin), or
+    ``None`` when no pinned root holds it (then it is made by name)."""
+    if pins is None or not any(p.is_dir and is_inside(path, str(p.path)) and str(p.path) != path for p in pins):
+        return None
+    return _source(os.path.dirname(path), pins, directory=True)
+
+
+def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
     if m.kind in ("bind", "pin"):
-        fd = open_checked(m.path, directory=True)
+        fd = _source(m.path, pins, directory=True)
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
     elif m.kind == "private-tmp" and m.source is not None:
@@ -122,22 +179,26 @@ def _open_one(opened: OpenedMounts, m: Mount) -> None:
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
     elif m.kind == "ro-bind":
-        fd = open_checked(m.path, directory=False)
+        fd = _source(m.path, pins, directory=False)
         opened.fds.append(fd)
         opened.args += ["--ro-bind-fd", str(fd), m.path]
     elif m.kind == "placeholder":
+        parent = _parent_fd(m.path, pins)
         try:
-            ph = Placeholder.acquire(m.path)
+            ph = Placeholder.acquire(m.path, parent)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 # We cannot create it here, and the sandbox runs with our uid and
                 # groups (and, as root, without capabilities): nor can it.
                 return
             raise _changed(m.path, exc.strerror or str(exc)) from None
+        finally:
+            if parent is not None:
+                os.close(parent)
         if ph is None:
             if os.path.islink(m.path):
                 raise _changed(m.path, "a symlink appeared at a protected path")
-            _open_one(opened, Mount("ro-bind", m.path, m.why))  # it appeared: protect it
+            _open_one(opened, Mount("ro-bind", m.path, m.why), pins)  # it appeared: protect it
             return
         opened.placeholders.append(ph)
         opened.fds.append(ph.fd)
@@ -151,12 +212,16 @@ def _open_one(opened: OpenedMounts, m: Mount) -> None:
         opened.args += ["--ro-bind", "/dev/null", m.path]
 
 
-def open_mounts(plan: MountPlan) -> OpenedMounts:
-    """Open every source of ``plan``; on failure release what was opened and raise."""
+def open_mounts(plan: MountPlan, pins: PinnedPaths | None = None) -> OpenedMounts:
+    """Open every source of ``plan`` (from ``pins``, the policy's held paths,
+    where they cover it); on failure release what was opened and raise."""
     opened = OpenedMounts()
     try:
         for m in plan.mounts:
-            _open_one(opened, m)
+            _open_one(opened, m, pins)
+    except OSError as exc:
+        opened.close()
+        raise _changed(exc.filename or "a mount source", exc.strerror or str(exc)) from None
     except BaseException:
         opened.close()
         raise

@@ -409,7 +409,11 @@ class BwrapRunner(Runner):
             if policy.constrained:
                 env_fd = env_args_fd(env)
             group = self._cgroup(policy.limits, facts)
-            opened = open_mounts(plan_mounts(policy)) if policy.constrained else OpenedMounts()
+            if policy.constrained:
+                with self.pinned(policy) as pins:
+                    opened = open_mounts(plan_mounts(policy), pins)
+            else:
+                opened = OpenedMounts()
             life = SandboxLifecycle(opened, group, self._session, bwrap=policy.constrained, seccomp_fd=filter_fd,
                                     env_fd=env_fd)
         except BaseException:

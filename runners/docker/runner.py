@@ -39,12 +39,14 @@ from dsh.runners.docker.spec import (
     mount_points_below,
     symlinked_protected,
 )
+from dsh.runners.docker.verify import check_container, check_sources, make_placeholder, pinned_binds
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count, processes
+from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
@@ -141,6 +143,9 @@ class _Warm:
     # the old bind protects nothing, so the container is made anew.
     pinned: dict[str, tuple[int, int] | None] = field(default_factory=dict)
     pin_fds: list[int] = field(default_factory=list)
+    # Bind target -> the inode the policy service pinned for its source, as
+    # checked inside the running container (``verify``).
+    bound: dict[str, tuple[int, int]] = field(default_factory=dict)
     free_slots: list[int] = field(default_factory=list)
     next_slot: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -344,7 +349,11 @@ class DockerRunner(Runner):
                                "the only host paths the container sees")
         if self.daemon_is_local() and not cwd_path.is_dir():
             raise WorkdirError(f"cwd {cwd!r} is not a directory")
-        warm = self._ensure(_policy_key(policy), spec)
+        with self.pinned(policy) as pins:
+            # A daemon elsewhere resolves the names on its own machine: no pin reaches it.
+            local = self.daemon_is_local()
+            warm = self._ensure(_policy_key(policy), spec, pinned_binds(spec, pins) if local else {},
+                                pins if local else None)
         start = functools.partial(self._start, warm, exact, decode, cwd, environment)
         return RemoteLaunch(start=start)
 
@@ -364,7 +373,8 @@ class DockerRunner(Runner):
             raise SandboxUnavailable(f"cannot start the command in container {warm.name}"
                                      f"{limits_hint(warm.spec, exc)}: {exc}", runner=self.name) from None
 
-    def _ensure(self, key: tuple[object, ...], spec: ContainerSpec) -> _Warm:
+    def _ensure(self, key: tuple[object, ...], spec: ContainerSpec,
+                expected: dict[str, tuple[int, int]], pins: PinnedPaths | None) -> _Warm:
         client = self._docker()
         # One creator at a time: two racing prepares must not both create (the
         # loser's container would be orphaned until a prune).
@@ -374,17 +384,18 @@ class DockerRunner(Runner):
             if warm is not None:
                 try:
                     running = client.api.inspect_container(warm.id)["State"]["Running"]
-                    if running and _identities(warm.spec) == warm.pinned:
+                    if running and _identities(warm.spec) == warm.pinned and warm.bound == expected:
                         return warm
                 except Exception:  # gone or unreadable: replace it
                     pass
                 self._discard(warm)
-            warm = self._create(client, spec)
+            warm = self._create(client, spec, expected, pins)
             with self._lock:
                 self._warm[key] = warm
             return warm
 
-    def _create(self, client: Any, spec: ContainerSpec) -> _Warm:
+    def _create(self, client: Any, spec: ContainerSpec, expected: dict[str, tuple[int, int]],
+                pins: PinnedPaths | None) -> _Warm:
         from docker.errors import DockerException
 
         image_id = dc.find_image(client, spec.image)
@@ -404,7 +415,7 @@ class DockerRunner(Runner):
                 pass  # a leftover stays for the next run or runners --prune; this run is unaffected
         for path in spec.placeholders:
             try:
-                os.mkdir(path, 0o755)
+                make_placeholder(path, pins)
                 with self._lock:
                     self._placeholders.add(path)
             except FileExistsError:
@@ -421,6 +432,7 @@ class DockerRunner(Runner):
         labels = {**dc.owner_labels(), dc.LABEL_PLACEHOLDERS: json.dumps(ours),
                   dc.LABEL_PROTECTED: json.dumps(protected)}
         name = f"dsh-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        check_sources(spec, expected)
         pinned, pin_fds = _pin(spec)
         try:
             container = client.containers.create(image_id, KEEPALIVE, name=name, labels=labels,
@@ -430,7 +442,7 @@ class DockerRunner(Runner):
                 os.close(fd)
             raise SandboxUnavailable(f"cannot create the container{limits_hint(spec, exc)}: {exc}",
                                      runner=self.name) from None
-        warm = _Warm(container.id, name, spec, pinned, pin_fds)
+        warm = _Warm(container.id, name, spec, pinned, pin_fds, dict(expected))
         try:
             self._keeper.add(container.id)
         except OSError as exc:
@@ -443,6 +455,12 @@ class DockerRunner(Runner):
             self._discard(warm)
             raise SandboxUnavailable(f"cannot start container {name} from {spec.image}"
                                      f"{limits_hint(spec, exc)}: {exc}", runner=self.name) from None
+        if expected:
+            try:
+                check_container(client.api.inspect_container(container.id)["State"]["Pid"], expected)
+            except BaseException:
+                self._discard(warm)
+                raise
         missing = dc.missing_tools(container)
         if missing:
             self._discard(warm)

@@ -22,6 +22,7 @@ from typing import Literal
 
 from dsh.runners.landlock import abi
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.pins import PinnedPaths, open_beneath
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import Gap
 
@@ -254,12 +255,19 @@ def _plan_writes(
             )
 
 
-def build_ruleset(plan: RulePlan) -> int:
-    """Create the ruleset fd for ``plan`` (the caller closes it)."""
+def build_ruleset(plan: RulePlan, pins: PinnedPaths | None = None) -> int:
+    """Create the ruleset fd for ``plan`` (the caller closes it).
+
+    A rule on a path the policy service pinned (the workspace, a writable
+    root, a read-only path) is added on the pinned fd: what was checked when
+    the policy was resolved, wherever its name points now.  A rule below a
+    pinned root is opened from the root's fd, one component at a time; any
+    other one by name, and dropped unless the fd is still at the planned path.
+    """
     fd = abi.create_ruleset(plan.abi, plan.handled_fs, plan.handled_net, plan.scoped)
     try:
         for rule in plan.rules:
-            _add_path(fd, rule)
+            _add_path(fd, rule, pins)
         # Network off: TCP bind/connect are handled and no port is allowed.
     except BaseException:
         os.close(fd)
@@ -267,11 +275,32 @@ def build_ruleset(plan: RulePlan) -> int:
     return fd
 
 
-def _add_path(ruleset_fd: int, rule: PathRule) -> None:
+def _open_rule_path(path: Path, pins: PinnedPaths | None) -> int | None:
+    """An ``O_PATH`` fd for a rule's path, or ``None`` to grant nothing there."""
+    if pins is not None:
+        if pins.get(path) is not None:
+            return pins.dup(path)
+        if any(p.is_dir and _beneath(path, p.path) for p in pins):
+            return open_beneath(pins, path)
     try:
-        path_fd = os.open(rule.path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return  # vanished since planning: granting less is safe
+        path_fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return None  # vanished since planning: granting less is safe
+    try:
+        here = os.readlink(f"/proc/self/fd/{path_fd}")
+    except OSError:
+        here = str(path)
+    if here != str(path):
+        # A directory on the way was swapped for a symlink since planning.
+        os.close(path_fd)
+        return None
+    return path_fd
+
+
+def _add_path(ruleset_fd: int, rule: PathRule, pins: PinnedPaths | None) -> None:
+    path_fd = _open_rule_path(rule.path, pins)
+    if path_fd is None:
+        return
     try:
         mode = os.fstat(path_fd).st_mode
         if stat.S_ISLNK(mode):

@@ -323,7 +323,8 @@ class LandlockRunner(Runner):
             # Children share the spawner thread's domain, and the thread shares
             # this process's memory: keep them out of /proc/<pid>/{mem,environ}.
             abi.set_process_undumpable()
-            fd = build_ruleset(plan)
+            with self.pinned(policy) as pins:
+                fd = build_ruleset(plan, pins)
             syscalls = self._syscall_policy(policy)
             setup = lambda: _restrict_current_thread(fd, arch, syscalls)  # noqa: E731
         try:

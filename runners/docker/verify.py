@@ -1,0 +1,107 @@
+"""The daemon binds by path: check that each bind is what the policy pinned.
+
+The policy service resolved the workspace, the writable roots and the
+read-only paths once and holds each by fd (``dsh.sandbox.pins``); the daemon
+is only given their names, and resolves them again when it creates the
+container.  A concurrent run that swaps one of those directories for a
+symlink at that moment would get the link's target bound writable.  So:
+
+- before the container is made, each pinned source must still resolve (as
+  the daemon will resolve it, following links) to the pinned inode;
+- once it runs, each bind's mount point, seen through the container's own
+  root (``/proc/<pid>/root``), must be the pinned inode (``st_dev``,
+  ``st_ino``).
+
+Anything else removes the container and fails closed, naming the path.  With
+a daemon on another machine the pins mean nothing there (another kernel,
+another filesystem view): nothing is checked and the docs say so.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from dsh.runners.docker.spec import ContainerSpec, MountSpec
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.pins import PinnedPaths, open_beneath
+
+Identity = tuple[int, int]
+
+
+def pinned_binds(spec: ContainerSpec, pins: PinnedPaths) -> dict[str, Identity]:
+    """Bind target -> the identity its source was pinned with (pinned binds only)."""
+    out: dict[str, Identity] = {}
+    for mount in _binds(spec.mounts):
+        pin = pins.get(mount.source or "")
+        if pin is not None:
+            out[mount.target] = pin.identity
+    return out
+
+
+def check_sources(spec: ContainerSpec, expected: Mapping[str, Identity]) -> None:
+    """Before creating: each pinned source, resolved by name as the daemon
+    will, is still the pinned inode."""
+    for mount in _binds(spec.mounts):
+        want = expected.get(mount.target)
+        if want is None or mount.source is None:
+            continue
+        try:
+            info = os.stat(mount.source)
+        except OSError as exc:
+            raise _changed(mount.source, exc.strerror or str(exc)) from None
+        if (info.st_dev, info.st_ino) != want:
+            raise _changed(mount.source, "it now names another directory (swapped since it was resolved)")
+
+
+def check_container(pid: int, expected: Mapping[str, Identity]) -> None:
+    """In the running container (its init is ``pid`` on this host): each
+    pinned bind's mount point is the pinned inode."""
+    if pid <= 0:
+        # Not running (it died under its limits): nothing can run in it, and
+        # the exec that tries says why, naming the limit.
+        return
+    root = f"/proc/{pid}/root"
+    for target, want in sorted(expected.items()):
+        inside = root + target
+        try:
+            info = os.stat(inside, follow_symlinks=False)
+        except OSError as exc:
+            raise _changed(target, f"its bind cannot be checked in the container: {exc.strerror or exc}") from None
+        if (info.st_dev, info.st_ino) != want:
+            raise _changed(target, "the container bound another directory than the one resolved")
+
+
+def make_placeholder(path: str, pins: PinnedPaths | None) -> None:
+    """``mkdir`` of an empty placeholder directory, from the fd of the pinned
+    directory holding it (its writable root's name may be a symlink by now);
+    by name only when no pin covers it (a daemon on another machine)."""
+    parent = Path(path).parent
+    holder = None
+    if pins is not None:
+        if pins.get(parent) is not None:
+            holder = pins.dup(parent)
+        elif any(p.is_dir and p.path in parent.parents for p in pins):
+            holder = open_beneath(pins, parent, directory=True)
+            if holder is None:
+                raise _changed(str(parent), "it is missing, a symlink or moved below its writable root")
+    if holder is None:
+        os.mkdir(path, 0o755)
+        return
+    try:
+        os.mkdir(Path(path).name, 0o755, dir_fd=holder)
+    finally:
+        os.close(holder)
+
+
+def _binds(mounts: Iterable[MountSpec]) -> Iterable[MountSpec]:
+    return (m for m in mounts if m.kind == "bind" and m.source is not None and Path(m.source).is_absolute())
+
+
+def _changed(path: str, detail: str) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"{path} changed while the container was being made ({detail}); the container was removed "
+        "and nothing ran, retry",
+        runner="docker",
+    )
