@@ -107,7 +107,7 @@ def _walk_once(label: str, raw: str, path: Path, base: Pin | None) -> Resolved |
         pending = list(path.parts)
     else:
         fd = os.dup(base.fd)
-        current = base.path
+        current = Path(_fd_path(fd) or base.path)  # where the base is now
         pending = list(path.parts)
     shown = current / path  # as written, made absolute: what errors name
     links = 0

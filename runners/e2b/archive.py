@@ -148,10 +148,13 @@ def _deletions(workspace: Path, previous: Mapping[str, Entry],
     return tuple(gone)
 
 
-def apply_sync_back(archive: IO[bytes], workspace: Path, plan: SyncPlan) -> None:
-    """Stage every update as a temp file, then rename them all into place."""
+def apply_sync_back(archive: IO[bytes], workspace: Path, plan: SyncPlan, *, root_fd: int | None = None) -> None:
+    """Stage every update as a temp file, then rename them all into place.
+
+    ``root_fd``: the workspace's pin: writes go below the directory the policy
+    resolved, whatever its name points at now."""
     archive.seek(0)
-    dirs = _DirCache(workspace)
+    dirs = _DirCache(workspace, root_fd=root_fd)
     # (dir, temp name or None for a deletion, final name)
     staged: list[tuple[tuple[str, ...], str | None, str]] = []
     try:
@@ -231,8 +234,8 @@ class _DirCache:
     """Directory fds under the workspace, opened component by component with
     ``O_NOFOLLOW`` (never through a symlink); at most ``limit`` kept open."""
 
-    def __init__(self, workspace: Path, limit: int = 128) -> None:
-        self.root = os.open(workspace, _DIR_FLAGS)
+    def __init__(self, workspace: Path, limit: int = 128, *, root_fd: int | None = None) -> None:
+        self.root = os.open(workspace, _DIR_FLAGS) if root_fd is None else os.open(".", _DIR_FLAGS, dir_fd=root_fd)
         self.fds: dict[tuple[str, ...], int] = {}
         self.created: list[tuple[str, ...]] = []
         self.limit = limit

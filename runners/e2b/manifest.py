@@ -30,16 +30,18 @@ class Entry:
     target: str = ""
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
 Manifest = Mapping[str, Entry]  # workspace-relative POSIX path -> entry
 
 
-def entry_of(st: os.stat_result, path: Path) -> Entry | None:
+def entry_of(st: os.stat_result, path: Path, link_target: str | None = None) -> Entry | None:
     if stat.S_ISREG(st.st_mode):
         kind = "file"
     elif stat.S_ISDIR(st.st_mode):
         kind = "dir"
     elif stat.S_ISLNK(st.st_mode):
-        return Entry("link", 0, 0, 0, os.readlink(path))
+        return Entry("link", 0, 0, 0, link_target if link_target is not None else os.readlink(path))
     else:
         return None  # sockets, fifos, devices are not synced
     return Entry(kind, st.st_size if kind == "file" else 0, st.st_mtime_ns,
@@ -54,23 +56,56 @@ def content_digest(source: IO[bytes], executable: bool) -> str:
     return digest.hexdigest() + (":x" if executable else "")
 
 
-def take_manifest(workspace: Path, *, exclude: Iterable[Path] = ()) -> dict[str, Entry]:
-    """Every syncable entry under ``workspace`` except ``exclude`` (hidden paths)."""
+def open_workspace(workspace: Path, root_fd: int | None) -> int:
+    """A readable fd of the workspace: from ``root_fd`` (the policy's pin,
+    whatever the name points at now), else by name."""
+    if root_fd is not None:
+        return os.open(".", _DIR_FLAGS, dir_fd=root_fd)
+    return os.open(workspace, _DIR_FLAGS)
+
+
+def open_dirs(top: int, parts: Iterable[str]) -> int:
+    """A new fd of the directory ``parts`` below ``top``, one component at a
+    time, never through a symlink (``OSError`` otherwise)."""
+    fd = os.dup(top)
+    try:
+        for part in parts:
+            step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def take_manifest(workspace: Path, *, exclude: Iterable[Path] = (), root_fd: int | None = None) -> dict[str, Entry]:
+    """Every syncable entry under ``workspace`` except ``exclude`` (hidden paths).
+
+    Read through directory fds from the workspace's pin (``root_fd``): a
+    directory swapped for a symlink meanwhile is never followed out."""
     excluded = {Path(p) for p in exclude}
     found: dict[str, Entry] = {}
-    for dirpath, dirnames, filenames in os.walk(workspace):
-        base = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if (base / d) not in excluded]
-        for name in dirnames + filenames:
-            path = base / name
-            if path in excluded:
-                continue
-            try:
-                entry = entry_of(os.lstat(path), path)
-            except OSError:
-                continue  # vanished while walking
-            if entry is not None:
-                found[path.relative_to(workspace).as_posix()] = entry
+    top = open_workspace(workspace, root_fd)
+    try:
+        for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=top):
+            rel = os.path.normpath(dirpath)
+            base = workspace if rel == "." else workspace / rel
+            dirnames[:] = [d for d in dirnames if (base / d) not in excluded]
+            for name in dirnames + filenames:
+                path = base / name
+                if path in excluded:
+                    continue
+                try:
+                    info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                    target = os.readlink(name, dir_fd=dirfd) if stat.S_ISLNK(info.st_mode) else None
+                    entry = entry_of(info, path, target)
+                except OSError:
+                    continue  # vanished while walking
+                if entry is not None:
+                    found[path.relative_to(workspace).as_posix()] = entry
+    finally:
+        os.close(top)
     return found
 
 
@@ -83,36 +118,62 @@ def changes(old: Manifest, new: Manifest) -> tuple[list[str], list[str]]:
     return send, remove
 
 
-def pack(workspace: Path, names: Collection[str], out: IO[bytes]) -> dict[str, str]:
+def pack(workspace: Path, names: Collection[str], out: IO[bytes], *, root_fd: int | None = None) -> dict[str, str]:
     """Archive the workspace entries ``names`` (parents first) into ``out``;
     return the content digest of each regular file sent.
 
-    Owners are dropped so the sandbox user owns what it extracts.
+    Every entry is opened from the workspace's pin (``root_fd``) one
+    component at a time, never through a symlink: what is uploaded is what
+    lies in the workspace, not what a swapped link points at.  Owners are
+    dropped so the sandbox user owns what it extracts.
     """
     digests: dict[str, str] = {}
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for rel in sorted(names):
-            path = workspace / rel
-            try:
-                info = tar.gettarinfo(str(path), rel)
-            except OSError:
-                continue  # vanished: the next manifest will notice
-            if info is not None and info.islnk():  # a hardlink goes as a copy, not a link
-                info.type, info.linkname, info.size = tarfile.REGTYPE, "", os.lstat(path).st_size
-            if info is None or not (info.isreg() or info.isdir() or info.issym()):
-                continue
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            info.mtime = int(info.mtime)  # a float mtime costs a pax header per member
-            if info.isreg():
-                try:
-                    with open(path, "rb") as fh:
-                        digest = content_digest(fh, bool(info.mode & 0o100))
-                        fh.seek(0)
-                        tar.addfile(info, fh)
-                except OSError:
-                    continue
-                digests[rel] = digest
-            else:
-                tar.addfile(info)
+    top = open_workspace(workspace, root_fd)
+    try:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in sorted(names):
+                digest = _add_entry(tar, top, rel)
+                if digest is not None:
+                    digests[rel] = digest
+    finally:
+        os.close(top)
     return digests
+
+
+def _add_entry(tar: tarfile.TarFile, top: int, rel: str) -> str | None:
+    """Add one entry; its digest if it is a regular file.  A vanished or
+    swapped entry is left out: the next manifest will notice."""
+    parts = rel.split("/")
+    try:
+        parent = open_dirs(top, parts[:-1])
+    except OSError:
+        return None
+    try:
+        st = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+        info = tarfile.TarInfo(rel)
+        info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)  # int: no pax header per member
+        if stat.S_ISDIR(st.st_mode):
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            info.type, info.linkname = tarfile.SYMTYPE, os.readlink(parts[-1], dir_fd=parent)
+            tar.addfile(info)
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        # A hardlink goes as a copy, not a link.
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+        with os.fdopen(fd, "rb") as fh:
+            opened = os.fstat(fh.fileno())
+            if not stat.S_ISREG(opened.st_mode):
+                return None
+            info.size = opened.st_size
+            digest = content_digest(fh, bool(info.mode & 0o100))
+            fh.seek(0)
+            tar.addfile(info, fh)
+        return digest
+    except OSError:
+        return None
+    finally:
+        os.close(parent)

@@ -23,6 +23,7 @@ boundary is whatever runs that envd, so it is reported as degraded
 
 from __future__ import annotations
 
+import os
 import threading
 import urllib.request
 from collections.abc import Mapping
@@ -75,6 +76,7 @@ class E2BRunner(Runner):
         self._session: E2BSession | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._workspace_fd: int | None = None
 
     # -- probe and reports ---------------------------------------------------------
     def probe(self) -> RunnerProbe:
@@ -159,6 +161,7 @@ class E2BRunner(Runner):
             raise SandboxUnavailable(probe.reason or "unavailable", runner=self.name)
         command = process_argv(shell_script(argv), policy.limits)
         variables = remote_env(env)
+        self._hold_workspace(policy)
 
         def start(stdin: bytes | None, deadline: float | None) -> RemoteProcess:
             session = self._session_for(policy, deadline)
@@ -184,7 +187,7 @@ class E2BRunner(Runner):
                 session.close()  # died mid-command: the next command gets a new sandbox
                 session = self._session = None
             if session is None:
-                session = self._session = E2BSession.open(self.config, policy, deadline)
+                session = self._session = E2BSession.open(self.config, policy, deadline, self._workspace_fd)
         if policy.workspace != session.workspace:
             raise SandboxUnavailable(
                 f"this session's sandbox holds workspace {session.workspace}, not "
@@ -198,12 +201,32 @@ class E2BRunner(Runner):
                 "network off cannot run in it (use a new session)", runner=self.name)
         return session
 
+    def _hold_workspace(self, policy: SandboxPolicy) -> None:
+        """Keep an fd of the workspace the policy service pinned: the upload
+        reads and the sync-back writes go through it, never through its name."""
+        with self._lock:
+            if self._workspace_fd is not None:
+                return
+        with self.pinned(policy) as pins:
+            fd = pins.dup(policy.workspace)
+        if fd is None:
+            raise SandboxUnavailable(f"the workspace {policy.workspace} is not held by the policy",
+                                     runner=self.name)
+        with self._lock:
+            if self._workspace_fd is None:
+                self._workspace_fd, fd = fd, -1
+        if fd >= 0:
+            os.close(fd)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
             session, self._session = self._session, None
+            held, self._workspace_fd = self._workspace_fd, None
         if session is not None:
             session.close()
+        if held is not None:
+            os.close(held)
 
 
 def _dist_version() -> str:

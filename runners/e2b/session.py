@@ -80,7 +80,7 @@ def user_for(mode: SandboxMode, options: E2BOptions) -> str:
 
 
 class E2BSession:
-    def __init__(self, options: E2BOptions, sandbox: Any, policy: SandboxPolicy) -> None:
+    def __init__(self, options: E2BOptions, sandbox: Any, policy: SandboxPolicy, root_fd: int | None = None) -> None:
         self.options = options
         self.sandbox = sandbox
         self.workspace = policy.workspace
@@ -94,11 +94,12 @@ class E2BSession:
         # its processes still carry the token and are killed by it at close.
         self.unsettled: set[str] = set()
         self._lock = threading.Lock()
-        self.sync = WorkspaceSync(self, policy)
+        self.sync = WorkspaceSync(self, policy, root_fd)
 
     # -- lifecycle ---------------------------------------------------------------
     @classmethod
-    def open(cls, options: E2BOptions, policy: SandboxPolicy, deadline: float | None) -> E2BSession:
+    def open(cls, options: E2BOptions, policy: SandboxPolicy, deadline: float | None,
+             root_fd: int | None = None) -> E2BSession:
         e2b = import_sdk()
         if str(policy.workspace) == "/":
             raise SandboxUnavailable("the workspace cannot be / (it is synced as one archive)",
@@ -110,7 +111,7 @@ class E2BSession:
                 **options.sdk_params())
         except Exception as exc:
             raise unavailable(exc, "creating the E2B sandbox") from exc
-        session = cls(options, sandbox, policy)
+        session = cls(options, sandbox, policy, root_fd)
         try:
             if options.debug and not sandbox.is_running():
                 raise SandboxUnavailable(f"the envd at {options.sandbox_url} is not running",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dsh.runners.e2b import archive
-from dsh.runners.e2b.manifest import Entry, changes, entry_of, pack, take_manifest
+from dsh.runners.e2b.manifest import Entry, changes, entry_of, open_dirs, open_workspace, pack, take_manifest
 from dsh.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
@@ -47,9 +47,12 @@ def rel(path: Path | str) -> str:
 
 
 class WorkspaceSync:
-    def __init__(self, session: E2BSession, policy: SandboxPolicy) -> None:
+    def __init__(self, session: E2BSession, policy: SandboxPolicy, root_fd: int | None = None) -> None:
         self.session = session
         self.workspace = policy.workspace
+        #: The workspace as the policy service pinned it (the runner owns the
+        #: fd): every read for upload and every write back goes through it.
+        self.root_fd = root_fd
         self.hidden = policy.hidden_paths
         self.manifest: dict[str, Entry] = {}  # the host state the sandbox's copy matches
         self.digests: dict[str, str] = {}  # content digests of the sandbox's files
@@ -60,7 +63,7 @@ class WorkspaceSync:
     def push(self, timeout: float) -> None:
         """Make the sandbox's workspace match the host; a no-op when nothing changed."""
         with self.lock:
-            current = take_manifest(self.workspace, exclude=self.hidden)
+            current = take_manifest(self.workspace, exclude=self.hidden, root_fd=self.root_fd)
             send, remove = changes(self.manifest, current)
             if self.pushed and not send and not remove:
                 return
@@ -68,7 +71,7 @@ class WorkspaceSync:
             upload, rm_list = f"{_SCRATCH}/in-{token}.tar", f"{_SCRATCH}/rm-{token}"
             ws = str(self.workspace).lstrip("/")
             with tempfile.TemporaryFile() as tar:
-                sent = pack(self.workspace, send, tar)
+                sent = pack(self.workspace, send, tar, root_fd=self.root_fd)
                 tar.seek(0)
                 self.session.upload(upload, tar, timeout)
             if remove:
@@ -119,7 +122,7 @@ class WorkspaceSync:
             try:
                 plan = archive.plan_sync_back(local, self.workspace, protected, self.manifest,
                                               self.digests)
-                archive.apply_sync_back(local, self.workspace, plan)
+                archive.apply_sync_back(local, self.workspace, plan, root_fd=self.root_fd)
             except archive.SyncBackRefused:
                 # Nothing was written.  The sandbox's copy now holds what the host
                 # refused (a symlink, say); rebuild it from the host before the
@@ -144,7 +147,19 @@ class WorkspaceSync:
         for update in plan.updates:
             rel_path = "/".join(update.parts)
             host = self.workspace.joinpath(*update.parts)
-            entry = entry_of(os.lstat(host), host)
+            top = open_workspace(self.workspace, self.root_fd)
+            try:
+                parent = open_dirs(top, update.parts[:-1])
+            except OSError:
+                continue  # moved since: the next manifest will notice
+            finally:
+                os.close(top)
+            try:
+                entry = entry_of(os.stat(update.parts[-1], dir_fd=parent, follow_symlinks=False), host)
+            except OSError:
+                continue
+            finally:
+                os.close(parent)
             if entry is not None:
                 self.manifest[rel_path] = entry
         self.digests.update(plan.digests)

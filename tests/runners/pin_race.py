@@ -29,6 +29,8 @@ from dsh.executors.seam import ShellExecRequest, ShellExecutor
 from dsh.sandbox.errors import DshError
 from dsh.sandbox.session import SessionSpec, build_session
 
+LANDLOCK_ACCEPT = ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape")
+
 # The swapper: a separate process, so it runs truly in parallel with the
 # resolution (a thread would wait for the GIL).
 SWAPPER = r"""
@@ -80,7 +82,7 @@ def scenarios(base: Path, runner: str) -> list[Scenario]:
 
 def _run_once(scenario: Scenario, runner: str, outside: Path, index: int, command: str | None = None) -> str:
     # What landlock cannot hold here (as nobody: no cgroup for the process tree).
-    accept = ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape") if runner == "landlock" else ()
+    accept = LANDLOCK_ACCEPT if runner == "landlock" else ()
     spec = SessionSpec(
         executor="bash-sandbox",
         workspace=str(scenario.workspace),
