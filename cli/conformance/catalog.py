@@ -305,7 +305,7 @@ def _git_repo(env: HostEnv) -> None:
 
 # The hostile-host, kernel and policy scenarios live in their own modules; each
 # adds its tuple here with one line.
-from dsh.cli.conformance import catalog_host, catalog_kernel, catalog_policy, catalog_tmprepo  # noqa: E402
+from dsh.cli.conformance import catalog_host, catalog_kernel, catalog_pins, catalog_policy, catalog_tmprepo  # noqa: E402
 
 SCENARIOS += catalog_host.SCENARIOS
 SCENARIOS += catalog_kernel.SCENARIOS
@@ -314,6 +314,7 @@ from dsh.cli.conformance.catalog_gitsurface import SCENARIOS as GITSURFACE_SCENA
 
 SCENARIOS += GITSURFACE_SCENARIOS
 SCENARIOS += catalog_tmprepo.SCENARIOS
+SCENARIOS += catalog_pins.SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:

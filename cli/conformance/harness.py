@@ -149,7 +149,8 @@ class Harness:
                               ports=listeners.ports, abstract=listeners.abstract, unix_path=listeners.unix_path,
                               victim_pid=victim.pid, secrets=self.secrets, hits=listeners.hits,
                               suid_helper=os.environ.get("DSH_CONFORMANCE_SUID"), is_root=os.geteuid() == 0,
-                              supervisor_pid=os.getpid(), listeners=listeners)
+                              supervisor_pid=os.getpid(), listeners=listeners, runner=runner,
+                              runner_options=self.runner_options, accepted=enforcement.degradations)
                 gap = next((why for cap, why in reporting.items() if cap in scenario.covers), None)
                 # A limitation is work the runner refuses: it excuses a scenario that
                 # expects the work to run, never an attack that expects a refusal.

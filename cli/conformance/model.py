@@ -39,6 +39,11 @@ class HostEnv:
     is_root: bool = False
     supervisor_pid: int = 0  # the process that runs the harness and supervises the command
     listeners: Any = None  # the cell's ``Listeners``: setups open more sockets through it
+    # The cell's runner, its options and the degradations it accepts: for a
+    # host action that starts runs of its own on the same runner.
+    runner: str = ""
+    runner_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    accepted: tuple[str, ...] = ()
     # Values a setup adds for the argv (``{name}``) and the checks (e.g. a fresh victim's pid).
     extra: dict[str, Any] = field(default_factory=dict)
     cleanups: list[Callable[[], object]] = field(default_factory=list)  # run after the check
