@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import stat
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -60,7 +59,6 @@ SYSTEM_SENSITIVE = (
     Path("/opt/homebrew"),
     Path("/Library"),
 )
-_MAX_LINKS = 40  # as the kernel's ELOOP limit
 
 
 def root_refusal(path: Path) -> tuple[str | None, bool]:
@@ -153,73 +151,18 @@ def could_be_written(directory: Path) -> bool:
     return any(root_refusal(d)[1] for d in (directory, *directory.parents))
 
 
-def planted_link(path: Path, _depth: int = 0) -> tuple[Path, str] | None:
-    """The first symlink met while resolving ``path`` that a sandboxed command
-    could have made (see ``could_be_written``), with its target; ``None`` if none.
-
-    Walks the path the way ``realpath`` does, following each link's target in
-    turn, so a trusted link that points at a plantable one is found too.
-    Missing components end the walk (nothing left to follow).
-    """
-    if _depth > _MAX_LINKS:
-        return None  # a loop: realpath keeps it lexically, and so will the runner
-    current = Path("/")
-    for part in path.parts[1:]:
-        if part in ("", "."):
-            continue
-        if part == "..":
-            current = current.parent
-            continue
-        candidate = current / part
-        try:
-            mode = os.lstat(candidate).st_mode
-        except OSError:
-            return None
-        if not stat.S_ISLNK(mode):
-            current = candidate
-            continue
-        plantable = could_be_written(current)
-        try:
-            target = os.readlink(candidate)
-        except OSError:
-            # Replaced since the lstat: whatever is there now, a run could
-            # have put it there when the directory is one it can write.
-            return (candidate, "(changed while read)") if plantable else None
-        if plantable:
-            return candidate, target
-        found = planted_link(current / target, _depth + 1)
-        if found is not None:
-            return found
-        current = Path(os.path.realpath(candidate))
-    return None
-
-
 def link_refusal(label: str, raw: str, path: Path, link: Path, target: str, holder: Path) -> ConfigError | None:
     """The error for the symlink ``link`` (-> ``target``) met in the directory
     ``holder`` (canonical) while resolving ``path``, if a sandboxed command
     could have made it; ``None`` when only the host could (a system directory)."""
     if not could_be_written(holder):
         return None
-    return _planted_error(label, raw, link, target, path)
-
-
-def _planted_error(label: str, raw: str, link: Path, target: str, path: Path) -> ConfigError:
     return ConfigError(
         f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
         "sandboxed command may write (in or under a possible writable root), so an earlier run "
         f"could have made it; pass the real path {canonical(path)} instead if you trust "
         "it, or remove the link"
     )
-
-
-def refuse_planted_link(label: str, raw: str, path: Path) -> None:
-    """``ConfigError`` when ``path`` (absolute, as written) resolves through a
-    symlink a sandboxed command could have made."""
-    found = planted_link(path)
-    if found is None:
-        return
-    link, target = found
-    raise _planted_error(label, raw, link, target, path)
 
 
 def writable_root_holding(path: Path, roots: Iterable[Path]) -> Path | None:

@@ -39,7 +39,7 @@ from dsh.runners.docker.spec import (
     mount_points_below,
     symlinked_protected,
 )
-from dsh.runners.docker.verify import check_container, check_sources, make_placeholder, pinned_binds
+from dsh.runners.docker.verify import check_container, check_sources, make_placeholder, pinned_binds, stat_in
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox import capability as cap
@@ -457,7 +457,8 @@ class DockerRunner(Runner):
                                      f"{limits_hint(spec, exc)}: {exc}", runner=self.name) from None
         if expected:
             try:
-                check_container(client.api.inspect_container(container.id)["State"]["Pid"], expected)
+                check_container(client.api.inspect_container(container.id)["State"]["Pid"], expected,
+                                functools.partial(stat_in, container))
             except BaseException:
                 self._discard(warm)
                 raise

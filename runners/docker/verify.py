@@ -20,8 +20,9 @@ another filesystem view): nothing is checked and the docs say so.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
 from dsh.sandbox.errors import SandboxUnavailable
@@ -55,22 +56,46 @@ def check_sources(spec: ContainerSpec, expected: Mapping[str, Identity]) -> None
             raise _changed(mount.source, "it now names another directory (swapped since it was resolved)")
 
 
-def check_container(pid: int, expected: Mapping[str, Identity]) -> None:
+def check_container(pid: int, expected: Mapping[str, Identity],
+                    stat_inside: Callable[[list[str]], Mapping[str, Identity]]) -> None:
     """In the running container (its init is ``pid`` on this host): each
-    pinned bind's mount point is the pinned inode."""
+    pinned bind's mount point is the pinned inode.
+
+    Seen through ``/proc/<pid>/root``; where that is out of reach (the
+    container's user is not the caller's), ``stat_inside`` asks inside."""
     if pid <= 0:
         # Not running (it died under its limits): nothing can run in it, and
         # the exec that tries says why, naming the limit.
         return
     root = f"/proc/{pid}/root"
-    for target, want in sorted(expected.items()):
-        inside = root + target
+    seen: dict[str, Identity] = {}
+    for target in sorted(expected):
         try:
-            info = os.stat(inside, follow_symlinks=False)
+            info = os.stat(root + target, follow_symlinks=False)
+        except PermissionError:
+            seen = dict(stat_inside(sorted(expected)))
+            break
         except OSError as exc:
             raise _changed(target, f"its bind cannot be checked in the container: {exc.strerror or exc}") from None
-        if (info.st_dev, info.st_ino) != want:
+        seen[target] = (info.st_dev, info.st_ino)
+    for target, want in sorted(expected.items()):
+        if seen.get(target) != want:
             raise _changed(target, "the container bound another directory than the one resolved")
+
+
+def stat_in(container: Any, targets: list[str]) -> dict[str, Identity]:
+    """``(st_dev, st_ino)`` of ``targets`` as the container sees them (an exec of ``stat``)."""
+    from docker.errors import DockerException  # type: ignore[import-untyped]
+
+    try:
+        code, out = container.exec_run(["stat", "-c", "%d %i", "--", *targets], user="0")
+    except DockerException as exc:
+        raise _changed(targets[0], f"its bind cannot be checked in the container: {exc}") from None
+    lines = (out or b"").decode("utf-8", "replace").split()
+    if code != 0 or len(lines) != 2 * len(targets):
+        raise _changed(targets[0], "its bind cannot be checked in the container (stat failed)")
+    numbers = [int(x) for x in lines]
+    return {t: (numbers[2 * i], numbers[2 * i + 1]) for i, t in enumerate(targets)}
 
 
 def make_placeholder(path: str, pins: PinnedPaths | None) -> None:
