@@ -37,6 +37,7 @@ from dsh.cli.project_trust import Merged, Refusal, weakening_error, weakenings
 from dsh.sandbox.errors import ConfigError, UsageError
 from dsh.sandbox.input_files import check_path, path_problem
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy_paths import canonical
 
 if TYPE_CHECKING:
     from dsh.cli.run import RunOptions
@@ -147,7 +148,8 @@ def resolve(flags: Flags, environ: Mapping[str, str], workspace: Path, every_run
     check_path("--workspace", os.fspath(workspace), "pass a shorter path")
     user_path = find_user_config(environ)
     user = read_config(user_path, "user") if user_path is not None else None
-    project_path = project_config_path(Path(os.path.realpath(os.path.expanduser(workspace))))
+    # ``canonical``: a name swapped for a link meanwhile is a clean error, not an OSError.
+    project_path = project_config_path(canonical(os.path.expanduser(workspace)))
     project = read_config(project_path, "project") if project_path is not None else None
     # Highest precedence first: each layer is (source of a key, its values).
     layers = [_flag_layer(flags), _env_layer(environ)]
@@ -344,6 +346,6 @@ def _trust(flags: Flags, user: ConfigFile | None, project: ConfigFile | None) ->
     if user is not None and project is not None:
         root = project.path.parent.parent
         for raw in user.values.get("trusted_projects", ()):
-            if Path(os.path.realpath(os.path.expanduser(raw))) == Path(os.path.realpath(root)):
+            if canonical(os.path.expanduser(raw)) == canonical(root):
                 return Value(True, user.where("trusted_projects"))
     return Value(False, "default")

@@ -17,11 +17,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.runners.pin_race import SWAPPER
 from tests.runners.test_trusted_files import NOBODY, _reachable_by_nobody, docker_group
 from tests.support.require import require_runner
 from tests.support.runners import nobody_python
@@ -101,4 +103,57 @@ def test_swapped_policy_paths_never_redirect_a_run(runner: str, user: str, base:
         if runner != "docker":
             assert counts["ran"] >= 1, f"{name}: {counts}"
     # The host afterwards: nothing at all was written outside the roots.
+    assert _everything_under(race / "outside") == []
+
+
+#: Long enough for a few dozen CLI starts with the swapper running.
+CLI_SECONDS = 20.0
+
+
+@pytest.mark.parametrize("user", USERS)
+def test_the_cli_never_prints_a_traceback_under_swaps(user: str, base: Path) -> None:
+    """The same race through the real CLI: a swapped workspace is a clean
+    refusal (exit 2 or 125) or a run inside the roots, never a traceback."""
+    require_runner("bwrap")
+    kwargs: dict[str, object] = {}
+    if user == "nobody":
+        if os.geteuid() != 0:
+            pytest.skip("SANDBOX_UNAVAILABLE: running as nobody needs root")
+        kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+    python = _python(user)
+    race = base / "race"
+    for d in (race, race / "ws", race / "outside"):
+        d.mkdir()
+        if user == "nobody":
+            os.chown(d, NOBODY, NOBODY)
+    (race / "link").symlink_to(race / "outside")
+    swapper = subprocess.Popen(
+        [python, "-c", SWAPPER, str(race / "ws"), str(race / "link")], stdout=subprocess.PIPE, **kwargs,  # type: ignore[call-overload]
+    )
+    codes: dict[int, int] = {}
+    tracebacks: list[str] = []
+    try:
+        assert swapper.stdout is not None
+        swapper.stdout.readline()
+        env = {"PATH": os.environ["PATH"], "HOME": str(base), "LANG": "C.UTF-8"}
+        deadline = time.monotonic() + CLI_SECONDS
+        index = 0
+        while index < 4 or time.monotonic() < deadline:
+            index += 1
+            # Exit 3: the command ran and its write outside was refused.
+            script = f"echo pwned > {race}/outside/p{index} || exit 3"
+            proc = subprocess.run(
+                [python, "-m", "dsh.cli", "run", "--runner", "bwrap", "--workspace", str(race / "ws"),
+                 "--", "sh", "-c", script],
+                cwd=base, env=env, capture_output=True, text=True, timeout=120, check=False,
+                **kwargs,  # type: ignore[arg-type]
+            )
+            codes[proc.returncode] = codes.get(proc.returncode, 0) + 1
+            if "Traceback" in proc.stderr:
+                tracebacks.append(proc.stderr[-1500:])
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert tracebacks == [], tracebacks[0]
+    assert set(codes) <= {2, 3, 125}, codes
     assert _everything_under(race / "outside") == []
