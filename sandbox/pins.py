@@ -87,7 +87,12 @@ def walk(label: str, raw: str, path: Path, base: Pin | None = None) -> Resolved:
     during the walk.  Never an ``OSError``.
     """
     for _ in range(_ATTEMPTS):
-        result = _walk_once(label, raw, path, base)
+        try:
+            result = _walk_once(label, raw, path, base)
+        except OSError as exc:
+            # Each step's own failures are handled where they happen; anything
+            # else the kernel says is about this path, and is said as such.
+            raise ConfigError(f"{label}: {raw}: cannot resolve it ({exc.strerror or exc})") from None
         if result is not None:
             return result
     raise PathRaced(
