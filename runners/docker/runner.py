@@ -457,8 +457,12 @@ class DockerRunner(Runner):
                                      f"{limits_hint(spec, exc)}: {exc}", runner=self.name) from None
         if expected:
             try:
-                check_container(client.api.inspect_container(container.id)["State"]["Pid"], expected,
-                                functools.partial(stat_in, container))
+                pid = client.api.inspect_container(container.id)["State"]["Pid"]
+                check_container(pid, expected, functools.partial(stat_in, container))
+            except DockerException as exc:
+                self._discard(warm)
+                raise SandboxUnavailable(f"cannot check the binds of container {name}: {exc}",
+                                         runner=self.name) from None
             except BaseException:
                 self._discard(warm)
                 raise

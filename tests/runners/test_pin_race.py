@@ -102,8 +102,19 @@ def test_swapped_policy_paths_never_redirect_a_run(runner: str, user: str, base:
         assert counts["refused"] >= 1, f"{name}: {counts}"
         if runner != "docker":
             assert counts["ran"] >= 1, f"{name}: {counts}"
-    # The host afterwards: nothing at all was written outside the roots.
-    assert _everything_under(race / "outside") == []
+    # The host afterwards: nothing at all was written outside the roots, but
+    # for docker's one named residual (docs/threat-model.md): when the daemon
+    # bound the swapped-in directory, runc made the empty mount points of the
+    # nested read-only binds there before the bind check refused the run.
+    left = _everything_under(race / "outside")
+    if runner == "docker":
+        left = [name for name in left if not _empty_mount_point(race / "outside" / name)]
+    assert left == []
+
+
+def _empty_mount_point(path: Path) -> bool:
+    """An empty directory named after a protected path (a nested bind's mount point)."""
+    return path.is_dir() and not any(path.iterdir()) and path.name in {".dsh", ".git"}
 
 
 #: Long enough for a few dozen CLI starts with the swapper running.
