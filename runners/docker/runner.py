@@ -39,7 +39,14 @@ from dsh.runners.docker.spec import (
     mount_points_below,
     symlinked_protected,
 )
-from dsh.runners.docker.verify import check_container, check_sources, make_placeholder, pinned_binds, stat_in
+from dsh.runners.docker.verify import (
+    check_container,
+    check_sources,
+    make_placeholder,
+    mounts_in,
+    pinned_binds,
+    stat_in,
+)
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox import capability as cap
@@ -458,7 +465,8 @@ class DockerRunner(Runner):
         if expected:
             try:
                 pid = client.api.inspect_container(container.id)["State"]["Pid"]
-                check_container(pid, expected, functools.partial(stat_in, container))
+                check_container(pid, expected, functools.partial(stat_in, container),
+                                functools.partial(mounts_in, container))
             except DockerException as exc:
                 self._discard(warm)
                 raise SandboxUnavailable(f"cannot check the binds of container {name}: {exc}",

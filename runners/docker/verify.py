@@ -20,6 +20,7 @@ another filesystem view): nothing is checked and the docs say so.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -57,7 +58,8 @@ def check_sources(spec: ContainerSpec, expected: Mapping[str, Identity]) -> None
 
 
 def check_container(pid: int, expected: Mapping[str, Identity],
-                    stat_inside: Callable[[list[str]], Mapping[str, Identity]]) -> None:
+                    stat_inside: Callable[[list[str]], Mapping[str, Identity]],
+                    mounts_inside: Callable[[], set[str]] | None = None) -> None:
     """In the running container (its init is ``pid`` on this host): each
     pinned bind's mount point is the pinned inode.
 
@@ -67,6 +69,7 @@ def check_container(pid: int, expected: Mapping[str, Identity],
         # Not running (it died under its limits): nothing can run in it, and
         # the exec that tries says why, naming the limit.
         return
+    _check_mount_points(pid, expected, mounts_inside)
     root = f"/proc/{pid}/root"
     seen: dict[str, Identity] = {}
     for target in sorted(expected):
@@ -83,9 +86,50 @@ def check_container(pid: int, expected: Mapping[str, Identity],
             raise _changed(target, "the container bound another directory than the one resolved")
 
 
+def _check_mount_points(pid: int, expected: Mapping[str, Identity],
+                        mounts_inside: Callable[[], set[str]] | None) -> None:
+    """Each pinned bind is mounted at its own path in the container: a target
+    swapped for a symlink while runc mounted would have put it elsewhere, and
+    the name then shows whatever lies there now, not the mount."""
+    try:
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+            points = mount_points(fh.read())
+    except PermissionError:
+        if mounts_inside is None:
+            return
+        points = mounts_inside()  # another user's container: read from inside
+    except OSError as exc:
+        raise _changed(next(iter(expected)), f"the container's mounts cannot be read: {exc.strerror}") from None
+    for target in sorted(expected):
+        if target not in points:
+            raise _changed(target, "its bind is not mounted at its own path in the container")
+
+
+def mount_points(mountinfo: str) -> set[str]:
+    return {_unescape(line.split()[4]) for line in mountinfo.splitlines() if len(line.split()) > 4}
+
+
+def mounts_in(container: Any) -> set[str]:
+    """The mount points the container's processes see (an exec of ``cat``)."""
+    from docker.errors import DockerException  # type: ignore[import-untyped]
+
+    try:
+        code, out = container.exec_run(["cat", "/proc/self/mountinfo"], user="0")
+    except DockerException as exc:
+        raise SandboxUnavailable(f"cannot read the container's mounts: {exc}", runner="docker") from None
+    if code != 0:
+        raise SandboxUnavailable("cannot read the container's mounts (cat failed)", runner="docker")
+    return mount_points((out or b"").decode("utf-8", "surrogateescape"))
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field (octal escapes for space, tab, newline, backslash)."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def stat_in(container: Any, targets: list[str]) -> dict[str, Identity]:
     """``(st_dev, st_ino)`` of ``targets`` as the container sees them (an exec of ``stat``)."""
-    from docker.errors import DockerException  # type: ignore[import-untyped]
+    from docker.errors import DockerException
 
     try:
         code, out = container.exec_run(["stat", "-c", "%d %i", "--", *targets], user="0")
