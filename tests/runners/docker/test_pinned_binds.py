@@ -32,6 +32,12 @@ def test_the_check_sees_the_bind_and_refuses_another_inode(workspace: Path) -> N
         wrong = {str(workspace): (host.st_dev, host.st_ino + 1)}
         with pytest.raises(SandboxUnavailable, match=str(workspace)):
             check_container(pid, wrong, inside)
+        # The right inode at a path that is not where the bind is mounted (a
+        # target moved by a symlink swap) is refused too.
+        (workspace / "sub").mkdir()
+        sub = os.stat(workspace / "sub")
+        with pytest.raises(SandboxUnavailable, match="not mounted at its own path"):
+            check_container(pid, {str(workspace / "sub"): (sub.st_dev, sub.st_ino)}, inside)
         # Out of reach from the host (another user's container): asked inside.
         real_stat = os.stat
 
