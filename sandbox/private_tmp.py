@@ -34,6 +34,7 @@ from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import canonical
 from dsh.sandbox.sandbox_home import ensure_private_dir
 
 PRIVATE = "private"
@@ -78,10 +79,12 @@ class PrivateTmp:
     def create(cls, avoid: Iterable[Path], environ: Mapping[str, str] = os.environ) -> PrivateTmp:
         """A fresh directory outside ``avoid`` (the shared temporary dirs and
         the other writable roots); ``ConfigError`` when no candidate will do."""
-        avoided = [Path(os.path.realpath(p)) for p in avoid]
+        # ``canonical``: a root another run swaps for a link meanwhile is a
+        # clean error, never an OSError from realpath.
+        avoided = [canonical(p) for p in avoid]
         problems: list[str] = []
         for candidate in candidates(environ, os.geteuid()):
-            base = Path(os.path.realpath(candidate.parent)) / candidate.name
+            base = canonical(candidate.parent) / candidate.name
             if _overlaps(base, avoided):
                 problems.append(f"{base} lies in a shared or writable directory")
                 continue
