@@ -22,7 +22,7 @@ record() {
   if [ "$2" = skipped ]; then verdict="not run"
   elif [ "$2" != 0 ]; then verdict="FAILED (exit $2)"; failed=1
   fi
-  summary+=("$(printf '%-28s %-18s %5d s' "$1" "$verdict" "$3")")
+  summary+=("$(printf '%-44s %-18s %5d s' "$1" "$verdict" "$3")")
   echo "-- $1: $verdict in $3 s"
 }
 
@@ -75,15 +75,18 @@ background() {
   echo "== $name (started in the background; its output follows when it ends)"
   bg_name[$id]="$name"
   bg_start[$id]=$SECONDS
-  ( "$@" ) >"$logs/$id.log" 2>&1 </dev/null &
+  # Its own running time goes to $logs/ID.secs: collecting may come later.
+  ( begin=$SECONDS; status=0; "$@" || status=$?; echo "$((SECONDS - begin))" >"$logs/$id.secs"; exit "$status" ) \
+    >"$logs/$id.log" 2>&1 </dev/null &
   bg_pid[$id]=$!
 }
 collect() {
-  local id="$1" status=0
+  local id="$1" status=0 took
   ticking_wait "${bg_name[$id]}" "${bg_pid[$id]}" "${bg_start[$id]}" || status=$?
   echo "== ${bg_name[$id]} (output)"
   cat "$logs/$id.log"
-  record "${bg_name[$id]}" "$status" "$((SECONDS - bg_start[$id]))"
+  took="$(cat "$logs/$id.secs" 2>/dev/null || echo "$((SECONDS - bg_start[$id]))")"
+  record "${bg_name[$id]}" "$status" "$took"
   return "$status"
 }
 

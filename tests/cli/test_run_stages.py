@@ -61,6 +61,13 @@ def test_a_failed_setup_stops_the_run_with_the_summary(tmp_path: Path) -> None:
     assert "install" in done.stdout[done.stdout.index("== summary"):], done.stdout
 
 
+def test_a_background_stage_reports_its_own_running_time(tmp_path: Path) -> None:
+    done = _run("background quick 'a quick job' true\nstage slow sleep 3\ncollect quick\nfinish", tmp_path)
+    assert done.returncode == 0, done
+    [line] = [x for x in done.stdout.splitlines() if x.startswith("-- a quick job:")]
+    assert line == "-- a quick job: ok in 0 s", done.stdout  # not the 3 s until it was collected
+
+
 def test_a_long_step_says_it_is_still_running(tmp_path: Path) -> None:
     done = _run("setup slow sleep 3\nfinish", tmp_path, tick="1")
     assert done.returncode == 0, done
