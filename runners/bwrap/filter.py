@@ -84,7 +84,8 @@ def build_filter() -> SyscallFilter:
 
 def describe() -> str:
     return (
-        f"seccomp: keyrings, io_uring, TIOCSTI refused; {seccomp.FILE_RULES_TEXT} refused; sockets: IP "
+        f"seccomp: keyrings, io_uring, TIOCSTI, new namespaces and the mount API refused; {seccomp.FILE_RULES_TEXT} "
+        "refused; sockets: IP "
         "(loopback only when the network is off) and route netlink; socketpair() stream/seqpacket; "
         "socket(AF_UNIX) refused (no host unix socket, pathname or abstract, is reachable; nor a server the "
         "command starts), AF_VSOCK, other netlink and packet sockets refused"

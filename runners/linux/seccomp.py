@@ -42,6 +42,18 @@ Every constrained command gets:
   the command can read), and so do ``flock``/``F_SETLK``: build tools lock files
   in their caches, and a read lock on a readable host file only delays a host
   writer that takes the same advisory lock, for as long as the command runs;
+- no new namespace and no mount: ``unshare`` and ``setns`` refused, ``clone``
+  with any ``CLONE_NEW*`` flag refused (``clone3``, whose flags are behind a
+  pointer, is ENOSYS: libc falls back to ``clone``), and the mount API
+  (``mount``, ``umount2``, ``pivot_root``, ``chroot``, ``fsopen``,
+  ``fsconfig``, ``fsmount``, ``fspick``, ``open_tree``, ``move_mount``,
+  ``mount_setattr``) refused.  A new user namespace hands back every
+  capability inside it, and with them the kernel surface only a namespace's
+  root reaches (filesystem drivers through ``fsopen``, netfilter and routing
+  in a new network namespace): bwrap closes it with ``--disable-userns`` and
+  Docker's default profile refuses it, but a Landlock command shares the host's
+  namespaces and would get it.  Threads and ``fork`` (``clone`` without those
+  flags) keep working;
 - ``read_only``: chmod/chown/utime/xattr changes refused (Landlock has no
   right for metadata).
 
@@ -109,7 +121,8 @@ from dsh.runners.linux.syscalls import ARCHES, Arch, UnsupportedArch, native_arc
 
 __all__ = [
     "ALLOW", "ARCHES", "FILE_RULES_TEXT", "Action", "Arch", "Arg", "Instruction", "Rule", "SyscallPolicy",
-    "UnsupportedArch", "compile_bpf", "install", "native_arch", "refuse", "rules", "set_no_new_privs",
+    "UnsupportedArch", "compile_bpf", "install", "namespace_rules", "native_arch", "refuse", "rules",
+    "set_no_new_privs",
     "to_sock_filter_bytes",
 ]  # fmt: skip
 
@@ -192,6 +205,11 @@ _PID_ARGS = (("kill", 0), ("tkill", 0), ("rt_sigqueueinfo", 0), ("pidfd_open", 0
 # (syscall, index of its mode argument) for the setuid/setgid refusal.
 _MODE_ARGS = (("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("fchmodat2", 2), ("open", 2), ("openat", 3),
               ("creat", 1), ("mknod", 1), ("mknodat", 2))  # fmt: skip
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (CLONE_NEWTIME
+# shares its bit with clone()'s exit signal: only unshare and clone3 take it).
+_NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+_MOUNT_API = ("mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick", "open_tree",
+              "move_mount", "mount_setattr")  # fmt: skip
 _OWN_PID_ONLY = ("prlimit64", "sched_setparam", "sched_setscheduler", "sched_setaffinity", "sched_setattr")
 
 
@@ -252,6 +270,14 @@ def _file_rules() -> Iterable[Rule]:
     yield Rule("fcntl", EPERM, (Arg(1, _F_SETLEASE),))
 
 
+def namespace_rules() -> Iterable[Rule]:
+    """No new namespace, no mount: what bwrap's ``--disable-userns`` and
+    Docker's default profile refuse, for every runner alike."""
+    yield from (Rule(name, EPERM) for name in ("unshare", "setns", *_MOUNT_API))
+    yield Rule("clone3", ENOSYS)
+    yield from (Rule("clone", EPERM, (Arg(0, flag, mask=flag),)) for flag in _NS_FLAGS)
+
+
 def rules(policy: SyscallPolicy) -> tuple[Rule, ...]:
     """The rules for a constrained command in the environment ``policy`` describes."""
     out: list[Rule] = [Rule(name, ENOSYS) for name in _IO_URING]
@@ -259,6 +285,7 @@ def rules(policy: SyscallPolicy) -> tuple[Rule, ...]:
     out += _ioctl_rules(policy)
     out.append(Rule("file_setattr", EPERM))
     out += _file_rules()
+    out += namespace_rules()
     if policy.read_only:
         out += (Rule(name, EPERM) for name in _METADATA)
     if not policy.private_ipc:

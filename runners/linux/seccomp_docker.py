@@ -16,9 +16,10 @@ Only the native architecture is listed: a foreign ABI (i386, x32) gets
 libseccomp's bad-architecture action, as the BPF compiler kills it.
 
 Docker's default profile is replaced by this one, so what it gives a container
-without capabilities is kept here too (``DOCKER_BASELINE``): no namespaces
-(``unshare``, ``setns``, namespace flags of ``clone``; ``clone3`` ENOSYS so
-libc falls back to ``clone``), no mount API, and none of ``bpf``,
+without capabilities is kept: no namespaces (``unshare``, ``setns``, namespace
+flags of ``clone``; ``clone3`` ENOSYS so libc falls back to ``clone``) and no
+mount API come with the shared rules, as for every Linux runner; the rest
+(``DOCKER_BASELINE``) refuses ``bpf``,
 ``perf_event_open``, ``userfaultfd``, ``fanotify_init``, ``kcmp``,
 ``pidfd_getfd``, ``process_madvise``, ``personality`` flags beyond PER_LINUX32 and UNAME26.
 The rest of it guards syscalls that need a capability the container does not
@@ -38,19 +39,16 @@ from dsh.runners.linux.seccomp import Arg, Rule, SyscallPolicy, refuse, rules
 from dsh.runners.linux.syscalls import ARCHES, Arch
 
 _EPERM = refuse(errno.EPERM)
-_NS_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 #: personality(): PER_LINUX with at most PER_LINUX32 (0x8) and UNAME26 (0x20000), as Docker allows;
 #: any other bit (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE...) is refused.
 _PERSONALITY_BITS = 0x20008
 
+# Namespaces and the mount API come from the shared rules (``namespace_rules``).
 DOCKER_BASELINE: tuple[Rule, ...] = (
     *(Rule(name, _EPERM) for name in (
-        "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount", "fspick",
-        "open_tree", "move_mount", "mount_setattr", "bpf", "perf_event_open", "userfaultfd", "fanotify_init",
-        "kcmp", "pidfd_getfd", "process_madvise", "lookup_dcookie", "quotactl", "syslog", "acct",
+        "bpf", "perf_event_open", "userfaultfd", "fanotify_init", "kcmp", "pidfd_getfd", "process_madvise",
+        "lookup_dcookie", "quotactl", "syslog", "acct",
     )),
-    Rule("clone3", refuse(errno.ENOSYS)),
-    *(Rule("clone", _EPERM, (Arg(0, flag, mask=flag),)) for flag in _NS_FLAGS),
     *(Rule("personality", _EPERM, (Arg(0, 1 << bit, mask=1 << bit),))
       for bit in range(32) if not _PERSONALITY_BITS & (1 << bit)),
 )  # fmt: skip

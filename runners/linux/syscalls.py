@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 _COMMON = {
     "pidfd_send_signal": 424, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
     "pidfd_open": 434, "openat2": 437, "pidfd_getfd": 438, "fchmodat2": 452, "setxattrat": 463, "removexattrat": 466,
-    "file_setattr": 469,
+    "file_setattr": 469, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+    "fspick": 433, "clone3": 435, "mount_setattr": 442,
 }  # fmt: skip
 
 _X86_64 = {
@@ -35,7 +36,8 @@ _X86_64 = {
     "mq_getsetattr": 245, "add_key": 248, "request_key": 249, "keyctl": 250, "ioprio_set": 251,
     "openat": 257, "mknodat": 259, "fchownat": 260, "futimesat": 261, "fchmodat": 268, "utimensat": 280,
     "rt_tgsigqueueinfo": 297, "prlimit64": 302, "process_vm_readv": 310, "process_vm_writev": 311,
-    "sched_setattr": 314,
+    "sched_setattr": 314, "clone": 56, "pivot_root": 155, "chroot": 161, "mount": 165, "umount2": 166,
+    "unshare": 272, "setns": 308,
 }  # fmt: skip
 
 _AARCH64 = {
@@ -50,7 +52,8 @@ _AARCH64 = {
     "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
     "socket": 198, "socketpair": 199, "bind": 200, "listen": 201, "connect": 203, "add_key": 217,
     "request_key": 218, "keyctl": 219, "rt_tgsigqueueinfo": 240, "prlimit64": 261, "process_vm_readv": 270,
-    "process_vm_writev": 271, "sched_setattr": 274,
+    "process_vm_writev": 271, "sched_setattr": 274, "umount2": 39, "mount": 40, "pivot_root": 41, "chroot": 51,
+    "unshare": 97, "clone": 220, "setns": 268,
 }  # fmt: skip
 
 

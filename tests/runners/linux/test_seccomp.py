@@ -375,3 +375,57 @@ def test_lease_refused_locks_and_dnotify_kept() -> None:
         finally:
             os.close(fd)
             os.close(folder)
+
+
+_CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWNS = 0x10000000, 0x40000000, 0x00020000
+_SIGCHLD = 17
+
+
+def _fork_with_clone(flags: int) -> int:
+    """A raw ``clone(flags | SIGCHLD)`` whose child exits at once; its errno (0: it ran)."""
+    nr = ARCH.number("clone")
+    assert nr is not None
+    pid = _libc.syscall(ctypes.c_long(nr), ctypes.c_long(flags | _SIGCHLD), *(ctypes.c_long(0) for _ in range(4)))
+    if pid == 0:  # pragma: no cover - child
+        os._exit(0)
+    if pid < 0:
+        return ctypes.get_errno()
+    os.waitpid(pid, 0)
+    return 0
+
+
+@pytest.mark.parametrize("policy", [LANDLOCK, BWRAP], ids=["landlock", "bwrap"])
+def test_no_new_namespace_and_no_mount(policy: SyscallPolicy) -> None:
+    # Unfiltered, root (or a host allowing user namespaces) gets a user
+    # namespace: the rule, not the caller's privileges, refuses it below.
+    for flags in (_CLONE_NEWUSER, _CLONE_NEWNET, _CLONE_NEWNS, _CLONE_NEWUSER | _CLONE_NEWNS):
+        assert filtered(policy, lambda f=flags: _syscall("unshare", f)) == errno.EPERM  # type: ignore[misc]
+        assert filtered(policy, lambda f=flags: _fork_with_clone(f)) == errno.EPERM  # type: ignore[misc]
+    assert filtered(policy, lambda: _syscall("setns", 0, 0)) == errno.EPERM
+    assert filtered(policy, lambda: _syscall("clone3", 0, 0)) == errno.ENOSYS
+    assert filtered(policy, lambda: _errno_of(lambda: os.chroot("/"))) == errno.EPERM
+    for name in ("mount", "umount2", "pivot_root", "fsopen", "fsconfig", "fsmount", "fspick", "open_tree", "move_mount",
+                 "mount_setattr"):
+        assert filtered(policy, lambda n=name: _syscall(n, 0, 0, 0, 0, 0)) == errno.EPERM, name  # type: ignore[misc]
+
+
+def _threads_and_forks() -> int:
+    import subprocess
+    import threading
+
+    box: list[int] = []
+    worker = threading.Thread(target=lambda: box.append(1))
+    worker.start()
+    worker.join()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os._exit(7)
+    _, status = os.waitpid(pid, 0)
+    done = subprocess.run(["/bin/sh", "-c", "exit 5"], check=False)
+    ok = box == [1] and os.WEXITSTATUS(status) == 7 and done.returncode == 5 and _fork_with_clone(0) == 0
+    return 0 if ok else 1
+
+
+@pytest.mark.parametrize("policy", [LANDLOCK, BWRAP], ids=["landlock", "bwrap"])
+def test_threads_fork_and_exec_still_work(policy: SyscallPolicy) -> None:
+    assert filtered(policy, _threads_and_forks) == 0
