@@ -34,6 +34,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from dsh.sandbox.own_state import spill_candidates
+
 MAX_AGE_S = 24 * 3600
 #: What earlier sessions may keep in one user's spill directory.
 MAX_TOTAL_BYTES = 256 * 1024 * 1024
@@ -47,21 +49,9 @@ class SpillUnavailable(OSError):
 
 
 def candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, tuple[str, ...]]]:
-    """Spill directories to try, best first: ``(anchor, parts)``.  Links in
-    the anchor (a system or user directory) are resolved; ``parts`` are ours,
-    walked without following any link."""
-    out: list[tuple[Path, tuple[str, ...]]] = []
-    runtime = environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(runtime):
-        out.append((Path(runtime), ("dsh-sandbox", "spill")))
-    cache = environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(cache):
-        home = environ.get("HOME", "")
-        cache = os.path.join(home, ".cache") if os.path.isabs(home) else ""
-    if cache:
-        out.append((Path(cache), ("dsh-sandbox", "spill")))
-    out.append((Path("/var/tmp"), (f"dsh-sandbox-{uid}",)))
-    return out
+    """Spill directories to try, best first (``own_state.spill_candidates``,
+    which also hides them from every run)."""
+    return spill_candidates(environ, uid)
 
 
 def _overlaps(path: Path, roots: Iterable[Path]) -> Path | None:

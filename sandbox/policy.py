@@ -58,6 +58,11 @@ class SandboxPolicy:
       in workspace-write, see ``private_tmp``): ``$TMPDIR`` names it, and a
       runner with a mount namespace shows it at ``/tmp`` as well; ``None``
       when the profile shares the host's ``/tmp`` or excludes it.
+    - ``state_paths``: the hidden paths that are dsh-sandbox's own state (other
+      workspaces' HOMEs, spill files, the escalation log; see ``own_state``),
+      also listed in ``hidden_paths``.  A runner that can hide only their
+      contents says so in ``explain`` without declaring a degradation: their
+      names tell a command nothing it could use.
     """
 
     mode: SandboxMode
@@ -77,6 +82,7 @@ class SandboxPolicy:
     unscanned_roots: tuple[Path, ...] = ()  # where the search for nested repositories stopped
     home: Path | None = None  # HOME inside the sandbox; None: the real one (read-only)
     private_tmp: Path | None = None  # the session's /tmp and $TMPDIR; None: shared or none
+    state_paths: tuple[Path, ...] = ()  # hidden paths holding dsh-sandbox's own state
 
     @property
     def constrained(self) -> bool:

@@ -26,6 +26,7 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.enclosing_repo import describe_enclosing, enclosing_repository, kept_read_only
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.own_state import hidden_state, refuse_install_in_roots, state_refusal
 from dsh.sandbox.pins import Pin, PinnedPaths, PinStore, Resolved
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_guard import root_refusal
@@ -48,7 +49,7 @@ from dsh.sandbox.protected_scan import (
     TreeIndex,
     protected_from,
 )
-from dsh.sandbox.sandbox_home import resolve_home
+from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home
 from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
@@ -158,6 +159,14 @@ class PolicyService(Service):
         """The command's HOME (``sandbox_home``): made private per workspace, or
         the profile's directory; ``None`` keeps the real one."""
         return resolve_home(self._profile.home, self._workspace, f"profile {self._profile.name}: home")
+
+    @functools.cached_property
+    def _own_home(self) -> tuple[Path, ...]:
+        """The run's own per-workspace HOME, the one writable root allowed
+        inside dsh-sandbox's state (another workspace's HOME is not)."""
+        if self._home is None or self._profile.home not in (None, PER_WORKSPACE):
+            return ()
+        return (self._home,)
 
     def _forced_roots(self) -> frozenset[Path]:
         forced: set[Path] = set()
@@ -275,6 +284,10 @@ class PolicyService(Service):
         hidden_resolved = [r for r in self._paths("hidden_paths", profile.hidden_paths) if r.pin is not None]
         hidden = [r.path for r in hidden_resolved]
         pins += [r.pin for r in (*read_only_resolved, *hidden_resolved) if r.pin is not None]
+        # Other workspaces' HOMEs and every session's spill files: never this run's to read.
+        keep = [self._workspace, *(path for _label, path in roots), *([self._home] if self._home else [])]
+        state = [p for p in hidden_state(keep) if p not in hidden]
+        hidden += state
         _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", hidden)])
         policy = SandboxPolicy(
             writable_roots=sorted_paths(path for _label, path in roots),
@@ -287,6 +300,7 @@ class PolicyService(Service):
             unscanned_roots=found.incomplete,
             home=self._home,
             private_tmp=private_tmp,
+            state_paths=sorted_paths(state),
             **common,
         )
         self._pins.remember(policy, pins)
@@ -374,26 +388,49 @@ class PolicyService(Service):
     def _refuse_dangerous(self, roots: Iterable[tuple[str, Path]]) -> None:
         """System directories are refused; credentials, start-up files and the
         home directory only unless forced by name."""
+        roots = list(roots)
         for label, path in roots:
             reason, forceable = root_refusal(path)
-            if reason is None or (forceable and path in self._forced):
-                continue
-            force = (
-                f"; or, if you mean it, force it with --force-writable {path} "
-                "(or force_writable_roots in the profile)"
-            )
-            if label.startswith("$TMPDIR"):
-                fix = 'drop tmp = "shared" from the profile or set TMPDIR to a private directory'
-            elif label == "workspace":
-                fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
-            elif forceable:
-                fix = "name a project directory instead"
-            else:
-                fix = "name a project directory instead, or use --mode danger-full-access"
-            raise ConfigError(
-                f"{label}: refusing to make {path} writable in workspace-write ({reason}); "
-                f"{fix}{force if forceable else ''}"
-            )
+            if reason is not None and not forceable:
+                self._refuse_root(label, path, reason, forceable=False)
+            # dsh-sandbox's own state: no force lifts it (the run's own HOME excepted).
+            state = state_refusal(path, self._own_home)
+            if state is not None:
+                also = f"{reason}; " if reason is not None else ""
+                if label == "workspace":
+                    fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
+                elif label.startswith(("/tmp", "$TMPDIR")):
+                    fix = "drop tmp = \"shared\" from the profile"
+                else:
+                    fix = "name a directory that does not overlap it"
+                raise ConfigError(
+                    f"{label}: refusing to make {path} writable in workspace-write ({also}{state}: a command "
+                    f"could read other runs' output and HOMEs or write what a later run trusts); {fix}, or move "
+                    "that state (XDG_CACHE_HOME, XDG_CONFIG_HOME, XDG_RUNTIME_DIR, DSH_HOME) out of every "
+                    "writable root; --force-writable cannot lift this"
+                )
+            if reason is not None and path not in self._forced:
+                self._refuse_root(label, path, reason, forceable=True)
+        refuse_install_in_roots(roots)
+
+    @staticmethod
+    def _refuse_root(label: str, path: Path, reason: str, *, forceable: bool) -> None:
+        force = (
+            f"; or, if you mean it, force it with --force-writable {path} "
+            "(or force_writable_roots in the profile)"
+        )
+        if label.startswith("$TMPDIR"):
+            fix = 'drop tmp = "shared" from the profile or set TMPDIR to a private directory'
+        elif label == "workspace":
+            fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
+        elif forceable:
+            fix = "name a project directory instead"
+        else:
+            fix = "name a project directory instead, or use --mode danger-full-access"
+        raise ConfigError(
+            f"{label}: refusing to make {path} writable in workspace-write ({reason}); "
+            f"{fix}{force if forceable else ''}"
+        )
 
     def _paths(self, key: str, raws: Iterable[str]) -> list[Resolved]:
         out: list[Resolved] = []

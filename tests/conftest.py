@@ -13,16 +13,19 @@ import pytest
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _sandbox_homes_in_a_temp_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _sandbox_homes_in_a_temp_dir() -> Iterator[None]:
     """Every policy makes a per-workspace sandbox HOME under $XDG_CACHE_HOME: the
-    test workspaces' homes go to a scratch directory, not the tester's ~/.cache."""
+    test workspaces' homes go to a scratch directory, not the tester's ~/.cache.
+    Outside /tmp: dsh-sandbox's own state may not lie in a writable root."""
     saved = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache").resolve())
+    scratch = Path(tempfile.mkdtemp(prefix="dsh-xdg-cache-", dir="/var/tmp")).resolve()
+    os.environ["XDG_CACHE_HOME"] = str(scratch)
     yield
     if saved is None:
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = saved
+    shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.fixture

@@ -150,11 +150,13 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
                 "entries created there later are readable, and Landlock only grants access",
             )
         )
-    if hidden:
+    # dsh-sandbox's own state is hidden the same way; its names tell nothing (``state_paths``).
+    named = [h for h in hidden if h not in policy.state_paths]
+    if named:
         gaps.append(
             Gap(
                 DEGRADE_HIDDEN,
-                "hidden paths " + ", ".join(map(str, hidden)) + ": contents are unreadable, but their "
+                "hidden paths " + ", ".join(map(str, named)) + ": contents are unreadable, but their "
                 "names, metadata (stat) and directory listings stay visible: Landlock only grants "
                 "access and never mediates path lookup or stat",
             )

@@ -160,7 +160,7 @@ def test_a_refusal_suggests_one_runners_flags_and_pins_it(ctx: Context, workspac
 
 
 @pytest.fixture
-def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+def plugin(tmp_path: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A third-party distribution that registers a runner through its entry point."""
     (tmp_path / "dsh_plugin_demo.py").write_text(
         "from dsh.runners.fake import FakeRunner\n"
@@ -176,7 +176,7 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     (info / "entry_points.txt").write_text("[dsh_sandbox.runners]\ndemo = dsh_plugin_demo:DemoRunner\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "dsh_plugin_demo", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(trusted_dir / "cache"))  # outside the writable /tmp
     return "demo"
 
 

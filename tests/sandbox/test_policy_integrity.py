@@ -126,9 +126,7 @@ def test_links_the_host_made_in_system_directories_are_trusted(workspace: Path, 
 
 
 # -- dangerous writable roots ------------------------------------------------------------
-@pytest.mark.parametrize(
-    "sub", ["", ".ssh", ".gnupg", ".aws", ".config", ".config/systemd/user", ".local/bin"]
-)
+@pytest.mark.parametrize("sub", [".ssh", ".gnupg", ".aws", ".config/systemd/user", ".local/bin"])
 def test_credentials_and_start_up_dirs_refused_unless_forced(
     workspace: Path, home: Path, sub: str
 ) -> None:
@@ -143,6 +141,26 @@ def test_credentials_and_start_up_dirs_refused_unless_forced(
     ro = service(workspace, mode="read-only", writable=(str(root),))
     with pytest.raises(ConfigError, match="refusing"):
         ro.resolve(SandboxMode.WORKSPACE_WRITE)
+
+
+@pytest.mark.parametrize("sub", ["", ".config", ".config/dsh-sandbox", ".dsh", ".cache", ".cache/dsh-sandbox",
+                                 ".cache/dsh-sandbox/spill", ".cache/dsh-sandbox/home/other-0123456789ab"])
+def test_roots_holding_dsh_sandbox_state_cannot_be_forced(
+    workspace: Path, home: Path, sub: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The home, ~/.config and ~/.cache hold it; other workspaces' HOMEs and
+    # the spill files are inside it: no force lifts either direction.
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    root = home / sub if sub else home
+    root.mkdir(parents=True, exist_ok=True)
+    for config in ({}, {"force_writable": (str(root),)}):
+        with pytest.raises(ConfigError, match=r"of dsh-sandbox.*--force-writable cannot lift this") as info:
+            service(workspace, writable=(str(root),), **config)
+        assert f"--writable {root}: refusing to make {root} writable" in str(info.value)
+    # The run's own HOME under the same cache stays a root of its own.
+    own = service(workspace).resolve()
+    assert own.home is not None and own.home in own.writable_roots
+    assert own.home.parent == home / ".cache" / "dsh-sandbox" / "home"
 
 
 def test_a_root_containing_credentials_is_refused(workspace: Path, home: Path, trusted_dir: Path) -> None:
@@ -224,9 +242,12 @@ def test_workspace_at_home_refused_unless_forced(home: Path, trusted_dir: Path) 
     with pytest.raises(ConfigError, match=r"workspace: refusing to make .* home directory.*--workspace DIR"):
         service(home)
     assert service(home, mode="read-only").resolve().writable_roots == ()
-    assert home in service(home, force_writable=(str(home),)).resolve().writable_roots
+    # A home holds dsh-sandbox's own state (~/.dsh, ~/.config/dsh-sandbox): no force lifts that.
+    with pytest.raises(ConfigError, match=r"home directory.*of dsh-sandbox.*cannot lift this"):
+        service(home, force_writable=(str(home),))
     prof = profile(trusted_dir, f'force_writable_roots = ["{home}"]\n')
-    assert home in service(home, profile=prof).resolve().writable_roots
+    with pytest.raises(ConfigError, match="cannot lift this"):
+        service(home, profile=prof)
     with pytest.raises(ConfigError, match="workspace: refusing to make / writable"):
         service("/", force_writable=("/",))
 

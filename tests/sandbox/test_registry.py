@@ -65,8 +65,8 @@ print(sorted(m for m in ("importlib.metadata", "dsh.runners.docker", "dsh.runner
 """
 
 
-def test_auto_selection_imports_no_remote_runner_and_no_importlib_metadata(tmp_path: Path, workspace: Path) -> None:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+def test_auto_selection_imports_no_remote_runner_and_no_importlib_metadata(trusted_dir: Path, workspace: Path) -> None:
+    env = {**os.environ, "XDG_CACHE_HOME": str(trusted_dir / "cache")}
 
     def imported() -> str:
         done = subprocess.run([sys.executable, "-c", CHILD, str(workspace)], env=env, capture_output=True,
@@ -74,18 +74,18 @@ def test_auto_selection_imports_no_remote_runner_and_no_importlib_metadata(tmp_p
         return done.stdout.strip()
 
     imported()  # the first run learns the priorities (imports every runner once)
-    assert (tmp_path / "cache" / "dsh-sandbox" / "auto-order.json").is_file()
+    assert (trusted_dir / "cache" / "dsh-sandbox" / "auto-order.json").is_file()
     assert imported() == "[]"
 
 
 def test_a_runner_that_does_not_import_is_not_remembered_as_never_auto(
-    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, trusted_dir: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dist(tmp_path / "site", "broken_runner-1.0.dist-info", "[dsh_sandbox.runners]\nbroken = dsh_no_such:Runner\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(trusted_dir / "cache"))
     with Context() as ctx:
         policy = PolicyService(ctx, PolicyConfig(mode="workspace-write", workspace=str(workspace))).resolve()
         with contextlib.suppress(SandboxUnavailable):
             SandboxHost(ctx, SandboxHostConfig()).choose(policy)
-    assert not (tmp_path / "cache" / "dsh-sandbox" / "auto-order.json").exists()
+    assert not (trusted_dir / "cache" / "dsh-sandbox" / "auto-order.json").exists()

@@ -16,8 +16,9 @@ from dsh.sandbox.sandbox_home import home_env, workspace_home
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = (tmp_path / "cache").resolve()
+def cache(trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # Outside /tmp: dsh-sandbox's own state may not lie in a writable root.
+    path = (trusted_dir / "cache").resolve()
     monkeypatch.setenv("XDG_CACHE_HOME", str(path))
     monkeypatch.delenv("TMPDIR", raising=False)
     return path
@@ -97,10 +98,10 @@ def test_another_users_directory_is_refused(workspace: Path, cache: Path) -> Non
         service(workspace)
 
 
-def test_no_writable_cache_dir_keeps_the_real_home(workspace: Path, tmp_path: Path,
+def test_no_writable_cache_dir_keeps_the_real_home(workspace: Path, trusted_dir: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a-file" / "cache"))
-    (tmp_path / "a-file").write_text("not a directory")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(trusted_dir / "a-file" / "cache"))
+    (trusted_dir / "a-file").write_text("not a directory")
     assert service(workspace).resolve().home is None
 
 

@@ -192,7 +192,7 @@ def test_auto_mounted_requirements_need_no_entry(tmp_path: Path) -> None:
     with build_context([{"id": "shell", "name": "bash-local", "config": {"cwd": str(tmp_path)}}]) as ctx:
         assert list(ctx.services()) == ["subprocess", "shell_env", "shell"]
         assert isinstance(ctx.require(LocalSubprocessService), LocalSubprocessService)
-    with build_context([{"name": "sandbox-policy"}]) as bare:
+    with build_context([{"name": "sandbox-policy", "config": {"workspace": str(tmp_path)}}]) as bare:
         assert not bare.has(LocalSubprocessService) and not bare.has(ShellEnvRegistry)
 
 

@@ -1,0 +1,210 @@
+"""dsh-sandbox's own state and installation, kept out of every command's reach.
+
+Two kinds of files decide what a later run of dsh-sandbox does, or hold what
+other runs produced:
+
+- its **state**: the per-workspace sandbox HOMEs, the spill files and each
+  session's private ``/tmp`` (``$XDG_CACHE_HOME/dsh-sandbox``,
+  ``$XDG_RUNTIME_DIR/dsh-sandbox``, ``/var/tmp/dsh-sandbox-<uid>``,
+  ``/var/tmp/dsh-sandbox-tmp-<uid>``), the escalation log (``$DSH_HOME``, default
+  ``~/.dsh``) and the user's configuration (``$XDG_CONFIG_HOME/dsh-sandbox``,
+  ``~/.config/dsh-sandbox``).  None of these may be a writable root, inside
+  one or containing one, forced or not: a command could read or rewrite every
+  other workspace's HOME and every session's output, or write the next run's
+  configuration.  The exceptions are the run's own HOME and private ``/tmp``,
+  roots of their own.  Other
+  sessions' entries are hidden from every run (``hidden_state``).
+- its **installation**: the interpreter, ``sys.prefix`` and the base prefix,
+  the ``site-packages`` directories and the ``dsh`` package's files (an
+  editable install links into ``build/`` and from there to the sources: both
+  count).  A writable root holding any of them lets a command drop a ``.pth``
+  or rewrite a module that the next ``dsh-sandbox`` start runs as the caller,
+  outside any sandbox, so workspace-write refuses to start.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.policy_paths import is_within
+
+#: The fix for an installation inside a writable root.
+INSTALL_FIX = (
+    "install dsh-sandbox outside every writable root (e.g. `pipx install dsh-sandbox`, or a venv outside "
+    "the project such as ~/.local/share/dsh-sandbox/venv) and run that one, or use --mode read-only"
+)
+
+
+def _cache_base(environ: Mapping[str, str]) -> Path | None:
+    cache = environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(cache):
+        return Path(cache)
+    home = environ.get("HOME", "")
+    return Path(home) / ".cache" if os.path.isabs(home) else None
+
+
+def spill_candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, tuple[str, ...]]]:
+    """Spill directories to try, best first: ``(anchor, parts)``.  Links in
+    the anchor (a system or user directory) are resolved; ``parts`` are ours,
+    walked without following any link."""
+    out: list[tuple[Path, tuple[str, ...]]] = []
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        out.append((Path(runtime), ("dsh-sandbox", "spill")))
+    cache = _cache_base(environ)
+    if cache is not None:
+        out.append((cache, ("dsh-sandbox", "spill")))
+    out.append((Path("/var/tmp"), (f"dsh-sandbox-{uid}",)))
+    return out
+
+
+def _real(path: Path | str) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _dsh_home(environ: Mapping[str, str]) -> str:
+    return environ.get("DSH_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".dsh")
+
+
+def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
+    """Where the sandbox HOMEs and the spill files of every session live."""
+    out: list[tuple[Path, str]] = []
+    cache = _cache_base(environ)
+    if cache is not None:
+        out.append((_real(cache / "dsh-sandbox"), "every workspace's sandbox HOME and spill files"))
+    runtime = environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        out.append((_real(Path(runtime) / "dsh-sandbox"), "spill files"))
+    out.append((_real(f"/var/tmp/dsh-sandbox-{uid}"), "spill files"))
+    out.append((_real(f"/var/tmp/dsh-sandbox-tmp-{uid}"), "every session's private /tmp"))
+    return out
+
+
+def state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = None) -> tuple[tuple[Path, str], ...]:
+    """The directories of dsh-sandbox's own state (canonical, existing or not), each with what it holds."""
+    out = _run_dirs(environ, os.geteuid() if uid is None else uid)
+    dsh_home = _dsh_home(environ)
+    if os.path.isabs(dsh_home):
+        out.append((_real(dsh_home), "the escalation log"))
+    for base in (environ.get("XDG_CONFIG_HOME", ""), os.path.join(environ.get("HOME", ""), ".config")):
+        if os.path.isabs(base):
+            out.append((_real(Path(base) / "dsh-sandbox"), "the configuration"))
+    return tuple(dict.fromkeys(out))
+
+
+def state_refusal(root: Path, own: Iterable[Path] = (), environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why ``root`` (canonical) overlaps dsh-sandbox's own state, or ``None``.
+
+    ``own``: directories the policy keeps for this run (its sandbox HOME),
+    which may be roots although they lie inside the state.
+    """
+    if root in set(own):
+        return None
+    for state, holds in state_dirs(environ):
+        if is_within(root, state):
+            return f"it is inside {state}, which holds {holds} of dsh-sandbox"
+        if is_within(state, root):
+            return f"it contains {state}, which holds {holds} of dsh-sandbox"
+    return None
+
+
+def hidden_state(keep: Iterable[Path], environ: Mapping[str, str] = os.environ) -> list[Path]:
+    """What a run must not read of dsh-sandbox's state: every entry of the
+    HOME and spill directories (other workspaces' HOMEs, every session's spill
+    files), except the paths in ``keep`` (the run's own HOME and roots) and
+    the directories leading to them; and the escalation log."""
+    kept = {_real(p) for p in keep}
+    out: list[Path] = []
+    for base in dict.fromkeys(d for d, _holds in _run_dirs(environ, os.geteuid())):
+        out += _hide_beneath(base, kept)
+    dsh_home = _dsh_home(environ)
+    log = Path(dsh_home) / "escalations.jsonl"
+    if os.path.isabs(dsh_home) and os.path.lexists(log):
+        out.append(_real(log))
+    return out
+
+
+def _hide_beneath(directory: Path, kept: set[Path]) -> Iterator[Path]:
+    if directory in kept:
+        return
+    if not any(is_within(k, directory) for k in kept):
+        if os.path.lexists(directory):
+            yield directory
+        return
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return  # unlistable by us: nothing there was made by this user's runs
+    for entry in entries:
+        yield from _hide_beneath(Path(entry.path), kept)
+
+
+@functools.cache
+def install_paths() -> tuple[tuple[Path, str, bool], ...]:
+    """Where this dsh-sandbox and its interpreter live (canonical): each path,
+    what it is, and whether a root inside it counts too (not for a prefix
+    such as /usr/local: only its Python directories are Python's).
+
+    Cached: the installation does not move while the process runs, and the
+    check runs at every workspace-write resolve.
+    """
+    found: list[tuple[Path, str, bool]] = [
+        (_real(sys.executable), "the Python interpreter running dsh-sandbox", False),
+        (_real(sys.prefix), "the Python environment (sys.prefix) of dsh-sandbox", False),
+        (_real(sys.base_prefix), "the Python installation (sys.base_prefix) of dsh-sandbox", False),
+        (_real(os.path.dirname(os.__file__)), "the standard library of dsh-sandbox's interpreter", True),
+    ]
+    if sys.prefix != sys.base_prefix:
+        found.append((_real(Path(sys.prefix) / "bin"), "the scripts of dsh-sandbox's environment", True))
+    import site  # imported at start-up already: no cost
+
+    sites = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
+    if site.ENABLE_USER_SITE and site.USER_SITE:
+        sites.append(site.USER_SITE)
+    found += [(_real(p), "site-packages of dsh-sandbox's interpreter (.pth files there run at every start)", True)
+              for p in sites]
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if os.path.isabs(entry):
+            found.append((_real(entry), "a PYTHONPATH entry of dsh-sandbox's interpreter", True))
+    found += [(path, what, True) for path, what in _package_paths()]
+    return tuple(dict.fromkeys(found))
+
+
+def _package_paths() -> list[tuple[Path, str]]:
+    """The ``dsh`` package's directories, and where their files link to (an
+    editable install links each source file from ``build/``)."""
+    import dsh
+
+    out: list[tuple[Path, str]] = []
+    for entry in getattr(dsh, "__path__", ()):
+        top = Path(entry)
+        out.append((_real(top), "the dsh-sandbox package"))
+        try:
+            subpackages = [Path(e.path) for e in os.scandir(top) if e.is_dir() and not e.name.startswith("__")]
+        except OSError:
+            continue
+        for sub in subpackages:
+            init = sub / "__init__.py"
+            if os.path.islink(init):
+                out.append((_real(init).parent, "the dsh-sandbox sources (linked by its editable install)"))
+    return out
+
+
+def refuse_install_in_roots(roots: Iterable[tuple[str, Path]]) -> None:
+    """``ConfigError`` when dsh-sandbox's own installation lies in (or contains) a writable root."""
+    paths = install_paths()
+    for label, root in roots:
+        for path, what, inner in paths:
+            inside = is_within(path, root)
+            if inside or (inner and is_within(root, path)):
+                raise ConfigError(
+                    f"{label}: refusing to make {root} writable in workspace-write: {path} ({what}) lies "
+                    f"{'inside' if inside else 'around'} it, so a sandboxed command could change what the next "
+                    "dsh-sandbox start runs as you, outside any sandbox (a .pth file in site-packages runs at "
+                    f"every start); {INSTALL_FIX}"
+                )
