@@ -45,6 +45,7 @@ LIMITS_WALL_TIME = Capability("limits-wall-time", "the wall time limit holds")
 SANDBOX_BOUNDARY = Capability("sandbox-boundary", "the command runs inside a verified isolation boundary")
 IPC = Capability("ipc", "the host's SysV IPC, POSIX queues and shared memory are out of reach")
 PROCESS_CONTROL = Capability("process-control", "processes outside the sandbox cannot be traced or inspected")
+PROCESS_LIST = Capability("process-list", "processes outside the sandbox, and their command lines, stay invisible")
 TERMINAL = Capability("terminal", "the caller's terminal cannot be driven (TIOCSTI, job control)")
 # Legitimate work a runner may refuse (``Runner.limitations``) or not report
 # exactly (``Runner.reporting_gaps``): the other side of the same vocabulary.

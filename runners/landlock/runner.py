@@ -64,6 +64,9 @@ _HARDENING = (
     "namespace), pidfd_send_signal, pidfd_getfd, and prlimit64, setpriority, ioprio_set and "
     "sched_set* on any process but the command's own (pid 0); signals, ptrace, process_vm_* and "
     "SIGIO owners naming the spawner thread are refused",
+    "seccomp: no new namespace (unshare, setns, clone with CLONE_NEW*; clone3 is ENOSYS) and no mount API "
+    "(mount, fsopen, fsmount, open_tree, move_mount, chroot, pivot_root...): a user namespace would hand the "
+    "command every capability inside it",
     f"seccomp, in every constrained mode: refused: {seccomp.FILE_RULES_TEXT}",
     "host process made non-dumpable: children cannot read its /proc/<pid>/{environ,mem,fd}",
 )
@@ -92,6 +95,17 @@ PRIVATE_TMP = (
     "/tmp writable (searched at any depth)"
 )
 
+# Without a pid namespace the host's /proc is the command's: Landlock grants
+# reading /proc as a whole (the command's own /proc/self is a directory that
+# does not exist when the rules are made, so no rule could grant it alone), and
+# argv, comm and status are world-readable.  Its ptrace restriction still keeps
+# environ, mem, maps and fd of host processes out of reach.
+PROCESS_LIST_GAP = Gap(
+    "landlock-process-list",
+    "cannot hide other processes: without a pid namespace every host process is listed in /proc, with its "
+    "command line (secrets passed in argv), name, owner and state; environ, memory and fds stay unreadable",
+)
+
 
 class LandlockRunner(Runner):
     """Enforces a policy with Landlock on a restricted spawner thread per policy.
@@ -117,6 +131,7 @@ class LandlockRunner(Runner):
         "landlock-no-scopes": (cap.NO_SCOPES, cap.SIGNAL_SCOPE),
         "landlock-no-truncate": (cap.TRUNCATE,),
         "landlock-process-escape": (cap.PROCESS_ESCAPE,),
+        "landlock-process-list": (cap.PROCESS_LIST,),
         "landlock-protected-paths": (cap.PROTECTED_PATHS,),
     }
 
@@ -222,7 +237,7 @@ class LandlockRunner(Runner):
         limit_gaps = self._limit_plan(policy).gaps
         if not policy.constrained:
             return limit_gaps
-        return self._rule_plan(policy).gaps + limit_gaps
+        return self._rule_plan(policy).gaps + limit_gaps + (PROCESS_LIST_GAP,)
 
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
         gaps = self._gaps(policy)
@@ -294,6 +309,9 @@ class LandlockRunner(Runner):
                 "uses in the host's abstract unix namespace (runner option unix_connect='allow')",
             )
         cannot += ("names and metadata (stat) of every path stay visible: Landlock does not mediate lookup",)
+        if policy.state_paths:
+            cannot += ("dsh-sandbox's own state (other workspaces' HOMEs, spill files) is unreadable, but its "
+                       "names stay visible",)
         cannot += tuple(self.limitations(policy).values())
         return RunnerPlan(NAME, policy.mode, rules, network, limit_lines, cannot)
 

@@ -15,7 +15,7 @@ from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.runner import LocalLaunch
 
-from tests.support.sandboxed import need_runner
+from tests.support.sandboxed import LANDLOCK_DEGRADED, need_runner
 
 
 @pytest.fixture
@@ -65,21 +65,22 @@ def test_auto_prefers_full_enforcement(ctx: Context, workspace: Path) -> None:
     need_runner("landlock")
     need_runner("bwrap")
     h = host(ctx)
-    # read-only: Landlock enforces it fully and comes first
-    assert h.select(policy(ctx, workspace, "read-only")).name == "landlock"
+    # read-only: Landlock comes first but is partial (the host's process list
+    # stays visible); bwrap is full and wins
+    read_only = h.choose(policy(ctx, workspace, "read-only"))
+    assert read_only.runner.name == "bwrap" and read_only.enforcement.level == "full"
     # workspace-write: Landlock is partial (.git, .dsh); bwrap is full and wins
     choice = h.choose(policy(ctx, workspace))
     assert choice.runner.name == "bwrap" and choice.enforcement.level == "full"
-    # even when Landlock's degradation is accepted, full enforcement is preferred
-    accepted = policy(ctx, workspace, accept_degraded=("landlock-protected-paths", "landlock-metadata"))
+    # even when Landlock's degradations are accepted, full enforcement is preferred
+    accepted = policy(ctx, workspace, accept_degraded=(*LANDLOCK_DEGRADED,))
     assert h.select(accepted).name == "bwrap"
 
 
 def test_auto_falls_back_to_accepted_partial(ctx: Context, workspace: Path) -> None:
     need_runner("landlock")
     h = host(ctx)
-    only = policy(ctx, workspace, allowed_runners=("landlock",),
-                  accept_degraded=("landlock-protected-paths", "landlock-metadata"))
+    only = policy(ctx, workspace, allowed_runners=("landlock",), accept_degraded=(*LANDLOCK_DEGRADED,))
     choice = h.choose(only)
     assert choice.runner.name == "landlock" and choice.enforcement.level == "partial"
     refused = policy(ctx, workspace, allowed_runners=("landlock",))

@@ -48,7 +48,8 @@ def landlock_profile() -> Path:
     """A workspace-write profile that accepts Landlock's protected-path gap."""
     path = trusted_config_dir() / "landlock-ok.toml"
     path.write_text(
-        'extends = "workspace-write"\naccept_degraded = ["landlock-protected-paths", "landlock-metadata"]\n'
+        'extends = "workspace-write"\n'
+        'accept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-process-list"]\n'
     )
     return path
 

@@ -14,9 +14,10 @@ from tests.support.require import require_runner, unavailable
 
 #: The Linux runners these tests run for real.
 LINUX_RUNNERS = ("landlock", "bwrap")
-#: Landlock cannot keep protected paths read-only inside a writable root; the
-#: workspace-write tests accept that degradation by name (as a profile would).
-LANDLOCK_DEGRADED = ("landlock-protected-paths", "landlock-metadata")
+#: Landlock cannot keep protected paths read-only inside a writable root, nor
+#: hide the host's process list; the tests accept those degradations by name
+#: (as a profile would).
+LANDLOCK_DEGRADED = ("landlock-protected-paths", "landlock-metadata", "landlock-process-list")
 
 
 def need_runner(name: str) -> None:

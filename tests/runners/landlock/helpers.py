@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.landlock import LandlockRunner
 from dsh.runners.landlock.rules import DEGRADE_METADATA
+from dsh.runners.landlock.runner import PROCESS_LIST_GAP
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
@@ -38,11 +39,14 @@ def make_policy(
     **fields: object,
 ) -> SandboxPolicy:
     roots = (workspace, *extra_roots) if mode is WW else ()
+    # Every test accepts that the host's process list stays visible (no pid
+    # namespace); the tests of that gap itself build their policy directly.
+    accepted = tuple(fields.pop("accept_degraded", ()))  # type: ignore[arg-type]
+    fields["accept_degraded"] = (*accepted, PROCESS_LIST_GAP.degradation)
     if mode is WW:
         # Every workspace-write test accepts the metadata gap (chmod/chown outside
         # the roots); the tests of that gap itself build their policy directly.
-        accepted = tuple(fields.pop("accept_degraded", ()))  # type: ignore[arg-type]
-        fields["accept_degraded"] = (*accepted, DEGRADE_METADATA)
+        fields["accept_degraded"] = (*fields["accept_degraded"], DEGRADE_METADATA)  # type: ignore[misc]
     return SandboxPolicy(
         mode=mode,
         workspace=workspace,

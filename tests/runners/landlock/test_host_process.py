@@ -96,7 +96,7 @@ from dsh.sandbox.policy import SandboxPolicy
 ws = Path(sys.argv[1])
 runner = LandlockRunner()
 policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws,),
-                       accept_degraded=("landlock-metadata",))
+                       accept_degraded=("landlock-metadata", "landlock-process-list"))
 launch = runner.prepare([sys.executable, sys.argv[2]], policy, cwd=str(ws), env={})
 env = {"PATH": "/usr/bin:/bin"}  # the child's own env is clean; it hunts the parent's
 proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv), env=env, stdout=subprocess.PIPE))

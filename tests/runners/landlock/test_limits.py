@@ -12,6 +12,7 @@ import pytest
 from dsh.runners.landlock import LandlockRunner
 from dsh.runners.landlock.limits import DEGRADE_ESCAPE, DEGRADE_LIMITS
 from dsh.runners.landlock.rules import DEGRADE_METADATA
+from dsh.runners.landlock.runner import PROCESS_LIST_GAP
 from dsh.runners.linux.cgroups import CgroupSession
 from dsh.runners.linux.env_hop import HOP_NAME
 from dsh.sandbox.policy import ResourceLimits
@@ -36,7 +37,8 @@ def test_fork_bomb_is_contained(runner: LandlockRunner, layout: Layout) -> None:
     need_cgroup("pids")
     limits = ResourceLimits(max_processes=64, wall_time_s=5)
     policy = make_policy(WW, layout[0], limits=limits)
-    assert runner.enforcement(policy).degradations == (DEGRADE_METADATA,)  # limits held: no limits gap
+    # limits held: no limits gap (the process list is Landlock's in every policy)
+    assert runner.enforcement(policy).degradations == (DEGRADE_METADATA, PROCESS_LIST_GAP.degradation)
     launch = runner.prepare([PY, "-c", FORK_BOMB], policy, cwd=str(layout[0]), env={})
     assert launch.kill_tree is not None and launch.cleanup is not None
     proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv)))  # type: ignore[misc]
@@ -101,7 +103,8 @@ def test_missing_limit_is_reported(monkeypatch: pytest.MonkeyPatch, layout: Layo
         enforcement = instance.enforcement(policy)
         if os.geteuid() == 0:
             assert enforcement.level == "partial"
-            assert set(enforcement.degradations) == {DEGRADE_LIMITS, DEGRADE_METADATA, DEGRADE_ESCAPE}
+            assert set(enforcement.degradations) == {DEGRADE_LIMITS, DEGRADE_METADATA, DEGRADE_ESCAPE,
+                                                     PROCESS_LIST_GAP.degradation}
             assert any("RLIMIT_NPROC is ignored for root" in m for m in enforcement.missing)
             assert any("max_processes" in c for c in instance.explain(policy).cannot)
         else:

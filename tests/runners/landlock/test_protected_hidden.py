@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.landlock import LandlockRunner
 from dsh.runners.landlock.rules import DEGRADE_HIDDEN, DEGRADE_HIDDEN_IN_ROOT, DEGRADE_METADATA, DEGRADE_PROTECTED
+from dsh.runners.landlock.runner import PROCESS_LIST_GAP
 from dsh.sandbox.errors import SandboxUnavailable
 
 from tests.runners.landlock.helpers import RO, WW, make_policy, sh
@@ -27,7 +28,7 @@ def test_protected_path_in_writable_root_is_partial_and_refused(runner: Landlock
     policy = make_policy(WW, ws, protected_paths=(git, ws / ".dsh"))
     enforcement = runner.enforcement(policy)
     assert enforcement.level == "partial"
-    assert set(enforcement.degradations) == {DEGRADE_PROTECTED, DEGRADE_METADATA}
+    assert set(enforcement.degradations) == {DEGRADE_PROTECTED, DEGRADE_METADATA, PROCESS_LIST_GAP.degradation}
     assert any(f"cannot keep {git} read-only inside writable root {ws}" in m for m in enforcement.missing)
     with pytest.raises(SandboxUnavailable) as info:
         sh(runner, policy, "echo pwned > .git/HEAD")
@@ -51,7 +52,7 @@ def test_protected_paths_are_trivially_kept_in_read_only(runner: LandlockRunner,
     ws, _ = layout
     git = _git_workspace(ws)
     policy = make_policy(RO, ws, protected_paths=(git,))
-    assert runner.enforcement(policy).level == "full"
+    assert runner.enforcement(policy).degradations == (PROCESS_LIST_GAP.degradation,)  # only the process list
     assert sh(runner, policy, "echo x > .git/HEAD").returncode != 0
     assert (git / "HEAD").read_text() == "ref: refs/heads/main\n"
 
@@ -63,7 +64,8 @@ def test_siblings_strategy_keeps_protected_paths_read_only(layout: Layout) -> No
     runner = LandlockRunner({"protected_paths": "siblings"})
     try:
         policy = make_policy(WW, ws, protected_paths=(git, ws / ".dsh"))
-        assert runner.enforcement(policy).degradations == (DEGRADE_METADATA,)  # protected paths held
+        # protected paths held
+        assert runner.enforcement(policy).degradations == (DEGRADE_METADATA, PROCESS_LIST_GAP.degradation)
         attacks = [
             "echo x > .git/HEAD",  # directly
             "echo x > .git/hooks/pre-commit",  # create inside
