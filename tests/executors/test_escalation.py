@@ -22,10 +22,10 @@ COMMAND = "echo a >> a.txt"
 
 
 @pytest.fixture(autouse=True)
-def dsh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def dsh_home(trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Where the escalation log of each test goes."""
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh-home"))
-    return tmp_path / "dsh-home"
+    monkeypatch.setenv("DSH_HOME", str(trusted_dir / "dsh-home"))
+    return trusted_dir / "dsh-home"
 
 
 @pytest.fixture

@@ -44,6 +44,14 @@ def trusted_config_dir() -> Path:
 _TRUSTED: Path | None = None
 
 
+def dsh_home_for(tmp_path: Path) -> Path:
+    """A ``DSH_HOME`` (the escalation log) for one test, outside every writable
+    root: a root overlapping dsh-sandbox's own state is refused."""
+    path = trusted_config_dir() / f"dsh-home-{tmp_path.name}"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def landlock_profile() -> Path:
     """A workspace-write profile that accepts Landlock's protected-path gap."""
     path = trusted_config_dir() / "landlock-ok.toml"

@@ -30,8 +30,8 @@ RO = SandboxMode.READ_ONLY
 
 
 @pytest.fixture(autouse=True)
-def dsh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    home = tmp_path / "dsh-home"
+def dsh_home(trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    home = trusted_dir / "dsh-home"
     monkeypatch.setenv("DSH_HOME", str(home))
     yield home
 

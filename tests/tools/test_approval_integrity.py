@@ -23,7 +23,7 @@ from dsh.sandbox.approval import (
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
 from dsh.sandbox.modes import SandboxMode
 
-from tests.support.cli import trusted_config_dir
+from tests.support.cli import dsh_home_for, trusted_config_dir
 from tests.support.sandboxed import need_runner
 from tests.support.terminal import read_terminal
 
@@ -35,9 +35,9 @@ ACTIVE = ["\x1b", "\x9b", "\x9d", "\x07", "\r", "\x08", "\u202e", "\u2066", "\u2
 
 
 @pytest.fixture(autouse=True)
-def dsh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh-home"))
-    yield tmp_path / "dsh-home"
+def dsh_home(trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("DSH_HOME", str(trusted_dir / "dsh-home"))
+    yield trusted_dir / "dsh-home"
 
 
 def req(command: str, workdir: str, mode: SandboxMode = WS) -> EscalationRequest:
@@ -97,7 +97,7 @@ def test_run_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path, tmp_path: 
     b.mkdir()
     rules = trusted_config_dir() / f"rules-{tmp_path.name}.toml"
     rules.write_text(f'[[rule]]\nmode = "workspace-write"\nworkdir = "{a}"\ncommand = "touch made"\n')
-    env = {**os.environ, "DSH_HOME": str(tmp_path)}
+    env = {**os.environ, "DSH_HOME": str(dsh_home_for(tmp_path))}
     import subprocess
 
     def run(ws: Path) -> subprocess.CompletedProcess[str]:
@@ -159,7 +159,7 @@ def test_command_output_cannot_spoof_the_real_prompt(workspace: Path, tmp_path: 
     """On a real pty: the denied command prints hidden text, a title OSC left
     open and a fake prompt; none of it reaches the terminal as a sequence."""
     need_runner("bwrap")
-    env = {**os.environ, "DSH_HOME": str(tmp_path)}
+    env = {**os.environ, "DSH_HOME": str(dsh_home_for(tmp_path))}
     command = ("printf '\\033[8m\\033]0;x\\033[2J\\r  command:       ls\\n'; echo a >> a.txt"
                " # \r\x1b[2K\u202e")
     argv = [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",

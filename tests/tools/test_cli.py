@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import trusted_config_dir
-from tests.support.sandboxed import need_runner
+from tests.support.cli import dsh_home_for, trusted_config_dir
+from tests.support.sandboxed import LANDLOCK_DEGRADED, need_runner
 
 
 def cli(*args: str, cwd: Path | None = None, home: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     if home is not None:
-        env["DSH_HOME"] = str(home)
+        env["DSH_HOME"] = str(dsh_home_for(home))
     return subprocess.run(
         [sys.executable, "-m", "dsh.cli", *args],
         capture_output=True, text=True, timeout=120, cwd=cwd, env=env, check=False,
@@ -130,7 +130,7 @@ def test_call_through_bwrap_with_approval_flag(workspace: Path, tmp_path: Path) 
     assert approved.returncode == 0, approved.stdout + approved.stderr
     assert "[sandbox: ran under workspace-write mode after approval (once)]" in approved.stdout
     assert (workspace / "a.txt").read_text() == "a\n"
-    log = [json.loads(x) for x in (tmp_path / "escalations.jsonl").read_text().splitlines()]
+    log = [json.loads(x) for x in (dsh_home_for(tmp_path) / "escalations.jsonl").read_text().splitlines()]
     assert [r["decision"] for r in log] == ["deny", "approve_once"]
 
 
@@ -155,7 +155,7 @@ def test_landlock_partial_enforcement_fails_closed_as_a_result(
     composition = trusted_config_dir() / f"c-{tmp_path.name}.yaml"
     entries = [
         {"name": "sandbox-policy", "config": {"mode": "read-only", "workspace": str(workspace),
-                                              "accept_degraded": ["landlock-protected-paths", "landlock-metadata"]}},
+                                              "accept_degraded": list(LANDLOCK_DEGRADED)}},
         {"name": "sandbox", "config": {"runner": "landlock"}},
         {"name": "bash-sandbox", "config": {"cwd": str(workspace)}},
         {"name": "approval-rules", "config": {"path": str(rules)}},

@@ -37,8 +37,8 @@ def runner(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(autouse=True)
-def dsh_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "dsh-home"
+def dsh_home(trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = trusted_dir / "dsh-home"
     monkeypatch.setenv("DSH_HOME", str(home))
     return home
 

@@ -41,40 +41,40 @@ def rules(tmp_path: Path, command: str) -> str:
     return f"rules:{path}"
 
 
-def test_rules_approve_the_rerun(workspace: Path, tmp_path: Path) -> None:
-    done = run(workspace, tmp_path, "--approval", rules(tmp_path, "echo a >> a.txt"),
+def test_rules_approve_the_rerun(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
+    done = run(workspace, trusted_dir, "--approval", rules(tmp_path, "echo a >> a.txt"),
                "-c", "echo a >> a.txt")
     assert done.returncode == 0, done.stderr
     assert "re-running once under workspace-write" in done.stderr
     assert (workspace / "a.txt").read_text() == "a\n"  # denied once, then ran once
-    [record] = [json.loads(x) for x in (tmp_path / "escalations.jsonl").read_text().splitlines()]
+    [record] = [json.loads(x) for x in (trusted_dir / "escalations.jsonl").read_text().splitlines()]
     assert record["decision"] == "approve_once" and record["requested_mode"] == "workspace-write"
     assert record["tool"] == "dsh-sandbox run" and record["command"] == "echo a >> a.txt"
 
 
-def test_rules_deny_a_neighbour_and_deny_never_asks(workspace: Path, tmp_path: Path) -> None:
-    done = run(workspace, tmp_path, "--approval", rules(tmp_path, "echo a >> a.txt"),
+def test_rules_deny_a_neighbour_and_deny_never_asks(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
+    done = run(workspace, trusted_dir, "--approval", rules(tmp_path, "echo a >> a.txt"),
                "-c", "echo b >> a.txt")
     assert done.returncode == 1 and "escalation to workspace-write denied" in done.stderr
     assert not (workspace / "a.txt").exists()
-    plain = run(workspace, tmp_path, "--approval", "deny", "-c", "echo a >> a.txt")
+    plain = run(workspace, trusted_dir, "--approval", "deny", "-c", "echo a >> a.txt")
     assert plain.returncode == 1 and "escalation" not in plain.stderr
     assert not (workspace / "a.txt").exists()
-    bad = run(workspace, tmp_path, "--approval", "yes-please", "-c", "echo a >> a.txt")
+    bad = run(workspace, trusted_dir, "--approval", "yes-please", "-c", "echo a >> a.txt")
     assert bad.returncode == 2 and "--approval 'yes-please'" in bad.stderr
 
 
-def test_argv_runs_are_escalated_with_their_exact_argv(workspace: Path, tmp_path: Path) -> None:
+def test_argv_runs_are_escalated_with_their_exact_argv(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
     target = workspace / "a b.txt"
-    done = run(workspace, tmp_path, "--approval", rules(tmp_path, f"touch '{target}'"),
+    done = run(workspace, trusted_dir, "--approval", rules(tmp_path, f"touch '{target}'"),
                "--", "touch", str(target))
     assert done.returncode == 0, done.stderr
     assert target.exists()
 
 
 @pytest.mark.parametrize(("answer", "ran"), [(b"y\n", True), (b"n\n", False), (b"\n", False)])
-def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, answer: bytes, ran: bool) -> None:
-    env = {**os.environ, "DSH_HOME": str(tmp_path)}
+def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, trusted_dir: Path, answer: bytes, ran: bool) -> None:
+    env = {**os.environ, "DSH_HOME": str(trusted_dir)}
     argv = [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode",
             "read-only", "--workspace", str(workspace), "--approval", "prompt",
             "-c", "echo a >> a.txt"]
