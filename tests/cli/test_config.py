@@ -179,7 +179,8 @@ def test_accept_degraded_flag(workspace: Path, user_dir: Path) -> None:
     refused = cli("run", "--runner", "landlock", "--", "touch", "ran", cwd=workspace, env=env)
     assert refused.returncode == 125 and not (workspace / "ran").exists(), refused.stderr
     accepted = cli("run", "--runner", "landlock", "--accept-degraded", "landlock-protected-paths",
-                   "--accept-degraded", "landlock-metadata", "--", "touch", "ran", cwd=workspace, env=env)
+                   "--accept-degraded", "landlock-metadata", "--accept-degraded", "landlock-process-list",
+                   "--", "touch", "ran", cwd=workspace, env=env)
     assert accepted.returncode == 0, accepted.stderr
     assert (workspace / "ran").exists()
 

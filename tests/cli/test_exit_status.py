@@ -28,7 +28,8 @@ def flags(request: pytest.FixtureRequest, workspace: Path) -> Iterator[Sequence[
         return
     if name != "e2b":
         need_runner(name)
-        yield ("--runner", name, "--mode", "read-only")
+        accept = ("--accept-degraded", "landlock-process-list") if name == "landlock" else ()
+        yield ("--runner", name, "--mode", "read-only", *accept)
         return
     from tests.runners.e2b.conftest import need_sdk
 

@@ -122,10 +122,17 @@ def test_workspace_write_in_home_refused_unless_forced(trusted_dir: Path) -> Non
     done = cli("run", "--runner", "bwrap", "--writable", str(home / ".ssh"), "--", "true",
                cwd=trusted_dir, env=env)
     assert done.returncode == 2 and b"refusing to make" in done.stderr and b".ssh" in done.stderr
+    project = trusted_dir / "project"  # beside the home, not around it (that holds ~/.dsh)
+    project.mkdir()
+    forced = cli("run", "--runner", "bwrap", "--writable", str(home / ".ssh"), "--force-writable",
+                 str(home / ".ssh"), "--", "touch", str(home / ".ssh" / "ran"), cwd=project, env=env)
+    assert forced.returncode == 0, forced.stderr
+    assert (home / ".ssh" / "ran").exists()
+    # The home holds dsh-sandbox's own state (~/.dsh, ~/.config/dsh-sandbox): no force lifts that.
     forced = cli("run", "--runner", "bwrap", "--force-writable", str(home), "--", "touch", "ran",
                  cwd=home, env=env)
-    assert forced.returncode == 0, forced.stderr
-    assert (home / "ran").exists()
+    assert forced.returncode == 2 and b"of dsh-sandbox" in forced.stderr, forced.stderr
+    assert b"--force-writable cannot lift this" in forced.stderr and not (home / "ran").exists()
 
 
 def test_workspace_through_a_planted_link_refused(tmp_path: Path, workspace: Path) -> None:

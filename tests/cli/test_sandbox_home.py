@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import cli, runner_flags
+from tests.support.cli import cli, runner_flags, trusted_config_dir
 from tests.support.sandboxed import LINUX_RUNNERS, need_runner
 
 # What nyc's spawn-wrap does, and what pip and npm caches do.  The real home is
@@ -28,8 +28,14 @@ def runner(request: pytest.FixtureRequest) -> str:
     return name
 
 
+def _cache(tmp_path: Path) -> Path:
+    """This test's XDG_CACHE_HOME, outside /tmp: dsh-sandbox's own state may
+    not lie in a writable root."""
+    return trusted_config_dir() / f"cache-{tmp_path.name}"
+
+
 def _env(tmp_path: Path, real_home: Path) -> dict[str, str]:
-    return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "HOME": str(real_home)}
+    return {**os.environ, "XDG_CACHE_HOME": str(_cache(tmp_path)), "HOME": str(real_home)}
 
 
 def test_workspace_write_gets_a_writable_home_of_its_own(workspace: Path, tmp_path: Path,
@@ -37,7 +43,7 @@ def test_workspace_write_gets_a_writable_home_of_its_own(workspace: Path, tmp_pa
     script = SCRIPT.format(real_home=shlex.quote(str(trusted_dir)))
     done = cli("run", *runner_flags(runner), "--mode", "workspace-write",
                "--", "bash", "-c", script, cwd=workspace, env=_env(tmp_path, trusted_dir))
-    homes = list((tmp_path / "cache" / "dsh-sandbox" / "home").iterdir())
+    homes = list((_cache(tmp_path) / "dsh-sandbox" / "home").iterdir())
     assert len(homes) == 1 and homes[0].name.startswith("ws-")
     assert done.stdout.decode().splitlines() == [f"home={homes[0]}", "cached", "real-home-read-only"], done.stderr
     assert (homes[0] / ".node-spawn-wrap-1").is_file() and (homes[0] / ".cache" / "pip").is_dir()
@@ -59,7 +65,7 @@ def test_profile_home_host_keeps_the_real_home(workspace: Path, tmp_path: Path, 
     done = cli("run", "--runner", "bwrap", "--profile", str(prof), "--", "bash", "-c", 'echo "$HOME"',
                cwd=workspace, env=_env(tmp_path, trusted_dir))
     assert done.stdout == f"{trusted_dir}\n".encode(), done.stderr
-    assert not (tmp_path / "cache" / "dsh-sandbox").exists()
+    assert not (_cache(tmp_path) / "dsh-sandbox").exists()
 
 
 # Caches the host's own tools read later without checking where an entry came
@@ -76,12 +82,12 @@ def test_builtin_profiles_leave_the_real_package_caches_read_only(
         (trusted_dir / cache).mkdir(parents=True)
     flags = ["--runner", runner, "--profile", profile]
     if runner == "landlock":
-        flags += ["--accept-degraded", "landlock-protected-paths,landlock-metadata"]
+        flags += ["--accept-degraded", "landlock-protected-paths,landlock-metadata,landlock-process-list"]
     plant = " ".join(f"touch {shlex.quote(str(trusted_dir / cache / 'planted'))} 2>/dev/null || echo refused;"
                      for cache in REAL_CACHES)
     done = cli("run", *flags, "--", "bash", "-c", f'{plant} mkdir -p "$XDG_CACHE_HOME/pip/wheels" && echo own-cache',
                cwd=workspace, env=_env(tmp_path, trusted_dir))
     assert done.stdout.decode().splitlines() == ["refused"] * len(REAL_CACHES) + ["own-cache"], done.stderr
     assert [cache for cache in REAL_CACHES if (trusted_dir / cache / "planted").exists()] == []
-    homes = list((tmp_path / "cache" / "dsh-sandbox" / "home").iterdir())
+    homes = list((_cache(tmp_path) / "dsh-sandbox" / "home").iterdir())
     assert len(homes) == 1 and (homes[0] / ".cache" / "pip" / "wheels").is_dir()

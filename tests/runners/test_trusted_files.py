@@ -24,7 +24,8 @@ USERS = ["caller", "nobody"]
 # What landlock cannot hold (the protected paths among it), accepted where a
 # test wants to see what happens when the profile accepts it.
 LANDLOCK_ACCEPT = (
-    'accept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-process-escape"]\n'
+    'accept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-process-escape",'
+    ' "landlock-process-list"]\n'
 )
 
 
