@@ -38,7 +38,8 @@ def main(args: list[str]) -> int:
         runner = BwrapRunner()
     fields = dict(item.split("=") for item in spec.split(",") if "=" in item)
     limits = ResourceLimits(**{k: float(v) if k == "wall_time_s" else int(v) for k, v in fields.items()})
-    policy = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=Path(workspace), limits=limits)
+    policy = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=Path(workspace), limits=limits,
+                           accept_degraded=("landlock-process-list",))  # landlock has no pid namespace
     launch = runner.prepare(argv, policy, cwd=workspace, env=dict(os.environ))  # type: ignore[attr-defined]
 
     def spawn() -> subprocess.Popen[bytes]:
