@@ -315,6 +315,9 @@ from dsh.cli.conformance.catalog_gitsurface import SCENARIOS as GITSURFACE_SCENA
 SCENARIOS += GITSURFACE_SCENARIOS
 SCENARIOS += catalog_tmprepo.SCENARIOS
 SCENARIOS += catalog_pins.SCENARIOS
+from dsh.cli.conformance import catalog_ownstate  # noqa: E402
+
+SCENARIOS += catalog_ownstate.SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:
