@@ -118,30 +118,62 @@ def hidden_state(keep: Iterable[Path], environ: Mapping[str, str] = os.environ) 
     HOME and spill directories (other workspaces' HOMEs, every session's spill
     files), except the paths in ``keep`` (the run's own HOME and roots) and
     the directories leading to them; and the escalation log."""
-    kept = {_real(p) for p in keep}
-    out: list[Path] = []
-    for base in dict.fromkeys(d for d, _holds in _run_dirs(environ, os.geteuid())):
-        out += _hide_beneath(base, kept)
+    kept = frozenset(os.path.realpath(p) for p in keep)
     dsh_home = _dsh_home(environ)
-    log = Path(dsh_home) / "escalations.jsonl"
-    if os.path.isabs(dsh_home) and os.path.lexists(log):
-        out.append(_real(log))
-    return out
+    log = os.path.join(dsh_home, "escalations.jsonl") if os.path.isabs(dsh_home) else ""
+    bases = tuple(str(base) for base, _holds in _run_dirs(environ, os.geteuid()))
+    key = (kept, bases, log)
+    cached = _LISTED.get(key)
+    # This runs at every resolve, over as many entries as there are
+    # workspaces: a listing is reused while no directory it read has changed.
+    if cached is not None and all(_stamp(d) == stamp for d, stamp in cached[0]):
+        return list(cached[1])
+    read: list[str] = []
+    found = [entry for base in bases for entry in _hide_beneath(base, kept, read)]
+    if log and os.path.lexists(log):
+        found.append(os.path.realpath(log))
+    result = tuple(dict.fromkeys(map(Path, found)))
+    stamps = tuple((d, _stamp(d)) for d in (*bases, *read, *([log] if log else [])))
+    if len(_LISTED) > 64:
+        _LISTED.clear()
+    _LISTED[key] = (stamps, result)
+    return list(result)
 
 
-def _hide_beneath(directory: Path, kept: set[Path]) -> Iterator[Path]:
+_Stamp = tuple[int, int, int] | None
+_LISTED: dict[tuple[frozenset[str], tuple[str, ...], str], tuple[tuple[tuple[str, _Stamp], ...], tuple[Path, ...]]] = {}
+
+
+def _stamp(path: str) -> _Stamp:
+    """What changes when entries are made or removed in a directory (its mtime,
+    its link count: HOMEs and spill sessions are directories) or when it is
+    replaced (its inode); ``None`` if missing."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_nlink, info.st_ino
+
+
+def _hide_beneath(directory: str, kept: frozenset[str], read: list[str], listed: bool = False) -> Iterator[str]:
+    """``directory`` itself, or (when it leads to a kept path) its entries but
+    the kept ones (``read`` collects the directories listed); ``listed``: it
+    came from a listing, so it exists."""
     if directory in kept:
         return
-    if not any(is_within(k, directory) for k in kept):
-        if os.path.lexists(directory):
+    prefix = directory + os.sep
+    if not any(k.startswith(prefix) for k in kept):
+        if listed or os.path.lexists(directory):
             yield directory
         return
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries]
     except OSError:
         return  # unlistable by us: nothing there was made by this user's runs
-    for entry in entries:
-        yield from _hide_beneath(Path(entry.path), kept)
+    read.append(directory)
+    for name in names:
+        yield from _hide_beneath(prefix + name, kept, read, True)
 
 
 @functools.cache

@@ -286,9 +286,12 @@ class PolicyService(Service):
         pins += [r.pin for r in (*read_only_resolved, *hidden_resolved) if r.pin is not None]
         # Other workspaces' HOMEs and every session's spill files: never this run's to read.
         keep = [self._workspace, *(path for _label, path in roots), *([self._home] if self._home else [])]
-        state = [p for p in hidden_state(keep) if p not in hidden]
+        profile_hidden = set(hidden)
+        state = [p for p in hidden_state(keep) if p not in profile_hidden]
         hidden += state
-        _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", hidden)])
+        # The state entries are chosen around the roots: they never hold one.
+        profiled = [p for p in hidden if p in profile_hidden]
+        _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", profiled)])
         policy = SandboxPolicy(
             writable_roots=sorted_paths(path for _label, path in roots),
             protected_paths=sorted_paths(protected),
