@@ -440,10 +440,11 @@ def test_equal_policies_hash_equal(workspace: Path, tmp_path: Path) -> None:
         writable=(str(b), str(a), str(a)),
         accept_degraded=("bwrap-limit-memory", "landlock-limits"),
     ).resolve()
-    # Each session has a private /tmp of its own; the rest is equal.
-    assert one.private_tmp != two.private_tmp
+    # Each session has a private /tmp of its own, hidden from the other's runs; the rest is equal.
+    assert one.private_tmp != two.private_tmp and one.private_tmp in two.state_paths
     same = dataclasses.replace(two, private_tmp=one.private_tmp, writable_roots=tuple(
-        sorted({*two.writable_roots} - {two.private_tmp} | {one.private_tmp})))  # type: ignore[operator]
+        sorted({*two.writable_roots} - {two.private_tmp} | {one.private_tmp})),  # type: ignore[operator]
+        hidden_paths=one.hidden_paths, state_paths=one.state_paths)
     assert one == same and hash(one) == hash(same)
     for paths in (one.writable_roots, one.protected_paths, one.accept_degraded):
         assert list(paths) == sorted(set(paths))  # type: ignore[type-var]

@@ -60,7 +60,7 @@ def test_danger_full_access_keeps_the_real_home(workspace: Path, cache: Path) ->
 
 def test_host_turns_it_off(workspace: Path, tmp_path: Path, cache: Path) -> None:
     policy = service(workspace, profile=profile(tmp_path, 'home = "host"\n')).resolve()
-    assert policy.home is None and not (cache / "dsh-sandbox").exists()
+    assert policy.home is None and not (cache / "dsh-sandbox" / "home").exists()
     assert "HOME: the real home (read-only, minus the hidden paths)" in describe_policy(policy)
 
 
