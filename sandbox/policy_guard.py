@@ -214,6 +214,21 @@ def refuse_untrusted_config(ctx: Context, composition: str | None, approval: Any
     if isinstance(rules, str):
         read = getattr(approver, "rules_real_path", None)
         refuse_writable_config_file("approval rules file", rules, roots, real=read if isinstance(read, str) else None)
+    log = getattr(getattr(approver, "config", None), "log_file", None)
+    if isinstance(log, str):
+        _refuse_writable_log(log, roots)
+
+
+def _refuse_writable_log(shown: str, roots: Sequence[Path]) -> None:
+    """An escalation log a sandboxed command could rewrite (forging what was
+    approved, or reading what others ran) is refused like a config file."""
+    real = Path(os.path.realpath(os.path.expanduser(shown)))
+    root = writable_root_holding(real, roots)
+    if root is not None:
+        raise ConfigError(
+            f"approval log_file {shown}: {real} lies inside the writable root {root}, so a sandboxed command "
+            "could read or rewrite the escalation record; move it outside every writable root, e.g. to ~/.dsh/"
+        )
 
 
 def _mounted_approval(ctx: Context) -> Any:

@@ -103,7 +103,7 @@ PRIVATE_TMP = (
 PROCESS_LIST_GAP = Gap(
     "landlock-process-list",
     "cannot hide other processes: without a pid namespace every host process is listed in /proc, with its "
-    "command line (secrets passed in argv), name, owner and state; environ, memory and fds stay unreadable",
+    "command line (secrets passed in argv), name, owner and state; its environ, mem and fd entries stay unreadable",
 )
 
 

@@ -141,7 +141,8 @@ HOG = "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])"
 def test_a_memory_limit_kill_names_the_limit(runner: str, workspace: Path) -> None:
     # It was a silent exit 137.
     need_runner(runner)
-    accept = '\naccept_degraded = ["landlock-protected-paths", "landlock-metadata"]' if runner == "landlock" else ""
+    accept = ('\naccept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-process-list"]'
+              if runner == "landlock" else "")
     profile = trusted_config_dir() / f"memory-{runner}.toml"
     profile.write_text(f'extends = "workspace-write"{accept}\n[limits]\nmax_memory = "128MiB"\n')
     done = cli("run", "--runner", runner, "--profile", str(profile), "--", "python3", "-c", HOG, cwd=workspace)

@@ -57,7 +57,7 @@ class Caller:
             kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": docker_group()}
         return subprocess.run(  # type: ignore[call-overload, no-any-return]
             [*(python or cli(self.user)), *args], cwd=self.ws, env=env or self.env(), capture_output=True,
-            text=True, timeout=240, check=False, **kwargs,
+            encoding="utf-8", errors="replace", timeout=240, check=False, **kwargs,
         )
 
     def own(self, *paths: Path) -> None:

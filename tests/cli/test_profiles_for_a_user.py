@@ -20,7 +20,7 @@ from tests.support.runners import nobody_python
 from tests.support.sandboxed import need_runner
 
 NOBODY = 65534
-LANDLOCK_GAPS = ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape")
+LANDLOCK_GAPS = ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape", "landlock-process-list")
 PROGRAMS = {"python": ["python3", "a.py"], "node": ["node", "-e", "console.log('hi')"]}
 
 

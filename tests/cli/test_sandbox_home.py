@@ -65,7 +65,7 @@ def test_profile_home_host_keeps_the_real_home(workspace: Path, tmp_path: Path, 
     done = cli("run", "--runner", "bwrap", "--profile", str(prof), "--", "bash", "-c", 'echo "$HOME"',
                cwd=workspace, env=_env(tmp_path, trusted_dir))
     assert done.stdout == f"{trusted_dir}\n".encode(), done.stderr
-    assert not (_cache(tmp_path) / "dsh-sandbox").exists()
+    assert not (_cache(tmp_path) / "dsh-sandbox" / "home").exists()
 
 
 # Caches the host's own tools read later without checking where an entry came

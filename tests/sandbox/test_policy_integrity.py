@@ -280,6 +280,16 @@ def test_extended_profile_in_a_writable_root_is_refused(workspace: Path, trusted
         refuse_untrusted_config(ctx, None)
 
 
+def test_an_escalation_log_in_a_writable_root_is_refused(workspace: Path, trusted_dir: Path) -> None:
+    def approval(log: Path) -> object:
+        return type("A", (), {"config": type("C", (), {"path": None, "log_file": str(log)})()})()
+
+    with _ctx_with(workspace) as ctx:
+        with pytest.raises(ConfigError, match=r"approval log_file .*lies inside the writable root"):
+            refuse_untrusted_config(ctx, None, approval(workspace / "escalations.jsonl"))
+        refuse_untrusted_config(ctx, None, approval(trusted_dir / "escalations.jsonl"))
+
+
 def test_rules_and_composition_through_a_link_into_the_workspace_are_refused(
     workspace: Path, trusted_dir: Path
 ) -> None:

@@ -181,8 +181,8 @@ def test_a_models_request_to_repeat_a_denied_command_is_judged_as_its_rerun(
         for cmd in (rewrites.replace('"', '\\"'), plain)
     ))
     profile = trusted_dir / "quiet.toml"
-    accept = 'accept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-hidden-metadata"]\n' \
-        if runner == "landlock" else ""
+    accept = ('accept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-hidden-metadata",'
+              ' "landlock-process-list"]\n' if runner == "landlock" else "")
     profile.write_text(f'extends = "workspace-write"\nexclude_tmp = true\n{accept}')
     spec = SessionSpec(profile=str(profile), workspace=str(workspace), runner=runner, executor="bash-sandbox",
                        approval=f"rules:{rules_file}")
