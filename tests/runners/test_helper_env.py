@@ -87,7 +87,8 @@ def planted(workspace: Path) -> tuple[Path, Path, Path]:
 
 
 def _profile(mode: str, limits: bool, runner: str) -> Path:
-    accept = 'accept_degraded = ["landlock-protected-paths", "landlock-metadata"]\n' if runner == "landlock" else ""
+    accept = ('accept_degraded = ["landlock-protected-paths", "landlock-metadata", "landlock-process-list"]\n'
+              if runner == "landlock" else "")
     path = trusted_config_dir() / f"helper-env-{runner}-{mode}-{limits}.toml"
     path.write_text(f'extends = "{mode}"\n{accept}{LIMITS if limits else ""}')
     return path
