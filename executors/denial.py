@@ -4,10 +4,11 @@ A run counts as *denied* only when all of these hold:
 
 1. it failed (a non-zero exit code; never on exit 0, never for a signal);
 2. its output (stderr, then stdout, since ``2>&1`` is common) has a line with
-   the text of EACCES, EPERM or EROFS in any common style, case-insensitively:
-   ``Permission denied`` (coreutils, bash, Python, Go, Rust's ``os error 13``),
-   ``Operation not permitted``, ``Read-only file system``, or Node's
-   ``EACCES:`` / ``EROFS:`` / ``EPERM:`` codes;
+   the text of EACCES, EPERM, EROFS or EBUSY in any common style,
+   case-insensitively: ``Permission denied`` (coreutils, bash, Python, Go,
+   Rust's ``os error 13``), ``Operation not permitted``, ``Read-only file
+   system``, ``Device or resource busy`` (a rename over a protected path's
+   read-only mount point), or Node's ``EACCES:`` / ``EROFS:`` / ``EPERM:`` codes;
 3. that line names a path (quoted, or the ``prog: PATH: error`` field, or Go's
    ``op PATH: error``; for a bare error line such as Rust's ``Permission denied
    (os error 13)``, a quoted path on one of the few lines before it), and the
@@ -67,9 +68,12 @@ ERROR_TEXTS: tuple[str, ...] = (
     "Permission denied",
     "Operation not permitted",
     "Read-only file system",
+    # A protected path is a read-only mount point (bwrap, docker): renaming a
+    # new file over it (git's config.lock -> config) or removing it is EBUSY.
+    "Device or resource busy",
 )
 _ERROR_RE = re.compile(
-    "|".join(re.escape(t) for t in ERROR_TEXTS) + r"|\b(?:EACCES|EPERM|EROFS)\b",
+    "|".join(re.escape(t) for t in ERROR_TEXTS) + r"|\b(?:EACCES|EPERM|EROFS|EBUSY)\b",
     re.IGNORECASE,
 )
 # Quoted names: 'x', "x", `x', `x` (Rust), and the typographic quotes of UTF-8 locales.

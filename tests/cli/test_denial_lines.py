@@ -35,10 +35,10 @@ def run(runner: str, workspace: Path, *argv: str, flags: Sequence[str] = ()) -> 
     return cli("run", *runner_flags(runner), *flags, "--", *argv, cwd=workspace)
 
 
-def tool(runner: str, workspace: Path, command: str) -> str:
+def tool(runner: str, workspace: Path, command: str, flags: Sequence[str] = ()) -> str:
     need_runner(runner)
     args = json.dumps({"command": command, "description": "try it"})
-    return cli("tool", "call", "bash", args, *runner_flags(runner), cwd=workspace).stdout.decode()
+    return cli("tool", "call", "bash", args, *runner_flags(runner), *flags, cwd=workspace).stdout.decode()
 
 
 def profile_of(runner: str) -> str:
@@ -118,20 +118,29 @@ GIT_KEY = 'git = "commit" in the profile allows commits'
 
 @pytest.mark.parametrize("runner", ["bwrap", "docker"])
 def test_git_on_a_read_only_git_dir_names_the_key(runner: str, repo: Path) -> None:
-    stash = run(runner, repo, "git", "stash")  # git itself prints nothing at all
+    # The default profile commits (git = "commit"); the strict case is asked for.
+    strict = trusted_config_dir() / "git-read-only.toml"
+    strict.write_text('extends = "workspace-write"\ngit = "read-only"\n')
+    flags = ("--profile", str(strict))
+    stash = run(runner, repo, "git", "stash", flags=flags)  # git itself prints nothing at all
     assert stash.returncode != 0
     assert notes(stash.stderr) == [
         'dsh-sandbox: git failed and .git is read-only under this profile (git = "read-only"): git = "commit" in '
         "the profile allows commit, add and stash (hooks and config stay read-only)"
     ]
-    add = run(runner, repo, "git", "add", "f")
+    add = run(runner, repo, "git", "add", "f", flags=flags)
     assert notes(add.stderr) == [
         f"dsh-sandbox: write to {repo}/.git/index.lock denied under workspace-write ({repo}/.git is read-only under "
         f"this profile; {GIT_KEY})"
     ]
-    config = run(runner, repo, "git", "config", "a.b", "c")  # relative path in git's message
+    config = run(runner, repo, "git", "config", "a.b", "c", flags=flags)  # relative path in git's message
     assert notes(config.stderr) == [f"dsh-sandbox: write to {repo}/.git/config denied under workspace-write"]
-    assert "[sandbox: file access denied under workspace-write mode]" in tool(runner, repo, "git config a.b c")
+    assert "[sandbox: file access denied under workspace-write mode]" in tool(runner, repo, "git config a.b c",
+                                                                              flags=flags)
+    # Under the default profile a commit's writes are allowed, and config stays read-only.
+    assert run(runner, repo, "git", "add", "f").returncode == 0
+    config = run(runner, repo, "git", "config", "a.b", "c")
+    assert notes(config.stderr) == [f"dsh-sandbox: write to {repo}/.git/config denied under workspace-write"]
 
 
 HOG = "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])"
