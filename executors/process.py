@@ -40,6 +40,7 @@ from dsh.executors.spill import SpillDir
 from dsh.executors.watchdog import OrphanKiller
 from dsh.sandbox.context import Service
 from dsh.sandbox.runner import ExitStatus, Launch, LocalLaunch, RemoteLaunch, RemoteProcess
+from dsh.sandbox.stdin_feed import StdinFeed
 
 SENSITIVE_ENV_PATTERN = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 DSH_ENV_PREFIX = "DSH_"
@@ -238,7 +239,7 @@ class LocalSubprocessService(Service):
         *,
         cwd: str,
         env: Mapping[str, str],
-        stdin: bytes | None,
+        stdin: bytes | StdinFeed | None,
         stdout: StreamCapture,
         stderr: StreamCapture,
         grace_ms: int,
@@ -265,7 +266,7 @@ class LocalSubprocessService(Service):
         *,
         cwd: str,
         env: Mapping[str, str],
-        stdin: bytes | None,
+        stdin: bytes | StdinFeed | None,
         stdout: StreamCapture,
         stderr: StreamCapture,
         grace_ms: int,
@@ -314,7 +315,7 @@ class LocalSubprocessService(Service):
         return done
 
     def _spawn_local(
-        self, launch: LocalLaunch, *, cwd: str, env: Mapping[str, str], stdin: bytes | None
+        self, launch: LocalLaunch, *, cwd: str, env: Mapping[str, str], stdin: bytes | StdinFeed | None
     ) -> tuple[_LocalTarget, tuple[int, int], int]:
         self._become_subreaper()
         # A runner that wraps the command in host-side helpers starts them with a

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dsh.executors.denial import Denial, find_denial
 from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
 from dsh.executors.process import LocalSubprocessService
+from dsh.executors.pty_launch import with_host_pty
 from dsh.executors.seam import (
     CollectedOutput,
     SandboxFacts,
@@ -48,7 +49,7 @@ from dsh.sandbox.host import SandboxHost
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyService
-from dsh.sandbox.runner import Enforcement, Launch
+from dsh.sandbox.runner import Enforcement, Launch, LocalLaunch
 from dsh.sandbox.sandbox_home import home_env
 from dsh.sandbox.trusted_changes import Baseline, Changes
 
@@ -173,7 +174,13 @@ class SandboxedExecutor(_MixinBase):
         launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env)
         with self._chosen_lock:
             self._chosen[policy] = (runner.name, enforcement)
+        if spec.terminal is not None and runner.terminal_pty == "host" and isinstance(launch, LocalLaunch):
+            launch = with_host_pty(launch)
         return launch
+
+    def relay_python(self) -> str:
+        # A remote runner's image has its own interpreter; this host's path means nothing there.
+        return "python3" if self.host.remote else super().relay_python()
 
     def require_shell(self, argv: tuple[str | bytes, ...], env: Mapping[str, str]) -> None:
         # A remote runner runs the shell in its own image or machine: whether it
