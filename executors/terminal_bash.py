@@ -181,6 +181,9 @@ class BashTerminalSession(TerminalBackendSession):
     def _send_frames(self, frames: list[bytes]) -> None:
         with self._cond:
             self._frames += len(frames)
+            # Quiet is measured from the last send too: a signal or a line just
+            # sent has not had time to make the program print anything.
+            self._last_output = time.monotonic()
         self._write(b"".join(frames))
 
     def send(self, request: TerminalSendRequest, *, settle_ms: int, idle_ms: int) -> TerminalSnapshot:
@@ -208,6 +211,12 @@ class BashTerminalSession(TerminalBackendSession):
         with self._cond:
             self.screen.resize(rows, cols)
         self._send_frames([resize_frame(rows, cols)])
+
+    @property
+    def prompts(self) -> int:
+        """How many of our prompts the shell has printed so far."""
+        with self._cond:
+            return self._prompts
 
     @property
     def shell_foreground(self) -> bool:
