@@ -221,13 +221,52 @@ def make_request(opts: RunOptions, ctx: Context) -> Any:
 
         wall = ctx.require(PolicyService).resolve().limits.wall_time_s
         timeout_ms = int(wall * 1000) if wall else CLI_MAX_TIMEOUT_S * 1000
+    stdin = piped_stdin()
     if opts.argv:
         import shlex
 
         display = shlex.join(opts.argv)
-        return ShellExecRequest(command=display, argv=tuple(opts.argv), timeout_ms=timeout_ms)
+        return ShellExecRequest(command=display, argv=tuple(opts.argv), timeout_ms=timeout_ms, stdin=stdin)
     assert opts.command is not None
-    return ShellExecRequest(command=opts.command, timeout_ms=timeout_ms)
+    return ShellExecRequest(command=opts.command, timeout_ms=timeout_ms, stdin=stdin)
+
+
+_stdin_taken = False
+
+
+def piped_stdin() -> Any:
+    """This process's stdin as a ``StdinFeed`` for the command, when it is a pipe or
+    a file (not a terminal): copied by a thread in bounded memory, EOF passed on.
+    Only the first run of an invocation gets it (a stream cannot be replayed)."""
+    global _stdin_taken
+    if _stdin_taken:
+        return None
+    try:
+        if os.isatty(0):
+            return None
+        os.fstat(0)
+    except OSError:
+        return None  # no stdin at all
+    _stdin_taken = True
+    import threading
+
+    from dsh.sandbox.stdin_feed import FeedClosed, StdinFeed
+
+    feed = StdinFeed()
+
+    def copy() -> None:
+        try:
+            while True:
+                chunk = os.read(0, 1 << 16)
+                if not chunk:
+                    break
+                feed.write(chunk)
+        except (OSError, FeedClosed):
+            return  # the command closed its stdin, or ours broke: it sees EOF
+        feed.close()
+
+    threading.Thread(target=copy, name="dsh-stdin", daemon=True).start()
+    return feed
 
 
 def run_command(opts: RunOptions) -> int:
