@@ -93,7 +93,8 @@ def check_options(opts: RunOptions) -> None:
     if opts.tty and opts.as_json:
         raise UsageError("-t and --json conflict: a terminal session is shown live; drop one of them")
     if opts.tty and not (os.isatty(0) and os.isatty(1)):
-        raise UsageError("-t needs a terminal on stdin and stdout; drop -t (or run it in a terminal)")
+        raise UsageError("-t and the shell command need a terminal on stdin and stdout: run them in "
+                         "a terminal, or use run --no-tty")
     if opts.timeout_s is not None:
         from dsh.sandbox.numeric import seconds
 
@@ -235,6 +236,8 @@ def make_request(opts: RunOptions, ctx: Context) -> Any:
         argv = tuple(opts.argv) if opts.argv else ("bash", "-c", opts.command or "")
         return ShellExecRequest(command=opts.command or "", argv=argv, timeout_ms=timeout_ms,
                                 stdin=StdinFeed(), terminal=size)
+    from dsh.cli.run_tty import piped_stdin
+
     stdin = piped_stdin()
     if opts.argv:
         import shlex
@@ -243,44 +246,6 @@ def make_request(opts: RunOptions, ctx: Context) -> Any:
         return ShellExecRequest(command=display, argv=tuple(opts.argv), timeout_ms=timeout_ms, stdin=stdin)
     assert opts.command is not None
     return ShellExecRequest(command=opts.command, timeout_ms=timeout_ms, stdin=stdin)
-
-
-_stdin_taken = False
-
-
-def piped_stdin() -> Any:
-    """This process's stdin as a ``StdinFeed`` for the command, when it is a pipe or
-    a file (not a terminal): copied by a thread in bounded memory, EOF passed on.
-    Only the first run of an invocation gets it (a stream cannot be replayed)."""
-    global _stdin_taken
-    if _stdin_taken:
-        return None
-    try:
-        if os.isatty(0):
-            return None
-        os.fstat(0)
-    except OSError:
-        return None  # no stdin at all
-    _stdin_taken = True
-    import threading
-
-    from dsh.sandbox.stdin_feed import FeedClosed, StdinFeed
-
-    feed = StdinFeed()
-
-    def copy() -> None:
-        try:
-            while True:
-                chunk = os.read(0, 1 << 16)
-                if not chunk:
-                    break
-                feed.write(chunk)
-        except (OSError, FeedClosed):
-            return  # the command closed its stdin, or ours broke: it sees EOF
-        feed.close()
-
-    threading.Thread(target=copy, name="dsh-stdin", daemon=True).start()
-    return feed
 
 
 def run_command(opts: RunOptions) -> int:
