@@ -315,6 +315,7 @@ from dsh.cli.conformance.catalog_gitsurface import SCENARIOS as GITSURFACE_SCENA
 SCENARIOS += GITSURFACE_SCENARIOS
 SCENARIOS += catalog_tmprepo.SCENARIOS
 SCENARIOS += catalog_pins.SCENARIOS
+SCENARIOS += __import__("dsh.cli.conformance.catalog_terminal", fromlist=["SCENARIOS"]).SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:
