@@ -1,0 +1,116 @@
+"""Terminal sessions, ``run -t`` and stdin as an unprivileged user (nobody), on the real runners."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_run_tty import Attached
+from tests.support.runners import nobody_python
+from tests.support.sandboxed import accept_for, need_runner
+
+NOBODY = 65534
+RUNNERS = ("landlock", "bwrap")
+
+
+def _accept(runner: str) -> tuple[str, ...]:
+    # Unprivileged, Landlock has no cgroup to hold what leaves the session: accepted by name.
+    return (*accept_for(runner), "landlock-process-escape") if runner == "landlock" else ()
+
+
+@pytest.fixture
+def nobody_ws(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("SANDBOX_UNAVAILABLE: running as nobody needs root")
+    if nobody_python() is None:
+        pytest.skip("SANDBOX_UNAVAILABLE: DSH_NOBODY_PYTHON is not set (an interpreter nobody can run)")
+    base = Path("/var/tmp") / f"dsh-term-nobody-{os.getpid()}-{tmp_path.name}"
+    ws = base / "ws"
+    ws.mkdir(parents=True)
+    for path in (base, ws):
+        os.chown(path, NOBODY, NOBODY)
+    try:
+        yield ws
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=False)
+
+
+def _env(ws: Path) -> dict[str, str]:
+    return {"PATH": os.environ["PATH"], "HOME": str(ws.parent), "LANG": "C.UTF-8",
+            "XDG_CACHE_HOME": str(ws.parent / "cache")}
+
+
+def _as_nobody() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+class NobodyAttached(Attached):
+    def __init__(self, workspace: Path, runner: str, *argv: str) -> None:
+        need_runner(runner)
+        accept = [f"--accept-degraded={n}" for n in _accept(runner)]
+        python = nobody_python()
+        assert python is not None
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            _as_nobody()
+            os.chdir(workspace)
+            os.execve(python, [python, "-m", "dsh.cli", "run", "--runner", runner, *accept,
+                               "--workspace", str(workspace), "--", *argv], _env(workspace))
+        self.resize(24, 80)
+        self.seen = b""
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_run_tty_as_nobody(nobody_ws: Path, runner: str) -> None:
+    run = NobodyAttached(nobody_ws, runner, "python3", "-q")
+    run.expect(b">>> ")
+    run.type(b"import os; print(os.getuid(), os.ttyname(0))\r")
+    run.expect(b"65534 /dev/pts/")
+    run.type(b"import time; time.sleep(1000)\r")
+    run.expect(b"time.sleep(1000)")
+    run.type(b"\x03")
+    run.expect(b"KeyboardInterrupt")
+    run.type(b"raise SystemExit(3)\r")
+    assert run.status() == 3
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_stdin_and_persistent_bash_as_nobody(nobody_ws: Path, runner: str) -> None:
+    need_runner(runner)
+    python = nobody_python()
+    assert python is not None
+    accept = [f"--accept-degraded={n}" for n in _accept(runner)]
+    piped = subprocess.run([python, "-m", "dsh.cli", "run", "--runner", runner, *accept, "--workspace",
+                            str(nobody_ws), "--", "cat"], input=b"through\n", capture_output=True, cwd=nobody_ws,
+                           env=_env(nobody_ws), timeout=300, check=False, preexec_fn=_as_nobody)
+    assert (piped.returncode, piped.stdout) == (0, b"through\n"), piped.stderr
+    (nobody_ws / "sub").mkdir()
+    os.chown(nobody_ws / "sub", NOBODY, NOBODY)
+    script = textwrap.dedent(f"""
+        from dsh.sandbox.context import build_context
+        from dsh.tools.toolbox import call_tool
+        ctx = build_context([
+            {{"id": "policy", "name": "sandbox-policy", "config": {{"mode": "workspace-write",
+              "workspace": {str(nobody_ws)!r}, "accept_degraded": {list(_accept(runner))!r}}}}},
+            {{"id": "sandbox", "name": "sandbox", "config": {{"runner": {runner!r}}}}},
+            {{"id": "shell", "name": "bash-sandbox", "config": {{}}}},
+            {{"id": "terminals", "name": "terminals", "config": {{}}}},
+            {{"id": "terminal-bash", "name": "terminal-bash", "config": {{}}}},
+            {{"id": "persistent-shells", "name": "persistent-shells", "config": {{}}}},
+        ])
+        with ctx:
+            call_tool(ctx, "bash", {{"command": "cd sub && export KEPT=yes", "description": "d"}}, owner="a")
+            print(call_tool(ctx, "bash", {{"command": 'echo "$KEPT $(basename $PWD) $(id -u)"',
+                                          "description": "d"}}, owner="a").content)
+    """)
+    done = subprocess.run([python, "-c", script], capture_output=True, cwd=nobody_ws, env=_env(nobody_ws),
+                          timeout=300, check=False, preexec_fn=_as_nobody)
+    assert done.stdout.decode().strip() == "yes sub 65534", (done.stdout, done.stderr[-2000:])
