@@ -251,14 +251,20 @@ def make_request(opts: RunOptions, ctx: Context) -> Any:
 def run_command(opts: RunOptions) -> int:
     """Check, build, run, stream and report; returns the exit status to mirror."""
     check_options(opts)
-    if opts.tty is None:
-        import dataclasses
-
-        opts = dataclasses.replace(opts, tty=not opts.as_json and os.isatty(0) and os.isatty(1))
     if opts.composition is None:  # a composition is the whole configuration of its context
         from dsh.cli.settings import apply_to_run
 
         opts = apply_to_run(opts)
+    asks_here = opts.approval not in (None, "deny")
+    if opts.tty and asks_here:
+        raise UsageError(f"-t and --approval {opts.approval} conflict: an approval shows the denied command's "
+                         "output escaped on this terminal, which a terminal session writes to as it is; drop one")
+    if opts.tty is None:
+        import dataclasses
+
+        # A pty when a person is at the terminal, unless an approval may be asked there.
+        tty = not opts.as_json and not asks_here and os.isatty(0) and os.isatty(1)
+        opts = dataclasses.replace(opts, tty=tty)
     ctx = build_context(opts)
     try:
         from dsh.executors.seam import ShellExecutor

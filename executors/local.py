@@ -150,6 +150,7 @@ class LocalBashExecutor(ShellExecutor):
             timeout_capped=capped,
             argv=tuple(request.argv) if request.argv is not None else None,
             terminal=request.terminal,
+            merge_output=request.merge_output,
         )
 
     def default_workdir(self) -> str:
@@ -219,6 +220,7 @@ class LocalBashExecutor(ShellExecutor):
                 deadline=deadline,
                 on_deadline=execution.on_deadline,
                 on_exit=execution.on_exit,
+                merge=spec.merge_output,
             )
         except SandboxUnavailable as exc:
             if spec.on_expiry == "kill":

@@ -75,6 +75,7 @@ class Pump:
         deadline: float | None,
         on_deadline: Callable[[], None] | None,
         on_exit: Callable[[Pump], None],
+        merge: bool = False,
     ) -> None:
         self.target = target
         self.pid = target.pid
@@ -82,7 +83,9 @@ class Pump:
         self.captures = captures
         self.status: ExitStatus | None = None
         self.error: BaseException | None = None
-        self._fds = {stdout_fd: captures[0], stderr_fd: captures[1]}
+        # Merged: what arrives on stderr goes to the stdout capture, in arrival order.
+        self._fds = {stdout_fd: captures[0], stderr_fd: captures[0 if merge else 1]}
+        self._merge = merge
         self._stdin_fd = stdin_fd
         # A feed streams stdin in bounded memory; bytes are written once.
         self._feed = stdin if isinstance(stdin, StdinFeed) else None
@@ -149,7 +152,7 @@ class Pump:
             self._close_fds()
             if self.status is not None:
                 try:
-                    stderr = self.captures[1]
+                    stderr = self.captures[0 if self._merge else 1]
                     self.status = self.target.command_status(self.status, lambda: stderr.read_from(0)[1])
                 except Exception as exc:
                     self.error = self.error or exc

@@ -117,6 +117,9 @@ class ShellExecRequest:
     #: of ``command`` through the shell; it is never joined into a string.
     argv: tuple[str | bytes, ...] | None = None
     terminal: TerminalSize | None = None
+    #: stdout and stderr as one stream, in the order written (in ``stdout``):
+    #: what the model-facing tools show.  False keeps them apart.
+    merge_output: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +143,7 @@ class ShellExecSpec:
     timeout_capped: bool = False
     argv: tuple[str | bytes, ...] | None = None  # exact argv instead of the shell
     terminal: TerminalSize | None = None
+    merge_output: bool = False
 
 
 @dataclass(frozen=True)

@@ -319,7 +319,9 @@ class TerminalBashBackend(Service, TerminalBackend):
         execution = shell.execute(spec)
         facts = execution.sandbox if execution.done else None
         if facts is not None and facts.runner_failed:
-            raise SandboxUnavailable(facts.runner_error or "the sandbox runner failed; nothing ran")
+            why = (facts.runner_error or "the sandbox runner failed; nothing ran").removeprefix(
+                f"{SandboxUnavailable.code}: ")
+            raise SandboxUnavailable(why)
         session = BashTerminalSession(execution, feed, screen, nonce)
         # Sends start at a prompt: typed-ahead input would be echoed before it,
         # and the first prompt would be taken for the command's end.

@@ -94,3 +94,26 @@ def test_terminal_tools_end_to_end(workspace: Path, runner: str) -> None:
         assert pids_with(mark) == [], describe(pids_with(mark))
         gone = call_tool(ctx, "terminal_read", {"terminal_id": "term-1"}, owner="a")
         assert gone.is_error and "NO_SESSION" in gone.content
+
+
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker"])
+def test_the_bash_tool_shows_stdout_and_stderr_in_the_order_written(workspace: Path, runner: str) -> None:
+    script = "for i in 1 2 3; do echo out$i; echo err$i >&2; done"
+    with terminal_ctx(workspace, runner) as ctx:
+        got = call_tool(ctx, "bash", {"command": script, "description": "d"}, owner="a")
+    if runner == "docker":
+        # Two streams over one socket, taken as they arrive: every line, each stream in order.
+        lines = got.content.split("\n")
+        assert sorted(lines) == ["err1", "err2", "err3", "out1", "out2", "out3"], got.content
+        assert [x for x in lines if x.startswith("out")] == ["out1", "out2", "out3"]
+    else:
+        assert got.content == "out1\nerr1\nout2\nerr2\nout3\nerr3", got.content
+
+
+def test_a_trusted_caller_still_gets_stdout_alone(workspace: Path) -> None:
+    from dsh.executors.seam import ShellExecRequest, ShellExecutor
+
+    with terminal_ctx(workspace, "bwrap") as ctx:
+        shell = ctx.require(ShellExecutor)
+        result = shell.run(shell.resolve(ShellExecRequest("echo out; echo err >&2")))
+    assert (result.stdout.text, result.stderr.text) == ("out\n", "err\n")
