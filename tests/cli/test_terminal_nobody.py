@@ -114,3 +114,30 @@ def test_stdin_and_persistent_bash_as_nobody(nobody_ws: Path, runner: str) -> No
     done = subprocess.run([python, "-c", script], capture_output=True, cwd=nobody_ws, env=_env(nobody_ws),
                           timeout=300, check=False, preexec_fn=_as_nobody)
     assert done.stdout.decode().strip() == "yes sub 65534", (done.stdout, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_sigkill_of_the_host_process_leaves_nothing_as_nobody(nobody_ws: Path, runner: str) -> None:
+    """Unprivileged there is no cgroup to hold the session: the relay itself must end it."""
+    import secrets
+
+    from tests.executors.test_terminal_sessions import _HOLDER
+    from tests.support.processes import describe, pids_with
+    from tests.support.wait import wait_until
+
+    need_runner(runner)
+    python = nobody_python()
+    assert python is not None
+    mark = f"dsh-term-{secrets.token_hex(4)}"
+    holder = subprocess.Popen([python, "-c", _HOLDER, str(nobody_ws), runner, ",".join(_accept(runner)), mark],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=nobody_ws, env=_env(nobody_ws),
+                              preexec_fn=_as_nobody)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"ready\n"
+        wait_until(lambda: len([p for p in pids_with(mark) if p != holder.pid]) == 2, "both sleeps")
+        holder.kill()
+        holder.wait()
+        wait_until(lambda: not pids_with(mark), lambda: "the session's processes to die: " + describe(pids_with(mark)))
+    finally:
+        holder.kill()
+        holder.wait()

@@ -136,3 +136,50 @@ def test_teardown_of_the_context_kills_every_session(workspace: Path, runner: st
             reg.send(entry.id, owner, TerminalSendRequest(f"setsid {_sleeper(mark)} &"), **SETTLE)
         wait_until(lambda: len(pids_with(mark)) == 2, "both sleeps")
     assert pids_with(mark) == [], describe(pids_with(mark))
+
+
+_HOLDER = """
+import sys
+from dsh.sandbox.context import build_context
+from dsh.executors.terminal_registry import TerminalRegistry
+from dsh.executors.terminal_seam import TerminalOpenRequest, TerminalSendRequest
+ws, runner, accept, mark = sys.argv[1], sys.argv[2], sys.argv[3].split(",") if sys.argv[3] else [], sys.argv[4]
+ctx = build_context([
+    {"id": "policy", "name": "sandbox-policy",
+     "config": {"mode": "workspace-write", "workspace": ws, "accept_degraded": accept}},
+    {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
+    {"id": "shell", "name": "bash-sandbox", "config": {"cwd": ws}},
+    {"id": "terminals", "name": "terminals", "config": {}},
+    {"id": "terminal-bash", "name": "terminal-bash", "config": {}},
+])
+reg = ctx.require(TerminalRegistry)
+entry = reg.open("me", TerminalOpenRequest())
+reg.send(entry.id, "me", TerminalSendRequest(
+    f"sh -c 'sleep 1000; :' {mark}-a & setsid sh -c 'sleep 1000; :' {mark}-b & echo started"),
+    settle_ms=60000, idle_ms=3000)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("runner", TERMINAL_RUNNERS)
+def test_sigkill_of_the_host_process_leaves_nothing(workspace: Path, runner: str) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.sandboxed import accept_for, need_runner
+
+    need_runner(runner)
+    mark = f"dsh-term-{secrets.token_hex(4)}"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(workspace), runner, ",".join(accept_for(runner)),
+                               mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"ready\n"
+        # The holder's own command line names the mark too.
+        wait_until(lambda: len([p for p in pids_with(mark) if p != holder.pid]) == 2, "both sleeps")
+        holder.kill()  # SIGKILL: no teardown runs in it
+        holder.wait()
+        wait_until(lambda: not pids_with(mark), lambda: "the session's processes to die: " + describe(pids_with(mark)))
+    finally:
+        holder.kill()
+        holder.wait()
