@@ -117,3 +117,31 @@ def test_a_trusted_caller_still_gets_stdout_alone(workspace: Path) -> None:
         shell = ctx.require(ShellExecutor)
         result = shell.run(shell.resolve(ShellExecRequest("echo out; echo err >&2")))
     assert (result.stdout.text, result.stderr.text) == ("out\n", "err\n")
+
+
+def test_tool_call_refuses_terminal_tools_with_exit_2(workspace: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "dsh.cli", "tool", "call", "terminal_open", "{}",
+                           "--workspace", str(workspace)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2 and "long-lived" not in done.stdout, (done.stdout, done.stderr)
+    assert "terminal lives until it is closed" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_tool_spec_with_a_composition_lists_the_terminal_tools(workspace: Path, trusted_dir: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    comp = trusted_dir / "comp.yaml"
+    comp.write_text(
+        "- {id: policy, name: sandbox-policy, config: {workspace: '" + str(workspace) + "'}}\n"
+        "- {id: sandbox, name: sandbox, config: {runner: bwrap}}\n"
+        "- {id: shell, name: bash-sandbox}\n- {id: terminals, name: terminals}\n"
+        "- {id: terminal-bash, name: terminal-bash}\n- {id: persistent-shells, name: persistent-shells}\n")
+    done = subprocess.run([sys.executable, "-m", "dsh.cli", "tool", "spec", "--format", "anthropic",
+                           "--composition", str(comp)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    names = {tool["name"] for tool in json.loads(done.stdout)}
+    assert TERMINAL_NAMES | {"bash"} <= names
