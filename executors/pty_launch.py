@@ -110,27 +110,41 @@ class StatusParser:
 
 
 # -- a pty opened by the host -----------------------------------------------------------------
-def with_host_pty(launch: LocalLaunch) -> LocalLaunch:
-    """``launch`` with a pty pair opened here and handed to the relay.
+class HostPty:
+    """A pty pair opened here for one session, for runners whose sandbox has no
+    ``/dev/ptmx`` of its own and may not open the host's (no mount namespace,
+    ``/dev/pts`` outside the ``/dev`` allowlist).  An inherited fd still works,
+    and the pair is this session's own, never the caller's terminal.
 
-    For runners whose sandbox has no ``/dev/ptmx`` of its own and may not
-    open the host's (Landlock: no mount namespace, and ``/dev/pts`` is outside
-    its ``/dev`` allowlist).  An inherited fd still works, and the pair is this
-    session's own, never the caller's terminal.  The host's copies are closed
-    as soon as the relay is spawned.
-    """
-    master, slave = os.openpty()
-    for fd in (master, slave):
-        os.set_inheritable(fd, False)
-    inner = launch.spawn_in
-    closed = False
+    ``env`` names the pair for the relay: it goes into the environment given to
+    ``prepare`` (a runner that hands the command its environment through a hop
+    passes it on) and into the launch's own.  ``attach`` passes the fds and
+    closes the host's copies as soon as the relay is spawned."""
 
-    def close_ours() -> None:
-        nonlocal closed
-        if not closed:
-            closed = True
-            for fd in (master, slave):
+    def __init__(self) -> None:
+        self.master, self.slave = os.openpty()
+        for fd in (self.master, self.slave):
+            os.set_inheritable(fd, False)
+        self._closed = False
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {HOST_PTY_ENV: f"{self.master},{self.slave}"}
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for fd in (self.master, self.slave):
                 os.close(fd)
+
+    def attach(self, launch: LocalLaunch) -> LocalLaunch:
+        return _with_pty(launch, self)
+
+
+def _with_pty(launch: LocalLaunch, pair: HostPty) -> LocalLaunch:
+    master, slave = pair.master, pair.slave
+    inner = launch.spawn_in
+    close_ours = pair.close
 
     def spawn_in(fn: Callable[[], Any]) -> Any:
         try:
@@ -147,7 +161,7 @@ def with_host_pty(launch: LocalLaunch) -> LocalLaunch:
 
     return dataclasses.replace(
         launch,
-        env={**launch.env, HOST_PTY_ENV: f"{master},{slave}"},
+        env={**launch.env, **pair.env},
         pass_fds=(*launch.pass_fds, master, slave),
         spawn_in=spawn_in,
         cleanup=cleanup_all,

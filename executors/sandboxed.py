@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dsh.executors.denial import Denial, find_denial
 from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
 from dsh.executors.process import LocalSubprocessService
-from dsh.executors.pty_launch import with_host_pty
+from dsh.executors.pty_launch import HostPty
 from dsh.executors.seam import (
     CollectedOutput,
     SandboxFacts,
@@ -171,11 +171,23 @@ class SandboxedExecutor(_MixinBase):
         policy = self.policy_of(spec)
         if not policy.constrained:
             return super().prepare_launch(argv, spec, env)
-        launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env)
+        pair = None
+        if spec.terminal is not None and self.host.choose(policy).runner.terminal_pty == "host":
+            pair = HostPty()
+            env = {**env, **pair.env}
+        try:
+            launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env)
+        except BaseException:
+            if pair is not None:
+                pair.close()
+            raise
         with self._chosen_lock:
             self._chosen[policy] = (runner.name, enforcement)
-        if spec.terminal is not None and runner.terminal_pty == "host" and isinstance(launch, LocalLaunch):
-            launch = with_host_pty(launch)
+        if pair is not None:
+            if not isinstance(launch, LocalLaunch):  # the choice cannot change between the two calls
+                pair.close()
+                raise SandboxUnavailable(f"{runner.name}: a host pty needs a local launch", runner=runner.name)
+            launch = pair.attach(launch)
         return launch
 
     def relay_python(self) -> str:

@@ -183,3 +183,19 @@ def test_sigkill_of_the_host_process_leaves_nothing(workspace: Path, runner: str
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("runner", ["landlock", "bwrap"])
+def test_a_session_under_limits_gets_its_pty(workspace: Path, runner: str, trusted_dir: Path) -> None:
+    """Limits put host-side helpers (prlimit, the cgroup join) in front of the
+    relay, which then gets its environment through a hop: the pty still arrives."""
+    profile = trusted_dir / "limited.toml"
+    profile.write_text('extends = "workspace-write"\n[limits]\nmax_processes = 512\nmax_memory = "2GiB"\n')
+    with terminal_ctx(workspace, runner, profile=str(profile)) as ctx:
+        reg = ctx.require(TerminalRegistry)
+        entry = reg.open("me", TerminalOpenRequest())
+        assert entry.session.initial is not None and entry.session.initial.wait_reason == "stdin_read", (
+            entry.session.initial)
+        snap = _send(reg, entry.id, "tty; ulimit -u")
+        assert any(line.startswith("/dev/pts/") for line in snap.viewport), snap.text
+        reg.close_session(entry.id, "me")

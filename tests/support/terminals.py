@@ -17,11 +17,13 @@ TERMINAL_RUNNERS = ("landlock", "bwrap", "docker")
 
 @contextmanager
 def terminal_ctx(workspace: Path, runner: str, *, mode: str = "workspace-write",
-                 extra: tuple[dict[str, Any], ...] = ()) -> Iterator[Any]:
+                 extra: tuple[dict[str, Any], ...] = (), profile: str | None = None) -> Iterator[Any]:
     need_runner(runner)
+    policy: dict[str, Any] = {"mode": mode, "workspace": str(workspace), "accept_degraded": list(accept_for(runner))}
+    if profile is not None:
+        policy["profile"] = profile
     ctx = build_context([
-        {"id": "policy", "name": "sandbox-policy",
-         "config": {"mode": mode, "workspace": str(workspace), "accept_degraded": list(accept_for(runner))}},
+        {"id": "policy", "name": "sandbox-policy", "config": policy},
         {"id": "sandbox", "name": "sandbox", "config": {"runner": runner}},
         {"id": "shell", "name": "bash-sandbox", "config": {"cwd": str(workspace)}},
         {"id": "terminals", "name": "terminals", "config": {}},
