@@ -53,9 +53,9 @@ def _as_nobody() -> None:
 
 
 class NobodyAttached(Attached):
-    def __init__(self, workspace: Path, runner: str, *argv: str) -> None:
+    def __init__(self, workspace: Path, runner: str, *argv: str, extra: tuple[str, ...] = ()) -> None:
         need_runner(runner)
-        accept = [f"--accept-degraded={n}" for n in _accept(runner)]
+        accept = [f"--accept-degraded={n}" for n in _accept(runner)] + list(extra)
         python = nobody_python()
         assert python is not None
         self.pid, self.fd = pty.fork()
@@ -141,3 +141,16 @@ def test_sigkill_of_the_host_process_leaves_nothing_as_nobody(nobody_ws: Path, r
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_run_tty_under_limits_as_nobody(nobody_ws: Path) -> None:
+    """Unprivileged limits put prlimit in front of the relay, which then gets its
+    environment through a hop: the host's pty pair must still reach it."""
+    profile = nobody_ws.parent / "limited.toml"
+    profile.write_text('extends = "workspace-write"\n[limits]\nmax_processes = 512\nmax_memory = "2GiB"\n')
+    os.chmod(profile, 0o644)
+    run = NobodyAttached(nobody_ws, "landlock", "sh", "-c", "tty",
+                         extra=("--profile", str(profile), "--accept-degraded=landlock-limits"))
+    shown = run.expect(b"\n")
+    assert shown.strip().startswith(b"/dev/pts/"), shown
+    assert run.status() == 0
