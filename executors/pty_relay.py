@@ -172,6 +172,7 @@ def _reading(fg, tty_rdev, waits):
 
 def main(args):
     rows, cols = 24, 80
+    # The host's pair arrives in the environment; the command must not see it.
     named = os.environ.pop("DSH_TTY_FDS", None)
     fds = tuple(int(x) for x in named.split(",")) if named else None
     while args and args[0] != "--":
@@ -192,7 +193,6 @@ def main(args):
             return 126
     else:
         master, slave = fds
-    # The host's pair arrives in the environment; the command must not see it.
     _winsize(slave, rows, cols)
     tty_rdev = os.fstat(slave).st_rdev
     me = os.getpid()

@@ -151,6 +151,5 @@ def test_run_tty_under_limits_as_nobody(nobody_ws: Path) -> None:
     os.chmod(profile, 0o644)
     run = NobodyAttached(nobody_ws, "landlock", "sh", "-c", "tty",
                          extra=("--profile", str(profile), "--accept-degraded=landlock-limits"))
-    shown = run.expect(b"\n")
-    assert shown.strip().startswith(b"/dev/pts/"), shown
-    assert run.status() == 0
+    code = run.status()  # everything it printed is in run.seen then
+    assert run.seen.strip().startswith(b"/dev/pts/") and code == 0, (code, run.seen.decode(errors="replace"))
