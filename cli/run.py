@@ -73,6 +73,7 @@ class RunOptions:
     trust_project: bool = False  # the project config may weaken the sandbox
     runner_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()  # from the config files
     user_config: str | None = None  # the user's config file, when one was read
+    tty: bool | None = None  # -t/--no-tty; None: a pty when stdin and stdout are terminals
 
 
 # -- validation (before anything is built or run) ---------------------------------------
@@ -89,6 +90,11 @@ def check_options(opts: RunOptions) -> None:
     if opts.argv and not opts.argv[0]:
         raise UsageError("ARGV: the program name is an empty string; pass the program to run")
     _check_paths(opts)
+    if opts.tty and opts.as_json:
+        raise UsageError("-t and --json conflict: a terminal session is shown live; drop one of them")
+    if opts.tty and not (os.isatty(0) and os.isatty(1)):
+        raise UsageError("-t and the shell command need a terminal on stdin and stdout: run them in "
+                         "a terminal, or use run --no-tty")
     if opts.timeout_s is not None:
         from dsh.sandbox.numeric import seconds
 
@@ -221,13 +227,25 @@ def make_request(opts: RunOptions, ctx: Context) -> Any:
 
         wall = ctx.require(PolicyService).resolve().limits.wall_time_s
         timeout_ms = int(wall * 1000) if wall else CLI_MAX_TIMEOUT_S * 1000
+    if opts.tty:
+        from dsh.cli.run_tty import terminal_size
+        from dsh.executors.seam import TerminalSize
+        from dsh.sandbox.stdin_feed import StdinFeed
+
+        size = TerminalSize(*terminal_size())
+        argv = tuple(opts.argv) if opts.argv else ("bash", "-c", opts.command or "")
+        return ShellExecRequest(command=opts.command or "", argv=argv, timeout_ms=timeout_ms,
+                                stdin=StdinFeed(), terminal=size)
+    from dsh.cli.run_tty import piped_stdin
+
+    stdin = piped_stdin()
     if opts.argv:
         import shlex
 
         display = shlex.join(opts.argv)
-        return ShellExecRequest(command=display, argv=tuple(opts.argv), timeout_ms=timeout_ms)
+        return ShellExecRequest(command=display, argv=tuple(opts.argv), timeout_ms=timeout_ms, stdin=stdin)
     assert opts.command is not None
-    return ShellExecRequest(command=opts.command, timeout_ms=timeout_ms)
+    return ShellExecRequest(command=opts.command, timeout_ms=timeout_ms, stdin=stdin)
 
 
 def run_command(opts: RunOptions) -> int:
@@ -237,6 +255,16 @@ def run_command(opts: RunOptions) -> int:
         from dsh.cli.settings import apply_to_run
 
         opts = apply_to_run(opts)
+    asks_here = opts.approval not in (None, "deny")
+    if opts.tty and asks_here:
+        raise UsageError(f"-t and --approval {opts.approval} conflict: an approval shows the denied command's "
+                         "output escaped on this terminal, which a terminal session writes to as it is; drop one")
+    if opts.tty is None:
+        import dataclasses
+
+        # A pty when a person is at the terminal, unless an approval may be asked there.
+        tty = not opts.as_json and not asks_here and os.isatty(0) and os.isatty(1)
+        opts = dataclasses.replace(opts, tty=tty)
     ctx = build_context(opts)
     try:
         from dsh.executors.seam import ShellExecutor
@@ -325,6 +353,8 @@ def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = Fals
 
     ``visible``: a prompt may follow, so even colours are shown, not obeyed."""
     execution = executor.execute(spec)
+    if spec.terminal is not None:
+        return _attached(execution, spec)
     # Colours are kept unless a person is about to be asked on this terminal.
     live = None if opts.as_json else LiveStreams(execution, raw=opts.raw_output, colours=not visible)
     stopped = follow(execution, live)
@@ -340,6 +370,20 @@ def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = Fals
                     f"{lost} bytes of {stream} were not shown: the command wrote them "
                     "faster than they could be copied and past the spill cap"
                 )
+    report(result, spec)
+    return exit_status(result), result
+
+
+def _attached(execution: Any, spec: Any) -> tuple[int, Any]:
+    from dsh.cli.run_tty import attach
+
+    try:
+        attach(execution, spec.stdin)
+    except BaseException:
+        execution.kill()
+        execution.wait(None)
+        raise
+    result = execution.result()
     report(result, spec)
     return exit_status(result), result
 
@@ -386,6 +430,14 @@ def _execute(executor: Any, spec: Any, opts: RunOptions, *, visible: bool = Fals
     is_flag=True,
     help="On a terminal, pass the command's escape sequences through as they are "
     "(default: only colours; others are shown escaped, e.g. \\x1b]52;...).",
+)
+@click.option(
+    "-t",
+    "--tty/--no-tty",
+    "tty",
+    default=None,
+    help="Run the command on a terminal (a pty inside the sandbox): full-screen programs, Ctrl-C and "
+    "window size work (default: when stdin and stdout are terminals).",
 )
 @settings_options
 @click.argument("argv", nargs=-1, type=click.UNPROCESSED)

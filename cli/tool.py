@@ -34,6 +34,9 @@ LONG_LIVED = (
     "(dsh.tools.toolbox.call_tool on a context that mounts jobs) and keep it open"
 )
 JOB_TOOLS = ("job_output", "job_kill")
+#: Terminal sessions outlive a call only in a long-lived session, like jobs.
+TERMINAL_TOOLS = ("terminal_open", "terminal_send", "terminal_read", "terminal_signal", "terminal_close",
+                  "terminal_list")
 
 
 def tool_session(
@@ -115,6 +118,12 @@ def refuse_jobs(name: str, args: Any) -> None:
         raise UsageError(
             f"{name}: no job outlives a one-shot tool call (each call is its own session), so "
             f"there is no job to reach; {LONG_LIVED}"
+        )
+    if name in TERMINAL_TOOLS:
+        raise UsageError(
+            f"{name}: a terminal lives until it is closed, and a one-shot tool call closes its session "
+            "when it returns; embed the tools in your own process (dsh.tools.toolbox.call_tool on a context "
+            "that mounts terminals and terminal-bash) and keep it open"
         )
     if isinstance(args, dict) and args.get("run_in_background"):
         raise UsageError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, ClassVar
 
 from dsh.executors.execution import LocalShellExecution
 from dsh.executors.process import LocalSubprocessService
+from dsh.executors.pty_launch import relay_argv
 from dsh.executors.seam import (
     DEFAULT_TIMEOUT_MS,
     GRACE_MS,
@@ -76,6 +78,10 @@ class LocalBashExecutor(ShellExecutor):
 
     def prepare_launch(self, argv: tuple[str | bytes, ...], spec: ShellExecSpec, env: Mapping[str, str]) -> Launch:
         return LocalLaunch(argv=argv)
+
+    def relay_python(self) -> str:
+        """The interpreter that runs the terminal relay where the command runs."""
+        return os.path.realpath(sys.executable)
 
     def sandbox_facts(
         self,
@@ -143,6 +149,8 @@ class LocalBashExecutor(ShellExecutor):
             requested_timeout_ms=requested,
             timeout_capped=capped,
             argv=tuple(request.argv) if request.argv is not None else None,
+            terminal=request.terminal,
+            merge_output=request.merge_output,
         )
 
     def default_workdir(self) -> str:
@@ -172,6 +180,8 @@ class LocalBashExecutor(ShellExecutor):
         env = service.build_env(self.base_env(spec), spec.env, spec.dsh_env)
         if spec.argv is None:
             self.require_shell(argv, env)
+        if spec.terminal is not None:
+            argv = relay_argv(self.relay_python(), spec.terminal, argv)
         stdout = service.capture("stdout", max_bytes=spec.stdout_max_bytes, max_spill_bytes=spec.max_spill_bytes)
         stderr = service.capture("stderr", max_bytes=spec.max_output_bytes, max_spill_bytes=spec.max_spill_bytes)
 
@@ -210,6 +220,7 @@ class LocalBashExecutor(ShellExecutor):
                 deadline=deadline,
                 on_deadline=execution.on_deadline,
                 on_exit=execution.on_exit,
+                merge=spec.merge_output,
             )
         except SandboxUnavailable as exc:
             if spec.on_expiry == "kill":

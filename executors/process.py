@@ -40,6 +40,7 @@ from dsh.executors.spill import SpillDir
 from dsh.executors.watchdog import OrphanKiller
 from dsh.sandbox.context import Service
 from dsh.sandbox.runner import ExitStatus, Launch, LocalLaunch, RemoteLaunch, RemoteProcess
+from dsh.sandbox.stdin_feed import StdinFeed
 
 SENSITIVE_ENV_PATTERN = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 DSH_ENV_PREFIX = "DSH_"
@@ -238,15 +239,20 @@ class LocalSubprocessService(Service):
         *,
         cwd: str,
         env: Mapping[str, str],
-        stdin: bytes | None,
+        stdin: bytes | StdinFeed | None,
         stdout: StreamCapture,
         stderr: StreamCapture,
         grace_ms: int,
         deadline: float | None = None,
         on_deadline: Callable[[], None] | None = None,
         on_exit: Callable[[Pump], None] | None = None,
+        merge: bool = False,
     ) -> Pump:
-        """Start ``launch`` and its pump; raises the spawn error (nothing runs)."""
+        """Start ``launch`` and its pump; raises the spawn error (nothing runs).
+
+        ``merge``: stdout and stderr as one stream in the order written (a
+        local command gets one pipe for both; a remote one's two streams are
+        taken in arrival order), collected in ``stdout``."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the subprocess service is closed")
@@ -257,7 +263,7 @@ class LocalSubprocessService(Service):
         with interrupts.registering() if local else contextlib.nullcontext():
             return self._spawn(launch, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
                                grace_ms=grace_ms, deadline=deadline, on_deadline=on_deadline,
-                               on_exit=on_exit)
+                               on_exit=on_exit, merge=merge)
 
     def _spawn(
         self,
@@ -265,13 +271,14 @@ class LocalSubprocessService(Service):
         *,
         cwd: str,
         env: Mapping[str, str],
-        stdin: bytes | None,
+        stdin: bytes | StdinFeed | None,
         stdout: StreamCapture,
         stderr: StreamCapture,
         grace_ms: int,
         deadline: float | None,
         on_deadline: Callable[[], None] | None,
         on_exit: Callable[[Pump], None] | None,
+        merge: bool = False,
     ) -> Pump:
         target: ProcessTarget
         if isinstance(launch, RemoteLaunch):
@@ -286,7 +293,7 @@ class LocalSubprocessService(Service):
             stdin_fd = None
             stdin = None
         else:
-            target, fds, stdin_fd = self._spawn_local(launch, cwd=cwd, env=env, stdin=stdin)
+            target, fds, stdin_fd = self._spawn_local(launch, cwd=cwd, env=env, stdin=stdin, merge=merge)
         pump = Pump(
             target,
             stdout_fd=fds[0],
@@ -298,6 +305,7 @@ class LocalSubprocessService(Service):
             deadline=deadline,
             on_deadline=on_deadline,
             on_exit=self._finished(on_exit),
+            merge=merge,
         )
         with self._lock:
             self._live.add(pump)
@@ -314,7 +322,8 @@ class LocalSubprocessService(Service):
         return done
 
     def _spawn_local(
-        self, launch: LocalLaunch, *, cwd: str, env: Mapping[str, str], stdin: bytes | None
+        self, launch: LocalLaunch, *, cwd: str, env: Mapping[str, str], stdin: bytes | StdinFeed | None,
+        merge: bool = False,
     ) -> tuple[_LocalTarget, tuple[int, int], int]:
         self._become_subreaper()
         # A runner that wraps the command in host-side helpers starts them with a
@@ -334,7 +343,7 @@ class LocalSubprocessService(Service):
                 list(launch.argv),
                 stdin=in_r,
                 stdout=out_w,
-                stderr=err_w,
+                stderr=out_w if merge else err_w,
                 cwd=cwd,
                 env=full_env,
                 start_new_session=True,

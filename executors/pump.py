@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dsh.executors.capture import StreamCapture
 from dsh.executors.portable import Wake
 from dsh.sandbox.runner import ExitStatus
+from dsh.sandbox.stdin_feed import StdinFeed
 
 _READ_SIZE = 1 << 16  # a pipe holds 64 KiB: a bigger read only allocates (and fragments) more
 _STDIN_CHUNK = 1 << 16
@@ -68,12 +69,13 @@ class Pump:
         stdout_fd: int,
         stderr_fd: int,
         stdin_fd: int | None,
-        stdin: bytes | None,
+        stdin: bytes | StdinFeed | None,
         captures: tuple[StreamCapture, StreamCapture],
         grace_s: float,
         deadline: float | None,
         on_deadline: Callable[[], None] | None,
         on_exit: Callable[[Pump], None],
+        merge: bool = False,
     ) -> None:
         self.target = target
         self.pid = target.pid
@@ -81,9 +83,13 @@ class Pump:
         self.captures = captures
         self.status: ExitStatus | None = None
         self.error: BaseException | None = None
-        self._fds = {stdout_fd: captures[0], stderr_fd: captures[1]}
+        # Merged: what arrives on stderr goes to the stdout capture, in arrival order.
+        self._fds = {stdout_fd: captures[0], stderr_fd: captures[0 if merge else 1]}
+        self._merge = merge
         self._stdin_fd = stdin_fd
-        self._stdin = memoryview(stdin or b"")
+        # A feed streams stdin in bounded memory; bytes are written once.
+        self._feed = stdin if isinstance(stdin, StdinFeed) else None
+        self._stdin = memoryview(stdin if isinstance(stdin, bytes) else b"")
         self._deadline = deadline
         self._on_deadline = on_deadline
         self._on_exit = on_exit
@@ -94,6 +100,8 @@ class Pump:
         self._exited = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"dsh-pump-{self.pid}", daemon=True)
+        if self._feed is not None:
+            self._feed.on_data(self._poke)
 
     def start(self) -> None:
         self._thread.start()
@@ -144,7 +152,7 @@ class Pump:
             self._close_fds()
             if self.status is not None:
                 try:
-                    stderr = self.captures[1]
+                    stderr = self.captures[0 if self._merge else 1]
                     self.status = self.target.command_status(self.status, lambda: stderr.read_from(0)[1])
                 except Exception as exc:
                     self.error = self.error or exc
@@ -178,7 +186,10 @@ class Pump:
             if exit_fd is not None:
                 sel.register(exit_fd, selectors.EVENT_READ)
             if self._stdin_fd is not None:
-                if len(self._stdin):
+                if self._feed is not None:
+                    os.set_blocking(self._stdin_fd, False)
+                    self._watch_feed(sel)
+                elif len(self._stdin):
                     os.set_blocking(self._stdin_fd, False)
                     sel.register(self._stdin_fd, selectors.EVENT_WRITE)
                 else:
@@ -200,6 +211,7 @@ class Pump:
                         self._read(sel, fd)
                     elif fd == wake.fd:
                         wake.drain()
+                        self._watch_feed(sel)
                     elif fd == exit_fd:
                         sel.unregister(fd)
                         exit_fd = None
@@ -266,8 +278,38 @@ class Pump:
         os.close(fd)
         del self._fds[fd]
 
+    def _watch_feed(self, sel: selectors.BaseSelector) -> None:
+        """Wait for the command's stdin to be writable only while the feed has bytes."""
+        feed = self._feed
+        if feed is None or self._stdin_fd is None:
+            return
+        registered = self._stdin_fd in sel.get_map()
+        if feed.pending() and not registered:
+            sel.register(self._stdin_fd, selectors.EVENT_WRITE)
+        elif not feed.pending():
+            if registered:
+                sel.unregister(self._stdin_fd)
+            if feed.eof():
+                self._close_stdin()
+
+    def _write_feed(self, sel: selectors.BaseSelector) -> None:
+        assert self._feed is not None and self._stdin_fd is not None
+        data = self._feed.take(_STDIN_CHUNK)
+        try:
+            n = os.write(self._stdin_fd, data) if data else 0
+        except BlockingIOError:
+            n = 0
+        except OSError:  # EPIPE: the command closed its stdin
+            self._close_stdin(sel)
+            return
+        self._feed.unread(data[n:])
+        self._watch_feed(sel)
+
     def _write_stdin(self, sel: selectors.BaseSelector) -> None:
         assert self._stdin_fd is not None
+        if self._feed is not None:
+            self._write_feed(sel)
+            return
         try:
             n = os.write(self._stdin_fd, self._stdin[:_STDIN_CHUNK])
             self._stdin = self._stdin[n:]
@@ -286,6 +328,8 @@ class Pump:
             sel.unregister(self._stdin_fd)
         os.close(self._stdin_fd)
         self._stdin_fd = None
+        if self._feed is not None:
+            self._feed.abandon()
 
     def _close_fds(self) -> None:
         for fd in list(self._fds):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dsh.executors.denial import Denial, find_denial
 from dsh.executors.local import LocalBashExecutor, LocalPwshExecutor
 from dsh.executors.process import LocalSubprocessService
+from dsh.executors.pty_launch import HostPty
 from dsh.executors.seam import (
     CollectedOutput,
     SandboxFacts,
@@ -48,7 +49,7 @@ from dsh.sandbox.host import SandboxHost
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyService
-from dsh.sandbox.runner import Enforcement, Launch
+from dsh.sandbox.runner import Enforcement, Launch, LocalLaunch
 from dsh.sandbox.sandbox_home import home_env
 from dsh.sandbox.trusted_changes import Baseline, Changes
 
@@ -170,10 +171,28 @@ class SandboxedExecutor(_MixinBase):
         policy = self.policy_of(spec)
         if not policy.constrained:
             return super().prepare_launch(argv, spec, env)
-        launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env)
+        pair = None
+        if spec.terminal is not None and self.host.choose(policy).runner.terminal_pty == "host":
+            pair = HostPty()
+            env = {**env, **pair.env}
+        try:
+            launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env)
+        except BaseException:
+            if pair is not None:
+                pair.close()
+            raise
         with self._chosen_lock:
             self._chosen[policy] = (runner.name, enforcement)
+        if pair is not None:
+            if not isinstance(launch, LocalLaunch):  # the choice cannot change between the two calls
+                pair.close()
+                raise SandboxUnavailable(f"{runner.name}: a host pty needs a local launch", runner=runner.name)
+            launch = pair.attach(launch)
         return launch
+
+    def relay_python(self) -> str:
+        # A remote runner's image has its own interpreter; this host's path means nothing there.
+        return "python3" if self.host.remote else super().relay_python()
 
     def require_shell(self, argv: tuple[str | bytes, ...], env: Mapping[str, str]) -> None:
         # A remote runner runs the shell in its own image or machine: whether it

@@ -18,6 +18,7 @@ from typing import ClassVar, Literal
 from dsh.sandbox.context import Service
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.stdin_feed import StdinFeed
 
 OnExpiry = Literal["kill", "none"]
 ProcessStatus = Literal["running", "completed", "killed"]
@@ -78,11 +79,28 @@ class AbortSignal:
 
 
 @dataclass(frozen=True)
+class TerminalSize:
+    """Run on a pseudo-terminal of this size, allocated inside the sandbox."""
+
+    rows: int = 24
+    cols: int = 80
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "cols"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1000:
+                raise ValueError(f"terminal {name} must be a whole number from 1 to 1000, got {value!r}")
+
+
+@dataclass(frozen=True)
 class ShellExecRequest:
     """What a caller asks for.  Only ``command`` is required.
 
     ``stdin``, ``env`` and ``stdout_max_bytes`` are for trusted in-process
-    callers; the model-facing tools never expose them.
+    callers; the model-facing tools never expose them.  ``stdin`` is bytes
+    written once, or a ``StdinFeed`` streamed in bounded memory.  ``terminal``
+    runs the command on a pty inside the sandbox (the terminal relay is the
+    sandbox's first process; stdin then carries its frames).
     """
 
     command: str
@@ -91,13 +109,17 @@ class ShellExecRequest:
     on_expiry: OnExpiry | None = None
     stdout_max_bytes: int | None = None
     signal: AbortSignal | None = None
-    stdin: bytes | None = None
+    stdin: bytes | StdinFeed | None = None
     env: Mapping[str, str] | None = None
     dsh_env: Mapping[str, str] | None = None
     sandbox_mode: SandboxMode | None = None  # only through escalation
     #: Trusted callers (the CLI's ``run -- ARGV``) may run an exact argv instead
     #: of ``command`` through the shell; it is never joined into a string.
     argv: tuple[str | bytes, ...] | None = None
+    terminal: TerminalSize | None = None
+    #: stdout and stderr as one stream, in the order written (in ``stdout``):
+    #: what the model-facing tools show.  False keeps them apart.
+    merge_output: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,13 +135,15 @@ class ShellExecSpec:
     max_spill_bytes: int
     grace_ms: int
     signal: AbortSignal | None = None
-    stdin: bytes | None = None
+    stdin: bytes | StdinFeed | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     dsh_env: Mapping[str, str] = field(default_factory=dict)
     sandbox_policy: SandboxPolicy | None = None
     requested_timeout_ms: int | None = None  # what the caller asked, before the cap
     timeout_capped: bool = False
     argv: tuple[str | bytes, ...] | None = None  # exact argv instead of the shell
+    terminal: TerminalSize | None = None
+    merge_output: bool = False
 
 
 @dataclass(frozen=True)

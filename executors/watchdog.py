@@ -4,8 +4,10 @@ One tiny process per subprocess service (started at the first spawn) holds the
 read end of a pipe from us.  We write ``<pgid>`` when a command starts and
 ``-<pgid>`` once its group is empty and reaped.  When the pipe hits EOF -- we
 closed it, or we died, even by SIGKILL -- it SIGKILLs every group still
-registered.  Lines are processed in order, so an unregistration written before
-we died is always seen before the EOF.
+registered, and every descendant of its leader that left the group (found
+through ``/proc/PID/task/*/children`` while the leader still lives).  Lines
+are processed in order, so an unregistration written before we died is always
+seen before the EOF.
 """
 
 from __future__ import annotations
@@ -27,11 +29,46 @@ for line in sys.stdin.buffer:
         groups.discard(int(word[1:]))
     elif word:
         groups.add(int(word))
+def children(pid):
+    out = []
+    try:
+        for task in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+                    out += [int(p) for p in f.read().split()]
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return out
+def tree(pid):
+    seen, todo = [], children(pid)
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.append(p)
+            todo += children(p)
+    return seen
 for pgid in groups:
+    # Descendants that left the group (setsid, a terminal session's jobs) are
+    # found through the live parent links first, stopped so none forks away,
+    # then killed with the group.
+    found = tree(pgid)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except OSError:
+            pass
+    found += [p for p in tree(pgid) if p not in found]
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
         pass
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 """
 
 

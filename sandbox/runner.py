@@ -27,6 +27,7 @@ from dsh.sandbox.capability import ADDRESS_SPACE, Capability
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.pins import PinnedPaths, PinSource, policy_pins
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.stdin_feed import StdinFeed
 
 T = TypeVar("T")
 Argv = Sequence[str | bytes]
@@ -214,12 +215,14 @@ class RemoteProcess(abc.ABC):
 class RemoteLaunch:
     """A launch whose ``start`` creates a ``RemoteProcess``.
 
+    ``stdin`` is bytes written once, or a ``StdinFeed`` to stream (a feeder
+    thread takes its chunks and closes the command's stdin at its EOF).
     ``start(stdin, deadline)`` may block for preparation (syncing a workspace);
     ``deadline`` is a ``time.monotonic()`` value or ``None``, and preparation
     time counts against it.
     """
 
-    start: Callable[[bytes | None, float | None], RemoteProcess]
+    start: Callable[[bytes | StdinFeed | None, float | None], RemoteProcess]
     cleanup: Callable[[], None] | None = None
 
 
@@ -289,6 +292,11 @@ class Runner(abc.ABC):
     remote: ClassVar[bool] = False
     #: Commands run on another kernel: nothing of this host's kernel is in reach.
     separate_kernel: ClassVar[bool] = False
+    #: Where a terminal session's pty is allocated: ``sandbox`` (the sandbox has
+    #: a ``/dev/ptmx`` of its own, so TIOCSTI and job control stay inside) or
+    #: ``host`` (it cannot open one: the host opens the session's own pair and
+    #: passes it in; never the caller's terminal).
+    terminal_pty: ClassVar[Literal["sandbox", "host"]] = "sandbox"
     #: Every degradation name ``enforcement`` can report -> the capabilities it
     #: weakens.  A profile's ``accept_degraded`` is checked against the union over
     #: the runners, so a misspelt name is an error instead of a silent no-op.

@@ -86,7 +86,8 @@ class ShellTool(Tool):
         d = self.dialect
         default, cap = timeout_bounds(shell)
         lines = [
-            f"Run a {d.title} command and return its output (stdout, then stderr).",
+            f"Run a {d.title} command and return its output (stdout and stderr together, in the order "
+            "they were written).",
             "",
             f"- Every call runs in {d.launch}: the working directory, variables and functions "
             f"do not carry over between calls. Pass `workdir` instead; {d.no_cd}.",
@@ -190,6 +191,7 @@ class ShellTool(Tool):
                 timeout_ms=args.get("timeout_ms"),
                 on_expiry="kill" if jobs is None else "none",
                 sandbox_mode=mode,
+                merge_output=True,
             )
         )
         escalation: Escalation | None = None

@@ -16,16 +16,26 @@ from dsh.sandbox.errors import DshError, SandboxUnavailable
 from dsh.tools.base import Tool, ToolResult
 from dsh.tools.bash import BASH_TOOL
 from dsh.tools.job_tools import JOB_KILL_TOOL, JOB_OUTPUT_TOOL
+from dsh.tools.persistent_shell import PERSISTENT_BASH_TOOL, PERSISTENT_PWSH_TOOL
 from dsh.tools.pwsh import PWSH_TOOL
 from dsh.tools.spec import ArgumentError, SpecFormat, ToolSpec, validate_args
+from dsh.tools.terminal_tools import TERMINAL_TOOLS
 
 log = logging.getLogger("dsh.tools")
 
-ALL_TOOLS: tuple[Tool, ...] = (BASH_TOOL, PWSH_TOOL, JOB_OUTPUT_TOOL, JOB_KILL_TOOL)
+#: A later tool of the same name wins when both are available (a mounted
+#: ``persistent-shells`` turns ``bash`` into the persistent one).
+ALL_TOOLS: tuple[Tool, ...] = (
+    BASH_TOOL, PWSH_TOOL, JOB_OUTPUT_TOOL, JOB_KILL_TOOL, *TERMINAL_TOOLS, PERSISTENT_BASH_TOOL, PERSISTENT_PWSH_TOOL,
+)
 
 
 def available_tools(ctx: Context) -> list[Tool]:
-    return [tool for tool in ALL_TOOLS if tool.available(ctx)]
+    chosen: dict[str, Tool] = {}
+    for tool in ALL_TOOLS:
+        if tool.available(ctx):
+            chosen[tool.name] = tool
+    return list(chosen.values())
 
 
 def tool_specs(ctx: Context) -> list[ToolSpec]:

@@ -315,9 +315,10 @@ from dsh.cli.conformance.catalog_gitsurface import SCENARIOS as GITSURFACE_SCENA
 SCENARIOS += GITSURFACE_SCENARIOS
 SCENARIOS += catalog_tmprepo.SCENARIOS
 SCENARIOS += catalog_pins.SCENARIOS
-from dsh.cli.conformance import catalog_ownstate  # noqa: E402
+from dsh.cli.conformance import catalog_ownstate, catalog_terminal  # noqa: E402
 
 SCENARIOS += catalog_ownstate.SCENARIOS
+SCENARIOS += catalog_terminal.SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:

@@ -245,7 +245,8 @@ class Harness:
             listeners.reset()
             argv = tuple(env.fmt(a) if isinstance(a, str) else a for a in scenario.argv)
             try:
-                out = self._execute(ctx, argv, env, scenario.timeout_ms, scenario.env, scenario.during)
+                out = self._execute(ctx, argv, env, scenario.timeout_ms, scenario.env, scenario.during,
+                                    tty=scenario.tty)
             except SandboxUnavailable:
                 raise
             except DshError as exc:
@@ -271,12 +272,19 @@ class Harness:
 
     @staticmethod
     def _execute(ctx: Any, argv: tuple[str | bytes, ...], env: HostEnv, timeout_ms: int,
-                 caller_env: Mapping[str, str], during: Callable[[HostEnv], None] | None = None) -> RunOutput:
-        from dsh.executors.seam import ShellExecRequest, ShellExecutor
+                 caller_env: Mapping[str, str], during: Callable[[HostEnv], None] | None = None,
+                 *, tty: bool = False) -> RunOutput:
+        from dsh.executors.seam import ShellExecRequest, ShellExecutor, TerminalSize
 
         label = " ".join(a if isinstance(a, str) else a.decode("utf-8", "replace") for a in argv)
+        terminal: dict[str, Any] = {}
+        if tty:
+            from dsh.sandbox.stdin_feed import StdinFeed
+
+            # Left open: the relay takes the end of its input for a hang-up.
+            terminal = {"terminal": TerminalSize(), "stdin": StdinFeed()}
         request = ShellExecRequest(command=label, argv=argv, workdir=str(env.ws), timeout_ms=timeout_ms,
-                                   env=dict(caller_env) or None)
+                                   env=dict(caller_env) or None, **terminal)
         start = time.monotonic()
         shell = ctx.require(ShellExecutor)
         execution = shell.execute(shell.resolve(request))

@@ -116,6 +116,9 @@ class Scenario:
     # Judged from what the command saw, not from host state (opening a tunable,
     # creating a socket): meaningless where the command runs on another kernel.
     judged_inside: bool = False
+    # Run on a pty allocated inside the sandbox (the terminal relay), as a
+    # terminal session or ``run -t`` does: stdout is then the terminal's output.
+    tty: bool = False
 
     def __post_init__(self) -> None:
         # A misspelt capability would never match what a runner declares

@@ -30,6 +30,7 @@ from typing import Any
 
 from dsh.runners.docker.scripts import KILLER
 from dsh.sandbox.runner import ExitStatus, RemoteProcess
+from dsh.sandbox.stdin_feed import StdinFeed
 
 log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">BxxxL")
@@ -68,7 +69,7 @@ class DockerExec(RemoteProcess):
     """A running exec; create it with ``start_exec``."""
 
     def __init__(self, api: Any, container_id: str, exec_id: str, *, marker: str, slot: int,
-                 user: str, sock: Any, stdin: bytes | None,
+                 user: str, sock: Any, stdin: bytes | StdinFeed | None,
                  on_release: Callable[[int], None],
                  on_unkillable: Callable[[], None]) -> None:
         self._api = api
@@ -95,6 +96,7 @@ class DockerExec(RemoteProcess):
                                       name=f"docker-exec-{exec_id[:12]}", daemon=True)
         self._pump.start()
         self._feeder: threading.Thread | None = None
+        self._stdin_feed = stdin if isinstance(stdin, StdinFeed) else None
         if stdin is not None:
             self._feeder = threading.Thread(target=self._feed, args=(stdin,), daemon=True)
             self._feeder.start()
@@ -125,10 +127,16 @@ class DockerExec(RemoteProcess):
                 os.close(fd)
             self._eof.set()
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes | StdinFeed) -> None:
         try:
-            self._sock.sendall(data)
+            if isinstance(data, StdinFeed):
+                for chunk in data.chunks():
+                    self._sock.sendall(chunk)
+            else:
+                self._sock.sendall(data)
         except OSError:
+            if isinstance(data, StdinFeed):
+                data.abandon()
             pass  # the command exited without reading everything, like a closed pipe
         finally:
             with contextlib.suppress(OSError):
@@ -227,6 +235,8 @@ class DockerExec(RemoteProcess):
             self._on_unkillable()
 
     def close(self) -> None:
+        if self._stdin_feed is not None:
+            self._stdin_feed.abandon()  # a feeder waiting for input ends
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         with contextlib.suppress(OSError):
@@ -240,7 +250,7 @@ class DockerExec(RemoteProcess):
 
 def start_exec(api: Any, container_id: str, argv: list[str], *, decode: bool, cwd: str,
                env: dict[str, str],
-               user: str, stdin: bytes | None, slot: int, marker: str,
+               user: str, stdin: bytes | StdinFeed | None, slot: int, marker: str,
                on_release: Callable[[int], None],
                on_unkillable: Callable[[], None]) -> DockerExec:
     """Create and start the exec of ``argv`` (exact, as separate arguments)."""

@@ -68,6 +68,7 @@ from dsh.sandbox.runner import (
     RunnerProbe,
     SpeedTargets,
 )
+from dsh.sandbox.stdin_feed import StdinFeed
 
 OPTIONS = ("image", "memory", "pids", "user")
 DEFAULT_MEMORY = "2g"
@@ -365,7 +366,7 @@ class DockerRunner(Runner):
         return RemoteLaunch(start=start)
 
     def _start(self, warm: _Warm, argv: list[str], decode: bool, cwd: str,
-               env: dict[str, str], stdin: bytes | None, deadline: float | None) -> RemoteProcess:
+               env: dict[str, str], stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
         from docker.errors import DockerException  # type: ignore[import-untyped]
         from dsh.runners.docker.process import start_exec
 

@@ -30,6 +30,7 @@ from dsh.runners.e2b.command import exit_status
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import ExitStatus, RemoteProcess
+from dsh.sandbox.stdin_feed import StdinFeed
 
 if TYPE_CHECKING:
     from dsh.runners.e2b.session import E2BSession
@@ -39,7 +40,7 @@ _KILLED = ExitStatus(None, int(signal.SIGKILL))
 
 class E2BProcess(RemoteProcess):
     def __init__(self, session: E2BSession, pid: int, token: str, events: Iterator[Any],
-                 policy: SandboxPolicy, *, sync_back: bool, stdin: bytes | None) -> None:
+                 policy: SandboxPolicy, *, sync_back: bool, stdin: bytes | StdinFeed | None) -> None:
         self.session = session
         self.pid = pid
         self.token = token  # the command's RUN_MARKER value
@@ -54,6 +55,7 @@ class E2BProcess(RemoteProcess):
         self._stream_over = False
         self._pump = threading.Thread(target=self._run, name=f"e2b-pump-{pid}", daemon=True)
         self._pump.start()
+        self._stdin_feed = stdin if isinstance(stdin, StdinFeed) else None
         if stdin is not None:
             threading.Thread(target=session.send_stdin, args=(pid, stdin),
                              name=f"e2b-stdin-{pid}", daemon=True).start()
@@ -72,6 +74,8 @@ class E2BProcess(RemoteProcess):
         """Wait for the pump (it ends once the stream does, bounded by the SDK's
         timeouts); a pump still stuck after that is left to its daemon thread."""
         self._done.wait(self.session.options.sync_timeout + self.session.options.request_timeout)
+        if self._stdin_feed is not None:
+            self._stdin_feed.abandon()  # a feeder waiting for input ends
 
     # -- pump ------------------------------------------------------------------------
     def _run(self) -> None:

@@ -49,6 +49,7 @@ from dsh.sandbox.runner import (
     RunnerProbe,
     address_space_limitation,
 )
+from dsh.sandbox.stdin_feed import StdinFeed
 
 DEBUG_DEGRADATION = "e2b-debug"
 
@@ -163,7 +164,7 @@ class E2BRunner(Runner):
         variables = remote_env(env)
         self._hold_workspace(policy)
 
-        def start(stdin: bytes | None, deadline: float | None) -> RemoteProcess:
+        def start(stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
             session = self._session_for(policy, deadline)
             try:
                 return session.start(command, policy, cwd=cwd, env=variables, stdin=stdin,

@@ -30,6 +30,7 @@ from dsh.runners.e2b.sync import WorkspaceSync
 from dsh.sandbox.errors import SandboxUnavailable, WorkdirError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.stdin_feed import StdinFeed
 
 if TYPE_CHECKING:
     from dsh.runners.e2b.process import E2BProcess
@@ -197,7 +198,7 @@ class E2BSession:
         return pid, events
 
     def start(self, argv: list[str], policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str],
-              stdin: bytes | None, deadline: float | None) -> E2BProcess:
+              stdin: bytes | StdinFeed | None, deadline: float | None) -> E2BProcess:
         """Start one user command as the mode's user; the stream's own deadline is a
         backstop past the executor's (which kills on time through ``kill``)."""
         from dsh.runners.e2b.process import E2BProcess
@@ -272,13 +273,19 @@ class E2BSession:
                 except Exception:
                     pass  # the process (or the sandbox) is already gone
 
-    def send_stdin(self, pid: int, data: bytes) -> None:
+    def send_stdin(self, pid: int, data: bytes | StdinFeed) -> None:
         commands = self.sandbox.commands
         try:
-            for offset in range(0, len(data), 64 << 10):
-                commands.send_stdin(pid, data[offset:offset + (64 << 10)])
+            if isinstance(data, StdinFeed):
+                for chunk in data.chunks(64 << 10):
+                    commands.send_stdin(pid, chunk)
+            else:
+                for offset in range(0, len(data), 64 << 10):
+                    commands.send_stdin(pid, data[offset:offset + (64 << 10)])
             commands.close_stdin(pid)
         except Exception:
+            if isinstance(data, StdinFeed):
+                data.abandon()
             pass  # the command exited without reading all of it, as with a local pipe
 
     # -- files ------------------------------------------------------------------------

@@ -123,6 +123,9 @@ class LandlockRunner(Runner):
     name: ClassVar[str] = NAME
     auto_priority: ClassVar[int | None] = 10
     SPEED_TARGETS = SpeedTargets(vs_local=1.3, concurrent_vs_local=0.7)
+    # No mount namespace and /dev/ptmx, /dev/pts are outside the /dev allowlist:
+    # a terminal session gets a pair the host opens for it (an inherited fd works).
+    terminal_pty = "host"
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "landlock-hidden-metadata": (cap.HIDDEN_METADATA,),
         "landlock-hidden-paths": (cap.HIDDEN_PATHS,),

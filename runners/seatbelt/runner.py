@@ -50,6 +50,7 @@ def limit_gaps(limits: ResourceLimits) -> list[Gap]:
 class SeatbeltRunner(Runner):
     name = "seatbelt"
     auto_priority: ClassVar[int | None] = 30
+    terminal_pty = "host"  # one /dev for everyone: the session's pty is opened by the host
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "seatbelt-limit-file-size": (cap.LIMITS_FILE_SIZE,),
         "seatbelt-limit-memory": (cap.LIMITS_MEMORY,),
