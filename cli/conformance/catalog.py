@@ -303,22 +303,22 @@ def _git_repo(env: HostEnv) -> None:
     subprocess.run([*git, "commit", "-qm", "init"], check=True)
 
 
-# The hostile-host, kernel and policy scenarios live in their own modules; each
-# adds its tuple here with one line.
-from dsh.cli.conformance import catalog_host, catalog_kernel, catalog_pins, catalog_policy, catalog_tmprepo  # noqa: E402
+# The hostile-host, kernel, policy and other scenario families live in their
+# own modules; each adds its tuple here.
+from dsh.cli.conformance import (  # noqa: E402
+    catalog_gitsurface,
+    catalog_host,
+    catalog_kernel,
+    catalog_ownstate,
+    catalog_pins,
+    catalog_policy,
+    catalog_terminal,
+    catalog_tmprepo,
+)
 
-SCENARIOS += catalog_host.SCENARIOS
-SCENARIOS += catalog_kernel.SCENARIOS
-SCENARIOS += catalog_policy.SCENARIOS
-from dsh.cli.conformance.catalog_gitsurface import SCENARIOS as GITSURFACE_SCENARIOS  # noqa: E402
-
-SCENARIOS += GITSURFACE_SCENARIOS
-SCENARIOS += catalog_tmprepo.SCENARIOS
-SCENARIOS += catalog_pins.SCENARIOS
-from dsh.cli.conformance import catalog_ownstate, catalog_terminal  # noqa: E402
-
-SCENARIOS += catalog_ownstate.SCENARIOS
-SCENARIOS += catalog_terminal.SCENARIOS
+for _family in (catalog_host, catalog_kernel, catalog_policy, catalog_gitsurface, catalog_tmprepo, catalog_pins,
+                catalog_ownstate, catalog_terminal):
+    SCENARIOS += _family.SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:
