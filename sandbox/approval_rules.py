@@ -277,6 +277,14 @@ def _args(value: Any, prefix: tuple[str, ...], fail: Callable[[str | None, str],
     tool = tool_of(prefix)
     # Judged beside every other listed word: "clone" listed makes "-u" --upload-pack.
     literal = tuple(w for w in value if not is_pattern(w))
+    for word in prefix[1:]:  # the prefix's own words: "git submodule foreach" runs its argument
+        danger = dangerous_word((*prefix, *literal), word)
+        if danger is not None:
+            raise fail(
+                "prefix",
+                f"{word!r} is never approved by a prefix rule: {danger.tool} {danger.word}: {danger.why}; "
+                "approve the exact command with 'argv' if you mean it",
+            )
     for word in value:
         if is_pattern(word):
             if tool not in KNOWN_TOOLS:

@@ -52,11 +52,12 @@ class Dangerous:
     ``kind``: ``long`` (``--name``, ``--name=value`` and any abbreviation the
     tool accepts, down to ``--na``), ``short`` (``-x``, also bundled or with an
     attached value: ``-ax``, ``-xvalue``), ``assignment`` (any ``NAME=value``
-    word), ``transport`` (any word holding ``::``)."""
+    word), ``transport`` (any word holding ``::``), ``word`` (this exact word:
+    a subcommand that runs a program), ``plus`` (any word starting with ``+``)."""
 
     tool: str
     word: str
-    kind: Literal["long", "short", "assignment", "transport"]
+    kind: Literal["long", "short", "assignment", "transport", "word", "plus"]
     why: str
     subcommands: tuple[str, ...] = ()  # only after one of these (empty: always)
 
@@ -99,6 +100,29 @@ DANGEROUS: tuple[Dangerous, ...] = (
     Dangerous("git", "--to-cmd", "long", "send-email runs this command"),
     Dangerous("git", "--cc-cmd", "long", "send-email runs this command"),
     Dangerous("git", "--header-cmd", "long", "send-email runs this command"),
+    Dangerous("git", "-t", "short", "commit: short for --template (the message template file)", ("commit",)),
+    Dangerous("git", "foreach", "word", "submodule foreach runs its argument as a shell command in every "
+              "submodule", ("submodule",)),
+    Dangerous("git", "run", "word", "bisect run runs its argument as a program at every step", ("bisect",)),
+    Dangerous("git", "filter-branch", "word", "runs its --tree-filter, --index-filter, --msg-filter ... "
+              "arguments as shell commands"),
+    Dangerous("git", "--tree-filter", "long", "filter-branch: a shell command run on every commit"),
+    Dangerous("git", "--index-filter", "long", "filter-branch: a shell command run on every commit"),
+    Dangerous("git", "--msg-filter", "long", "filter-branch: a shell command run on every message"),
+    Dangerous("git", "--env-filter", "long", "filter-branch: a shell command run on every commit"),
+    Dangerous("git", "--commit-filter", "long", "filter-branch: a shell command that makes every commit"),
+    Dangerous("git", "--parent-filter", "long", "filter-branch: a shell command run on every commit"),
+    Dangerous("git", "--tag-name-filter", "long", "filter-branch: a shell command run on every tag name"),
+    Dangerous("git", "instaweb", "word", "starts a web server program (--httpd) and a browser (--browser)"),
+    Dangerous("git", "--httpd", "long", "instaweb: the web server program to run"),
+    Dangerous("git", "--browser", "long", "instaweb and help: the browser program to run"),
+    Dangerous("git", "-d", "short", "instaweb: short for --httpd", ("instaweb",)),
+    Dangerous("git", "-b", "short", "instaweb: short for --browser", ("instaweb",)),
+    Dangerous("git", "--output", "long", "log, diff, format-patch...: writes the output to any file"),
+    Dangerous("git", "--output-directory", "long", "format-patch: writes the patches into any directory"),
+    Dangerous("git", "-o", "short", "format-patch: short for --output-directory", ("format-patch",)),
+    Dangerous("git", "config", "word", "writes config values (core.fsmonitor, core.pager, alias.*), each of "
+              "which can name a program a later git command runs"),
     Dangerous("git", "::", "transport", "a TRANSPORT::ADDRESS remote runs git-remote-TRANSPORT (ext:: runs "
               "a shell command)", _FETCHERS),
     # make ---------------------------------------------------------------------------
@@ -121,12 +145,16 @@ DANGEROUS: tuple[Dangerous, ...] = (
     Dangerous("npm", "--call", "long", "npm exec runs this shell command"),
     Dangerous("npm", "-c", "short", "npm exec: short for --call"),
     Dangerous("npm", "--package", "long", "npm exec installs and runs this package"),
+    Dangerous("npm", "exec", "word", "runs any package's program (downloaded if missing)"),
+    Dangerous("npm", "x", "word", "short for npm exec"),
     Dangerous("npm", "--registry", "long", "packages, and the install scripts they run, from elsewhere"),
     # cargo --------------------------------------------------------------------------
     Dangerous("cargo", "--config", "long", "sets any config value (target runner, linker, rustc wrapper)"),
     Dangerous("cargo", "-Z", "short", "unstable flags, config includes among them"),
     Dangerous("cargo", "--manifest-path", "long", "builds another package (its build.rs runs)"),
     Dangerous("cargo", "-C", "short", "runs in another directory, with its config and build scripts"),
+    Dangerous("cargo", "+", "plus", "+TOOLCHAIN picks the toolchain rustup runs; a path toolchain (linked "
+              "from the workspace) is any program"),
 )  # fmt: skip
 
 KNOWN_TOOLS = frozenset(d.tool for d in DANGEROUS)
@@ -141,6 +169,10 @@ def _hits(rule: Dangerous, word: str) -> bool:
         return "::" in word
     if rule.kind == "assignment":
         return "=" in word and not word.startswith("-")
+    if rule.kind == "word":
+        return word == rule.word
+    if rule.kind == "plus":
+        return word.startswith("+")
     if not word.startswith("-") or word in ("-", "--"):
         return False
     if rule.kind == "long":

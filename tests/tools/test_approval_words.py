@@ -88,6 +88,10 @@ def _forms(entry: Dangerous) -> list[str]:
         return [entry.word, f"{entry.word}./x", f"-q{entry.word[1]}"]
     if entry.kind == "assignment":
         return ["SHELL=./x", "CC=./x"]
+    if entry.kind == "word":
+        return [entry.word]
+    if entry.kind == "plus":
+        return ["+./tc", "+nightly"]
     return ["ext::sh -c touch% /tmp/x", "fd::17"]
 
 
