@@ -129,16 +129,31 @@ def snapshot(roots: Iterable[Path | str], max_entries: int = DEFAULT_MAX_ENTRIES
             except FileNotFoundError:
                 continue
             except PermissionError as exc:
-                # Without search permission neither we nor the command (the
-                # same user, with less) can reach what it holds, and a chmod of
-                # the directory itself shows in its own entry.  Other users'
-                # private directories in a shared /tmp are like that.
-                if os.access(here, os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+                # A directory we own the command (the same user) can chmod open,
+                # change what it holds, and chmod shut again: its own entry
+                # keeps no trace of that (a directory's ctime is not compared),
+                # so what it holds is not known.  One we could search but not
+                # list may be changed through names we cannot see.  Only other
+                # users' private directories (a shared /tmp has them) hold
+                # nothing the command can reach.
+                if _reachable_by_us(here):
                     incomplete.append(f"{here}: cannot list ({exc.strerror or exc})")
             except OSError as exc:
                 # Never "empty": what it holds may have changed unseen.
                 incomplete.append(f"{here}: cannot list ({exc.strerror or exc})")
     return TreeSnapshot(tops, entries, tuple(incomplete))
+
+
+def _reachable_by_us(directory: str) -> bool:
+    """Could a command running as us reach what ``directory`` holds, now or
+    after a chmod?"""
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return True  # cannot tell: not known
+    if st.st_uid == os.geteuid():
+        return True
+    return os.access(directory, os.X_OK, effective_ids=os.access in os.supports_effective_ids)
 
 
 def compare(before: TreeSnapshot, after: TreeSnapshot) -> FileChanges:

@@ -117,7 +117,33 @@ def test_a_directory_nobody_here_can_search_holds_nothing_to_tell(
 
     monkeypatch.setattr(os, "scandir", scandir)
     monkeypatch.setattr(os, "access", access)
+    owner = (tmp_path / "private").stat().st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # another user's
     before = snapshot([tmp_path])
     assert not before.incomplete and str(tmp_path / "private") in before.entries
     (tmp_path / "private").chmod(0o777)
     assert compare(before, snapshot([tmp_path])).modified == (str(tmp_path / "private"),)
+
+
+def test_a_directory_of_ours_shut_with_chmod_000_is_not_known(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our own directory we cannot list (mode 000, as nobody: root lists
+    anything, hence the stand-in for the refusal): the command, running as us,
+    can chmod it open, change what it holds and chmod it shut again, leaving
+    its own entry as it was.  What it holds is not known, before and after."""
+    (tmp_path / "h").mkdir()
+    real_scandir, real_access = os.scandir, os.access
+
+    def scandir(path: str):  # type: ignore[no-untyped-def]
+        if str(path).endswith("/h"):
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    def access(path: str, mode: int, **kw: object) -> bool:
+        return False if str(path).endswith("/h") else real_access(path, mode, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "access", access)
+    before, after = snapshot([tmp_path]), snapshot([tmp_path])
+    assert before.incomplete == (f"{tmp_path / 'h'}: cannot list (Permission denied)",)
+    changes = compare(before, after)
+    assert changes.total == 0 and not changes.clean  # nothing seen is not "unchanged"
