@@ -10,6 +10,9 @@ the CLI, a device is never opened, and the real path any later check judges
 (e.g. "not inside a writable root") is the one of the file that was read, not
 of whatever the name points at a moment later.
 
+A file with more than one hard link is refused: its other name may be
+inside a writable root, and nothing here can tell where the names are.
+
 Symbolic links to an input file are followed (dotfile managers link
 ``~/.config``): what is trusted is the file's content, and that is judged by
 the real path of the opened file.  A caller that must not follow a link at
@@ -180,6 +183,13 @@ def _check_regular(path: str, st: os.stat_result, limit: int) -> None:
     if not stat.S_ISREG(st.st_mode):
         kind = next((word for test, word in _KINDS if test(st.st_mode)), "not a regular file")
         raise InputFileError(path, f"is {kind}, not a regular file", "name the .toml file itself")
+    if st.st_nlink > 1:
+        # Another name of the same file may lie inside a writable root, where a
+        # sandboxed command rewrites it; where the other names are cannot be
+        # told from here, so no hard-linked file configures a sandbox.
+        raise InputFileError(path, f"has {st.st_nlink} hard links (another name for it may be inside a "
+                             "writable root, where a sandboxed command could rewrite it)",
+                             f"give it a name of its own: cp {path} {path}.new && mv {path}.new {path}")
     if st.st_size > limit:
         raise InputFileError(path, f"is {st.st_size} bytes, over the {_mib(limit)} limit for this file",
                              "name the right file; no configuration is this large")
