@@ -16,23 +16,29 @@ from __future__ import annotations
 
 import abc
 import datetime
+import errno
 import json
 import logging
 import os
+import re
 import select
+import stat
 import threading
 import time
 import unicodedata
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any, ClassVar, Literal
+from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.file_changes import FileChanges
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import seconds
+
+if TYPE_CHECKING:
+    from dsh.sandbox.denied_runs import DeniedRunStore
 
 log = logging.getLogger("dsh.approval")
 #: Denied runs remembered per approver (the latest ones; a model re-asks soon).
@@ -110,6 +116,7 @@ class Approval(Service):
         # a later request to run the same command wider is shown it.
         self._denied: OrderedDict[tuple[str, str, str], FileChanges] = OrderedDict()
         self._lock = threading.Lock()
+        self._store: DeniedRunStore | None = None
 
     @property
     def provider_name(self) -> str:
@@ -163,18 +170,44 @@ class Approval(Service):
     def remember_denied_run(self, owner: str, command: str, workdir: str, changes: FileChanges) -> None:
         """A sandboxed run of ``command`` was denied (or could not be watched
         to its end) after changing ``changes``: a later request to run it
-        wider is a re-run of it, whose inputs may be what that run left."""
-        key = (owner, command, os.path.realpath(workdir))
+        wider is a re-run of it, whose inputs may be what that run left.
+        Remembered by its words (``bash  build.sh`` is ``bash build.sh``)."""
+        from dsh.sandbox.denied_runs import run_key
+
+        key = (owner, run_key(command), os.path.realpath(workdir))
         with self._lock:
             self._denied.pop(key, None)
             self._denied[key] = changes
             while len(self._denied) > _DENIED_RUNS_KEPT:
                 self._denied.popitem(last=False)
+        if self._store is not None:
+            try:
+                self._store.add(*key, changes)
+            except OSError as exc:
+                log.error("cannot record the denied run in %s: %s", self._store.path, exc)
 
     def denied_run_changes(self, owner: str, command: str, workdir: str) -> FileChanges | None:
-        """What the latest denied run of ``command`` in ``workdir`` changed, if one was remembered."""
+        """What the latest denied run of ``command`` (the same words) in
+        ``workdir`` changed, if one was remembered."""
+        from dsh.sandbox.denied_runs import run_key
+
+        key = (owner, run_key(command), os.path.realpath(workdir))
         with self._lock:
-            return self._denied.get((owner, command, os.path.realpath(workdir)))
+            found = self._denied.get(key)
+        if found is None and self._store is not None:
+            found = self._store.get(*key)
+        return found
+
+    def keep_denied_runs(self, path: Path | None = None) -> None:
+        """Also keep denied runs in a file (default: beside the escalation log),
+        for callers whose sessions last one call (the CLI's ``tool call``)."""
+        from dsh.sandbox.denied_runs import DeniedRunStore
+
+        self._store = DeniedRunStore(path if path is not None else self.log_path().parent / "denied-runs.jsonl")
+
+    def log_path(self) -> Path:
+        """Where the JSONL audit records go."""
+        return Path(self.config.log_file) if self.config.log_file else default_log_file()
 
     def withdraw(self, request: EscalationRequest, reason: str) -> EscalationDecision:
         """Turn an approval of ``request`` into a denial before anything ran
@@ -198,15 +231,18 @@ class Approval(Service):
             "provider": decision.provider,
             "source": source,
         }
-        line = json.dumps(record, ensure_ascii=False, sort_keys=True)
+        # ASCII only: argv may hold bytes that are no UTF-8 (lone surrogates),
+        # and control, C1 and bidi characters would act on a terminal that
+        # shows the log; escaped, each reads back as it was.
+        line = json.dumps(record, ensure_ascii=True, sort_keys=True)
         log.info("escalation %s", line, extra={"escalation": record})
         if not self.config.log_jsonl:
             return decision
-        path = Path(self.config.log_file) if self.config.log_file else default_log_file()
+        path = self.log_path()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+            fd = open_private_file(path, os.O_WRONLY | os.O_APPEND)
+            with os.fdopen(fd, "a", encoding="ascii") as fh:
                 fh.write(line + "\n")
         except OSError as exc:
             log.error("cannot write the escalation audit log %s: %s", path, exc)
@@ -217,6 +253,17 @@ class Approval(Service):
                     decision.provider,
                 )
         return decision
+
+
+def open_private_file(path: Path, flags: int) -> int:
+    """``path`` opened (created 0600) as a regular file and never through a
+    symbolic link or as a terminal: a link a command planted there would
+    have us append to a file of its choosing."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd
 
 
 class DenyAllApproval(Approval):
@@ -255,8 +302,13 @@ def _escape(c: str) -> str:
 #: progress and ST ends an open OSC/DCS string (which would otherwise swallow
 #: the prompt), then attributes off (no invisible text), the main screen (a
 #: fake prompt drawn on the alternate screen disappears), no scroll region,
-#: the ASCII character set and a visible cursor.
-TERMINAL_RESET = "\x18\x1b\\\x1b[0m\x1b[?1049l\x1b[r\x1b(B\x0f\x1b[?25h"
+#: the ASCII character set, a visible cursor, line wrapping back on (a long
+#: ``command:`` line is not cut at the margin) and the default foreground,
+#: background and cursor colours (OSC 110/111/112: resets, never queries).
+TERMINAL_RESET = (
+    "\x18\x1b\\\x1b[0m\x1b[?1049l\x1b[r\x1b(B\x0f\x1b[?25h\x1b[?7h"
+    "\x1b]110\x1b\\\x1b]111\x1b\\\x1b]112\x1b\\"
+)
 
 
 #: Changed files listed in the prompt (the count is always exact).
@@ -283,6 +335,43 @@ def changes_shown(changes: FileChanges | None) -> str:
     for why in changes.incomplete:
         text += f"  NOT KNOWN:     what changed: {printable(why)}\n"
     return text
+
+
+def _discard_typeahead(inp: IO[str]) -> None:
+    """Drop input the terminal holds but nobody has read yet."""
+    try:
+        fd = inp.fileno()
+        if not os.isatty(fd):
+            return
+        import termios
+
+        termios.tcflush(fd, termios.TCIFLUSH)
+    except (OSError, ValueError, AttributeError):
+        pass  # not a terminal (an in-memory stream, a pipe): nothing is typed ahead
+
+
+#: A run of whitespace at least this long is shown as its length: a command
+#: padded with spaces would push its real start off the screen.
+_LONG_BLANKS = 16
+_BLANKS = re.compile(r"[ \t]{" + str(_LONG_BLANKS) + ",}")
+#: Past this many characters the prompt says how long the command is.
+LONG_COMMAND = 2000
+
+
+def command_shown(command: str) -> str:
+    """The prompt's ``command:`` line: escaped, long blank runs counted, and
+    for a long command its length first."""
+
+    def blanks(match: re.Match[str]) -> str:
+        run = match.group()
+        kind = "spaces" if set(run) == {" "} else "tabs" if set(run) == {"\t"} else "blanks"
+        return f"[{len(run)} {kind}]"
+
+    shown = printable(_BLANKS.sub(blanks, command))
+    head = ""
+    if len(command) > LONG_COMMAND:
+        head = f"  length:        {len(command)} characters (long blank runs shown as [N spaces])\n"
+    return f"{head}  command:       {shown}\n"
 
 
 def _is_terminal(stream: IO[str]) -> bool:
@@ -336,17 +425,26 @@ class TerminalPrompter:
     def _ask(
         self, request: EscalationRequest, provider: str, inp: IO[str], out: IO[str]
     ) -> EscalationDecision:
+        # What was typed before the question was on the screen is no answer to
+        # it: a command can print its own "[y/N]" and never read the reply.
+        _discard_typeahead(inp)
         if _is_terminal(out):
             out.write(TERMINAL_RESET)
         out.write(
             f"\ndsh-sandbox: escalation requested by {printable(request.owner)} "
             f"(tool {printable(request.tool)})\n"
-            f"  command:       {printable(request.command)}\n"
+            f"{command_shown(request.command)}"
             f"  workdir:       {printable(request.workdir)}\n"
             f"  mode:          {printable(request.current_mode.value)} -> "
             f"{printable(request.requested_mode.value)}\n"
             f"  justification: {printable(request.justification)}\n"
             f"{changes_shown(request.changes)}"
+        )
+        out.flush()
+        # Again once the request is on the screen, before the question that
+        # invites the answer: only keys pressed after it is shown count.
+        _discard_typeahead(inp)
+        out.write(
             f"Run it under {request.requested_mode.value}? [y] once, [s] this exact command for "
             f"the session, [N]o (default; no answer in {self.timeout_s:g}s denies): "
         )

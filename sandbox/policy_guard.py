@@ -193,6 +193,21 @@ def refuse_writable_config_file(what: str, shown: str, roots: Sequence[Path], *,
     )
 
 
+def refuse_writable_log(log: Path, roots: Sequence[Path]) -> None:
+    """The escalation log (and the denied runs beside it) is appended to by
+    the caller, root included: inside a writable root a sandboxed command could
+    replace it, or its directory, with a link to a file it wants written."""
+    real = Path(os.path.realpath(log.parent)) / log.name
+    root = writable_root_holding(real, roots)
+    if root is None:
+        return
+    raise ConfigError(
+        f"escalation log {log}: {real} lies inside the writable root {root}, so a sandboxed command could "
+        "replace it with a link to a file it wants written; set DSH_HOME (or the approval provider's "
+        "log_file) to a directory outside every writable root, e.g. ~/.dsh"
+    )
+
+
 def refuse_untrusted_config(ctx: Context, composition: str | None, approval: Any = None) -> None:
     """Refuse ``run``/``tool call`` when the composition, the profile (and each
     file it extends) or the approval rules file lies inside a writable root of
@@ -210,6 +225,8 @@ def refuse_untrusted_config(ctx: Context, composition: str | None, approval: Any
     for source in service.profile.sources:  # real paths of the files read
         refuse_writable_config_file("profile", source, roots, real=source)
     approver = approval if approval is not None else _mounted_approval(ctx)
+    if getattr(getattr(approver, "config", None), "log_jsonl", False):
+        refuse_writable_log(approver.log_path(), roots)
     rules = getattr(getattr(approver, "config", None), "path", None)
     if isinstance(rules, str):
         read = getattr(approver, "rules_real_path", None)
