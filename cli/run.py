@@ -26,9 +26,11 @@ import click
 from dsh.cli.options import settings_options
 from dsh.cli.run_output import (
     LiveStreams,
+    closed_stream,
     exit_status,
     follow,
     note,
+    output_failed,
     report,
     result_json,
 )
@@ -314,7 +316,12 @@ def run_command(opts: RunOptions) -> int:
                 retry = grant.resolve(executor, make_request(opts, ctx))
                 code, result = _execute(executor, retry, opts, visible=asks)
         if opts.as_json and result is not None:
-            click.echo(result_json(result))
+            try:
+                click.echo(result_json(result))
+            except BrokenPipeError:
+                raise
+            except OSError as exc:
+                raise output_failed("stdout", exc) from None
         return code
     finally:
         ctx.close()
@@ -457,6 +464,15 @@ def run(**params: Any) -> None:
     many = ("argv", "writable", "force_writable", "env", "accept_degraded")
     repeated: dict[str, Any] = {k: tuple(params[k]) for k in many}
     opts = RunOptions(**{k: v for k, v in params.items() if k not in many}, **repeated)
+    closed = closed_stream()
+    if closed is not None:
+        raise UsageError(f"{closed} is closed (>&-): the command's output has nowhere to go; "
+                         f"redirect it to /dev/null instead (>/dev/null) if you do not want it")
     code = run_command(opts)
-    sys.stdout.flush()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        pass
+    except OSError as exc:
+        raise output_failed("stdout", exc) from None
     raise SystemExit(code)

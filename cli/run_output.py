@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import click
 from dsh.cli.signals import Stopped
+from dsh.sandbox.errors import DshError
 from dsh.sandbox.modes import SandboxMode
 
 POLL_S = 0.02
@@ -32,8 +33,55 @@ SGR_RESET = "\033[0m"
 
 
 def note(text: str) -> None:
-    reset = SGR_RESET if sys.stderr.isatty() else ""
-    click.echo(f"{reset}dsh-sandbox: {text}", err=True, color=bool(reset))
+    """One line of ours on stderr.  Paths and names in it come from the
+    command (a denied path, a directory it created): escaped always, on a
+    pipe too, so a note never carries an escape sequence of the command's."""
+    from dsh.sandbox.approval import printable
+
+    reset = SGR_RESET if _is_terminal_stream(sys.stderr) else ""
+    click.echo(f"{reset}dsh-sandbox: {printable(text)}", err=True, color=bool(reset))
+
+
+def _is_terminal_stream(stream: Any) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (OSError, ValueError):
+        return False
+
+
+class OutputFailed(DshError):
+    """Our own stdout or stderr cannot take the command's output (a full
+    disk, ``> /dev/full``, an I/O error): the command is stopped."""
+
+    code = "OUTPUT_FAILED"
+
+
+def output_failed(stream: str, exc: OSError) -> OutputFailed:
+    """The error for a failed write to our ``stream``; the stream is pointed
+    at /dev/null so the interpreter's own flush at exit stays quiet."""
+    target = sys.stdout if stream == "stdout" else sys.stderr
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, target.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return OutputFailed(
+        f"cannot write the command's output to {stream} ({exc.strerror or exc}); the command is stopped: "
+        f"point {stream} at a file or pipe that can take it"
+    )
+
+
+def closed_stream() -> str | None:
+    """Which of our stdout and stderr is closed (``>&-``), if one is."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            if stream is None or stream.fileno() < 0:
+                return name
+        except (OSError, ValueError, AttributeError):
+            return name
+    return None
 
 
 class LiveStreams:
@@ -98,8 +146,13 @@ class LiveStreams:
 
     def _write(self, stream: str, data: bytes) -> None:
         shown = self.filters[stream](data) if stream in self.filters else data
-        self.sinks[stream].write(shown)
-        self.sinks[stream].flush()
+        try:
+            self.sinks[stream].write(shown)
+            self.sinks[stream].flush()
+        except BrokenPipeError:
+            raise  # our reader went away: ``follow`` stops the command as SIGPIPE would
+        except OSError as exc:
+            raise output_failed(stream, exc) from None
 
 
 #: A colour/attribute sequence (SGR): harmless to show as it is.

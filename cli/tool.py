@@ -88,7 +88,15 @@ def tool_session(
         env=dict(settings.env_pairs()),
         executor=f"{shell}-sandbox",
         approval=settings["approval"] or "deny",
+        # The result names spill files ("full output: PATH"): they must outlive the call.
+        services=(_keep_spill(),),
     )
+
+
+def _keep_spill() -> Any:
+    from dsh.sandbox.context import CompositionEntry
+
+    return CompositionEntry("subprocess", "subprocess-local", {"keep_spill_files": True})
 
 
 def build_tool_context(**options: Any) -> Context:
@@ -102,14 +110,27 @@ def build_tool_context(**options: Any) -> Context:
         raise UsageError(
             f"--composition {composition}: mounts no executor (ShellExecutor); add e.g. {{name: bash-sandbox}}"
         )
+    from dsh.sandbox.approval import Approval
     from dsh.sandbox.policy_guard import refuse_untrusted_config
 
     try:
         refuse_untrusted_config(ctx, composition)
+        approver = ctx.get(Approval)
+        if approver is not None:
+            # Each call is a session of its own: a run denied in one call must
+            # still be known when the next call asks to re-run it wider.
+            approver.keep_denied_runs()
     except BaseException:
         ctx.close()
         raise
     return ctx
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream is not None and stream.isatty())
+    except (OSError, ValueError):
+        return False
 
 
 def refuse_jobs(name: str, args: Any) -> None:
@@ -216,8 +237,13 @@ def spec_cmd(fmt: str, **context: Any) -> None:
 @click.argument("arguments", metavar="JSON")
 @click.option("--owner", default="cli", show_default=True, help="Agent that owns the call's jobs.")
 @click.option("--json", "as_json", is_flag=True, help="Print {content, is_error, job_id}.")
+@click.option(
+    "--raw-output", is_flag=True,
+    help="On a terminal, print the command's escape sequences as they are "
+    "(default: shown escaped, e.g. \\x1b]52;...).",
+)
 @_context_options
-def call_cmd(name: str, arguments: str, owner: str, as_json: bool, **context: Any) -> None:
+def call_cmd(name: str, arguments: str, owner: str, as_json: bool, raw_output: bool, **context: Any) -> None:
     """Make one tool call NAME with JSON arguments; print what the model would see.
 
     Exit status 1 when the result is an error result (bad arguments, rejected
@@ -248,6 +274,12 @@ def call_cmd(name: str, arguments: str, owner: str, as_json: bool, **context: An
     if as_json:
         click.echo(json.dumps({"content": result.content, "is_error": result.is_error,
                                "job_id": result.job_id}, ensure_ascii=False))
+    elif not raw_output and _is_terminal(sys.stdout):
+        # What the command printed must not act on the terminal (clipboard,
+        # title, clear screen): shown, not obeyed, as ``run`` does.
+        from dsh.sandbox.approval import printable
+
+        click.echo(printable(result.content, keep="\n\t"))
     else:
         click.echo(result.content)
     sys.stdout.flush()
