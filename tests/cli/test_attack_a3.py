@@ -163,8 +163,8 @@ def test_a_mode_000_directory_makes_the_changes_not_known(box: Box) -> None:  # 
                                   f"touch {box.out}/denied\n")
     own(box, h, h / "build.sh", box.ws / "go.sh")
     # The scan for protected names cannot search h either: accepted, to reach the approval.
-    accepted = ["protected-scan-incomplete"] + (
-        ["landlock-protected-paths", "landlock-metadata", "landlock-process-escape"] if box.runner == "landlock" else [])
+    landlock = ["landlock-protected-paths", "landlock-metadata", "landlock-process-escape"]
+    accepted = ["protected-scan-incomplete", *(landlock if box.runner == "landlock" else [])]
     profile = box.cfg / "shut.toml"
     profile.write_text(f'extends = "workspace-write"\nexclude_tmp = true\naccept_degraded = {json.dumps(accepted)}\n')
     h.chmod(0o000)
