@@ -36,7 +36,7 @@ def note(text: str) -> None:
     """One line of ours on stderr.  Paths and names in it come from the
     command (a denied path, a directory it created): escaped always, on a
     pipe too, so a note never carries an escape sequence of the command's."""
-    from dsh.sandbox.approval import printable
+    from dsh.sandbox.terminal_text import printable
 
     reset = SGR_RESET if _is_terminal_stream(sys.stderr) else ""
     click.echo(f"{reset}dsh-sandbox: {printable(text)}", err=True, color=bool(reset))
@@ -174,7 +174,7 @@ class Visible:
         self._held = ""  # an unfinished SGR sequence at the end of the last read
 
     def __call__(self, data: bytes) -> bytes:
-        from dsh.sandbox.approval import printable
+        from dsh.sandbox.terminal_text import printable
 
         text = self._held + self._decoder.decode(data)
         self._held = ""
@@ -193,7 +193,7 @@ class Visible:
         return "".join(out).encode("utf-8")
 
     def flush(self) -> bytes:
-        from dsh.sandbox.approval import printable
+        from dsh.sandbox.terminal_text import printable
 
         held, self._held = self._held + self._decoder.decode(b"", final=True), ""
         return printable(held, keep="\n\t").encode("utf-8")

@@ -277,7 +277,7 @@ def call_cmd(name: str, arguments: str, owner: str, as_json: bool, raw_output: b
     elif not raw_output and _is_terminal(sys.stdout):
         # What the command printed must not act on the terminal (clipboard,
         # title, clear screen): shown, not obeyed, as ``run`` does.
-        from dsh.sandbox.approval import printable
+        from dsh.sandbox.terminal_text import printable
 
         click.echo(printable(result.content, keep="\n\t"))
     else:

@@ -20,22 +20,27 @@ import errno
 import json
 import logging
 import os
-import re
-import select
 import stat
 import threading
-import time
-import unicodedata
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Literal
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.escalation_types import EscalationDecision as EscalationDecision
+from dsh.sandbox.escalation_types import EscalationRequest as EscalationRequest
+from dsh.sandbox.escalation_types import Outcome as Outcome
 from dsh.sandbox.file_changes import FileChanges
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import seconds
+from dsh.sandbox.terminal_prompt import PROMPT_CHANGES_SHOWN as PROMPT_CHANGES_SHOWN
+from dsh.sandbox.terminal_prompt import TerminalPrompter as TerminalPrompter
+from dsh.sandbox.terminal_prompt import changes_shown as changes_shown
+from dsh.sandbox.terminal_text import TERMINAL_RESET as TERMINAL_RESET
+from dsh.sandbox.terminal_text import command_shown as command_shown
+from dsh.sandbox.terminal_text import printable as printable
 
 if TYPE_CHECKING:
     from dsh.sandbox.denied_runs import DeniedRunStore
@@ -43,50 +48,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("dsh.approval")
 #: Denied runs remembered per approver (the latest ones; a model re-asks soon).
 _DENIED_RUNS_KEPT = 64
-
-Outcome = Literal["approve_once", "approve_session", "deny"]
-
-
-@dataclass(frozen=True)
-class EscalationRequest:
-    command: str  # the exact command, as the model sent it
-    workdir: str
-    current_mode: SandboxMode
-    requested_mode: SandboxMode
-    justification: str
-    tool: str
-    owner: str
-    #: The exact argv when the command runs without a shell (``run -- ARGV``).
-    argv: tuple[str, ...] | None = None
-    #: Who reads ``command``: ``bash`` or ``pwsh`` (rules parse only bash).
-    shell: str = "bash"
-    #: For a re-run after a denial: what the denied run created, modified and
-    #: deleted under the writable roots (``incomplete`` when that is unknown).
-    #: None: not a re-run (the model asked before running anything).
-    changes: FileChanges | None = None
-
-
-@dataclass(frozen=True)
-class EscalationDecision:
-    outcome: Outcome
-    reason: str = ""
-    provider: str = ""
-
-    @classmethod
-    def approve_once(cls, reason: str = "", provider: str = "") -> EscalationDecision:
-        return cls("approve_once", reason, provider)
-
-    @classmethod
-    def approve_session(cls, reason: str = "", provider: str = "") -> EscalationDecision:
-        return cls("approve_session", reason, provider)
-
-    @classmethod
-    def deny(cls, reason: str, provider: str = "") -> EscalationDecision:
-        return cls("deny", reason, provider)
-
-    @property
-    def approved(self) -> bool:
-        return self.outcome != "deny"
 
 
 @dataclass(frozen=True)
@@ -278,212 +239,6 @@ class DenyAllApproval(Approval):
 
 
 # -- asking a person ---------------------------------------------------------------
-def printable(text: str, keep: str = "") -> str:
-    """Escape what a terminal would act on instead of show, so a command cannot
-    repaint the prompt: control characters (ESC, CR, BS...), format characters
-    (bidi overrides such as U+202E), and line/paragraph separators.  ``keep``:
-    characters left as they are (``"\\n\\t"`` for a command's output)."""
-    return "".join(c if c in keep or _shown_as_is(c) else _escape(c) for c in text)
-
-
-def _shown_as_is(c: str) -> bool:
-    category = unicodedata.category(c)
-    return not (category.startswith("C") or category in ("Zl", "Zp"))
-
-
-def _escape(c: str) -> str:
-    code = ord(c)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-#: Written before the prompt on a terminal: CAN aborts an escape sequence in
-#: progress and ST ends an open OSC/DCS string (which would otherwise swallow
-#: the prompt), then attributes off (no invisible text), the main screen (a
-#: fake prompt drawn on the alternate screen disappears), no scroll region,
-#: the ASCII character set, a visible cursor, line wrapping back on (a long
-#: ``command:`` line is not cut at the margin) and the default foreground,
-#: background and cursor colours (OSC 110/111/112: resets, never queries).
-TERMINAL_RESET = (
-    "\x18\x1b\\\x1b[0m\x1b[?1049l\x1b[r\x1b(B\x0f\x1b[?25h\x1b[?7h"
-    "\x1b]110\x1b\\\x1b]111\x1b\\\x1b]112\x1b\\"
-)
-
-
-#: Changed files listed in the prompt (the count is always exact).
-PROMPT_CHANGES_SHOWN = 20
-
-
-def changes_shown(changes: FileChanges | None) -> str:
-    """The prompt's lines on what a denied run changed: an approval re-runs the
-    command on the files as the denied run left them."""
-    if changes is None:
-        return ""
-    if changes.clean:
-        return "  changed:       nothing under the writable roots since the denied run started\n"
-    text = ""
-    if changes.total:
-        text += (
-            f"  changed:       {changes.total} file(s) under the writable roots by the denied run "
-            "(the re-run reads them as they are now):\n"
-        )
-        shown = changes.lines(PROMPT_CHANGES_SHOWN)
-        text += "".join(f"    {kind:<9} {printable(path)}\n" for kind, path in shown)
-        if changes.total > len(shown):
-            text += f"    ... and {changes.total - len(shown)} more\n"
-    for why in changes.incomplete:
-        text += f"  NOT KNOWN:     what changed: {printable(why)}\n"
-    return text
-
-
-def _discard_typeahead(inp: IO[str]) -> None:
-    """Drop input the terminal holds but nobody has read yet."""
-    try:
-        fd = inp.fileno()
-        if not os.isatty(fd):
-            return
-        import termios
-
-        termios.tcflush(fd, termios.TCIFLUSH)
-    except (OSError, ValueError, AttributeError):
-        pass  # not a terminal (an in-memory stream, a pipe): nothing is typed ahead
-
-
-#: A run of whitespace at least this long is shown as its length: a command
-#: padded with spaces would push its real start off the screen.
-_LONG_BLANKS = 16
-_BLANKS = re.compile(r"[ \t]{" + str(_LONG_BLANKS) + ",}")
-#: Past this many characters the prompt says how long the command is.
-LONG_COMMAND = 2000
-
-
-def command_shown(command: str) -> str:
-    """The prompt's ``command:`` line: escaped, long blank runs counted, and
-    for a long command its length first."""
-
-    def blanks(match: re.Match[str]) -> str:
-        run = match.group()
-        kind = "spaces" if set(run) == {" "} else "tabs" if set(run) == {"\t"} else "blanks"
-        return f"[{len(run)} {kind}]"
-
-    shown = printable(_BLANKS.sub(blanks, command))
-    head = ""
-    if len(command) > LONG_COMMAND:
-        head = f"  length:        {len(command)} characters (long blank runs shown as [N spaces])\n"
-    return f"{head}  command:       {shown}\n"
-
-
-def _is_terminal(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (OSError, ValueError):
-        return False
-
-
-class TerminalPrompter:
-    """Asks yes-once / session / no on a terminal; default No; times out to No."""
-
-    _serial = threading.Lock()  # one question on the terminal at a time
-
-    def __init__(
-        self,
-        timeout_s: float,
-        tty: str = "/dev/tty",
-        input: IO[str] | None = None,
-        output: IO[str] | None = None,
-    ) -> None:
-        self.timeout_s = timeout_s
-        self.tty = tty
-        self.input = input
-        self.output = output
-
-    def ask(self, request: EscalationRequest, provider: str) -> EscalationDecision:
-        with self._serial:
-            if self.input is not None and self.output is not None:
-                return self._ask(request, provider, self.input, self.output)
-            # Two handles: a terminal is not seekable, so no "r+" buffered file.
-            try:
-                tty_in = open(self.tty, encoding="utf-8", errors="replace")
-            except OSError as exc:
-                return EscalationDecision.deny(
-                    f"no terminal to ask a person ({self.tty}: {exc.strerror or exc})", provider
-                )
-            with tty_in:
-                try:
-                    tty_out = open(self.tty, "w", encoding="utf-8", errors="replace")
-                except OSError as exc:
-                    return EscalationDecision.deny(
-                        f"cannot write to the terminal ({self.tty}: {exc.strerror or exc})",
-                        provider,
-                    )
-                with tty_out:
-                    return self._ask(
-                        request, provider, self.input or tty_in, self.output or tty_out
-                    )
-
-    def _ask(
-        self, request: EscalationRequest, provider: str, inp: IO[str], out: IO[str]
-    ) -> EscalationDecision:
-        # What was typed before the question was on the screen is no answer to
-        # it: a command can print its own "[y/N]" and never read the reply.
-        _discard_typeahead(inp)
-        if _is_terminal(out):
-            out.write(TERMINAL_RESET)
-        out.write(
-            f"\ndsh-sandbox: escalation requested by {printable(request.owner)} "
-            f"(tool {printable(request.tool)})\n"
-            f"{command_shown(request.command)}"
-            f"  workdir:       {printable(request.workdir)}\n"
-            f"  mode:          {printable(request.current_mode.value)} -> "
-            f"{printable(request.requested_mode.value)}\n"
-            f"  justification: {printable(request.justification)}\n"
-            f"{changes_shown(request.changes)}"
-        )
-        out.flush()
-        # Again once the request is on the screen, before the question that
-        # invites the answer: only keys pressed after it is shown count.
-        _discard_typeahead(inp)
-        out.write(
-            f"Run it under {request.requested_mode.value}? [y] once, [s] this exact command for "
-            f"the session, [N]o (default; no answer in {self.timeout_s:g}s denies): "
-        )
-        out.flush()
-        answer = self._read_line(inp)
-        if answer is None:
-            out.write("\n(no answer: denied)\n")
-            out.flush()
-            return EscalationDecision.deny(f"no answer within {self.timeout_s:g}s", provider)
-        word = answer.strip().lower()
-        if word in ("y", "yes"):
-            return EscalationDecision.approve_once("approved at the terminal", provider)
-        if word in ("s", "session"):
-            return EscalationDecision.approve_session("approved at the terminal", provider)
-        return EscalationDecision.deny("denied at the terminal", provider)
-
-    def _read_line(self, inp: IO[str]) -> str | None:
-        """One line within the timeout; None on timeout or end of input."""
-        try:
-            fd = inp.fileno()
-        except (OSError, ValueError, AttributeError):
-            line = inp.readline()  # an in-memory stream cannot block
-            return line if line else None
-        deadline = time.monotonic() + self.timeout_s
-        data = b""
-        while b"\n" not in data:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
-                return None
-            chunk = os.read(fd, 1024)
-            if not chunk:
-                return data.decode("utf-8", "replace") if data else None
-            data += chunk
-        return data.split(b"\n", 1)[0].decode("utf-8", "replace")
-
-
 @dataclass(frozen=True)
 class PromptConfig(ApprovalConfig):
     timeout_s: float = 60.0
