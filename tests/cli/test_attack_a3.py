@@ -19,6 +19,7 @@ import pytest
 from tests.cli.test_run_approval_changes import Box, box  # noqa: F401  (the fixture)
 from tests.runners.test_trusted_files import LANDLOCK_ACCEPT, NOBODY, cli
 from tests.support.require import require_runner
+from tests.support.sandboxed import LANDLOCK_DEGRADED
 
 
 def tool_argv(b: Box, *args: str) -> list[str]:
@@ -163,7 +164,7 @@ def test_a_mode_000_directory_makes_the_changes_not_known(box: Box) -> None:  # 
                                   f"touch {box.out}/denied\n")
     own(box, h, h / "build.sh", box.ws / "go.sh")
     # The scan for protected names cannot search h either: accepted, to reach the approval.
-    landlock = ["landlock-protected-paths", "landlock-metadata", "landlock-process-escape"]
+    landlock = [*LANDLOCK_DEGRADED, "landlock-process-escape"]
     accepted = ["protected-scan-incomplete", *(landlock if box.runner == "landlock" else [])]
     profile = box.cfg / "shut.toml"
     profile.write_text(f'extends = "workspace-write"\nexclude_tmp = true\naccept_degraded = {json.dumps(accepted)}\n')
@@ -192,21 +193,32 @@ def test_a_rules_file_hard_linked_into_the_workspace_is_refused(box: Box) -> Non
 
 # -- E7: DSH_HOME inside a writable root ----------------------------------------------------------------------
 @pytest.mark.parametrize("runner", ["bwrap", "landlock"])
-def test_dsh_home_inside_the_workspace_is_refused(runner: str, trusted_dir: Path) -> None:
+def test_dsh_home_inside_a_writable_root_is_refused(runner: str, trusted_dir: Path, tmp_path: Path) -> None:
+    """In the workspace (a root of this run) and in the shared /tmp (a root of
+    any run whose profile shares it): a command there could swap the log for a
+    link to a file it wants the caller to append to."""
     require_runner(runner)
     ws = trusted_dir / "ws"
     ws.mkdir()
     rules = trusted_dir / "rules.toml"
     rules.write_text(f'[[rule]]\nmode = "danger-full-access"\nworkdir = "{ws}"\ncommand = "true"\n')
-    env = {**os.environ, "DSH_HOME": str(ws / ".state")}
-    for args in (["run", "--runner", runner, "--workspace", str(ws), "--approval", f"rules:{rules}", "--", "true"],
-                 ["tool", "call", "--runner", runner, "--workspace", str(ws), "bash",
+    for home in (ws / ".state", tmp_path / "dsh-home"):
+        _refused_everywhere(runner, ws, rules, home)
+
+
+def _refused_everywhere(runner: str, ws: Path, rules: Path, home: Path) -> None:
+    env = {**os.environ, "DSH_HOME": str(home)}
+    degraded = [w for name in LANDLOCK_DEGRADED for w in ("--accept-degraded", name)] if runner == "landlock" else []
+    for args in (["run", "--runner", runner, "--workspace", str(ws), *degraded, "--approval", f"rules:{rules}",
+                  "--", "true"],
+                 ["tool", "call", "--runner", runner, "--workspace", str(ws), *degraded, "bash",
                   '{"command": "true", "description": "t"}']):
         done = subprocess.run([sys.executable, "-m", "dsh.cli", *args], capture_output=True, text=True,
                               env=env, timeout=120, check=False)
         assert done.returncode == 2, done
-        assert "escalation log" in done.stderr and "set DSH_HOME" in done.stderr, done.stderr
-        assert "Traceback" not in done.stderr
+        # In the workspace, the policy refuses it first (dsh-sandbox's own state as a writable root).
+        assert "DSH_HOME" in done.stderr and str(home) in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and not (home / "escalations.jsonl").exists()
 
 
 # -- BAD-2: the spill path tool call prints can be read ---------------------------------------------------------
@@ -230,7 +242,7 @@ def test_a_full_or_closed_stdout_is_a_one_line_error(runner: str, workspace: Pat
     require_runner(runner)
     base = [sys.executable, "-m", "dsh.cli", "run", "--runner", runner, "--workspace", str(workspace)]
     if runner == "landlock":
-        base += ["--accept-degraded", "landlock-protected-paths", "--accept-degraded", "landlock-metadata"]
+        base += [word for name in LANDLOCK_DEGRADED for word in ("--accept-degraded", name)]
     with open("/dev/full", "w") as full:
         for extra in ([], ["--json"]):
             done = subprocess.run([*base, *extra, "--", "echo", "hi"], stdout=full, stderr=subprocess.PIPE,
