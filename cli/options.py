@@ -51,3 +51,11 @@ def settings_flags() -> list[Callable[[Any], Any]]:
         click.option("--trust-project", is_flag=True,
                      help="Let .dsh/config.toml of this project weaken the sandbox (wider mode, network...)."),
     ]
+
+
+def keep_spill_files() -> Any:
+    """The subprocess service entry of a CLI session whose output names spill
+    files (``full output: PATH``): they must outlive the session."""
+    from dsh.sandbox.context import CompositionEntry
+
+    return CompositionEntry("subprocess", "subprocess-local", {"keep_spill_files": True})

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
-from dsh.cli.options import settings_options
+from dsh.cli.options import keep_spill_files, settings_options
 from dsh.cli.run_output import (
     LiveStreams,
     closed_stream,
@@ -163,11 +163,6 @@ def _check_paths(opts: RunOptions) -> None:
 
 
 # -- the context ------------------------------------------------------------------------
-def _keep_spill() -> Any:
-    from dsh.sandbox.context import CompositionEntry
-
-    return CompositionEntry("subprocess", "subprocess-local", {"keep_spill_files": True})
-
 
 def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
     """The session ``opts`` describe: the policy, the runner host, a sandboxed
@@ -196,7 +191,7 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
         },
         approval=None if opts.approval in (None, "deny") else opts.approval,
         # The notes and --json name spill files: they must outlive the run.
-        services=(_keep_spill(),),
+        services=(keep_spill_files(),),
     )
 
 

@@ -20,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
-from dsh.cli.options import settings_flags
+from dsh.cli.options import keep_spill_files, settings_flags
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.modes import SandboxMode
@@ -89,14 +89,9 @@ def tool_session(
         executor=f"{shell}-sandbox",
         approval=settings["approval"] or "deny",
         # The result names spill files ("full output: PATH"): they must outlive the call.
-        services=(_keep_spill(),),
+        services=(keep_spill_files(),),
     )
 
-
-def _keep_spill() -> Any:
-    from dsh.sandbox.context import CompositionEntry
-
-    return CompositionEntry("subprocess", "subprocess-local", {"keep_spill_files": True})
 
 
 def build_tool_context(**options: Any) -> Context:

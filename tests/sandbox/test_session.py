@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 import yaml
+from dsh.cli.options import keep_spill_files
 from dsh.cli.run import RunOptions
 from dsh.cli.run import build_context as run_context
 from dsh.cli.tool import build_tool_context
@@ -56,7 +57,9 @@ def test_tool_command_and_its_composition_file_build_equal_contexts(workspace: P
     comp = trusted_dir / "session.yaml"  # outside every writable root, or it is refused
     with build_tool_context(composition=None, shell="bash", mode="read-only", workspace=str(workspace),
                             runner="auto", approval=None, profile=None) as from_flags:
-        spec = SessionSpec(mode="read-only", workspace=str(workspace), executor="bash-sandbox", approval="deny")
+        # The CLI keeps the spill files its results name; the file says so too.
+        spec = SessionSpec(mode="read-only", workspace=str(workspace), executor="bash-sandbox", approval="deny",
+                           services=(keep_spill_files(),))
         comp.write_text(yaml.safe_dump(entries_of(spec)))
         with build_tool_context(composition=str(comp), shell="bash", mode=None, workspace=None,
                                 runner=None, approval=None, profile=None) as from_file:
