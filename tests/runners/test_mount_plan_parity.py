@@ -1,0 +1,93 @@
+"""One mount plan for every runner: the core plan against bwrap's own planner
+and gVisor's translation, on the same live layouts.
+
+bwrap still plans for itself; until it is moved onto the core plan this test
+holds the two to the same mounts, so a fix in one that the other lacks fails
+here.  The gVisor translator is fed the core plan and must mount exactly it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from dsh.runners.bwrap.mounts import plan_mounts as bwrap_plan
+from dsh.runners.gvisor.spec import oci_mounts
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.mount_plan import gather_facts, plan_mounts
+from dsh.sandbox.policy import SandboxPolicy
+
+_BWRAP_KIND = {"writable": "bind", "read-only": "ro-bind"}
+
+
+def _layouts(base: Path) -> dict[str, Callable[[], SandboxPolicy]]:
+    ws = base / "ws"
+
+    def pol(**kw: object) -> SandboxPolicy:
+        args: dict[str, object] = dict(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws,))
+        args.update(kw)
+        return SandboxPolicy(**args)  # type: ignore[arg-type]
+
+    def existing() -> SandboxPolicy:
+        (ws / ".git" / "hooks").mkdir(parents=True)
+        (ws / "pkg" / ".git").mkdir(parents=True)
+        return pol(protected_paths=(ws / ".git", ws / "pkg" / ".git", ws / ".dsh"))
+
+    def missing() -> SandboxPolicy:
+        (ws / "a").mkdir(parents=True)
+        return pol(protected_paths=(ws / "a" / "b" / ".dsh", ws / ".vscode"))
+
+    def symlinked() -> SandboxPolicy:
+        (ws / "real").mkdir(parents=True)
+        os.symlink(ws / "real", ws / ".vscode")
+        return pol(protected_paths=(ws / ".vscode",))
+
+    def hidden() -> SandboxPolicy:
+        (ws / "secret" / "cache").mkdir(parents=True)
+        (ws / ".env").write_text("K=V\n")
+        return pol(writable_roots=(ws, ws / "secret" / "cache"), protected_paths=(ws / "secret" / ".git",),
+                   hidden_paths=(ws / "secret", ws / ".env", ws / "gone"))
+
+    def nested() -> SandboxPolicy:
+        (ws / "docs" / "cache").mkdir(parents=True)
+        return pol(writable_roots=(ws, ws / "docs" / "cache"), read_only_paths=(ws / "docs",),
+                   protected_paths=(ws / "docs" / "cache" / ".git",))
+
+    def read_only() -> SandboxPolicy:
+        (ws / ".git").mkdir(parents=True)
+        return SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=ws, protected_paths=(ws / ".git",),
+                             hidden_paths=(ws / ".git",))
+
+    return {f.__name__: f for f in (existing, missing, symlinked, hidden, nested, read_only)}
+
+
+@pytest.mark.parametrize("layout", ["existing", "missing", "symlinked", "hidden", "nested", "read_only"])
+def test_core_plan_mounts_what_bwrap_plans(tmp_path: Path, layout: str) -> None:
+    base = Path(os.path.realpath(tmp_path))
+    policy = _layouts(base)[layout]()
+    core = plan_mounts(policy, gather_facts(policy, os.geteuid()))
+    own = bwrap_plan(policy)
+    assert [(_BWRAP_KIND.get(e.kind, e.kind), e.path) for e in core.entries if e.kind != "show"] == \
+        [(m.kind, m.path) for m in own.mounts]
+    assert [g.reason.split(" is reached")[0] for g in core.gaps_for("bwrap")] == \
+        [g.reason.split(" is reached")[0] for g in own.degradations]
+    assert {g.degradation for g in core.gaps_for("bwrap")} == {g.degradation for g in own.degradations}
+
+
+@pytest.mark.parametrize("layout", ["existing", "missing", "symlinked", "hidden", "nested", "read_only"])
+def test_gvisor_mounts_exactly_the_core_plan(tmp_path: Path, layout: str) -> None:
+    base = Path(os.path.realpath(tmp_path))
+    policy = _layouts(base)[layout]()
+    plan = plan_mounts(policy, gather_facts(policy, os.geteuid()))
+    mounts = oci_mounts(plan)
+    expected = [(e.path, e.kind in ("writable", "pin")) for e in plan.entries if e.kind != "show"]
+    assert [(m["destination"], "rw" in m.get("options", [])) for m in mounts] == expected
+    for entry, mount in zip([e for e in plan.entries if e.kind != "show"], mounts, strict=True):
+        if entry.kind == "mask-dir":
+            assert mount["type"] == "tmpfs" and "ro" in mount["options"]
+        elif entry.kind == "mask-file":
+            assert mount["source"] == os.devnull and "ro" in mount["options"]
+        else:
+            assert mount["type"] == "bind" and mount["source"] == entry.path
