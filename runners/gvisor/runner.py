@@ -18,8 +18,8 @@ kill of a command's process tree, applies a timeout by killing the local
 ``runsc`` client only, and runs every command as root in the sandbox.
 
 Options: ``runsc`` (the binary; default ``runsc`` on PATH).  Without root the
-sandbox gets a user namespace mapping the caller's ids onto themselves and
-runs without cgroups (``--ignore-cgroups``); ``runsc --rootless`` serves only
+sandbox gets a user namespace that maps only the caller (as uid 0 inside, no
+capability) and runs without cgroups (``--ignore-cgroups``); ``runsc --rootless`` serves only
 ``runsc do`` in the Debian build.  A session's sandboxes die with it, also
 when the supervisor is killed (``keeper``).
 """
@@ -157,7 +157,7 @@ class GvisorRunner(Runner):
             *(e.describe() for e in plan.entries if e.kind != "show"),
             *plan.overridden,
             f"user {self.identity.uid}:{self.identity.gid}, no capabilities, no_new_privs"
-            + ("" if self.identity.root else ", in a user namespace mapping the caller's ids onto themselves"),
+            + ("" if self.identity.root else " on the host: uid 0 in a user namespace that maps only the caller"),
             "pid, ipc, uts, mount and network namespaces of gVisor's kernel; host unix sockets unreachable",
         ]
         network = "on: host network (runsc --network=host)" if policy.network else \
@@ -258,7 +258,7 @@ class GvisorRunner(Runner):
 
         marker = uuid.uuid4().hex
         args = ["/bin/sh", "-c", WRAPPER_DECODING if decode else WRAPPER, "sh", *argv]
-        spec = process(args, env=[*env, f"{MARKER_VAR}={marker}"], cwd=cwd, identity=self.identity)
+        spec = process(args, env=[*env, f"{MARKER_VAR}={marker}"], cwd=cwd, identity=self.identity.inside())
         path = warm.bundle / f"exec-{marker}.json"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -266,7 +266,7 @@ class GvisorRunner(Runner):
         try:
             return RunscExec([*warm.runsc, "exec", "-process", str(path), warm.id], runsc=warm.runsc,
                              sandbox_id=warm.id, marker=marker,
-                             user=f"{self.identity.uid}:{self.identity.gid}", stdin=stdin,
+                             user=f"{self.identity.inside().uid}:{self.identity.inside().gid}", stdin=stdin,
                              wall_time_s=wall_time_s, on_unkillable=functools.partial(self._discard, warm),
                              on_close=functools.partial(_unlink, path))
         except OSError as exc:

@@ -10,7 +10,8 @@ tmpfs or by ``/dev/null``.  Every bind is ``nosuid`` and ``nodev``.
 The keep-alive process and every command run with the caller's uid and gid
 (as root: uid 0 with no capability), an empty capability set and
 ``noNewPrivileges``.  Without root the sandbox gets a user namespace mapping
-the caller's ids onto themselves (runsc's gofer then runs as the caller too).
+the caller's uid and gid as 0 inside (runsc needs its root mapped; the gofer
+runs as the caller, so the host's permissions are the caller's).
 Limits are rlimits of the sandbox, which every ``runsc exec`` inherits.
 """
 
@@ -45,6 +46,12 @@ class Identity:
     @property
     def root(self) -> bool:
         return self.uid == 0
+
+    def inside(self) -> Identity:
+        """The ids commands run with in the sandbox.  Without root, runsc needs
+        the user namespace's root mapped: the caller's uid and gid are mapped as
+        0 (no capability there either; supplementary groups cannot be mapped)."""
+        return self if self.root else Identity(0, 0)
 
 
 def oci_mounts(plan: MountPlan) -> list[dict[str, Any]]:
@@ -86,14 +93,14 @@ def build_config(plan: MountPlan, *, identity: Identity, limits: ResourceLimits,
     linux: dict[str, Any] = {"namespaces": namespaces}
     if not identity.root:
         namespaces.append({"type": "user"})
-        ids = sorted({identity.gid, *identity.groups})
-        linux["uidMappings"] = [{"containerID": identity.uid, "hostID": identity.uid, "size": 1}]
-        linux["gidMappings"] = [{"containerID": g, "hostID": g, "size": 1} for g in ids]
+        linux["uidMappings"] = [{"containerID": 0, "hostID": identity.uid, "size": 1}]
+        linux["gidMappings"] = [{"containerID": 0, "hostID": identity.gid, "size": 1}]
     return {
         "ociVersion": "1.0.0",
         "root": {"path": "/", "readonly": True},
         "hostname": "dsh-sandbox",
-        "process": process(KEEPALIVE, env=["PATH=/usr/bin:/bin"], cwd="/", identity=identity, limits=limits),
+        "process": process(KEEPALIVE, env=["PATH=/usr/bin:/bin"], cwd="/", identity=identity.inside(),
+                           limits=limits),
         "mounts": mounts,
         "linux": linux,
     }
