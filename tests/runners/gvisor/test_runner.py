@@ -184,3 +184,17 @@ def test_nothing_outlives_a_killed_supervisor(tmp_path: Path, runner: GvisorRunn
     wait_until(lambda: not state.exists(), f"the keeper to remove {state}")
     listed = subprocess.run(["pgrep", "-f", f"runsc-sandbox --root={state}"], capture_output=True, text=True)
     assert listed.stdout.strip() == ""
+
+
+def test_root_setid_files_are_a_declared_degradation(runner: GvisorRunner, ws: Path) -> None:
+    """As root, chmod u+s in a writable root reaches the host's file (no filter
+    inside this runsc): refused unless accepted by name; as another user, no gap."""
+    pol = policy(ws, accept=())
+    names = runner.enforcement(pol).degradations
+    if os.geteuid() != 0:
+        assert "gvisor-setid-files" not in names
+        return
+    assert names == ("gvisor-setid-files",)
+    with pytest.raises(SandboxUnavailable, match="gvisor-setid-files"):
+        runner.prepare(["true"], pol, cwd=str(ws), env=ENV)
+    assert "gvisor-setid-files" not in runner.enforcement(policy(ws, SandboxMode.READ_ONLY, accept=())).degradations
