@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import uuid
@@ -43,6 +44,8 @@ from dsh.runners.gvisor.argv import encode_argv, text_env
 from dsh.runners.gvisor.keeper import Keeper
 from dsh.runners.gvisor.scripts import MARKER_VAR, WRAPPER, WRAPPER_DECODING
 from dsh.runners.gvisor.spec import Identity, build_config, process
+from dsh.runners.gvisor.syscalls import LAUNCHER, filter_hex
+from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError, WorkdirError
 from dsh.sandbox.gate import check_accepted
@@ -68,13 +71,13 @@ _PROBE_TIMEOUT_S = 30
 
 BOUNDARY = ("the command's system calls are served by gVisor's user-space kernel (runsc): none reaches the "
             "host kernel's system-call surface; files are the host's, through runsc's gofer, as mounted below")
-STATX_LIMITATION = ("this runsc refuses statx(AT_NO_AUTOMOUNT) with EINVAL (gVisor before 2023): coreutils "
-                    "ls -l, stat and cp -a fail with 'Invalid argument'; install a newer runsc")
+STATX_LIMITATION = ("this runsc refuses AT_NO_AUTOMOUNT in statx and newfstatat with EINVAL (gVisor before "
+                    "2023): coreutils ls -l and stat fail with 'Invalid argument'; install a newer runsc")
 
 
 SETID_GAP = ("as root, the command (uid 0 without capabilities) may chmod a file it owns in a writable root "
              "setuid/setgid, and the gofer applies that to the host's file: a setuid-root program left for other "
-             "users; this runsc applies no seccomp filter to runsc exec's processes")
+             "users; there is no syscall table for this machine to build the in-sandbox filter from")
 
 
 def _shape(policy: SandboxPolicy, plan: MountPlan) -> tuple[object, ...]:
@@ -104,6 +107,7 @@ class GvisorRunner(Runner):
         self._keeper: Keeper | None = None
         self._warm: dict[tuple[object, ...], sb.WarmSandbox] = {}
         self._statx_broken = False
+        self._filter: str | None = None  # hex of the in-sandbox filter; None: no table for this machine
 
     # -- probe ----------------------------------------------------------------------
     def probe(self) -> RunnerProbe:
@@ -129,6 +133,10 @@ class GvisorRunner(Runner):
         # Release dates are in the version; statx(AT_NO_AUTOMOUNT) came in 2023.
         digits = release.split("~")[-1].split(".")[0].split("-")[0]
         self._statx_broken = digits.isdigit() and len(digits) == 8 and digits < "20230101"
+        try:
+            self._filter = filter_hex()
+        except UnsupportedArch:
+            self._filter = None
         return RunnerProbe(self.name, True, None, f"runsc {release}",
                            {"path": runsc, "root": self.identity.root, "user_namespace": not self.identity.root})
 
@@ -149,7 +157,7 @@ class GvisorRunner(Runner):
         if not policy.constrained:
             return []
         gaps = list(plan.gaps_for(self.name))
-        if self.identity.root and plan.of_kind("writable"):
+        if self.identity.root and plan.of_kind("writable") and self.probe().available and self._filter is None:
             gaps.append(Gap("gvisor-setid-files", SETID_GAP))
         return gaps
 
@@ -172,6 +180,9 @@ class GvisorRunner(Runner):
             + ("" if self.identity.root else " on the host: uid 0 in a user namespace that maps only the caller"),
             "pid, ipc, uts, mount and network namespaces of gVisor's kernel; host unix sockets unreachable",
         ]
+        if self._filter is not None:
+            rules.append("a filter in gVisor's kernel per command: setuid/setgid mode bits refused (chmod family; "
+                         "open, creat, mknod modes; openat2 ENOSYS)")
         network = "on: host network (runsc --network=host)" if policy.network else \
             "off: runsc --network=none (own loopback only)"
         limits = policy.limits
@@ -237,6 +248,14 @@ class GvisorRunner(Runner):
         plan = self._plan(policy)
         gaps = self._gaps(policy, plan)
         check_accepted(Enforcement.partial(gaps) if gaps else Enforcement.full(), policy, runner=self.name)
+        if self._filter is not None:
+            python = _interpreter()
+            cover = next((e.path for e in plan.of_kind("mask-dir", "mask-file")
+                          if python == e.path or python.startswith(e.path.rstrip("/") + "/")), None)
+            if cover is not None:
+                raise SandboxUnavailable(f"the launcher's Python {python} lies in the hidden path {cover}: the "
+                                         "sandbox could not start a command; run dsh from a Python outside it",
+                                         runner=self.name)
         exact, decode = encode_argv(command)
         environment = text_env({k: v for k, v in env.items() if k != MARKER_VAR})
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
@@ -270,6 +289,8 @@ class GvisorRunner(Runner):
 
         marker = uuid.uuid4().hex
         args = ["/bin/sh", "-c", WRAPPER_DECODING if decode else WRAPPER, "sh", *argv]
+        if self._filter is not None:
+            args = [_interpreter(), "-I", "-S", "-c", LAUNCHER, self._filter, *args]
         spec = process(args, env=[*env, f"{MARKER_VAR}={marker}"], cwd=cwd, identity=self.identity.inside())
         path = warm.bundle / f"exec-{marker}.json"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -304,6 +325,11 @@ class GvisorRunner(Runner):
             keeper.stop()  # removes the state directory (and anything a crash left in it)
         elif state is not None:
             shutil.rmtree(state, ignore_errors=True)
+
+
+def _interpreter() -> str:
+    """The Python that runs dsh: the sandbox sees it (read-only, with the rest of the host)."""
+    return os.path.realpath(sys.executable)
 
 
 def _unlink(path: Path) -> None:

@@ -186,15 +186,26 @@ def test_nothing_outlives_a_killed_supervisor(tmp_path: Path, runner: GvisorRunn
     assert listed.stdout.strip() == ""
 
 
-def test_root_setid_files_are_a_declared_degradation(runner: GvisorRunner, ws: Path) -> None:
-    """As root, chmod u+s in a writable root reaches the host's file (no filter
-    inside this runsc): refused unless accepted by name; as another user, no gap."""
-    pol = policy(ws, accept=())
-    names = runner.enforcement(pol).degradations
-    if os.geteuid() != 0:
-        assert "gvisor-setid-files" not in names
-        return
-    assert names == ("gvisor-setid-files",)
-    with pytest.raises(SandboxUnavailable, match="gvisor-setid-files"):
-        runner.prepare(["true"], pol, cwd=str(ws), env=ENV)
-    assert "gvisor-setid-files" not in runner.enforcement(policy(ws, SandboxMode.READ_ONLY, accept=())).degradations
+def test_no_setid_file_is_left_in_the_writable_roots(runner: GvisorRunner, ws: Path) -> None:
+    """The gofer would apply a setuid chmod to the host's file (a setuid-root
+    program when the caller is root): the filter in gVisor's kernel refuses it."""
+    script = ("cp /bin/sh rootsh; chmod 4755 rootsh; chmod u+s rootsh; chmod g+s rootsh; "
+              "install -m 6755 /bin/true t2; "
+              "python3 -c 'import os; os.close(os.open(\"t3\", os.O_CREAT|os.O_WRONLY, 0o4755))'; "
+              "echo done")
+    ran = sh(runner, script, policy(ws, accept=()))
+    assert b"done" in ran.out, ran.text
+    for name in ("rootsh", "t2", "t3"):
+        if (ws / name).exists():
+            assert (ws / name).stat().st_mode & 0o6000 == 0, name
+    assert runner.enforcement(policy(ws, accept=())).level == "full"
+
+
+def test_explain_states_the_boundary_and_this_runscs_statx(runner: GvisorRunner, ws: Path) -> None:
+    plan = runner.explain(policy(ws))
+    assert "never" not in plan.rules[0] or "host kernel" in plan.rules[0]
+    assert "none reaches the host kernel's system-call surface" in plan.rules[0]
+    version = runner.probe().version or ""
+    if version.startswith("runsc 0.0~2022"):
+        assert any("AT_NO_AUTOMOUNT" in line for line in plan.cannot)
+        assert b"Invalid argument" in sh(runner, "ls -l /etc/passwd", policy(ws)).err
