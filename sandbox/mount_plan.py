@@ -1,8 +1,8 @@
 """The filesystem view of a sandbox, planned once for every runner (pure).
 
 ``plan_mounts(policy, facts)`` turns a ``SandboxPolicy`` into an ordered tuple
-of ``MountEntry`` values that a runner with a mount namespace (bwrap, gVisor,
-a container) only translates into its own flags or spec.  The view starts from
+of ``MountEntry`` values that a runner with a mount namespace (a namespace
+sandbox, a user-space kernel, a container) only translates into its own flags or spec.  The view starts from
 the host's filesystem read-only; on top of it, ordered by path depth so a more
 specific rule always lands on top of a broader one:
 
