@@ -87,6 +87,10 @@ def _shape(policy: SandboxPolicy, plan: MountPlan) -> tuple[object, ...]:
 
 class GvisorRunner(Runner):
     name: ClassVar[str] = "gvisor"
+    #: gVisor's kernel answers the command: scenarios judged by what the command
+    #: can open inside (tunables, netlink, io_uring) say nothing of the host's.
+    #: Host-effect checks still apply: the files are the host's.
+    separate_kernel: ClassVar[bool] = True
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "gvisor-protected-symlink": (cap.PROTECTED_PATHS,),
         # No catalog scenario covers it (the file tests do): nothing is excused.
@@ -199,8 +203,6 @@ class GvisorRunner(Runner):
         cannot = [g.reason for g in self._gaps(policy, plan)]
         cannot += [f"writable root {p} does not exist: not bound" for p in policy.missing_roots]
         cannot += self.limitations(policy).values()
-        if self._statx_broken:
-            cannot.append(STATX_LIMITATION)
         cannot.append("a command that clears its environment AND leaves its process tree (env -i + double "
                       "fork) survives its kill; it dies with the sandbox at the end of the session")
         if not probe.available:
@@ -211,6 +213,8 @@ class GvisorRunner(Runner):
         found: dict[str, str] = {}
         if policy.constrained and policy.limits.max_memory_bytes is not None:
             found.update(address_space_limitation(policy.limits.max_memory_bytes))
+        if policy.constrained and self.probe().available and self._statx_broken:
+            found[cap.FILE_STATUS.name] = STATX_LIMITATION
         return found
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
