@@ -93,8 +93,8 @@ class GvisorRunner(Runner):
     separate_kernel: ClassVar[bool] = True
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "gvisor-protected-symlink": (cap.PROTECTED_PATHS,),
-        # No catalog scenario covers it (the file tests do): nothing is excused.
-        "gvisor-setid-files": (),
+        # Only where no syscall table builds the in-sandbox filter (its setid rules).
+        "gvisor-setid-files": (cap.SYSCALL_FILTER,),
     }
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
