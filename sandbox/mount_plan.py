@@ -17,6 +17,11 @@ specific rule always lands on top of a broader one:
   bound read-write onto itself.  A mount point cannot be renamed (EBUSY), so
   ``mv sub sub2 && mkdir -p sub/.git`` cannot move the protected path aside and
   create an unprotected one at its old name;
+- ``private-tmp``: the session's private temporary directory (``source``)
+  bound read-write at ``/tmp``: the host's ``/tmp`` is invisible beneath it,
+  so a host path there is bound again only when the policy needs it (a
+  writable root; the repository enclosing the workspace, read-only, so git
+  finds it); nothing else of the shared ``/tmp`` can be written, or even seen;
 - ``mask-dir`` / ``mask-file``: a hidden path, covered by an empty read-only
   tmpfs or by ``/dev/null``.  Hidden wins over every other rule: nothing is
   bound at or below a hidden path, and ``overridden`` lists the rules it beat;
@@ -43,19 +48,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from dsh.sandbox.enclosing_repo import enclosing_repository
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import fixed_symlink, git_dirs, is_within, system_dir_reason
 from dsh.sandbox.runner import Gap
 
-MountKind = Literal["writable", "pin", "read-only", "placeholder", "mask-dir", "mask-file", "show"]
+MountKind = Literal["writable", "pin", "private-tmp", "read-only", "placeholder", "mask-dir", "mask-file", "show"]
 PathKind = Literal["dir", "file", "symlink", "other", "missing", "placeholder"]
 
 #: Same depth, same path: writable first, then read-only, then hidden on top.
 _RANK: dict[MountKind, int] = {
-    "writable": 0, "pin": 0, "show": 1, "read-only": 1, "placeholder": 1, "mask-dir": 2, "mask-file": 2,
+    "writable": 0, "pin": 0, "private-tmp": 0, "show": 1, "read-only": 1, "placeholder": 1,
+    "mask-dir": 2, "mask-file": 2,
 }
 _WRITABLE: frozenset[MountKind] = frozenset(("writable", "pin"))
+
+#: Where a runner with a mount namespace shows the session's private temporary directory.
+TMP = "/tmp"
 
 #: Mode that marks an empty directory as a dsh placeholder (nobody may write in it).
 PLACEHOLDER_MODE = 0o555
@@ -66,13 +76,15 @@ class MountEntry:
     kind: MountKind
     path: str
     why: str
+    source: str | None = None  # private-tmp only: the host directory shown at ``path``
 
     @property
     def writable(self) -> bool:
         return self.kind in _WRITABLE
 
     def describe(self) -> str:
-        return f"{self.kind} {self.path} ({self.why})"
+        source = f" from {self.source}" if self.source else ""
+        return f"{self.kind} {self.path}{source} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -101,7 +113,8 @@ class MountPlan:
     @property
     def sources(self) -> tuple[str, ...]:
         """Every host path a translator binds from (what must not change under it)."""
-        return tuple(e.path for e in self.entries if e.kind in ("writable", "pin", "read-only", "show"))
+        return tuple(e.source or e.path for e in self.entries
+                     if e.kind in ("writable", "pin", "private-tmp", "read-only", "show"))
 
 
 @dataclass(frozen=True)
@@ -126,6 +139,8 @@ class MountFacts:
     paths: Mapping[str, PathFact] = field(default_factory=dict)
     #: The work tree of the repository enclosing the workspace and its git dirs outside it.
     enclosing: tuple[str, ...] = ()
+    #: That work tree is the home directory or a system directory: never shown whole.
+    enclosing_system: bool = False
 
     def of(self, path: str) -> PathFact:
         fact = self.paths.get(path)
@@ -168,7 +183,11 @@ class _Planner:
         return True
 
     def writable_at(self, path: str) -> bool:
-        """Is ``path`` writable under the entries planned so far (deepest wins)?"""
+        """Is the host's ``path`` writable under the entries planned so far (deepest wins)?
+
+        Beneath the private ``/tmp`` the host's path is not there at all: it
+        needs a bind of its own to be written, or seen.
+        """
         best: MountEntry | None = None
         for e in self.entries.values():
             if e.kind != "show" and _within(path, e.path) and (best is None or depth(e.path) > depth(best.path)):
@@ -248,6 +267,8 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     planner.hidden = tuple(h for h in hidden if facts.of(h).kind != "missing")
     for real in planner.hidden:
         planner.add("mask-dir" if facts.of(real).kind == "dir" else "mask-file", real, "hidden")
+    if policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None:
+        _private_tmp(planner, policy)
     intents: list[tuple[str, int, str]] = [(r, 0, "root") for r in _roots(policy)]
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
@@ -263,12 +284,29 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     return MountPlan(_ordered(planner), tuple(dict.fromkeys(planner.gaps)), tuple(dict.fromkeys(planner.overridden)))
 
 
+def _private_tmp(planner: _Planner, policy: SandboxPolicy) -> None:
+    """The session's directory at ``/tmp``, and the host's repository the
+    workspace lies in shown again beneath it, read-only (git must find it)."""
+    if any(_within(TMP, str(r)) for r in policy.writable_roots) or planner.hidden_over(TMP, "private /tmp"):
+        return  # a root that holds /tmp is writable as the host's, searched like any root
+    planner.entries[TMP] = MountEntry("private-tmp", TMP, "the session's private /tmp; the host's is not visible",
+                                      str(policy.private_tmp))
+    for shown in planner.facts.enclosing:
+        if depth(shown) <= depth(TMP) or not _within(shown, TMP):
+            continue  # outside /tmp: visible (read-only) already
+        if any(_within(shown, str(r)) for r in policy.writable_roots):
+            continue  # bound with its root, its git dir kept read-only by the protected paths
+        if not planner.hidden_over(shown, "enclosing repository"):
+            planner.add("read-only", shown, "the repository enclosing the workspace, read-only")
+
+
 def _show(planner: _Planner, policy: SandboxPolicy) -> None:
     """What a runner without the host underneath must bind read-only to be usable."""
     wanted = [(str(policy.workspace), "workspace")]
     if policy.home is not None:
         wanted.append((str(policy.home), "sandbox home"))
-    wanted += [(p, "the repository enclosing the workspace") for p in planner.facts.enclosing]
+    if not planner.facts.enclosing_system:
+        wanted += [(p, "the repository enclosing the workspace") for p in planner.facts.enclosing]
     for path, why in wanted:
         if path in planner.entries or not _is_dir(planner.facts.of(path)):
             continue
@@ -308,19 +346,16 @@ def path_fact(path: str, uid: int) -> PathFact:
     return PathFact("other", real)
 
 
-def enclosing_repository(workspace: Path) -> tuple[Path, ...]:
-    """The work tree of the git repository the workspace lies in (strictly
-    above it) and the git dirs its ``.git`` file points to outside it.  Never
-    the home directory or a system directory (a dotfiles repository would show
-    all of ``~``)."""
-    for top in workspace.parents:
-        dot_git = top / ".git"
-        if not os.path.lexists(dot_git):
-            continue
-        if system_dir_reason(top) is not None:
-            return ()
-        return (top, *(d for d in git_dirs(dot_git) if not is_within(d, top)))
-    return tuple(d for d in git_dirs(workspace / ".git") if not is_within(d, workspace))
+def _enclosing(workspace: Path) -> tuple[tuple[Path, ...], bool]:
+    """What of the repository the workspace lies in must be visible (its work
+    tree strictly above the workspace and its git dirs outside it; or, for a
+    workspace that is a repository's top, its git dirs elsewhere), and whether
+    that work tree is the home directory or a system directory (a dotfiles
+    repository would show all of ``~``)."""
+    repo = enclosing_repository(workspace)
+    if repo is not None:
+        return repo.paths(), system_dir_reason(repo.top) is not None
+    return tuple(d for d in git_dirs(workspace / ".git") if not is_within(d, workspace)), False
 
 
 def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
@@ -331,7 +366,8 @@ def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
     wanted: set[str] = {str(policy.workspace), *(str(r) for r in policy.writable_roots)}
     if policy.home is not None:
         wanted.add(str(policy.home))
-    enclosing = tuple(str(p) for p in enclosing_repository(policy.workspace)) if policy.constrained else ()
+    found, system = _enclosing(policy.workspace) if policy.constrained else ((), False)
+    enclosing = tuple(str(p) for p in found)
     wanted.update(enclosing)
     paths: dict[str, PathFact] = {}
     for raw in (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths):
@@ -341,4 +377,4 @@ def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
             wanted.update((*ancestors(p), p))
     for path in wanted:
         paths[path] = path_fact(path, uid)
-    return MountFacts(paths, enclosing)
+    return MountFacts(paths, enclosing, system)

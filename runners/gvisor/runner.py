@@ -279,7 +279,8 @@ class GvisorRunner(Runner):
             if warm is not None:
                 self._discard(warm)
             config = build_config(plan, identity=self.identity, limits=policy.limits, masked=(str(state),))
-            sources = [e.path for e in plan.entries if e.kind in ("writable", "pin", "read-only", "placeholder")]
+            sources = [e.source or e.path for e in plan.entries
+                       if e.kind in ("writable", "pin", "private-tmp", "read-only", "placeholder")]
             placeholders = [e.path for e in plan.of_kind("placeholder")]
             warm = sb.create(self._global_flags(policy.network), state, f"dsh-{os.getpid()}-{uuid.uuid4().hex[:8]}",
                              config, sources, placeholders)

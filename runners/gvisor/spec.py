@@ -61,6 +61,9 @@ def oci_mounts(plan: MountPlan) -> list[dict[str, Any]]:
         if entry.kind in ("writable", "pin"):
             mounts.append({"destination": entry.path, "type": "bind", "source": entry.path,
                            "options": [*_BIND, "rw"]})
+        elif entry.kind == "private-tmp" and entry.source is not None:
+            mounts.append({"destination": entry.path, "type": "bind", "source": entry.source,
+                           "options": [*_BIND, "rw"]})
         elif entry.kind in ("read-only", "placeholder"):
             mounts.append({"destination": entry.path, "type": "bind", "source": entry.path,
                            "options": [*_BIND, "ro"]})

@@ -60,29 +60,53 @@ def _layouts(base: Path) -> dict[str, Callable[[], SandboxPolicy]]:
         return SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=ws, protected_paths=(ws / ".git",),
                              hidden_paths=(ws / ".git",))
 
-    return {f.__name__: f for f in (existing, missing, symlinked, hidden, nested, read_only)}
+    def private_tmp() -> SandboxPolicy:
+        (ws / ".git").mkdir(parents=True)
+        (base / "ptmp").mkdir()
+        return pol(writable_roots=(ws, base / "ptmp"), private_tmp=base / "ptmp",
+                   protected_paths=(ws / ".git", ws / ".dsh", base / "ptmp" / ".dsh"))
+
+    def private_tmp_repo() -> SandboxPolicy:
+        # A workspace inside a checkout: under a private /tmp the checkout is
+        # bound again, read-only, wherever it lies beneath /tmp.
+        repo = base / "checkout"
+        (repo / ".git").mkdir(parents=True)
+        inner = repo / "pkg"
+        inner.mkdir()
+        (base / "ptmp").mkdir()
+        return SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=inner,
+                             writable_roots=(inner, base / "ptmp"), private_tmp=base / "ptmp",
+                             protected_paths=(inner / ".git", repo / ".git"))
+
+    return {f.__name__: f for f in (existing, missing, symlinked, hidden, nested, read_only, private_tmp,
+                                     private_tmp_repo)}
 
 
-@pytest.mark.parametrize("layout", ["existing", "missing", "symlinked", "hidden", "nested", "read_only"])
+LAYOUTS = ["existing", "missing", "symlinked", "hidden", "nested", "read_only", "private_tmp", "private_tmp_repo"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_core_plan_mounts_what_bwrap_plans(tmp_path: Path, layout: str) -> None:
     base = Path(os.path.realpath(tmp_path))
     policy = _layouts(base)[layout]()
+    if layout.startswith("private_tmp"):
+        assert any(m.kind == "private-tmp" for m in bwrap_plan(policy).mounts), "the layout must exercise it"
     core = plan_mounts(policy, gather_facts(policy, os.geteuid()))
     own = bwrap_plan(policy)
-    assert [(_BWRAP_KIND.get(e.kind, e.kind), e.path) for e in core.entries if e.kind != "show"] == \
-        [(m.kind, m.path) for m in own.mounts]
+    assert [(_BWRAP_KIND.get(e.kind, e.kind), e.path, e.source) for e in core.entries if e.kind != "show"] == \
+        [(m.kind, m.path, m.source) for m in own.mounts]
     assert [g.reason.split(" is reached")[0] for g in core.gaps_for("bwrap")] == \
         [g.reason.split(" is reached")[0] for g in own.degradations]
     assert {g.degradation for g in core.gaps_for("bwrap")} == {g.degradation for g in own.degradations}
 
 
-@pytest.mark.parametrize("layout", ["existing", "missing", "symlinked", "hidden", "nested", "read_only"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_gvisor_mounts_exactly_the_core_plan(tmp_path: Path, layout: str) -> None:
     base = Path(os.path.realpath(tmp_path))
     policy = _layouts(base)[layout]()
     plan = plan_mounts(policy, gather_facts(policy, os.geteuid()))
     mounts = oci_mounts(plan)
-    expected = [(e.path, e.kind in ("writable", "pin")) for e in plan.entries if e.kind != "show"]
+    expected = [(e.path, e.kind in ("writable", "pin", "private-tmp")) for e in plan.entries if e.kind != "show"]
     assert [(m["destination"], "rw" in m.get("options", [])) for m in mounts] == expected
     for entry, mount in zip([e for e in plan.entries if e.kind != "show"], mounts, strict=True):
         if entry.kind == "mask-dir":
@@ -90,4 +114,4 @@ def test_gvisor_mounts_exactly_the_core_plan(tmp_path: Path, layout: str) -> Non
         elif entry.kind == "mask-file":
             assert mount["source"] == os.devnull and "ro" in mount["options"]
         else:
-            assert mount["type"] == "bind" and mount["source"] == entry.path
+            assert mount["type"] == "bind" and mount["source"] == (entry.source or entry.path)

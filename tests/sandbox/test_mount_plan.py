@@ -156,3 +156,22 @@ def test_same_path_more_restrictive_rule_wins() -> None:
     plan = plan_mounts(policy(roots=(WS, f"{WS}/sub"), read_only=(f"{WS}/sub",)), facts(dirs=(f"{WS}/sub",)))
     assert ("read-only", f"{WS}/sub") in kinds(plan)
     assert ("writable", f"{WS}/sub") not in kinds(plan)
+
+
+def test_private_tmp_hides_the_hosts_tmp_but_the_enclosing_repository() -> None:
+    ws, ptmp = "/tmp/co/pkg", "/var/tmp/p"
+    pol = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=Path(ws), writable_roots=(Path(ws), Path(ptmp)),
+                        private_tmp=Path(ptmp))
+    plan = plan_mounts(pol, facts(dirs=(ws, ptmp), enclosing=("/tmp/co", "/tmp/other-gitdir")))
+    got = [(e.kind, e.path, e.source) for e in plan.entries]
+    assert ("private-tmp", "/tmp", ptmp) in got
+    assert ("read-only", "/tmp/co", None) in got and ("read-only", "/tmp/other-gitdir", None) in got
+    assert got.index(("private-tmp", "/tmp", ptmp)) < got.index(("read-only", "/tmp/co", None))
+    assert ("writable", ws, None) in got  # bound again on top of the private /tmp
+
+
+def test_a_root_holding_tmp_keeps_the_hosts_tmp() -> None:
+    pol = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=Path(WS), writable_roots=(Path(WS), Path("/tmp")),
+                        private_tmp=Path("/var/tmp/p"))
+    plan = plan_mounts(pol, facts(dirs=(WS, "/tmp", "/var/tmp/p")))
+    assert not plan.of_kind("private-tmp")
