@@ -274,7 +274,7 @@ class GvisorRunner(Runner):
         with self._create_lock:
             with self._lock:
                 warm = self._warm.get(key)
-            if warm is not None and not warm.closed and warm.intact():
+            if warm is not None and warm.alive() and warm.intact():
                 return warm
             if warm is not None:
                 self._discard(warm)

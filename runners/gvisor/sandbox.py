@@ -75,6 +75,18 @@ class WarmSandbox:
     placeholders: list[Placeholder] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
+    pid: int | None = None  # the sandbox's own process (gVisor's kernel)
+
+    def alive(self) -> bool:
+        if self.closed or self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # it exists (as root, runsc runs it as another user)
+        return True
 
     def intact(self) -> bool:
         """Is every source still the inode the sandbox bound?"""
@@ -120,6 +132,16 @@ def _runsc(argv: list[str], log: Path) -> tuple[int, str]:
         return code, err.read().decode("utf-8", "replace").strip()
 
 
+def _sandbox_pid(runsc: Sequence[str], sid: str) -> int | None:
+    try:
+        out = subprocess.run([*runsc, "state", sid], capture_output=True, text=True, timeout=_TIMEOUT_S,
+                             check=False, stdin=subprocess.DEVNULL).stdout
+        pid = json.loads(out).get("pid")
+    except (OSError, subprocess.SubprocessError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
 def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, Any],
            sources: Sequence[str], placeholders: Sequence[str]) -> WarmSandbox:
     """Make and start the sandbox ``sid`` from ``config``; ``sources``: the bind sources to hold."""
@@ -144,6 +166,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         if code != 0:
             raise SandboxUnavailable(f"runsc cannot start a sandbox here: {err or f'exit {code}'}",
                                      runner="gvisor")
+        warm.pid = _sandbox_pid(runsc, sid)
         if not warm.intact():
             raise _changed(", ".join(p for p, i in identities(list(warm.pinned)).items()
                                      if warm.pinned[p] != i), "a bind source was replaced while runsc started")

@@ -209,3 +209,15 @@ def test_explain_states_the_boundary_and_this_runscs_statx(runner: GvisorRunner,
     if version.startswith("runsc 0.0~2022"):
         assert any("AT_NO_AUTOMOUNT" in line for line in plan.cannot)
         assert b"Invalid argument" in sh(runner, "ls -l /etc/passwd", policy(ws)).err
+
+
+def test_a_sandbox_that_died_is_made_anew(runner: GvisorRunner, ws: Path) -> None:
+    pol = policy(ws)
+    assert sh(runner, "true", pol).status.exit_code == 0
+    warm = next(w for w in runner._warm.values() if str(ws) in {p for p in w.pinned})
+    assert warm.pid is not None
+    subprocess.run([*warm.runsc, "kill", "-all", warm.id, "KILL"], check=False, capture_output=True)
+    subprocess.run([*warm.runsc, "delete", "-force", warm.id], check=False, capture_output=True)
+    wait_until(lambda: not warm.alive(), "the sandbox to die")
+    ran = sh(runner, "echo again", pol)
+    assert ran.out == b"again\n", ran.text
