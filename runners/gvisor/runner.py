@@ -49,7 +49,7 @@ from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError, WorkdirError
 from dsh.sandbox.gate import check_accepted
-from dsh.sandbox.mount_plan import MountPlan, gather_facts, plan_mounts
+from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
@@ -278,7 +278,11 @@ class GvisorRunner(Runner):
                 return warm
             if warm is not None:
                 self._discard(warm)
-            config = build_config(plan, identity=self.identity, limits=policy.limits, masked=(str(state),))
+            # The runner's state is masked wherever the command could see it (not
+            # beneath a private /tmp, where the host's path is not there at all).
+            hidden_tmp = any(e.kind == "private-tmp" for e in plan.entries) and state.is_relative_to(TMP)
+            config = build_config(plan, identity=self.identity, limits=policy.limits,
+                                  masked=() if hidden_tmp else (str(state),))
             sources = [e.source or e.path for e in plan.entries
                        if e.kind in ("writable", "pin", "private-tmp", "read-only", "placeholder")]
             placeholders = [e.path for e in plan.of_kind("placeholder")]

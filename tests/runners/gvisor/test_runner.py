@@ -221,3 +221,15 @@ def test_a_sandbox_that_died_is_made_anew(runner: GvisorRunner, ws: Path) -> Non
     wait_until(lambda: not warm.alive(), "the sandbox to die")
     ran = sh(runner, "echo again", pol)
     assert ran.out == b"again\n", ran.text
+
+
+def test_the_runners_state_is_out_of_the_commands_reach(runner: GvisorRunner, ws: Path) -> None:
+    """Bundles, process files and runsc's state: a command that could rewrite
+    them would shape the next sandbox runsc starts as root."""
+    pol = policy(ws, roots=(ws,))
+    assert sh(runner, "true", pol).status.exit_code == 0
+    state = runner._state
+    assert state is not None and (state / "bundles").is_dir()
+    ran = sh(runner, f"test -e {state}/bundles && echo visible; echo x > {state}/planted; echo done", pol)
+    assert b"done" in ran.out and b"visible" not in ran.out
+    assert not (state / "planted").exists()
