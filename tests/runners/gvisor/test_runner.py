@@ -233,3 +233,16 @@ def test_the_runners_state_is_out_of_the_commands_reach(runner: GvisorRunner, ws
     ran = sh(runner, f"test -e {state}/bundles && echo visible; echo x > {state}/planted; echo done", pol)
     assert b"done" in ran.out and b"visible" not in ran.out
     assert not (state / "planted").exists()
+
+
+def test_close_leaves_nothing(ws: Path) -> None:
+    own = GvisorRunner()
+    pol = policy(ws)
+    assert sh(own, "true", pol).status.exit_code == 0
+    state = own._state
+    assert state is not None
+    own.close()
+    wait_until(lambda: not state.exists(), f"the keeper to remove {state}")
+    listed = subprocess.run(["pgrep", "-f", f"runsc-sandbox --root={state}"], capture_output=True, text=True)
+    assert listed.stdout.strip() == ""
+    assert not (ws / ".dsh").exists()  # the placeholder went with the sandbox
