@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from dsh.runners.gvisor.argv import encode_argv, text_env
 from dsh.runners.gvisor.spec import Identity, build_config, process
+from dsh.sandbox.errors import UsageError
 from dsh.sandbox.mount_plan import MountEntry, MountPlan
 from dsh.sandbox.policy import ResourceLimits
 
@@ -41,3 +44,14 @@ def test_limits_are_the_sandboxs_rlimits() -> None:
                           limits=ResourceLimits(max_processes=64, max_memory_bytes=1 << 30, max_file_size_bytes=4096))
     got = {r["type"]: (r["soft"], r["hard"]) for r in config["process"]["rlimits"]}
     assert got == {"RLIMIT_NPROC": (64, 64), "RLIMIT_AS": (1 << 30, 1 << 30), "RLIMIT_FSIZE": (4096, 4096)}
+
+
+def test_argv_and_environment_as_json_text() -> None:
+    assert encode_argv(["a b", "é"]) == (["a b", "é"], False)
+    items, decode = encode_argv([b"\xff%\\"])
+    assert decode and items == ["\\377\\045\\134"] and all(ch.isascii() for ch in items[0])
+    with pytest.raises(UsageError, match="NUL"):
+        encode_argv(["a\0b"])
+    with pytest.raises(UsageError, match="not valid UTF-8"):
+        text_env({"X": "\udcff"})
+    assert text_env({"A": "1=2"}) == ["A=1=2"]
