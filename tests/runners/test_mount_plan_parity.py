@@ -1,9 +1,10 @@
-"""One mount plan for every runner: the core plan against bwrap's own planner
-and gVisor's translation, on the same live layouts.
+"""One mount plan for every runner: the core plan against bwrap's own planner,
+docker's container spec and gVisor's translation, on the same live layouts.
 
-bwrap still plans for itself; until it is moved onto the core plan this test
-holds the two to the same mounts, so a fix in one that the other lacks fails
-here.  The gVisor translator is fed the core plan and must mount exactly it.
+bwrap and docker still plan for themselves; until they are moved onto the
+core plan this test holds them to the same mounts, so a fix in one that the
+others lack fails here.  The gVisor translator is fed the core plan and must
+mount exactly it.
 """
 
 from __future__ import annotations
@@ -115,3 +116,33 @@ def test_gvisor_mounts_exactly_the_core_plan(tmp_path: Path, layout: str) -> Non
             assert mount["source"] == os.devnull and "ro" in mount["options"]
         else:
             assert mount["type"] == "bind" and mount["source"] == (entry.source or entry.path)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_core_plan_mounts_what_docker_binds(tmp_path: Path, layout: str) -> None:
+    """Docker shows only what it binds: every writable, read-only and hidden
+    entry of the core plan is a bind or mask of the container, and nothing
+    read-only beyond the plan's ``show`` entries.  Two differences are its own
+    and deliberate: a protected path behind a symlink is bound at the link's
+    path (the daemon resolves it inside the container), and ``/tmp`` is the
+    container's own tmpfs (read-only in read-only mode; the session's private
+    directory is bound at its own path, ``$TMPDIR``), not a ``private-tmp`` bind."""
+    from dsh.runners.docker.spec import build_spec
+
+    base = Path(os.path.realpath(tmp_path))
+    policy = _layouts(base)[layout]()
+    plan = plan_mounts(policy, gather_facts(policy, os.geteuid()))
+    spec = build_spec(policy, image="img", user="0:0", pids=None, memory=None, machine="x86_64")
+    binds = {(m.target, m.read_only) for m in spec.mounts if m.kind == "bind" and m.source != os.devnull}
+    masks = {m.target for m in spec.mounts if (m.kind == "tmpfs" and m.read_only) or m.source == os.devnull}
+    linked = {os.path.realpath(t): t for t, ro in binds if ro and os.path.realpath(t) != t}
+    for e in plan.entries:
+        if e.kind in ("writable", "pin"):
+            assert (e.path, False) in binds, e
+        elif e.kind in ("read-only", "placeholder", "show"):
+            assert (e.path, True) in binds or e.path in linked, e
+        elif e.kind in ("mask-dir", "mask-file"):
+            assert e.path in masks, e
+    core_ro = {e.path for e in plan.entries if e.kind in ("read-only", "placeholder", "show")}
+    assert {t for t, ro in binds if ro} - core_ro - set(linked.values()) == set()
+    assert masks - {e.path for e in plan.entries if e.kind.startswith("mask")} <= {"/tmp"}
