@@ -282,7 +282,7 @@ class GvisorRunner(Runner):
             # beneath a private /tmp, where the host's path is not there at all).
             hidden_tmp = any(e.kind == "private-tmp" for e in plan.entries) and state.is_relative_to(TMP)
             config = build_config(plan, identity=self.identity, limits=policy.limits,
-                                  masked=() if hidden_tmp else (str(state),))
+                                  masked=() if hidden_tmp else (str(state),), network=policy.network)
             sources = [e.source or e.path for e in plan.entries
                        if e.kind in ("writable", "pin", "private-tmp", "read-only", "placeholder")]
             placeholders = [e.path for e in plan.of_kind("placeholder")]

@@ -86,13 +86,18 @@ def rlimits(limits: ResourceLimits) -> list[dict[str, Any]]:
 
 
 def build_config(plan: MountPlan, *, identity: Identity, limits: ResourceLimits,
-                 masked: Sequence[str] = ()) -> dict[str, Any]:
-    """The bundle's ``config.json``; ``masked``: runner paths no command may see (its state)."""
+                 masked: Sequence[str] = (), network: bool = False) -> dict[str, Any]:
+    """The bundle's ``config.json``; ``masked``: runner paths no command may see (its state).
+
+    ``network``: the host's network (runsc ``--network=host`` serves it from
+    the namespace runsc runs in, so the sandbox gets no network namespace of
+    its own); otherwise gVisor's loopback only (``--network=none``).
+    """
     mounts = [{"destination": "/proc", "type": "proc", "source": "proc"}, *oci_mounts(plan)]
     mounts += [{"destination": p, "type": "tmpfs", "source": "tmpfs", "options": ["ro", "nosuid", "nodev",
                                                                                    "noexec", "mode=000"]}
                for p in masked]
-    namespaces = [{"type": t} for t in ("pid", "mount", "uts", "ipc", "network")]
+    namespaces = [{"type": t} for t in ("pid", "mount", "uts", "ipc", *(() if network else ("network",)))]
     linux: dict[str, Any] = {"namespaces": namespaces}
     if not identity.root:
         namespaces.append({"type": "user"})

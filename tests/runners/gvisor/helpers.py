@@ -20,12 +20,12 @@ ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LC_ALL": "C"}
 
 def policy(ws: Path, mode: SandboxMode = SandboxMode.WORKSPACE_WRITE, *, hidden: Sequence[Path] = (),
            read_only: Sequence[Path] = (), limits: ResourceLimits | None = None,
-           roots: Sequence[Path] | None = None, accept: Sequence[str] = ()) -> SandboxPolicy:
+           roots: Sequence[Path] | None = None, accept: Sequence[str] = (), network: bool = False) -> SandboxPolicy:
     writable = tuple(roots if roots is not None else (ws,)) if mode is SandboxMode.WORKSPACE_WRITE else ()
     return SandboxPolicy(mode=mode, workspace=ws, writable_roots=writable,
                          protected_paths=(ws / ".git", ws / ".dsh"), hidden_paths=tuple(hidden),
                          read_only_paths=tuple(read_only), limits=limits or ResourceLimits(),
-                         accept_degraded=tuple(accept))
+                         accept_degraded=tuple(accept), network=network)
 
 
 @dataclass

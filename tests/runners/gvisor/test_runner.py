@@ -17,7 +17,7 @@ from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.runners.gvisor.helpers import ENV, finish, policy, run, sh, start
-from tests.support.wait import wait_until
+from tests.support.wait import PATIENCE_S, wait_until
 
 
 def test_missing_runsc_is_unavailable_with_an_install_hint(ws: Path) -> None:
@@ -246,3 +246,21 @@ def test_close_leaves_nothing(ws: Path) -> None:
     listed = subprocess.run(["pgrep", "-f", f"runsc-sandbox --root={state}"], capture_output=True, text=True)
     assert listed.stdout.strip() == ""
     assert not (ws / ".dsh").exists()  # the placeholder went with the sandbox
+
+
+def test_network_off_and_on(runner: GvisorRunner, ws: Path) -> None:
+    """Off: gVisor's own loopback only, a host listener is unreachable.  On: the
+    host's network (no network namespace of the sandbox's own)."""
+    import socket
+
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen()
+        srv.settimeout(PATIENCE_S)
+        port = srv.getsockname()[1]
+        probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=10); print('connected')"
+        off = run(runner, ["python3", "-c", probe], policy(ws))
+        assert off.status.exit_code != 0 and b"connected" not in off.out
+        on = run(runner, ["python3", "-c", probe], policy(ws, network=True))
+        assert on.out == b"connected\n", on.text
+        srv.accept()[0].close()

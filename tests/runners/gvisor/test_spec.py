@@ -55,3 +55,8 @@ def test_argv_and_environment_as_json_text() -> None:
     with pytest.raises(UsageError, match="not valid UTF-8"):
         text_env({"X": "\udcff"})
     assert text_env({"A": "1=2"}) == ["A=1=2"]
+
+
+def test_network_on_has_no_network_namespace_of_its_own() -> None:
+    on = build_config(PLAN, identity=Identity(0, 0), limits=ResourceLimits(), network=True)
+    assert {"type": "network"} not in on["linux"]["namespaces"]
