@@ -80,6 +80,11 @@ SETID_GAP = ("as root, the command (uid 0 without capabilities) may chmod a file
              "users; there is no syscall table for this machine to build the in-sandbox filter from")
 
 
+ROOTLESS_NETWORK = ("the network is on, and runsc without root cannot give a sandbox the host's network "
+                    "(--network=host needs CAP_SYS_ADMIN for its chroot); nothing ran: turn the network off, run "
+                    "as root, or use another runner")
+
+
 def _shape(policy: SandboxPolicy, plan: MountPlan) -> tuple[object, ...]:
     """Everything that makes a sandbox (not cwd, env or argv)."""
     return (plan.entries, policy.network, policy.limits)
@@ -205,6 +210,8 @@ class GvisorRunner(Runner):
         cannot += self.limitations(policy).values()
         cannot.append("a command that clears its environment AND leaves its process tree (env -i + double "
                       "fork) survives its kill; it dies with the sandbox at the end of the session")
+        if policy.network and not self.identity.root:
+            cannot.insert(0, ROOTLESS_NETWORK)
         if not probe.available:
             cannot.insert(0, f"gvisor unavailable: {probe.reason}")
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(lines), tuple(cannot))
@@ -249,6 +256,8 @@ class GvisorRunner(Runner):
             raise SandboxUnavailable(probe.reason or "gvisor unavailable", runner=self.name)
         if not policy.constrained:
             return LocalLaunch(argv=command)
+        if policy.network and not self.identity.root:
+            raise SandboxUnavailable(ROOTLESS_NETWORK, runner=self.name)
         plan = self._plan(policy)
         gaps = self._gaps(policy, plan)
         check_accepted(Enforcement.partial(gaps) if gaps else Enforcement.full(), policy, runner=self.name)

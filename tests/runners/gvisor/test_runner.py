@@ -17,6 +17,7 @@ from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.runners.gvisor.helpers import ENV, finish, policy, run, sh, start
+from tests.support.require import require_runner
 from tests.support.wait import PATIENCE_S, wait_until
 
 
@@ -264,3 +265,18 @@ def test_network_off_and_on(runner: GvisorRunner, ws: Path) -> None:
         on = run(runner, ["python3", "-c", probe], policy(ws, network=True))
         assert on.out == b"connected\n", on.text
         srv.accept()[0].close()
+
+
+def test_without_root_the_network_on_is_refused_with_the_reason(ws: Path) -> None:
+    """runsc cannot start a rootless sandbox on the host's network (measured as nobody)."""
+    from dsh.runners.gvisor.spec import Identity
+
+    own = GvisorRunner()
+    require_runner("gvisor", own)
+    own.identity = Identity(65534, 65534)
+    try:
+        with pytest.raises(SandboxUnavailable, match="turn the network off"):
+            own.prepare(["true"], policy(ws, network=True), cwd=str(ws), env=ENV)
+        assert any("network" in line for line in own.explain(policy(ws, network=True)).cannot)
+    finally:
+        own.close()
