@@ -53,6 +53,7 @@ from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Argv,
+    Baseline,
     Enforcement,
     Gap,
     Launch,
@@ -229,6 +230,18 @@ class GvisorRunner(Runner):
             return {}
         return {cap.SIGNAL_STATUS.name: "runsc exec reports death by a signal the runner did not send "
                                         "as exit status 128+N"}
+
+    def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline | None:
+        """``runsc exec`` of ``true`` in the same warm sandbox, without dsh around it."""
+        if not policy.constrained or not self.probe().available:
+            return None
+        plan = self._plan(policy)
+        warm = self._ensure(policy, plan, self._session_state())
+        argv = [*warm.runsc, "exec", "-user", f"{self.identity.inside().uid}:{self.identity.inside().gid}",
+                "-cwd", cwd, warm.id, "true"]
+        return Baseline("runsc exec true (warm sandbox)",
+                        lambda: subprocess.run(argv, check=True, stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL))
 
     # -- session state -------------------------------------------------------------
     def _session_state(self) -> Path:
