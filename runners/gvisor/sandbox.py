@@ -150,7 +150,11 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
     warm = WarmSandbox(sid, tuple(runsc), bundle)
     try:
         for path in placeholders:
-            ph = Placeholder.acquire(path)
+            try:
+                ph = Placeholder.acquire(path)
+            except OSError as exc:
+                raise SandboxUnavailable(f"cannot make the read-only placeholder {path} for a missing protected "
+                                         f"path: {exc.strerror or exc}; nothing ran", runner="gvisor") from None
             if ph is None:
                 raise _changed(path, "a real entry appeared where a placeholder was planned")
             warm.placeholders.append(ph)

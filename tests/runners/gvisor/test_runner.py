@@ -280,3 +280,15 @@ def test_without_root_the_network_on_is_refused_with_the_reason(ws: Path) -> Non
         assert any("network" in line for line in own.explain(policy(ws, network=True)).cannot)
     finally:
         own.close()
+
+
+def test_a_placeholder_that_cannot_be_made_is_a_clean_refusal(runner: GvisorRunner, ws: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh.runners.gvisor import sandbox as sb
+
+    def refuse(path: str) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(sb.Placeholder, "acquire", staticmethod(refuse))
+    with pytest.raises(SandboxUnavailable, match=r"placeholder .*\.dsh.*Permission denied; nothing ran"):
+        runner.prepare(["true"], policy(ws), cwd=str(ws), env=ENV)
