@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
-
-_TIMEOUT_S = 60
 
 
 class Keeper:
@@ -38,7 +34,7 @@ class Keeper:
         read_fd, write_fd = os.pipe()  # both close-on-exec
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-m", __name__, state_dir, *runsc],
+                [sys.executable, "-I", "-c", SCRIPT, state_dir, *runsc],
                 stdin=read_fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True, close_fds=True, cwd="/",
             )
@@ -57,29 +53,26 @@ class Keeper:
             self._write_fd = -1
 
 
-def purge(state_dir: str, runsc: Sequence[str]) -> None:
-    """Delete every sandbox runsc knows in ``state_dir``'s state, then the directory."""
-    try:
-        listed = subprocess.run([*runsc, "list", "-quiet"], capture_output=True, text=True,
-                                timeout=_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL).stdout.split()
-    except (OSError, subprocess.SubprocessError):
-        listed = []
-    for cid in listed:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([*runsc, "delete", "-force", cid], capture_output=True, timeout=_TIMEOUT_S,
-                           check=False, stdin=subprocess.DEVNULL)
-    shutil.rmtree(state_dir, ignore_errors=True)
-
-
-def main(argv: Sequence[str]) -> int:
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        while os.read(0, 512):
-            pass  # nothing is ever written: only EOF matters
-    purge(argv[0], argv[1:])
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+#: The keeper's own program, run with ``python -I -c``: it imports nothing of
+#: dsh, so it works however dsh was installed (``-I`` ignores PYTHONPATH and
+#: the user's site directory, which a keeper in ``-m`` form would need).
+SCRIPT = """
+import contextlib, os, shutil, signal, subprocess, sys
+for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGPIPE):
+    signal.signal(sig, signal.SIG_IGN)
+with contextlib.suppress(OSError):
+    while os.read(0, 512):
+        pass
+state, runsc = sys.argv[1], sys.argv[2:]
+def run(*args):
+    return subprocess.run([*runsc, *args], capture_output=True, text=True, timeout=60, check=False,
+                          stdin=subprocess.DEVNULL)
+try:
+    listed = run("list", "-quiet").stdout.split()
+except (OSError, subprocess.SubprocessError):
+    listed = []
+for cid in listed:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        run("delete", "-force", cid)
+shutil.rmtree(state, ignore_errors=True)
+"""

@@ -159,8 +159,10 @@ def test_process_limit(runner: GvisorRunner, ws: Path) -> None:
     assert b"fork" in ran.err.lower() or b"resource temporarily unavailable" in ran.err.lower(), ran.text
 
 
-def test_nothing_outlives_a_killed_supervisor(tmp_path: Path, runner: GvisorRunner) -> None:
-    """The CLI killed with SIGKILL: the keeper deletes the session's sandboxes."""
+@pytest.mark.parametrize("installed", ["site-packages", "PYTHONPATH"])
+def test_nothing_outlives_a_killed_supervisor(tmp_path: Path, runner: GvisorRunner, installed: str) -> None:
+    """The CLI killed with SIGKILL: the keeper deletes the session's sandboxes,
+    also when dsh is importable only through PYTHONPATH (the keeper runs ``-I``)."""
     ws = Path(os.path.realpath(tmp_path)) / "ws"
     ws.mkdir()
     code = textwrap.dedent(f"""
@@ -176,10 +178,20 @@ def test_nothing_outlives_a_killed_supervisor(tmp_path: Path, runner: GvisorRunn
         print(r._state, flush=True)
         os.read(p.stdout_fd, 1)
     """)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    argv, env = [sys.executable, "-c", code], dict(os.environ)
+    if installed == "PYTHONPATH":
+        import dsh.runners
+
+        base = os.path.realpath(sys.executable)  # the interpreter the venv was made from: no dsh there
+        env["PYTHONPATH"] = str(Path(dsh.runners.__file__).parents[2])  # the directory holding dsh/
+        bare = subprocess.run([base, "-c", "import dsh.runners"], env={**env, "PYTHONPATH": ""}, capture_output=True)
+        if bare.returncode == 0:
+            pytest.skip("the base interpreter has dsh installed: nothing to prove")
+        argv[0] = base
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     assert child.stdout is not None
     state = Path(child.stdout.readline().strip())
-    assert state.is_dir()
+    assert state.is_dir(), f"the supervisor did not start a session (exit {child.poll()})"
     child.kill()
     child.wait()
     wait_until(lambda: not state.exists(), f"the keeper to remove {state}")
