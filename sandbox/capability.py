@@ -55,6 +55,7 @@ POSIX_SHM = Capability("posix-shm", "the command's own POSIX shared memory works
 ADDRESS_SPACE = Capability("address-space", "runtimes that reserve large address ranges (Node/V8, Go, the JVM) start")
 SIGNAL_STATUS = Capability("signal-status", "a command killed by a signal is reported as such")
 TMP_PATH = Capability("tmp-path", "the path /tmp itself is writable in workspace-write (not only $TMPDIR)")
+FILE_STATUS = Capability("file-status", "ls and stat of a readable path work (statx with every flag glibc passes)")
 
 LIMITS = (LIMITS_PROCESSES, LIMITS_MEMORY, LIMITS_FILE_SIZE, LIMITS_WALL_TIME)
 

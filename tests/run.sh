@@ -73,6 +73,7 @@ on_exit+=('for pid in "${bg_pid[@]}"; do kill "$pid" 2>/dev/null; done')
 # -- setup --------------------------------------------------------------------
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v runsc >/dev/null 2>&1 || need_apt+=(runsc)
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
@@ -133,7 +134,7 @@ setup "docker daemon and image" bash "$root/.ci/docker-setup.sh"
 
 # cgroup-v1 and cgroup-v2: a writable hierarchy of each version, as CI's hybrid
 # machine has (the v2 one at /sys/fs/cgroup/unified, without controllers).
-export DSH_REQUIRE="${DSH_REQUIRE-landlock,bwrap,docker,e2b,cgroup,cgroup-v1,cgroup-v2}"
+export DSH_REQUIRE="${DSH_REQUIRE-landlock,bwrap,docker,e2b,gvisor,cgroup,cgroup-v1,cgroup-v2}"
 
 # -- checks -------------------------------------------------------------------
 whole=0; [ "$#" = 0 ] && whole=1

@@ -41,7 +41,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("pos-dev-null", "positive", "/dev/null stays writable", sh("echo x > /dev/null && echo done"),
              OK, check_ok=c.all_of(c.exit_zero, c.stdout_has("done"))),
     Scenario("pos-read-system", "positive", "system files stay readable",
-             sh("head -c 4 /etc/passwd >/dev/null && ls /usr/bin >/dev/null"), OK, check_ok=c.exit_zero),
+             sh("head -c 4 /etc/passwd >/dev/null && ls /usr/bin >/dev/null"), OK, check_ok=c.exit_zero,
+             covers=("file-status",)),
     Scenario("pos-pipeline", "positive", "pipes and coreutils work",
              sh("printf 'b\\na\\n' | sort | tr -d '\\n'"), OK, check_ok=c.stdout_is(b"ab")),
     Scenario("pos-read-workspace", "positive", "workspace files are readable",
@@ -217,7 +218,10 @@ SCENARIOS: tuple[Scenario, ...] = (
              check_blocked=c.stdout_lacks_secrets),
     Scenario("proc-setuid", "process", "a setuid-root binary does not grant root",
              sh("{suid} -u"), BLOCKED,
-             check_blocked=lambda e, o: None if o.stdout.strip() != b"0" else "setuid helper ran as root"),
+             check_blocked=lambda e, o: None if o.stdout.strip() != b"0" else "setuid helper ran as root",
+             # The uid printed is the sandbox kernel's: on a runner whose kernel is not
+             # this host's, 0 can be the caller itself mapped as root in a user namespace.
+             judged_inside=True),
     # -- resource limits (the conformance profile sets them) --------------------
     Scenario("lim-processes", "limits", "a fork storm is stopped by the process limit",
              py("import os,time\nn=0\nfor i in range(1500):\n  try: pid=os.fork()\n  except OSError: break\n"

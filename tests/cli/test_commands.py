@@ -97,7 +97,7 @@ def test_runners_json(workspace: Path) -> None:
     done = cli("runners", "--json", cwd=workspace)
     assert done.returncode == 0, done.stderr
     rows = {row["name"]: row for row in json.loads(done.stdout)}
-    assert {"landlock", "bwrap", "seatbelt", "docker", "e2b"} <= set(rows)
+    assert {"landlock", "bwrap", "seatbelt", "docker", "gvisor", "e2b"} <= set(rows)
     for row in rows.values():
         assert set(row["enforcement"]) == {"read-only", "workspace-write", "danger-full-access"}
         assert row["available"] or row["reason"]

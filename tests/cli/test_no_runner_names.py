@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NAMES = re.compile(r"[\"'](landlock|bwrap|docker|e2b|seatbelt)[\"']")
+NAMES = re.compile(r"[\"'](landlock|bwrap|docker|gvisor|e2b|seatbelt)[\"']")
 
 
 def test_no_runner_name_is_written_outside_its_package() -> None:

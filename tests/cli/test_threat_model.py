@@ -17,7 +17,7 @@ from dsh.cli.conformance.catalog import SCENARIOS, by_id
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "threat-model.md"
-RUNNERS = ("landlock", "bwrap", "docker", "e2b", "seatbelt")
+RUNNERS = ("landlock", "bwrap", "docker", "gvisor", "e2b", "seatbelt")
 
 
 def _table(text: str) -> tuple[list[str], list[list[str]]]:
@@ -86,19 +86,19 @@ def test_every_attack_scenario_is_in_the_threat_model() -> None:
 
 
 @pytest.mark.parametrize("row, problem", [
-    ("| a thing | x | x | x | x | x |  |", "names no scenario or test"),
-    ("| a thing | x | x | x | x | x | `no-such-scenario` |", "is not in the catalog"),
-    ("| a thing | x | x | x | x | x | `tests/cli/test_threat_model.py::test_nope` |", "does not exist"),
+    ("| a thing | x | x | x | x | x | x |  |", "names no scenario or test"),
+    ("| a thing | x | x | x | x | x | x | `no-such-scenario` |", "is not in the catalog"),
+    ("| a thing | x | x | x | x | x | x | `tests/cli/test_threat_model.py::test_nope` |", "does not exist"),
 ])
 def test_the_check_catches_a_bad_row(row: str, problem: str) -> None:
-    doc = ("## Resources\n\n| resource | landlock | bwrap | docker | e2b | seatbelt | scenarios |\n"
-           "|---|---|---|---|---|---|---|\n" + row + "\n")
+    doc = ("## Resources\n\n| resource | landlock | bwrap | docker | gvisor | e2b | seatbelt | scenarios |\n"
+           "|---|---|---|---|---|---|---|---|\n" + row + "\n")
     found = missing(parse(doc), set(by_id()), ROOT)
     assert len(found) == 1 and problem in found[0], found
 
 
 def test_a_good_row_passes() -> None:
-    doc = ("## Resources\n\n| resource | landlock | bwrap | docker | e2b | seatbelt | scenarios |\n"
-           "|---|---|---|---|---|---|---|\n| t | x | x | x | x | x | `pos-true` "
+    doc = ("## Resources\n\n| resource | landlock | bwrap | docker | gvisor | e2b | seatbelt | scenarios |\n"
+           "|---|---|---|---|---|---|---|---|\n| t | x | x | x | x | x | x | `pos-true` "
            "`tests/cli/test_threat_model.py::test_a_good_row_passes` |\n")
     assert missing(parse(doc), set(by_id()), ROOT) == []

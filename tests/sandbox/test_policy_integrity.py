@@ -381,7 +381,7 @@ def test_every_declared_degradation_is_accepted(trusted_dir: Path) -> None:
     assert load_profile(prof).accept_degraded == tuple(names)
 
 
-@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "e2b", "seatbelt"])
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "gvisor", "e2b", "seatbelt"])
 def test_every_degradation_a_runner_reports_is_declared(runner: str) -> None:
     """A profile can only accept names the runner declares: a name reported
     in the runner's code but missing from DEGRADATION_NAMES could never be

@@ -44,7 +44,7 @@ def test_scan_reads_only_the_group_and_the_first_distribution_of_a_name(tmp_path
 
 def test_builtin_runners_come_from_this_package_entry_points() -> None:
     points = runner_entry_points()
-    assert {"landlock", "bwrap", "seatbelt", "docker", "e2b"} <= set(points)
+    assert {"landlock", "bwrap", "seatbelt", "docker", "gvisor", "e2b"} <= set(points)
     assert all(p.dist == "dsh-sandbox" for n, p in points.items() if n in ("landlock", "bwrap"))
     assert points["landlock"].load().__name__ == "LandlockRunner"
 

@@ -1,0 +1,78 @@
+"""The keeper: destroys a session's sandboxes when the process that made them is gone.
+
+runsc runs a sandbox as a daemon of its own, so a supervisor killed with
+SIGKILL would leave it running.  One small process per session holds the read
+end of a pipe whose only write end the supervisor keeps (close-on-exec, so no
+command inherits it).  When the supervisor exits -- normally, or killed -- the
+pipe reaches EOF and the keeper deletes every sandbox in the session's state
+directory (``runsc delete --force`` kills what runs in it) and removes the
+directory.  It runs in its own session and ignores the catchable termination
+signals; sandboxed commands run on another kernel and cannot signal it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+
+class Keeper:
+    """The supervisor's side: the child process and the pipe's write end."""
+
+    def __init__(self, process: subprocess.Popen[bytes], write_fd: int) -> None:
+        self.process = process
+        self._write_fd = write_fd
+
+    @classmethod
+    def start(cls, runsc: Sequence[str], state_dir: str) -> Keeper:
+        """``runsc``: the binary and its global flags (``--root`` included)."""
+        if not sys.executable:
+            raise OSError("no Python interpreter to run the gVisor keeper with")
+        read_fd, write_fd = os.pipe()  # both close-on-exec
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-c", SCRIPT, state_dir, *runsc],
+                stdin=read_fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True, cwd="/",
+            )
+        except BaseException:
+            os.close(write_fd)
+            raise
+        finally:
+            os.close(read_fd)
+        return cls(process, write_fd)
+
+    def stop(self) -> None:
+        """Close the pipe: the keeper deletes what is left and exits (not waited for)."""
+        if self._write_fd != -1:
+            with contextlib.suppress(OSError):
+                os.close(self._write_fd)
+            self._write_fd = -1
+
+
+#: The keeper's own program, run with ``python -I -c``: it imports nothing of
+#: dsh, so it works however dsh was installed (``-I`` ignores PYTHONPATH and
+#: the user's site directory, which a keeper in ``-m`` form would need).
+SCRIPT = """
+import contextlib, os, shutil, signal, subprocess, sys
+for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGPIPE):
+    signal.signal(sig, signal.SIG_IGN)
+with contextlib.suppress(OSError):
+    while os.read(0, 512):
+        pass
+state, runsc = sys.argv[1], sys.argv[2:]
+def run(*args):
+    return subprocess.run([*runsc, *args], capture_output=True, text=True, timeout=60, check=False,
+                          stdin=subprocess.DEVNULL)
+try:
+    listed = run("list", "-quiet").stdout.split()
+except (OSError, subprocess.SubprocessError):
+    listed = []
+for cid in listed:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        run("delete", "-force", cid)
+shutil.rmtree(state, ignore_errors=True)
+"""

@@ -1,0 +1,180 @@
+"""One warm gVisor sandbox: made with ``runsc create``/``start``, removed with ``delete``.
+
+runsc is driven through its OCI interface directly (see ``runner`` for why
+not the ``gvisor`` package).  Each session has its own state directory (runsc's
+``--root``), private to the caller and masked inside every sandbox, so no
+command can read or rewrite the bundles or runsc's state.
+
+The gofer binds each source by path when the sandbox starts.  Every source is
+therefore opened first (``O_PATH|O_NOFOLLOW``, checked through
+``/proc/self/fd``: no symlink on the way) and held while the sandbox lives,
+and after ``start`` each path must still be that inode: a directory swapped
+for a symlink while runsc was starting fails the start instead of redirecting
+a writable bind.  Before every command the same identities are checked again:
+a protected path the host replaced (``rm -rf .git; git init``) makes a new
+sandbox, since a bind holds the old inode, not the name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dsh.runners.linux.placeholders import Placeholder
+from dsh.sandbox.errors import SandboxUnavailable
+
+_TIMEOUT_S = 60
+Identities = dict[str, tuple[int, int] | None]
+
+
+def _changed(path: str, detail: str) -> SandboxUnavailable:
+    return SandboxUnavailable(f"{path} changed while the sandbox was being prepared ({detail}); "
+                              "nothing ran, retry", runner="gvisor")
+
+
+def open_checked(path: str) -> int:
+    """An ``O_PATH`` fd for exactly ``path`` (no symlink anywhere on the way)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _changed(path, exc.strerror or str(exc)) from None
+    actual = os.readlink(f"/proc/self/fd/{fd}")
+    if actual != path:
+        os.close(fd)
+        raise _changed(path, f"it now resolves to {actual}")
+    return fd
+
+
+def identities(paths: Sequence[str]) -> Identities:
+    out: Identities = {}
+    for path in paths:
+        try:
+            st = os.lstat(path)
+            out[path] = (st.st_dev, st.st_ino)
+        except OSError:
+            out[path] = None
+    return out
+
+
+@dataclass
+class WarmSandbox:
+    """A running sandbox of one shape and what holds its mounts in place."""
+
+    id: str
+    runsc: tuple[str, ...]  # the binary and its global flags
+    bundle: Path
+    pinned: Identities = field(default_factory=dict)
+    fds: list[int] = field(default_factory=list)
+    placeholders: list[Placeholder] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    closed: bool = False
+    pid: int | None = None  # the sandbox's own process (gVisor's kernel)
+
+    def alive(self) -> bool:
+        if self.closed or self.pid is None:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # it exists (as root, runsc runs it as another user)
+        return True
+
+    def intact(self) -> bool:
+        """Is every source still the inode the sandbox bound?"""
+        return identities(list(self.pinned)) == self.pinned
+
+    def release(self) -> None:
+        for ph in self.placeholders:
+            ph.release()
+        held = {ph.fd for ph in self.placeholders}
+        for fd in self.fds:
+            if fd not in held:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.placeholders.clear()
+        self.fds.clear()
+
+    def destroy(self) -> None:
+        """Kill everything in it and remove it (idempotent)."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([*self.runsc, "delete", "-force", self.id], capture_output=True,
+                           timeout=_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        self.release()
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.bundle):
+                os.unlink(self.bundle / name)
+            os.rmdir(self.bundle)
+
+
+def _runsc(argv: list[str], log: Path) -> tuple[int, str]:
+    # stderr goes to a file: a detached sandbox inherits the descriptors of
+    # ``runsc create``, and a pipe would then never reach EOF.
+    with open(log, "w+b") as err:
+        try:
+            code = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                  timeout=_TIMEOUT_S, check=False, start_new_session=True).returncode
+        except subprocess.TimeoutExpired:
+            return -1, f"{argv[-1]}: runsc did not answer within {_TIMEOUT_S} s"
+        err.seek(0)
+        return code, err.read().decode("utf-8", "replace").strip()
+
+
+def _sandbox_pid(runsc: Sequence[str], sid: str) -> int | None:
+    try:
+        out = subprocess.run([*runsc, "state", sid], capture_output=True, text=True, timeout=_TIMEOUT_S,
+                             check=False, stdin=subprocess.DEVNULL).stdout
+        pid = json.loads(out).get("pid")
+    except (OSError, subprocess.SubprocessError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
+
+
+def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, Any],
+           sources: Sequence[str], placeholders: Sequence[str]) -> WarmSandbox:
+    """Make and start the sandbox ``sid`` from ``config``; ``sources``: the bind sources to hold."""
+    bundle = state_dir / "bundles" / sid
+    bundle.mkdir(parents=True, mode=0o700)
+    warm = WarmSandbox(sid, tuple(runsc), bundle)
+    try:
+        for path in placeholders:
+            try:
+                ph = Placeholder.acquire(path)
+            except OSError as exc:
+                raise SandboxUnavailable(f"cannot make the read-only placeholder {path} for a missing protected "
+                                         f"path: {exc.strerror or exc}; nothing ran", runner="gvisor") from None
+            if ph is None:
+                raise _changed(path, "a real entry appeared where a placeholder was planned")
+            warm.placeholders.append(ph)
+            warm.fds.append(ph.fd)
+        held = [p for p in sources if p not in placeholders]
+        warm.fds += [open_checked(p) for p in held]
+        warm.pinned = identities([*held, *placeholders])
+        (bundle / "config.json").write_text(json.dumps(config))
+        log = bundle / "runsc.log"
+        code, err = _runsc([*runsc, "create", "-bundle", str(bundle), sid], log)
+        if code == 0:
+            code, err = _runsc([*runsc, "start", sid], log)
+        if code != 0:
+            raise SandboxUnavailable(f"runsc cannot start a sandbox here: {err or f'exit {code}'}",
+                                     runner="gvisor")
+        warm.pid = _sandbox_pid(runsc, sid)
+        if not warm.intact():
+            raise _changed(", ".join(p for p, i in identities(list(warm.pinned)).items()
+                                     if warm.pinned[p] != i), "a bind source was replaced while runsc started")
+    except BaseException:
+        warm.destroy()
+        raise
+    return warm
