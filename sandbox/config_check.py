@@ -65,7 +65,8 @@ def _coerce(value: Any, hint: Any, *, entry: str, field: str) -> Any:
         from dsh.sandbox.numeric import NumberError, config_number
 
         try:
-            config_number(field, coerced)
+            # The value as written: an int past the bound must not be rounded into it by a float field.
+            config_number(field, value if isinstance(value, (int, float)) else coerced)
         except NumberError as exc:
             raise CompositionError(f"entry {entry!r}: config field {exc}") from None
     return coerced
