@@ -200,7 +200,7 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
     )
 
 
-def build_context(opts: RunOptions, *, executor: str = "bash") -> Context:
+def open_run_session(opts: RunOptions, *, executor: str = "bash") -> Context:
     """The context of a ``run``; ``--composition`` builds it from the file."""
     from dsh.executors.seam import ShellExecutor
     from dsh.sandbox.session import build_session
@@ -267,7 +267,7 @@ def run_command(opts: RunOptions) -> int:
         # A pty when a person is at the terminal, unless an approval may be asked there.
         tty = not opts.as_json and not asks_here and os.isatty(0) and os.isatty(1)
         opts = dataclasses.replace(opts, tty=tty)
-    ctx = build_context(opts)
+    ctx = open_run_session(opts)
     try:
         from dsh.executors.seam import ShellExecutor
         from dsh.sandbox.policy_guard import refuse_untrusted_config

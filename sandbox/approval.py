@@ -70,8 +70,8 @@ class Approval(Service):
     Config: ClassVar[type[Any]] = ApprovalConfig
     config: ApprovalConfig
 
-    def __init__(self, ctx: Context | None = None, config: Any = None) -> None:
-        super().__init__(ctx if ctx is not None else Context(), config)
+    def __init__(self, ctx: Context, config: Any = None) -> None:
+        super().__init__(ctx, config)
         self._session: set[tuple[str, str, str, SandboxMode]] = set()
         # What the latest denied runs changed, by (owner, command, workdir):
         # a later request to run the same command wider is shown it.
@@ -255,7 +255,7 @@ class PromptApproval(Approval):
 
     def __init__(
         self,
-        ctx: Context | None = None,
+        ctx: Context,
         config: PromptConfig | None = None,
         *,
         input: IO[str] | None = None,

@@ -314,7 +314,7 @@ class RulesApproval(Approval):
     Config: ClassVar[type[Any]] = RulesConfig
     config: RulesConfig
 
-    def __init__(self, ctx: Context | None = None, config: RulesConfig | None = None) -> None:
+    def __init__(self, ctx: Context, config: RulesConfig | None = None) -> None:
         super().__init__(ctx, config)
         if not self.config.path:
             raise ConfigError("approval-rules: config 'path' is required: the TOML rules file")

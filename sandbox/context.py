@@ -57,7 +57,12 @@ class Service:
 
 
 class Context:
-    """Holds the mounted services; ``ctx.<key>`` returns the provider."""
+    """Holds the mounted services, one provider per key.
+
+    Consumers look a service up by its definition: ``ctx.require(SandboxHost)``
+    (or ``ctx.get``, None when absent).  A key such as ``sandbox`` names the
+    slot in messages and compositions; it is not an attribute of the context.
+    """
 
     def __init__(self) -> None:
         self._services: dict[str, Service] = {}

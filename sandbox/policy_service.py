@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.sandbox.context import Context, Service
-from dsh.sandbox.enclosing_repo import describe_enclosing, enclosing_repository, kept_read_only
+from dsh.sandbox.enclosing_repo import enclosing_repository, kept_read_only
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.own_state import hidden_state, refuse_install_in_roots, state_refusal
@@ -39,7 +39,7 @@ from dsh.sandbox.policy_paths import (
     sorted_paths,
     system_dir_reason,
 )
-from dsh.sandbox.private_tmp import SHARED, PrivateTmp, describe_tmp
+from dsh.sandbox.private_tmp import SHARED, PrivateTmp
 from dsh.sandbox.profile_schema import degradation_problem
 from dsh.sandbox.profiles import Profile, load_profile
 from dsh.sandbox.protected_scan import (
@@ -52,7 +52,7 @@ from dsh.sandbox.protected_scan import (
 from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home
 from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
-__all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
+__all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "system_dir_reason"]
 
 
 @dataclass(frozen=True)
@@ -481,84 +481,3 @@ def _refuse_overlaps(roots: Iterable[tuple[str, Path]], rules: Iterable[tuple[st
                         f"{'unreadable' if kind == 'hidden' else 'read-only'}; drop this root "
                         "or use --mode danger-full-access"
                     )
-
-
-# -- describing -------------------------------------------------------------------------
-def describe_policy(policy: SandboxPolicy) -> list[str]:
-    """Human lines for ``profile explain``: what the policy allows and forbids."""
-    lines = [
-        f"mode: {policy.mode.value}" + (f" (profile {policy.profile})" if policy.profile else ""),
-        f"workspace: {policy.workspace}",
-    ]
-    if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
-        lines.append("writes: everywhere (no sandbox; the command runs unwrapped)")
-        lines.append("network: on")
-    else:
-        if policy.writable_roots:
-            lines.append("writable roots:")
-            lines.extend(f"  {p}" for p in policy.writable_roots)
-        else:
-            lines.append("writable roots: none (only /dev/null)")
-        if policy.missing_roots:
-            lines.append("missing roots (not writable until they exist):")
-            lines.extend(f"  {p}" for p in policy.missing_roots)
-        for title, paths in (
-            (
-                "protected (read-only inside writable roots, existing or not)",
-                policy.protected_paths,
-            ),
-            ("read-only", policy.read_only_paths),
-            ("hidden (unreadable)", policy.hidden_paths),
-        ):
-            if paths:
-                lines.append(f"{title}:")
-                lines.extend(f"  {p}" for p in paths)
-        if policy.mode is SandboxMode.WORKSPACE_WRITE:
-            lines.append(
-                "git: read-only (every repository's git dir)" if policy.git == "read-only" else
-                "git: commit (objects, refs, index, logs, packed-refs and the other state a commit "
-                "writes are writable; hooks (even missing), config, info, modules, worktrees and the "
-                "links that move them stay read-only)"
-            )
-            lines.append(
-                "created or changed during a run and reported after it: .git control files and "
-                "protected names at any depth (the sandbox's own HOME and private /tmp: directly inside only)"
-            )
-            lines.append(describe_tmp(policy))
-        lines.extend(describe_enclosing(policy))
-        if policy.home is not None:
-            lines.append(f"HOME: {policy.home} (the sandbox's own, "
-                         + ("writable; " if policy.mode is SandboxMode.WORKSPACE_WRITE else "read-only; ")
-                         + "the real home stays read-only; its .gitconfig, .config and .rustup are "
-                         "pointed at through GIT_CONFIG_GLOBAL, XDG_CONFIG_HOME and RUSTUP_HOME)")
-        else:
-            lines.append("HOME: the real home (read-only, minus the hidden paths)")
-        if policy.unscanned_roots:
-            lines.append("not searched (too big, unreadable, too deep; protected-scan-incomplete):")
-            lines.extend(f"  {p}" for p in policy.unscanned_roots)
-        lines.append(f"network: {'on' if policy.network else 'off'}")
-    lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))
-    limits = policy.limits
-    parts = [
-        f"{label}={value}"
-        for label, value in (
-            ("wall_time_s", limits.wall_time_s),
-            ("max_processes", limits.max_processes),
-            ("max_memory", _size(limits.max_memory_bytes)),
-            ("max_file_size", _size(limits.max_file_size_bytes)),
-        )
-        if value is not None
-    ]
-    lines.append("limits: " + (", ".join(parts) or "none"))
-    lines.append("runners: " + (", ".join(policy.allowed_runners) or "any"))
-    lines.append("accepted degradations: " + (", ".join(policy.accept_degraded) or "none"))
-    return lines
-
-
-def _size(value: int | None) -> str | None:
-    if value is None:
-        return None
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value % factor == 0:
-            return f"{value // factor}{unit}"
-    return f"{value}B"

@@ -351,7 +351,7 @@ def test_prompt_timeout_is_checked(value: float) -> None:
     from dsh.sandbox.approval import PromptApproval, PromptConfig
 
     with pytest.raises(ConfigError, match=r"timeout_s: must be a number of seconds from 0\.001 to"):
-        PromptApproval(None, PromptConfig(timeout_s=value))
+        PromptApproval(Context(), PromptConfig(timeout_s=value))
 
 
 def test_runner_options_are_checked() -> None:

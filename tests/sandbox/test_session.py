@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 from dsh.cli.run import RunOptions
-from dsh.cli.run import build_context as run_context
+from dsh.cli.run import open_run_session as run_context
 from dsh.cli.tool import build_tool_context
 from dsh.executors.local import LocalBashExecutor
 from dsh.executors.process import LocalSubprocessService

@@ -21,6 +21,7 @@ from dsh.sandbox.approval import (
     printable,
 )
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
+from dsh.sandbox.context import Context
 from dsh.sandbox.modes import SandboxMode
 
 from tests.support.cli import dsh_home_for, trusted_config_dir
@@ -55,7 +56,7 @@ def test_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path) -> None:
         f'[[rule]]\nmode = "workspace-write"\nworkdir = "{trusted_dir}/*"\nprefix = "make"\nargs = []\n\n'
         f'[[rule]]\nmode = "workspace-write"\nworkdir = "{a}/**"\nprefix = "ls"\nargs = []\n'
     )
-    approver = RulesApproval(None, RulesConfig(path=str(path)))
+    approver = RulesApproval(Context(), RulesConfig(path=str(path)))
     assert approver.approve_escalation(req("git status", str(a))).approved
     assert not approver.approve_escalation(req("git status", str(b))).approved
     assert not approver.approve_escalation(req("git status", str(a / "sub"))).approved
@@ -72,7 +73,7 @@ def test_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path) -> None:
 
 class Once(Approval):
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(Context())
         self.asked = 0
 
     def decide(self, request: EscalationRequest) -> EscalationDecision:
