@@ -88,9 +88,9 @@ def validate_cmd(name: str, mode: str | None, workspace: str | None) -> None:
     degradation names) and refuses a profile file a sandboxed command could
     rewrite, so "ok" means `run` accepts it.
     """
+    from dsh.sandbox.config_trust import refuse_untrusted_config
     from dsh.sandbox.errors import ConfigError
     from dsh.sandbox.input_files import check_path
-    from dsh.sandbox.policy_guard import refuse_untrusted_config
     from dsh.sandbox.policy_service import PolicyService
     from dsh.sandbox.session import SessionSpec, build_session
 

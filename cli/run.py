@@ -270,7 +270,7 @@ def run_command(opts: RunOptions) -> int:
     ctx = open_run_session(opts)
     try:
         from dsh.executors.seam import ShellExecutor
-        from dsh.sandbox.policy_guard import refuse_untrusted_config
+        from dsh.sandbox.config_trust import refuse_untrusted_config
 
         approver = approver_for(ctx, opts)
         refuse_untrusted_config(ctx, opts.composition, approver)
@@ -348,7 +348,8 @@ def approver_for(ctx: Context, opts: RunOptions) -> Approval | None:
     it first; the approval code is imported only when one can be asked."""
     if opts.approval == "deny" or (opts.approval is None and opts.composition is None):
         return None
-    from dsh.sandbox.approval import Approval, build_approval
+    from dsh.sandbox.approval import Approval
+    from dsh.sandbox.approval_choice import build_approval
 
     if opts.approval is not None and opts.composition is not None:
         return build_approval(ctx, opts.approval)

@@ -294,16 +294,3 @@ def approval_option(value: str, *, flag: str = "--approval") -> tuple[str, dict[
         f"{flag} {value!r}: use deny, prompt or rules:FILE (a TOML rules file), "
         "e.g. --approval rules:~/.config/dsh-sandbox/approvals.toml (outside every writable root)"
     )
-
-
-def build_approval(ctx: Context, value: str, *, flag: str = "--approval") -> Approval:
-    """The approval provider ``value`` names (not mounted; ``ctx.provide`` it)."""
-    name, config = approval_option(value, flag=flag)
-    # Imported directly, not through entry points: ``run`` must start fast.
-    if name == "approval-rules":
-        from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
-
-        return RulesApproval(ctx, RulesConfig(**config))
-    if name == "approval-prompt":
-        return PromptApproval(ctx)
-    return DenyAllApproval(ctx)

@@ -67,7 +67,7 @@ def _validate_ok(path: Path, workspace: Path) -> bool:
 
 def _run_accepts(path: Path, workspace: Path) -> bool:
     from dsh.cli.run import RunOptions, open_run_session
-    from dsh.sandbox.policy_guard import refuse_untrusted_config
+    from dsh.sandbox.config_trust import refuse_untrusted_config
 
     try:
         ctx = open_run_session(RunOptions(profile=str(path), workspace=str(workspace), argv=("true",)))

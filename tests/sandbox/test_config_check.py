@@ -40,7 +40,7 @@ class Toy(Service):
 
 
 def build(raw: Any) -> Any:
-    return build_config(Toy, raw, entry="t1")
+    return build_config(Toy.Config, raw, entry="t1", provider=Toy.plugin_name)
 
 
 def refusal(raw: Any) -> str:

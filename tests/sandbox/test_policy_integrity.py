@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh.sandbox.config_trust import refuse_untrusted_config
 from dsh.sandbox.context import Context, build_context
 from dsh.sandbox.errors import CompositionError, ConfigError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.policy_guard import refuse_untrusted_config
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.profiles import ProfileError, load_profile
 

@@ -11,13 +11,7 @@ from pathlib import Path
 import pytest
 from dsh.executors import escalation
 from dsh.executors.seam import ShellExecRequest, ShellExecutor
-from dsh.sandbox.approval import (
-    Approval,
-    EscalationDecision,
-    EscalationRequest,
-    PromptApproval,
-    PromptConfig,
-)
+from dsh.sandbox.approval import Approval, EscalationDecision, EscalationRequest, PromptApproval, PromptConfig
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
 from dsh.sandbox.context import Context
 from dsh.sandbox.file_changes import FileChanges

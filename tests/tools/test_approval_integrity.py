@@ -12,17 +12,12 @@ from pathlib import Path
 
 import pytest
 from dsh.cli.run_output import SGR_RESET, Visible
-from dsh.sandbox.approval import (
-    TERMINAL_RESET,
-    Approval,
-    EscalationDecision,
-    EscalationRequest,
-    TerminalPrompter,
-    printable,
-)
+from dsh.sandbox.approval import Approval, EscalationDecision, EscalationRequest
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
 from dsh.sandbox.context import Context
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.terminal_prompt import TerminalPrompter
+from dsh.sandbox.terminal_text import TERMINAL_RESET, printable
 
 from tests.support.cli import dsh_home_for, trusted_config_dir
 from tests.support.sandboxed import need_runner
