@@ -182,7 +182,7 @@ def read_config(path: Path, kind: str) -> ConfigFile:
     not followed through a link and must be yours, not writable by others."""
     import tomllib  # only when a file exists: `run` without one stays fast
 
-    from dsh.sandbox.profile_schema import find_key_line
+    from dsh.sandbox.toml_lines import find_key_line
 
     try:
         read = read_input_file(str(path), nofollow=kind == "project")

@@ -116,8 +116,9 @@ def _with_line(exc: Any, name: str) -> Any:
     import re
 
     from dsh.sandbox.errors import ConfigError
-    from dsh.sandbox.profile_schema import TOP_KEYS, ProfileError, find_key_line
+    from dsh.sandbox.profile_schema import TOP_KEYS, ProfileError
     from dsh.sandbox.profiles import load_profile
+    from dsh.sandbox.toml_lines import find_key_line
 
     if isinstance(exc, ProfileError) and exc.line is not None:
         return exc
