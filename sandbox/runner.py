@@ -19,17 +19,25 @@ from __future__ import annotations
 
 import abc
 import errno
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from dsh.sandbox.capability import ADDRESS_SPACE, Capability
+from dsh.sandbox.errors import SandboxUnavailable, UsageError
+
+# The gate owns what a runner reports and the check on it; re-exported as the runner vocabulary.
+from dsh.sandbox.gate import Enforcement as Enforcement
+from dsh.sandbox.gate import Gap as Gap
+from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.pins import PinnedPaths, PinSource, policy_pins
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.stdin_feed import StdinFeed
 
 T = TypeVar("T")
+_DETECT_LOCK = threading.Lock()
 Argv = Sequence[str | bytes]
 
 
@@ -44,59 +52,15 @@ class RunnerProbe:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Gap:
-    """One part of a policy a runner cannot enforce here.
-
-    ``degradation`` is the name a profile lists in ``accept_degraded`` (or the
-    user passes to ``--accept-degraded``) to run anyway; ``reason`` says what
-    stays open and why.
-    """
-
-    degradation: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Enforcement:
-    """How completely a runner enforces a mode here.
-
-    ``level`` is ``full`` or ``partial``; ``gaps`` are the parts it cannot
-    enforce.  A partial enforcement whose degradations are not all accepted is
-    refused (fail closed; see ``dsh.sandbox.gate``).
-    """
-
-    level: Literal["full", "partial"]
-    gaps: tuple[Gap, ...] = ()
-
-    @classmethod
-    def full(cls) -> Enforcement:
-        return cls("full")
-
-    @classmethod
-    def partial(cls, gaps: Sequence[Gap]) -> Enforcement:
-        return cls("partial", tuple(gaps))
-
-    @property
-    def missing(self) -> tuple[str, ...]:
-        """Each gap's reason, in order."""
-        return tuple(g.reason for g in self.gaps)
-
-    @property
-    def degradations(self) -> tuple[str, ...]:
-        """The distinct degradation names, in order."""
-        return tuple(dict.fromkeys(g.degradation for g in self.gaps))
-
-    def reasons_for(self, degradation: str) -> tuple[str, ...]:
-        return tuple(g.reason for g in self.gaps if g.degradation == degradation)
-
-    def accepted_by(self, policy: SandboxPolicy) -> bool:
-        return self.level == "full" or set(self.degradations) <= set(policy.accept_degraded)
-
-    def describe(self) -> str:
-        if self.level == "full":
-            return "full"
-        return "partial: " + "; ".join(self.missing)
+def exact_argv(argv: Argv) -> tuple[str | bytes, ...]:
+    """``argv`` as a tuple, refused unless it names a program and every item is str or bytes."""
+    exact = tuple(argv)
+    if not exact:
+        raise UsageError("argv: the command is empty; pass the program and its arguments")
+    for item in exact:
+        if not isinstance(item, str | bytes):
+            raise UsageError(f"argv: item {item!r} is {type(item).__name__}; use str or bytes")
+    return exact
 
 
 def address_space_limitation(max_memory_bytes: int) -> dict[str, str]:
@@ -314,6 +278,8 @@ class Runner(abc.ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.DEGRADATION_NAMES = tuple(cls.DEGRADATIONS)
+        # A misspelt mode must not leave a runner silently refusing (or claiming) the wrong one.
+        cls.modes = tuple(SandboxMode.parse(m, field=f"{cls.__name__}.modes") for m in cls.modes)
 
     @classmethod
     def prune(cls, *, everything: bool = False) -> list[str] | None:
@@ -328,6 +294,12 @@ class Runner(abc.ABC):
         """The bare equivalent of a run, for ``dsh-sandbox bench``; ``None`` if none."""
         return None
 
+    #: The modes this runner enforces completely (every path, network and limit
+    #: rule of the policy): what the default ``enforcement`` claims.  Every other
+    #: constrained mode is refused.  A runner with partial enforcement (named
+    #: degradations) overrides ``enforcement`` instead.
+    modes: ClassVar[tuple[SandboxMode | str, ...]] = ()
+
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: dict[str, Any] = dict(options or {})
 
@@ -338,24 +310,66 @@ class Runner(abc.ABC):
         path must resolve to itself).  Use as a context manager."""
         return policy_pins(policy, self.pin_source)
 
-    @abc.abstractmethod
-    def probe(self) -> RunnerProbe:
-        """Is the runner usable here?  Cheap after the first call (cache it)."""
+    # -- what a runner implements ---------------------------------------------------------
+    def detect(self) -> RunnerProbe:
+        """Is the runner usable here, and if not, why (a reason a person can act on)?
 
-    @abc.abstractmethod
+        Asked once per instance: ``probe`` keeps the answer."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither detect nor probe")
+
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> Launch:
+        """Turn the exact ``argv`` into a launch that enforces ``policy``.
+
+        Called only after the shared preamble (``prepare``): the argv is not empty,
+        the runner is available, and the gate accepted its enforcement of
+        ``policy``.  Never join the argv into a string; raise ``SandboxUnavailable``
+        for anything it cannot enforce after all (fail closed)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither wrap nor prepare")
+
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
-        """How completely this runner enforces ``policy`` here."""
+        """How completely this runner enforces ``policy`` here.
 
-    @abc.abstractmethod
+        Default: full for the modes in ``modes`` (and for danger-full-access),
+        refused for the others."""
+        if not policy.constrained or policy.mode in self.modes:
+            return Enforcement.full()
+        raise SandboxUnavailable(f"does not enforce {policy.mode}; it enforces only "
+                                 f"{', '.join(map(str, self.modes)) or 'no mode'}", runner=self.name)
+
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         """The rules, network and limits it will apply, and what it cannot."""
+        return RunnerPlan(self.name, policy.mode, (f"{self.name} wraps the command (its rules are its own)",),
+                          "off" if not policy.network else "on", (), ())
 
-    @abc.abstractmethod
+    # -- what the host calls ---------------------------------------------------------------
+    def probe(self) -> RunnerProbe:
+        """``detect``'s answer, asked once per instance (a probe that raises is asked again)."""
+        memo: RunnerProbe | None = self.__dict__.get("_detected")
+        if memo is not None:
+            return memo
+        with _DETECT_LOCK:
+            lock = self.__dict__.setdefault("_detect_lock", threading.Lock())
+        with lock:
+            memo = self.__dict__.get("_detected")
+            if memo is None:
+                memo = self.__dict__["_detected"] = self.detect()
+            return memo
+
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
-        """Wrap ``argv`` (exactly, never re-joined) for ``policy``.
+        """Wrap ``argv`` (exactly, never re-joined) for ``policy``: the preamble every
+        runner shares, then its ``wrap``.
 
-        Raises ``SandboxUnavailable`` when it cannot enforce the policy.
-        """
+        The argv must name a program (each item str or bytes); an unavailable
+        runner refuses with its probe's reason; the gate refuses a partial
+        enforcement with an unaccepted degradation.  Raises ``SandboxUnavailable``
+        (``UsageError`` for a bad argv); never runs anything unwrapped."""
+        exact = exact_argv(argv)
+        probe = self.probe()
+        if not probe.available:
+            raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
+        check_accepted(self.enforcement(policy), policy, runner=self.name)
+        return self.wrap(exact, policy, cwd=cwd, env=env)
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
         """What this runner cannot *report* exactly (not enforce): capability -> reason.
