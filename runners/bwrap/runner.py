@@ -46,8 +46,7 @@ from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.sandbox import capability as cap
-from dsh.sandbox.errors import SandboxUnavailable, UsageError
-from dsh.sandbox.gate import check_accepted
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
@@ -294,7 +293,7 @@ class BwrapRunner(Runner):
         if session is not None:
             session.close()
 
-    def probe(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         f = self.facts()
         details: dict[str, Any] = {
             "path": f.bwrap,
@@ -390,14 +389,12 @@ class BwrapRunner(Runner):
         }
 
     # -- launch --------------------------------------------------------------------------
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
-        command = tuple(argv)
-        if not command:
-            raise UsageError("argv: the command is empty; pass the program and its arguments")
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> Launch:
+        command = argv
         facts = self.facts()
-        if not facts.works or facts.bwrap is None:
+        if facts.bwrap is None:  # the probe said available: bwrap was found then
             raise SandboxUnavailable(facts.reason or "bwrap unavailable", runner=self.name)
-        check_accepted(self.enforcement(policy), policy, runner=self.name)
         filter_fd = -1
         if policy.constrained and facts.syscalls.memfd is not None:
             filter_fd = facts.syscalls.open_for_launch()

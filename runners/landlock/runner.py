@@ -23,13 +23,11 @@ from dsh.runners.linux import seccomp
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, join_args
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.sandbox import capability as cap
-from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
-from dsh.sandbox.gate import check_accepted
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     Enforcement,
     Gap,
     LocalLaunch,
@@ -153,7 +151,6 @@ class LandlockRunner(Runner):
             )
         self._unix_connect = unix_connect == "allow"
         self._lock = threading.Lock()
-        self._probe: RunnerProbe | None = None
         self._plans: dict[SandboxPolicy, RulePlan] = {}
         self._spawners: dict[SandboxPolicy, SpawnerThread] = {}
         self._cgroups: CgroupSession | None = None
@@ -161,13 +158,7 @@ class LandlockRunner(Runner):
 
     # -- probe -----------------------------------------------------------------
 
-    def probe(self) -> RunnerProbe:
-        with self._lock:
-            if self._probe is None:
-                self._probe = self._run_probe()
-            return self._probe
-
-    def _run_probe(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         status = abi.query_abi()
         if status.abi is None:
             return RunnerProbe(NAME, False, reason=status.reason)
@@ -363,14 +354,9 @@ class LandlockRunner(Runner):
             self._spawners[policy] = spawner
         return spawner
 
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> LocalLaunch:
-        exact = tuple(argv)
-        if not exact:
-            raise UsageError("argv: empty command; pass at least the program to run")
-        for item in exact:
-            if not isinstance(item, str | bytes):
-                raise UsageError(f"argv: item {item!r} is {type(item).__name__}; use str or bytes")
-        check_accepted(self.enforcement(policy), policy, runner=NAME)
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> LocalLaunch:
+        exact = argv
         limits = self._limit_plan(policy)
         if not policy.constrained and limits == LimitPlan():
             return LocalLaunch(argv=exact)  # danger-full-access: nothing to apply
