@@ -56,7 +56,6 @@ from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count, processes
 from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     Baseline,
     ConfigKey,
     Enforcement,
@@ -203,7 +202,6 @@ class DockerRunner(Runner):
         self._lock = threading.Lock()
         self._create_lock = threading.Lock()
         self._client: Any = None
-        self._probe: RunnerProbe | None = None
         self._info: dict[str, Any] = {}
         self._warm: dict[tuple[object, ...], _Warm] = {}
         self._placeholders: set[str] = set()  # empty dirs this runner made; removed at close
@@ -222,20 +220,16 @@ class DockerRunner(Runner):
     def daemon_is_local() -> bool:
         return dc.docker_host().startswith("unix://")
 
-    def probe(self) -> RunnerProbe:
-        if self._probe is not None:
-            return self._probe
+    def detect(self) -> RunnerProbe:
         try:
             client = self._docker()
             version = client.version()
             self._info = client.info()
             image_id = dc.find_image(client, self.image)
         except SandboxUnavailable as exc:
-            self._probe = RunnerProbe(self.name, False, exc.reason)
-            return self._probe
+            return RunnerProbe(self.name, False, exc.reason)
         except ConfigError as exc:
-            self._probe = RunnerProbe(self.name, False, exc.message)
-            return self._probe
+            return RunnerProbe(self.name, False, exc.message)
         details = {"docker_host": dc.docker_host(), "image": self.image, "image_id": image_id,
                    "daemon": self._info.get("Name"), "local": self.daemon_is_local(),
                    "memory_limit": bool(self._info.get("MemoryLimit")),
@@ -243,10 +237,8 @@ class DockerRunner(Runner):
         reason = None
         if image_id is None:
             reason = dc.missing_image_reason(self.image)
-        self._probe = RunnerProbe(self.name, image_id is not None, reason,
-                                  version=f"docker {version.get('Version', '?')}",
-                                  details=details)
-        return self._probe
+        return RunnerProbe(self.name, image_id is not None, reason,
+                           version=f"docker {version.get('Version', '?')}", details=details)
 
     # -- policy ----------------------------------------------------------------------
     def _spec(self, policy: SandboxPolicy) -> ContainerSpec:
@@ -344,8 +336,8 @@ class DockerRunner(Runner):
         return {cap.SIGNAL_STATUS.name: _SIGNAL_STATUS_GAP}
 
     # -- commands --------------------------------------------------------------------
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
-                env: Mapping[str, str]) -> RemoteLaunch:
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> RemoteLaunch:
         exact, decode = encode_argv(argv)
         spec = self._spec(policy)
         environment = container_env(text_env(env), spec)

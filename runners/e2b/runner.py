@@ -37,7 +37,6 @@ from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     ConfigKey,
     Enforcement,
     Gap,
@@ -73,19 +72,13 @@ class E2BRunner(Runner):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         self.config = E2BOptions.parse(self.options)
-        self._probe: RunnerProbe | None = None
         self._session: E2BSession | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._workspace_fd: int | None = None
 
     # -- probe and reports ---------------------------------------------------------
-    def probe(self) -> RunnerProbe:
-        if self._probe is None:
-            self._probe = self._do_probe()
-        return self._probe
-
-    def _do_probe(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         try:
             e2b = import_sdk()
         except SandboxUnavailable as exc:
@@ -155,11 +148,8 @@ class E2BRunner(Runner):
                           tuple(cannot))
 
     # -- launch ------------------------------------------------------------------------
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
-                env: Mapping[str, str]) -> Launch:
-        probe = self.probe()
-        if not probe.available:
-            raise SandboxUnavailable(probe.reason or "unavailable", runner=self.name)
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> Launch:
         command = process_argv(shell_script(argv), policy.limits)
         variables = remote_env(env)
         self._hold_workspace(policy)
