@@ -149,9 +149,10 @@ def _with_line(exc: Any, name: str) -> Any:
 def explain_cmd(name: str, runner: str, mode: str | None, workspace: str | None) -> None:
     """Explain what a runner will enforce for a profile, and what it cannot."""
     from dsh.cli.policy_text import describe_policy
-    from dsh.sandbox.host import SandboxHost, check_runner_name
+    from dsh.sandbox.host import SandboxHost
     from dsh.sandbox.input_files import check_path
     from dsh.sandbox.policy_service import PolicyService
+    from dsh.sandbox.registry import check_runner_name
     from dsh.sandbox.session import SessionSpec, build_session
 
     check_runner_name(runner)

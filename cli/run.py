@@ -131,7 +131,7 @@ def check_options(opts: RunOptions) -> None:
 
         approval_option(opts.approval)
     if opts.runner not in (None, "auto"):
-        from dsh.sandbox.host import check_runner_name
+        from dsh.sandbox.registry import check_runner_name
 
         try:
             check_runner_name(opts.runner)

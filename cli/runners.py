@@ -148,7 +148,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def _prune(prune_all: bool, as_json: bool) -> None:
-    from dsh.sandbox.host import runner_classes
+    from dsh.sandbox.registry import runner_classes
 
     names: list[str] = []
     for cls in runner_classes().values():

@@ -296,7 +296,7 @@ def _check(layer: Layer) -> None:
         if key == "mode":
             SandboxMode.parse(value.value, field=label)
         elif key == "runner":
-            from dsh.sandbox.host import check_runner_name
+            from dsh.sandbox.registry import check_runner_name
 
             try:
                 check_runner_name(value.value)

@@ -110,7 +110,7 @@ def known_runners() -> list[str]:
 def known_degradations() -> dict[str, str]:
     """Every degradation name a registered runner declares -> that runner's name
     (for listings; checking one name imports only its runner)."""
-    from dsh.sandbox.host import RunnerLoadError, known_runner_names, load_runner_class
+    from dsh.sandbox.registry import RunnerLoadError, known_runner_names, load_runner_class
 
     names: dict[str, str] = {}
     for runner in known_runner_names():
@@ -333,12 +333,8 @@ def degradation_problem(item: str) -> tuple[str, str] | None:
     imported (``run`` loads it anyway); a runner whose code is not installed
     here is trusted by name, so a profile stays valid on machines without it.
     """
-    from dsh.sandbox.host import (
-        HOST_DEGRADATIONS,
-        RunnerLoadError,
-        known_runner_names,
-        load_runner_class,
-    )
+    from dsh.sandbox.host import HOST_DEGRADATIONS
+    from dsh.sandbox.registry import RunnerLoadError, known_runner_names, load_runner_class
 
     if item in HOST_DEGRADATIONS:
         return None

@@ -277,6 +277,12 @@ class Runner(abc.ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for shared in ("prepare", "probe"):
+            if shared in cls.__dict__:
+                # The preamble and the probe's memory are the same for every runner:
+                # one that replaces them could skip the gate.
+                raise TypeError(f"{cls.__name__} overrides Runner.{shared}; implement "
+                                f"{'wrap' if shared == 'prepare' else 'detect'} instead")
         cls.DEGRADATION_NAMES = tuple(cls.DEGRADATIONS)
         # A misspelt mode must not leave a runner silently refusing (or claiming) the wrong one.
         cls.modes = tuple(SandboxMode.parse(m, field=f"{cls.__name__}.modes") for m in cls.modes)
@@ -311,12 +317,13 @@ class Runner(abc.ABC):
         return policy_pins(policy, self.pin_source)
 
     # -- what a runner implements ---------------------------------------------------------
+    @abc.abstractmethod
     def detect(self) -> RunnerProbe:
         """Is the runner usable here, and if not, why (a reason a person can act on)?
 
         Asked once per instance: ``probe`` keeps the answer."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither detect nor probe")
 
+    @abc.abstractmethod
     def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
              env: Mapping[str, str]) -> Launch:
         """Turn the exact ``argv`` into a launch that enforces ``policy``.
@@ -325,7 +332,6 @@ class Runner(abc.ABC):
         the runner is available, and the gate accepted its enforcement of
         ``policy``.  Never join the argv into a string; raise ``SandboxUnavailable``
         for anything it cannot enforce after all (fail closed)."""
-        raise NotImplementedError(f"{type(self).__name__} implements neither wrap nor prepare")
 
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
         """How completely this runner enforces ``policy`` here.
@@ -356,19 +362,22 @@ class Runner(abc.ABC):
                 memo = self.__dict__["_detected"] = self.detect()
             return memo
 
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
+    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str],
+                enforcement: Enforcement | None = None) -> Launch:
         """Wrap ``argv`` (exactly, never re-joined) for ``policy``: the preamble every
         runner shares, then its ``wrap``.
 
         The argv must name a program (each item str or bytes); an unavailable
         runner refuses with its probe's reason; the gate refuses a partial
         enforcement with an unaccepted degradation.  Raises ``SandboxUnavailable``
-        (``UsageError`` for a bad argv); never runs anything unwrapped."""
+        (``UsageError`` for a bad argv); never runs anything unwrapped.
+        ``enforcement``: what the host already asked this runner for ``policy``
+        (gated again here, not recomputed)."""
         exact = exact_argv(argv)
         probe = self.probe()
         if not probe.available:
             raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
-        check_accepted(self.enforcement(policy), policy, runner=self.name)
+        check_accepted(self.enforcement(policy) if enforcement is None else enforcement, policy, runner=self.name)
         return self.wrap(exact, policy, cwd=cwd, env=env)
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:

@@ -13,10 +13,10 @@ from dsh.runners.fake import FakeRunner
 from dsh.sandbox import capability as cap
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
-from dsh.sandbox.host import SandboxHost, SandboxHostConfig, known_runner_names
+from dsh.sandbox.host import SandboxHost, SandboxHostConfig
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
-from dsh.sandbox.registry import runner_entry_points
+from dsh.sandbox.registry import known_runner_names, runner_entry_points
 from dsh.sandbox.runner import LocalLaunch, RemoteLaunch
 
 WW = "workspace-write"

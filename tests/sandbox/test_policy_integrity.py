@@ -386,7 +386,7 @@ def test_every_degradation_a_runner_reports_is_declared(runner: str) -> None:
     """A profile can only accept names the runner declares: a name reported
     in the runner's code but missing from DEGRADATION_NAMES could never be
     accepted.  Names start with the runner's name (that is how one is found)."""
-    from dsh.sandbox.host import load_runner_class
+    from dsh.sandbox.registry import load_runner_class
 
     declared = load_runner_class(runner).DEGRADATION_NAMES
     assert declared and all(name.startswith(f"{runner}-") for name in declared)

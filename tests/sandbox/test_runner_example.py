@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
-from dsh.sandbox.host import known_runner_names
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
+from dsh.sandbox.registry import known_runner_names
 from dsh.sandbox.runner import RunnerProbe
 from dsh.sandbox.session import SessionSpec, build_session
 
@@ -155,3 +155,41 @@ def test_the_preamble_refuses_before_wrap(rojail: ModuleType, workspace: Path) -
     with pytest.raises(SandboxUnavailable, match="does not enforce workspace-write"):
         counting.runner.prepare(["true"], writable, cwd=str(workspace), env={})
     assert counting.calls["wrap"] == 0 and off.calls["wrap"] == 0
+
+
+def test_a_runner_cannot_replace_the_shared_preamble(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dsh.sandbox.runner import Runner
+
+    with pytest.raises(TypeError, match=r"overrides Runner\.prepare; implement wrap instead"):
+        type("Skips", (Runner,), {"name": "skips", "prepare": lambda self, *a, **k: None})
+    with pytest.raises(TypeError, match=r"overrides Runner\.probe; implement detect instead"):
+        type("Forgets", (Runner,), {"name": "forgets", "probe": lambda self: None})
+    # Installed as a plugin, such a runner is unavailable with the reason, not a crash.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "skips.py").write_text(
+        "from dsh.runners.fake import FakeRunner\n"
+        "class Skips(FakeRunner):\n"
+        "    def prepare(self, argv, policy, *, cwd, env):\n"
+        "        raise AssertionError('never reached')\n"
+    )
+    info = site / "skips-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: skips\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[dsh_sandbox.runners]\nskips = skips:Skips\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "skips", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    from dsh.sandbox.registry import RunnerLoadError, load_runner_class, runner_classes
+
+    with pytest.raises(RunnerLoadError, match=r"overrides Runner\.prepare"):
+        load_runner_class("skips")
+    assert "skips" not in runner_classes()
+
+
+def test_every_built_in_runner_writes_only_detect_and_wrap() -> None:
+    from dsh.runners.fake import FakeRunner
+    from dsh.sandbox.registry import known_runner_names, load_runner_class
+
+    for cls in [FakeRunner, *(load_runner_class(n) for n in known_runner_names())]:
+        assert "detect" in vars(cls) and "wrap" in vars(cls), cls
