@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +21,7 @@ from dsh.sandbox.runner import RunnerProbe
 from dsh.sandbox.session import SessionSpec, build_session
 
 from tests.support.executors import run
+from tests.support.plugins import install_plugin
 from tests.support.require import require_runner
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "runners.md"
@@ -37,16 +37,8 @@ def example_source() -> str:
 @pytest.fixture
 def rojail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     """The example as a third-party distribution on sys.path."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "rojail.py").write_text(example_source())
-    info = site / "rojail-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rojail\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[dsh_sandbox.runners]\nrojail = rojail:ReadOnlyJail\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delitem(sys.modules, "rojail", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    install_plugin(tmp_path, monkeypatch, "rojail", example_source(),
+                   "[dsh_sandbox.runners]\nrojail = rojail:ReadOnlyJail\n")
     import rojail as module
 
     yield module
@@ -165,21 +157,14 @@ def test_a_runner_cannot_replace_the_shared_preamble(tmp_path: Path, monkeypatch
     with pytest.raises(TypeError, match=r"overrides Runner\.probe; implement detect instead"):
         type("Forgets", (Runner,), {"name": "forgets", "probe": lambda self: None})
     # Installed as a plugin, such a runner is unavailable with the reason, not a crash.
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "skips.py").write_text(
+    install_plugin(
+        tmp_path, monkeypatch, "skips",
         "from dsh.runners.fake import FakeRunner\n"
         "class Skips(FakeRunner):\n"
         "    def prepare(self, argv, policy, *, cwd, env):\n"
-        "        raise AssertionError('never reached')\n"
+        "        raise AssertionError('never reached')\n",
+        "[dsh_sandbox.runners]\nskips = skips:Skips\n",
     )
-    info = site / "skips-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: skips\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[dsh_sandbox.runners]\nskips = skips:Skips\n")
-    monkeypatch.syspath_prepend(str(site))
-    monkeypatch.delitem(sys.modules, "skips", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     from dsh.sandbox.registry import RunnerLoadError, load_runner_class, runner_classes
 
     with pytest.raises(RunnerLoadError, match=r"overrides Runner\.prepare"):
