@@ -43,6 +43,14 @@ CREDENTIAL_NAME = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
+class Value:
+    """A setting's value and where it came from, for ``config show`` and refusals."""
+
+    value: Any
+    source: str  # "default", "flag --mode", "env DSH_SANDBOX_MODE" or "FILE:LINE"
+
+
+@dataclass(frozen=True)
 class ConfigFile:
     """One parsed, checked file: ``values`` maps dotted keys (``runners.NAME.KEY``,
     ``env.NAME``) to values, ``lines`` the same keys to 1-based lines."""

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 from dsh.cli.options import settings_options
+from dsh.cli.run_options import RunOptions, apply_to_run
 from dsh.cli.run_output import (
     LiveStreams,
     closed_stream,
@@ -48,34 +48,6 @@ CLI_MAX_TIMEOUT_S = 24 * 3600
 #: The in-memory tail the CLI keeps per stream (for ``--json``); the live
 #: stream shows everything as it comes.
 CLI_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The parsed command line of ``run`` (one place to add flags, e.g. ``--approval``)."""
-
-    mode: str | None = None
-    profile: str | None = None
-    runner: str | None = None  # None: not given (the config files or "auto" decide)
-    workspace: str | None = None
-    workdir: str | None = None
-    writable: tuple[str, ...] = ()
-    force_writable: tuple[str, ...] = ()
-    network: bool | None = None
-    timeout_s: float | None = None
-    as_json: bool = False
-    composition: str | None = None
-    command: str | None = None
-    argv: tuple[str, ...] = ()
-    approval: str | None = None  # deny | prompt | rules:FILE (escalation of a denied run)
-    raw_output: bool = False  # copy escape sequences to a terminal as they are
-    env: tuple[tuple[str, str], ...] = ()  # --env K=V, then the config files' [env]
-    image: str | None = None  # --image: the docker runner's image
-    accept_degraded: tuple[str, ...] = ()
-    trust_project: bool = False  # the project config may weaken the sandbox
-    runner_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()  # from the config files
-    user_config: str | None = None  # the user's config file, when one was read
-    tty: bool | None = None  # -t/--no-tty; None: a pty when stdin and stdout are terminals
 
 
 # -- validation (before anything is built or run) ---------------------------------------
@@ -254,8 +226,6 @@ def run_command(opts: RunOptions) -> int:
     """Check, build, run, stream and report; returns the exit status to mirror."""
     check_options(opts)
     if opts.composition is None:  # a composition is the whole configuration of its context
-        from dsh.cli.settings import apply_to_run
-
         opts = apply_to_run(opts)
     asks_here = opts.approval not in (None, "deny")
     if opts.tty and asks_here:
