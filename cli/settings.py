@@ -310,7 +310,7 @@ def check_degradation(name: str, label: str) -> None:
 
     if degradation_problem(name) is None:
         return
-    from dsh.sandbox.host import HOST_DEGRADATIONS
+    from dsh.sandbox.gate import HOST_DEGRADATIONS
 
     valid = sorted({*known_degradations(), *HOST_DEGRADATIONS})
     raise ConfigError(

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy import SandboxPolicy
 
@@ -148,3 +149,24 @@ def check_accepted(enforcement: Enforcement, policy: SandboxPolicy, *, runner: s
     if names:
         lines.append(accept_hint(names))
     raise SandboxUnavailable("\n".join(lines), runner=runner, degradations=names)
+
+
+# -- what the host adds to every runner's report -------------------------------------------
+SCAN_DEGRADATION = "protected-scan-incomplete"
+#: Degradations the host reports for every runner (profiles accept them by name),
+#: with the capabilities they weaken.
+HOST_DEGRADATIONS: Mapping[str, tuple[Capability, ...]] = {SCAN_DEGRADATION: (PROTECTED_PATHS,)}
+
+
+def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcement:
+    """Every runner's enforcement, plus the roots the policy could not search:
+    a repository or protected name deeper in them is writable."""
+    if not policy.unscanned_roots:
+        return enforcement
+    gap = Gap(
+        SCAN_DEGRADATION,
+        "nested repositories and protected names were not searched for in "
+        + ", ".join(map(str, policy.unscanned_roots))
+        + " (too many entries, unreadable or too deep): any there stay writable",
+    )
+    return Enforcement.partial((*enforcement.gaps, gap))

@@ -26,10 +26,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
-from dsh.sandbox.gate import accept_hint, best_refused, check_accepted, refusal_lines, unaccepted
+from dsh.sandbox.gate import accept_hint, best_refused, check_accepted, refusal_lines, unaccepted, with_scan_gap
 from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.registry import (
@@ -43,7 +42,7 @@ from dsh.sandbox.registry import (
     runner_entry_points,
     write_priorities,
 )
-from dsh.sandbox.runner import Argv, Enforcement, Gap, Launch, Runner, RunnerProbe
+from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
 
 
 def _safe_probe(runner: Runner) -> RunnerProbe:
@@ -315,23 +314,3 @@ class SandboxHost(Service):
                 errors.append(exc)
         if errors:
             raise errors[0]
-
-
-SCAN_DEGRADATION = "protected-scan-incomplete"
-#: Degradations the host reports for every runner (profiles accept them by name),
-#: with the capabilities they weaken.
-HOST_DEGRADATIONS: Mapping[str, tuple[Capability, ...]] = {SCAN_DEGRADATION: (PROTECTED_PATHS,)}
-
-
-def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcement:
-    """Every runner's enforcement, plus the roots the policy could not search:
-    a repository or protected name deeper in them is writable."""
-    if not policy.unscanned_roots:
-        return enforcement
-    gap = Gap(
-        SCAN_DEGRADATION,
-        "nested repositories and protected names were not searched for in "
-        + ", ".join(map(str, policy.unscanned_roots))
-        + " (too many entries, unreadable or too deep): any there stay writable",
-    )
-    return Enforcement.partial((*enforcement.gaps, gap))

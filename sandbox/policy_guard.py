@@ -17,13 +17,9 @@ import functools
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.policy_paths import canonical, home_dir, is_within, system_dir_reason
-
-if TYPE_CHECKING:
-    pass
 
 # Below a home directory: what the user's shell, ssh, gpg, cloud CLIs,
 # editors and agents read or run later as that user.  ~/.config holds systemd

@@ -333,7 +333,7 @@ def degradation_problem(item: str) -> tuple[str, str] | None:
     imported (``run`` loads it anyway); a runner whose code is not installed
     here is trusted by name, so a profile stays valid on machines without it.
     """
-    from dsh.sandbox.host import HOST_DEGRADATIONS
+    from dsh.sandbox.gate import HOST_DEGRADATIONS
     from dsh.sandbox.registry import RunnerLoadError, known_runner_names, load_runner_class
 
     if item in HOST_DEGRADATIONS:

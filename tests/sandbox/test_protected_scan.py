@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from dsh.cli.policy_text import describe_policy
 from dsh.sandbox.context import Context
-from dsh.sandbox.host import SCAN_DEGRADATION, with_scan_gap
+from dsh.sandbox.gate import SCAN_DEGRADATION, with_scan_gap
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.profiles import ProfileError, load_profile
 from dsh.sandbox.protected_scan import TreeIndex
