@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from dsh.runners.e2b.command import process_argv, remote_env, shell_script
 from dsh.runners.e2b.options import E2BOptions
+from dsh.runners.e2b.process import start_command
 from dsh.runners.e2b.session import E2BSession, import_sdk, user_for
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable
@@ -157,15 +158,15 @@ class E2BRunner(Runner):
         def start(stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
             session = self._session_for(policy, deadline)
             try:
-                return session.start(command, policy, cwd=cwd, env=variables, stdin=stdin,
+                return start_command(session, command, policy, cwd=cwd, env=variables, stdin=stdin,
                                      deadline=deadline)
             except SandboxUnavailable:
                 if not session.dead:
                     raise
             # The sandbox was gone before the command started (past its lifetime,
             # killed): nothing ran, so one retry in a new sandbox is safe.
-            return self._session_for(policy, deadline).start(
-                command, policy, cwd=cwd, env=variables, stdin=stdin, deadline=deadline)
+            return start_command(self._session_for(policy, deadline), command, policy, cwd=cwd,
+                                 env=variables, stdin=stdin, deadline=deadline)
 
         return RemoteLaunch(start=start)
 
