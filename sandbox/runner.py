@@ -22,7 +22,7 @@ import errno
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from dsh.sandbox.capability import ADDRESS_SPACE, Capability
 from dsh.sandbox.errors import SandboxUnavailable, UsageError
