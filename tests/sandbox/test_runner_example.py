@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +24,7 @@ from dsh.sandbox.session import SessionSpec, build_session
 from tests.support.executors import run
 from tests.support.plugins import install_plugin
 from tests.support.require import require_runner
+from tests.support.wait import PATIENCE_S
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "runners.md"
 
@@ -91,12 +93,18 @@ def test_a_mode_it_does_not_claim_is_refused_before_anything_runs(rojail: Module
     assert not (workspace / "written").exists()
 
 
-def test_what_its_wrap_cannot_honour_is_refused(rojail: ModuleType, workspace: Path) -> None:
+def test_hidden_paths_are_unreadable_and_limits_refused(rojail: ModuleType, workspace: Path, tmp_path: Path) -> None:
     require_runner("bwrap")
     runner = rojail.ReadOnlyJail()
-    hidden = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=workspace, hidden_paths=(workspace,))
-    with pytest.raises(SandboxUnavailable, match="hides no paths"):
-        runner.prepare(["true"], hidden, cwd=str(workspace), env={})
+    secret_dir, secret_file = tmp_path / "secrets", tmp_path / "token"
+    secret_dir.mkdir()
+    (secret_dir / "key").write_text("SECRET-IN-DIR\n")
+    secret_file.write_text("SECRET-FILE\n")
+    hidden = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=workspace, hidden_paths=(secret_dir, secret_file))
+    launch = runner.prepare(["sh", "-c", f"cat {secret_dir}/key {secret_file}; ls -A {secret_dir}"], hidden,
+                            cwd=str(workspace), env={})
+    done = subprocess.run(list(launch.argv), capture_output=True, text=True, timeout=PATIENCE_S, check=False)
+    assert "SECRET" not in done.stdout + done.stderr
     limited = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=workspace, limits=ResourceLimits(max_processes=8))
     with pytest.raises(SandboxUnavailable, match="sets no limits"):
         runner.prepare(["true"], limited, cwd=str(workspace), env={})
