@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import abc
 import datetime
-import errno
 import json
 import logging
 import os
-import stat
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -33,6 +31,7 @@ from dsh.sandbox.escalation_types import EscalationDecision as EscalationDecisio
 from dsh.sandbox.escalation_types import EscalationRequest as EscalationRequest
 from dsh.sandbox.escalation_types import Outcome as Outcome
 from dsh.sandbox.file_changes import FileChanges
+from dsh.sandbox.input_files import open_private_file as open_private_file
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import seconds
 from dsh.sandbox.terminal_prompt import PROMPT_CHANGES_SHOWN as PROMPT_CHANGES_SHOWN
@@ -214,17 +213,6 @@ class Approval(Service):
                     decision.provider,
                 )
         return decision
-
-
-def open_private_file(path: Path, flags: int) -> int:
-    """``path`` opened (created 0600) as a regular file and never through a
-    symbolic link or as a terminal: a link a command planted there would
-    have us append to a file of its choosing."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    return fd
 
 
 class DenyAllApproval(Approval):
