@@ -25,7 +25,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "profile": ("dsh.cli.profile", "profile", "List, show, validate and explain profiles."),
     "runners": ("dsh.cli.runners", "runners", "List runners: available or not, and what they enforce."),
     "tool": ("dsh.cli.tool", "tool", "Model-facing tools: print specs, make one tool call."),
-    "image": ("dsh.runners.docker.cli", "image", "Build the local Docker image the docker runner uses."),
     "conformance": ("dsh.cli.conformance.command", "conformance", "Prove each runner holds the modes on this machine."),
     "bench": ("dsh.cli.bench", "bench", "Measure what each runner costs against a bare spawn."),
     "config": ("dsh.cli.config_cmd", "config", "Show the effective configuration and where each value came from."),
@@ -33,37 +32,61 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: Entry-point group of commands other packages add (a runner's own tools,
+#: e.g. building its image): ``name = module:attr`` naming a click command.
+#: A plugin cannot replace a command of this table.
+COMMAND_GROUP = "dsh_sandbox.commands"
+
+
+def plugin_commands() -> dict[str, str]:
+    """Name -> ``module:attr`` of the commands other packages register."""
+    from dsh.sandbox.registry import entry_points_of
+
+    return {name: point.value for name, point in entry_points_of(COMMAND_GROUP).items() if name not in COMMANDS}
+
+
+def _load(name: str, target: str) -> click.Command:
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name.strip())
+    except ModuleNotFoundError as exc:
+        if exc.name and (exc.name.startswith("dsh.") or name not in COMMANDS):
+            return _unavailable(name, f"not installed in this build ({exc.name})")
+        raise
+    command = getattr(module, attr.strip(), None)
+    if not isinstance(command, click.Command):
+        return _unavailable(name, f"{target} is not a click command")
+    return command
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMANDS)
+        return sorted({*COMMANDS, *plugin_commands()})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         spec = COMMANDS.get(cmd_name)
-        if spec is None:
-            return None
-        module_name, attr, _ = spec
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and exc.name.startswith("dsh."):
-                return _unavailable(cmd_name, f"not installed in this build ({exc.name})")
-            raise
-        command: click.Command = getattr(module, attr)
-        return command
+        if spec is not None:
+            return _load(cmd_name, f"{spec[0]}:{spec[1]}")
+        target = plugin_commands().get(cmd_name)
+        return _load(cmd_name, target) if target is not None else None
 
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
         # TAB after `dsh-sandbox ` must not import every subcommand's module
-        # (click's default asks each command for its help): COMMANDS has it.
+        # (click's default asks each command for its help): COMMANDS has it,
+        # and a plugin command is completed by name alone.
         from click.shell_completion import CompletionItem
 
-        names = [name for name in sorted(COMMANDS) if name.startswith(incomplete)]
-        items: list[Any] = [CompletionItem(name, help=COMMANDS[name][2]) for name in names]
+        names = [name for name in self.list_commands(ctx) if name.startswith(incomplete)]
+        items: list[Any] = [CompletionItem(name, help=COMMANDS[name][2] if name in COMMANDS else None)
+                            for name in names]
         return items + click.Command.shell_complete(self, ctx, incomplete)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        rows = [(name, COMMANDS[name][2]) for name in sorted(COMMANDS)]
+        rows = [(name, COMMANDS[name][2]) for name in COMMANDS]
+        # Only --help imports a plugin command, for its one-line help.
+        rows += [(name, _load(name, target).get_short_help_str(limit=80)) for name, target in plugin_commands().items()]
         with formatter.section("Commands"):
-            formatter.write_dl(rows)
+            formatter.write_dl(sorted(rows))
 
 
 def _unavailable(name: str, why: str) -> click.Command:

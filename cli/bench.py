@@ -21,7 +21,7 @@ def bench(runners: tuple[str, ...], iterations: int, no_throughput: bool, json_p
     Targets are reported, never enforced: timing depends on the machine.
     """
     from dsh.cli.benchmarks import render_table, run_all, to_json
-    from dsh.sandbox.host import known_runner_names
+    from dsh.sandbox.registry import known_runner_names
 
     report = run_all(runners or tuple(known_runner_names()), iterations, throughput=not no_throughput)
     click.echo(render_table(report))

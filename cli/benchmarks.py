@@ -66,7 +66,7 @@ def _measure(name: str, fn: Callable[[], object], n: int, warmup: int = 3) -> Ti
 
 
 def _context(runner: str | None, workspace: Path) -> Context:
-    from dsh.sandbox.host import load_runner_class
+    from dsh.sandbox.registry import load_runner_class
     from dsh.sandbox.session import SessionSpec, build_session
 
     if runner is None:
@@ -97,7 +97,7 @@ def _runner_true(ctx: Context) -> Callable[[], object]:
 
 
 def bench_runners(report: Report, runners: Sequence[str], n: int, workspace: Path) -> None:
-    from dsh.sandbox.host import load_runner_class
+    from dsh.sandbox.registry import load_runner_class
 
     with _context(None, workspace) as ctx:
         report.timings.append(_measure("bash-local true", _runner_true(ctx), n))
@@ -229,7 +229,7 @@ def bench_concurrency(report: Report, runners: Sequence[str], workspace: Path, p
         k: {"commands_per_s": round(v, 1), "vs_bash_local": round(v / base, 2) if base else None}
         for k, v in results.items()
     }
-    from dsh.sandbox.host import load_runner_class
+    from dsh.sandbox.registry import load_runner_class
 
     targets = [f"{name} >= {ratio}x bash-local" for name in results if name != "bash-local"
                if (ratio := load_runner_class(name).SPEED_TARGETS.concurrent_vs_local) is not None]
@@ -250,7 +250,7 @@ def compute_ratios(report: Report) -> None:
 
 def _local(runners: Sequence[str]) -> list[str]:
     """The runners that wrap a local process (concurrency is measured on this host)."""
-    from dsh.sandbox.host import RunnerLoadError, load_runner_class
+    from dsh.sandbox.registry import RunnerLoadError, load_runner_class
 
     local = []
     for name in runners:

@@ -43,6 +43,14 @@ CREDENTIAL_NAME = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
+class Value:
+    """A setting's value and where it came from, for ``config show`` and refusals."""
+
+    value: Any
+    source: str  # "default", "flag --mode", "env DSH_SANDBOX_MODE" or "FILE:LINE"
+
+
+@dataclass(frozen=True)
 class ConfigFile:
     """One parsed, checked file: ``values`` maps dotted keys (``runners.NAME.KEY``,
     ``env.NAME``) to values, ``lines`` the same keys to 1-based lines."""
@@ -68,7 +76,7 @@ def user_config_path(environ: Mapping[str, str]) -> Path:
 def runner_config_keys(name: str) -> Mapping[str, ConfigKey]:
     """What runner ``name`` declares a config file may set (its class is imported:
     only when a file or a flag configures it, so a plain ``run`` stays fast)."""
-    from dsh.sandbox.host import RunnerLoadError, load_runner_class
+    from dsh.sandbox.registry import RunnerLoadError, load_runner_class
 
     try:
         return load_runner_class(name).CONFIG_KEYS
@@ -78,7 +86,7 @@ def runner_config_keys(name: str) -> Mapping[str, ConfigKey]:
 
 def configurable_runners(key: str | None = None) -> list[str]:
     """The runners that declare config keys (``key`` among them, if given)."""
-    from dsh.sandbox.host import runner_classes
+    from dsh.sandbox.registry import runner_classes
 
     return [name for name, cls in runner_classes().items()
             if cls.CONFIG_KEYS and (key is None or key in cls.CONFIG_KEYS)]
@@ -182,7 +190,7 @@ def read_config(path: Path, kind: str) -> ConfigFile:
     not followed through a link and must be yours, not writable by others."""
     import tomllib  # only when a file exists: `run` without one stays fast
 
-    from dsh.sandbox.profile_schema import find_key_line
+    from dsh.sandbox.toml_lines import find_key_line
 
     try:
         read = read_input_file(str(path), nofollow=kind == "project")
@@ -284,7 +292,7 @@ class _Checker:
             raise self.fail("runners", f"must be a table, got {value!r}", "write [runners.NAME] tables")
         out: dict[str, Any] = {}
         for name, table in value.items():
-            from dsh.sandbox.host import check_runner_name
+            from dsh.sandbox.registry import check_runner_name
 
             try:
                 check_runner_name(name)

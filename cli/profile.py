@@ -88,19 +88,18 @@ def validate_cmd(name: str, mode: str | None, workspace: str | None) -> None:
     degradation names) and refuses a profile file a sandboxed command could
     rewrite, so "ok" means `run` accepts it.
     """
-    from dsh.sandbox.context import Context
+    from dsh.sandbox.config_trust import refuse_untrusted_config
     from dsh.sandbox.errors import ConfigError
     from dsh.sandbox.input_files import check_path
-    from dsh.sandbox.policy_guard import refuse_untrusted_config
-    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+    from dsh.sandbox.policy_service import PolicyService
+    from dsh.sandbox.session import SessionSpec, build_session
 
     if workspace is not None:
         check_path("--workspace", workspace, "pass a shorter path")
     # Errors are UsageErrors: printed with their line and fix, exit 2.
     try:
-        with Context() as ctx:
-            service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
-            ctx.provide(service)
+        with build_session(SessionSpec(mode=mode, profile=name, workspace=workspace)) as ctx:
+            service = ctx.require(PolicyService)
             service.resolve()
             refuse_untrusted_config(ctx, None)
             loaded = service.profile
@@ -117,8 +116,9 @@ def _with_line(exc: Any, name: str) -> Any:
     import re
 
     from dsh.sandbox.errors import ConfigError
-    from dsh.sandbox.profile_schema import TOP_KEYS, ProfileError, find_key_line
+    from dsh.sandbox.profile_schema import TOP_KEYS, ProfileError
     from dsh.sandbox.profiles import load_profile
+    from dsh.sandbox.toml_lines import find_key_line
 
     if isinstance(exc, ProfileError) and exc.line is not None:
         return exc
@@ -148,27 +148,25 @@ def _with_line(exc: Any, name: str) -> Any:
 @click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
 def explain_cmd(name: str, runner: str, mode: str | None, workspace: str | None) -> None:
     """Explain what a runner will enforce for a profile, and what it cannot."""
-    from dsh.sandbox.context import Context
-    from dsh.sandbox.host import SandboxHost, SandboxHostConfig, check_runner_name
+    from dsh.cli.policy_text import describe_policy
+    from dsh.sandbox.host import SandboxHost
     from dsh.sandbox.input_files import check_path
-    from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
+    from dsh.sandbox.policy_service import PolicyService
+    from dsh.sandbox.registry import check_runner_name
+    from dsh.sandbox.session import SessionSpec, build_session
 
     check_runner_name(runner)
     if workspace is not None:
         check_path("--workspace", workspace, "pass a shorter path")
-    with Context() as ctx:
-        service = PolicyService(ctx, PolicyConfig(mode=mode, profile=name, workspace=workspace))
-        ctx.provide(service)  # closed with the context (its private /tmp goes with it)
-        policy = service.default_policy
+    with build_session(SessionSpec(mode=mode, profile=name, workspace=workspace, runner=runner)) as ctx:
+        policy = ctx.require(PolicyService).default_policy
         click.echo("policy:")
         for line in describe_policy(policy):
             click.echo(f"  {line}")
         if not policy.constrained:
             click.echo("runner: none; danger-full-access runs the command unwrapped")
             return
-        host = SandboxHost(ctx, SandboxHostConfig(runner=runner))
-        ctx.provide(host)
-        refused = _explain_runner(host, policy)
+        refused = _explain_runner(ctx.require(SandboxHost), policy)
     if refused:
         raise SystemExit(1)
 

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dsh.cli.config_files import ConfigFile
+from dsh.cli.config_files import ConfigFile, Value
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 
 if TYPE_CHECKING:
-    from dsh.cli.settings import Value
     from dsh.sandbox.runner import ConfigKey
 
 #: (single values, accepted degradations, env), each name -> its Value.

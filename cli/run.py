@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 from dsh.cli.options import keep_spill_files, settings_options
+from dsh.cli.run_options import RunOptions, apply_to_run, check_options
 from dsh.cli.run_output import (
     LiveStreams,
     closed_stream,
@@ -48,118 +48,6 @@ CLI_MAX_TIMEOUT_S = 24 * 3600
 #: The in-memory tail the CLI keeps per stream (for ``--json``); the live
 #: stream shows everything as it comes.
 CLI_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The parsed command line of ``run`` (one place to add flags, e.g. ``--approval``)."""
-
-    mode: str | None = None
-    profile: str | None = None
-    runner: str | None = None  # None: not given (the config files or "auto" decide)
-    workspace: str | None = None
-    workdir: str | None = None
-    writable: tuple[str, ...] = ()
-    force_writable: tuple[str, ...] = ()
-    network: bool | None = None
-    timeout_s: float | None = None
-    as_json: bool = False
-    composition: str | None = None
-    command: str | None = None
-    argv: tuple[str, ...] = ()
-    approval: str | None = None  # deny | prompt | rules:FILE (escalation of a denied run)
-    raw_output: bool = False  # copy escape sequences to a terminal as they are
-    env: tuple[tuple[str, str], ...] = ()  # --env K=V, then the config files' [env]
-    image: str | None = None  # --image: the docker runner's image
-    accept_degraded: tuple[str, ...] = ()
-    trust_project: bool = False  # the project config may weaken the sandbox
-    runner_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()  # from the config files
-    user_config: str | None = None  # the user's config file, when one was read
-    tty: bool | None = None  # -t/--no-tty; None: a pty when stdin and stdout are terminals
-
-
-# -- validation (before anything is built or run) ---------------------------------------
-def check_options(opts: RunOptions) -> None:
-    """Raise ``UsageError`` naming the input and the fix; nothing has run yet."""
-    if opts.command is not None and opts.argv:
-        raise UsageError(
-            "-c STRING and ARGV conflict: pass either -c 'COMMAND' or -- PROGRAM ARGS..., not both"
-        )
-    if opts.command is None and not opts.argv:
-        raise UsageError("empty command: pass -- PROGRAM ARGS... or -c 'COMMAND'")
-    if opts.command is not None and not opts.command.strip():
-        raise UsageError("-c: the command string is empty; pass the command to run")
-    if opts.argv and not opts.argv[0]:
-        raise UsageError("ARGV: the program name is an empty string; pass the program to run")
-    _check_paths(opts)
-    if opts.tty and opts.as_json:
-        raise UsageError("-t and --json conflict: a terminal session is shown live; drop one of them")
-    if opts.tty and not (os.isatty(0) and os.isatty(1)):
-        raise UsageError("-t and the shell command need a terminal on stdin and stdout: run them in "
-                         "a terminal, or use run --no-tty")
-    if opts.timeout_s is not None:
-        from dsh.sandbox.numeric import seconds
-
-        seconds("--timeout", opts.timeout_s)
-    if opts.composition is not None:
-        clashing = [
-            flag
-            for flag, value in (
-                ("--mode", opts.mode),
-                ("--profile", opts.profile),
-                ("--runner", None if opts.runner in (None, "auto") else opts.runner),
-                ("--workspace", opts.workspace),
-                ("--writable", opts.writable or None),
-                ("--force-writable", opts.force_writable or None),
-                ("--network/--no-network", opts.network),
-                ("--env", opts.env or None),
-                ("--image", opts.image),
-                ("--accept-degraded", opts.accept_degraded or None),
-                ("--trust-project", opts.trust_project or None),
-            )
-            if value is not None
-        ]
-        if clashing:
-            raise UsageError(
-                f"--composition conflicts with {', '.join(clashing)}: the composition file "
-                "configures the policy and the runner; set them there or drop --composition"
-            )
-    if opts.mode is not None:
-        SandboxMode.parse(opts.mode, field="--mode")
-    if opts.approval is not None:
-        from dsh.sandbox.approval import approval_option
-
-        approval_option(opts.approval)
-    if opts.runner not in (None, "auto"):
-        from dsh.sandbox.host import check_runner_name
-
-        try:
-            check_runner_name(opts.runner)
-        except UsageError as exc:
-            raise UsageError(f"--{exc}") from None
-
-
-def _check_paths(opts: RunOptions) -> None:
-    """An empty path would silently mean the current directory."""
-    flags: list[tuple[str, tuple[str, ...]]] = [
-        ("--workspace", () if opts.workspace is None else (opts.workspace,)),
-        ("--workdir", () if opts.workdir is None else (opts.workdir,)),
-        ("--writable", opts.writable),
-        ("--force-writable", opts.force_writable),
-        ("--composition", () if opts.composition is None else (opts.composition,)),
-    ]
-    from dsh.sandbox.input_files import path_problem
-
-    for flag, values in flags:
-        if any(not value.strip() for value in values):
-            raise UsageError(f"{flag}: empty path; pass a path (\".\" for the current directory) or drop the flag")
-        for value in values:
-            problem = path_problem(value)
-            if problem is not None:
-                raise UsageError(f"{flag}: {problem}; pass a shorter path")
-    from dsh.cli.settings import check_environment
-
-    check_environment(os.environ)
 
 
 # -- the context ------------------------------------------------------------------------
@@ -195,7 +83,7 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
     )
 
 
-def build_context(opts: RunOptions, *, executor: str = "bash") -> Context:
+def open_run_session(opts: RunOptions, *, executor: str = "bash") -> Context:
     """The context of a ``run``; ``--composition`` builds it from the file."""
     from dsh.executors.seam import ShellExecutor
     from dsh.sandbox.session import build_session
@@ -249,8 +137,6 @@ def run_command(opts: RunOptions) -> int:
     """Check, build, run, stream and report; returns the exit status to mirror."""
     check_options(opts)
     if opts.composition is None:  # a composition is the whole configuration of its context
-        from dsh.cli.settings import apply_to_run
-
         opts = apply_to_run(opts)
     asks_here = opts.approval not in (None, "deny")
     if opts.tty and asks_here:
@@ -262,10 +148,10 @@ def run_command(opts: RunOptions) -> int:
         # A pty when a person is at the terminal, unless an approval may be asked there.
         tty = not opts.as_json and not asks_here and os.isatty(0) and os.isatty(1)
         opts = dataclasses.replace(opts, tty=tty)
-    ctx = build_context(opts)
+    ctx = open_run_session(opts)
     try:
         from dsh.executors.seam import ShellExecutor
-        from dsh.sandbox.policy_guard import refuse_untrusted_config
+        from dsh.sandbox.config_trust import refuse_untrusted_config
 
         approver = approver_for(ctx, opts)
         refuse_untrusted_config(ctx, opts.composition, approver)
@@ -343,7 +229,8 @@ def approver_for(ctx: Context, opts: RunOptions) -> Approval | None:
     it first; the approval code is imported only when one can be asked."""
     if opts.approval == "deny" or (opts.approval is None and opts.composition is None):
         return None
-    from dsh.sandbox.approval import Approval, build_approval
+    from dsh.sandbox.approval import Approval
+    from dsh.sandbox.approval_choice import build_approval
 
     if opts.approval is not None and opts.composition is not None:
         return build_approval(ctx, opts.approval)

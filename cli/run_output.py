@@ -208,7 +208,7 @@ def _is_terminal(sink: IO[bytes]) -> bool:
 
 def exit_status(result: Any) -> int:
     """The CLI's exit status for a ``ShellRunResult``."""
-    from dsh.executors.render import signal_number
+    from dsh.executors.signal_names import signal_number
 
     if result.timed_out:
         return EXIT_TIMEOUT

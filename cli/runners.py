@@ -48,29 +48,27 @@ def runners(
 
 def collect(*, profile: str | None, workspace: str | None) -> tuple[list[dict[str, Any]], list[str]]:
     """One row per runner (JSON-able), and notes about policies that cannot be built."""
-    from dsh.sandbox.context import Context
     from dsh.sandbox.host import SandboxHost
-    from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+    from dsh.sandbox.policy_service import PolicyService
+    from dsh.sandbox.session import SessionSpec, build_session, host_only
 
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
-    services: list[PolicyService] = []
-    with Context() as ctx, contextlib.ExitStack() as stack:
-        # Closed at the end: their private /tmp directories go with them.
-        stack.callback(lambda: list(map(PolicyService.close, services)))
-        policies: dict[SandboxMode, Any] = {}
+    policies: dict[SandboxMode, Any] = {}
+    with contextlib.ExitStack() as stack:
+        # Each policy's session stays open to the end: its private /tmp goes with it.
         for mode in SandboxMode:
             if not mode.constrains:
                 continue
             try:
-                config = PolicyConfig(mode=mode.value, profile=profile, workspace=workspace)
-                services.append(PolicyService(ctx, config))
-                policies[mode] = services[-1].default_policy
+                session = stack.enter_context(
+                    build_session(SessionSpec(mode=mode.value, profile=profile, workspace=workspace)))
+                policies[mode] = session.require(PolicyService).default_policy
             except ConfigError as exc:
                 policies[mode] = None
                 notes.append(f"{mode}: {exc}")
-        host = SandboxHost(ctx)
-        ctx.provide(host)
+        ctx = stack.enter_context(build_session(host_only()))
+        host = ctx.require(SandboxHost)
         for probe in host.probe_all():
             runner = host.runner(probe.name) if probe.available else None
             enforcement: dict[str, str] = {}
@@ -150,7 +148,7 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def _prune(prune_all: bool, as_json: bool) -> None:
-    from dsh.sandbox.host import runner_classes
+    from dsh.sandbox.registry import runner_classes
 
     names: list[str] = []
     for cls in runner_classes().values():

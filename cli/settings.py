@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from dsh.cli.config_files import (
     IMAGE_KEY,
     ConfigFile,
+    Value,
     configurable_runners,
     find_user_config,
     project_config_path,
@@ -40,7 +41,6 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy_paths import canonical
 
 if TYPE_CHECKING:
-    from dsh.cli.run import RunOptions
     from dsh.sandbox.runner import ConfigKey
 
 #: Single-valued keys and their built-in defaults (``None``: the profile decides).
@@ -66,12 +66,6 @@ _FLAG_NAMES: Mapping[str, str] = {
 }
 AUTO_RUNNER = DEFAULTS["runner"]
 _BOOLS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False, "off": False}
-
-
-@dataclass(frozen=True)
-class Value:
-    value: Any
-    source: str  # "default", "flag --mode", "env DSH_SANDBOX_MODE" or "FILE:LINE"
 
 
 @dataclass(frozen=True)
@@ -221,20 +215,6 @@ def check_environment(environ: Mapping[str, str]) -> None:
             )
 
 
-def apply_to_run(opts: RunOptions) -> RunOptions:
-    """``run``'s options with the config files and ``DSH_SANDBOX_*`` applied under its flags."""
-    flags = Flags(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(Flags)})
-    settings = resolve(flags, os.environ, Path(opts.workspace or "."))
-    options = settings.runner_options(os.environ)
-    return dataclasses.replace(
-        opts, profile=settings["profile"], mode=settings["mode"], runner=settings["runner"],
-        approval=settings["approval"], network=settings["network"],
-        accept_degraded=settings.accepted(), env=settings.env_pairs(),
-        runner_options=tuple((name, tuple(values.items())) for name, values in options.items()),
-        user_config=settings.user_real if settings.user_found else None,
-    )
-
-
 # -- layers ----------------------------------------------------------------------------
 Layer = dict[str, Value]
 
@@ -296,7 +276,7 @@ def _check(layer: Layer) -> None:
         if key == "mode":
             SandboxMode.parse(value.value, field=label)
         elif key == "runner":
-            from dsh.sandbox.host import check_runner_name
+            from dsh.sandbox.registry import check_runner_name
 
             try:
                 check_runner_name(value.value)
@@ -330,7 +310,7 @@ def check_degradation(name: str, label: str) -> None:
 
     if degradation_problem(name) is None:
         return
-    from dsh.sandbox.host import HOST_DEGRADATIONS
+    from dsh.sandbox.gate import HOST_DEGRADATIONS
 
     valid = sorted({*known_degradations(), *HOST_DEGRADATIONS})
     raise ConfigError(

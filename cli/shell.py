@@ -32,7 +32,8 @@ def shell(**params: Any) -> None:
 
     Exit status: the shell's, as with dsh-sandbox run.
     """
-    from dsh.cli.run import RunOptions, run_command
+    from dsh.cli.run import run_command
+    from dsh.cli.run_options import RunOptions
 
     many = ("writable", "env", "accept_degraded")
     fields: dict[str, Any] = {k: (tuple(v) if k in many else v) for k, v in params.items()}

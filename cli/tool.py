@@ -106,7 +106,7 @@ def build_tool_context(**options: Any) -> Context:
             f"--composition {composition}: mounts no executor (ShellExecutor); add e.g. {{name: bash-sandbox}}"
         )
     from dsh.sandbox.approval import Approval
-    from dsh.sandbox.policy_guard import refuse_untrusted_config
+    from dsh.sandbox.config_trust import refuse_untrusted_config
 
     try:
         refuse_untrusted_config(ctx, composition)

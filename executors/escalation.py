@@ -28,12 +28,13 @@ from typing import Literal
 
 from dsh.executors.denial import Denial, find_denial
 from dsh.executors.seam import ShellExecRequest, ShellExecSpec, ShellExecutor, ShellRunResult
-from dsh.sandbox.approval import Approval, DenyAllApproval, EscalationDecision, EscalationRequest, printable
+from dsh.sandbox.approval import Approval, DenyAllApproval, EscalationDecision, EscalationRequest
 from dsh.sandbox.context import Context
 from dsh.sandbox.file_changes import FileChanges, TreeSnapshot, compare, snapshot
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyService
+from dsh.sandbox.terminal_text import printable
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ from typing import Literal
 
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import Pump
-from dsh.executors.render import signal_name
 from dsh.executors.retention import trim_leading_partial, trim_trailing_partial
 from dsh.executors.seam import (
     OutputObserver,
@@ -27,6 +26,7 @@ from dsh.executors.seam import (
     ShellRunResult,
     StreamName,
 )
+from dsh.executors.signal_names import signal_name
 
 StopCause = Literal["timeout", "abort", "kill", "spawn_failed"]
 #: Called once at settlement: (exit_code, signal, stdout text, stderr text) -> facts.

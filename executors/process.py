@@ -25,28 +25,27 @@ import re
 import signal
 import subprocess
 import threading
-import time
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dsh.executors import interrupts, portable, proctree
+from dsh.executors import interrupts
 from dsh.executors.capture import StreamCapture
 from dsh.executors.pump import ProcessTarget, Pump
 from dsh.executors.seam import ENV_OVERRIDES
 from dsh.executors.spill import SpillDir
+from dsh.executors.targets import LocalTarget, RemoteTarget
 from dsh.executors.watchdog import OrphanKiller
 from dsh.sandbox.context import Service
-from dsh.sandbox.runner import ExitStatus, Launch, LocalLaunch, RemoteLaunch, RemoteProcess
+from dsh.sandbox.runner import Launch, LocalLaunch, RemoteLaunch
 from dsh.sandbox.stdin_feed import StdinFeed
 
 SENSITIVE_ENV_PATTERN = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 DSH_ENV_PREFIX = "DSH_"
 _PR_SET_CHILD_SUBREAPER = 36
 _PIPE_SIZE = 1 << 20  # fewer wake-ups for commands that write a lot
-_REAP_WAIT_S = 5.0
 
 
 def scrub_environ(environ: Mapping[str, str]) -> dict[str, str]:
@@ -77,114 +76,6 @@ class SubprocessConfig:
     #: Keep this session's spill files when it closes (for a caller that shows
     #: their paths to a person); removed by age at a later session's first spill.
     keep_spill_files: bool = False
-
-
-class _LocalTarget(ProcessTarget):
-    """A local child in its own session."""
-
-    def __init__(self, popen: subprocess.Popen[bytes], launch: LocalLaunch, service: LocalSubprocessService) -> None:
-        self.popen = popen
-        self.pid = popen.pid
-        self.leader: int = popen.pid
-        self.pgid: int = popen.pid  # start_new_session: the leader's pid is the group id
-        self.launch = launch
-        self.service = service
-        self._exit = portable.ExitWatch(self.leader)
-        self.exit_fd: int | None = self._exit.fd
-        self._reaped = False
-        self._lock = threading.Lock()
-        self._tree: dict[int, proctree.Start] = {}  # descendants seen while killing
-
-    def signal_tree(self, sig: int, *, snapshot: bool = False) -> None:
-        with self._lock:
-            if self._reaped:
-                return  # the group id may belong to someone else now
-            if snapshot:
-                self._tree.update(proctree.descendants(self.leader))
-            for pid, start in self._tree.items():
-                proctree.signal_same(pid, start, sig, skip_pgid=self.pgid)
-            if self.launch.kill_tree is not None:
-                try:
-                    self.launch.kill_tree(self.leader, sig)
-                except Exception:
-                    pass  # the process-group kill below still happens
-            try:
-                os.killpg(self.pgid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def leader_status(self) -> ExitStatus | None:
-        # Not reaped (where waitid exists): its pid, the group id, cannot be
-        # reused while we still signal the group.
-        return self._exit.status()
-
-    def wait_exit(self, timeout: float) -> ExitStatus | None:
-        raise NotImplementedError  # local targets are woken by their exit fd
-
-    def command_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
-        if self.launch.exit_status is None:
-            return status
-        return self.launch.exit_status(status, stderr)
-
-    def finish(self) -> None:
-        """Reap the leader and every orphan left in the group, then unregister."""
-        with self._lock:
-            self.popen.wait()
-            self._reaped = True
-        if self.exit_fd is not None:
-            self._exit.close()
-            self.exit_fd = None
-        give_up = time.monotonic() + _REAP_WAIT_S
-        while time.monotonic() < give_up:
-            try:
-                os.killpg(self.pgid, 0)
-            except (ProcessLookupError, PermissionError):
-                break  # the group is empty
-            try:
-                if os.waitpid(-self.pgid, os.WNOHANG)[0]:
-                    continue
-            except ChildProcessError:
-                pass  # members left are not our children (yet); they were SIGKILLed
-            time.sleep(0.005)
-        # Descendants that left the group and came back to us as orphans.
-        pending = dict(self._tree)
-        while pending and time.monotonic() < give_up:
-            pending = {p: s for p, s in pending.items() if not proctree.reap_adopted(p, s)}
-            if pending:
-                time.sleep(0.005)
-        self.service.orphan_killer.unregister(self.pgid)
-        if self.launch.cleanup is not None:
-            self.launch.cleanup()
-
-
-class _RemoteTarget(ProcessTarget):
-    """A ``RemoteProcess`` driven like a local one."""
-
-    exit_fd = None
-
-    def __init__(self, remote: RemoteProcess, launch: RemoteLaunch) -> None:
-        self.remote = remote
-        self.launch = launch
-        self.pid = None
-
-    def signal_tree(self, sig: int, *, snapshot: bool = False) -> None:
-        try:
-            self.remote.kill(sig)
-        except Exception:
-            pass  # a remote that is already gone has nothing left to kill
-
-    def leader_status(self) -> ExitStatus | None:
-        return self.remote.wait(0)
-
-    def wait_exit(self, timeout: float) -> ExitStatus | None:
-        return self.remote.wait(timeout)
-
-    def finish(self) -> None:
-        try:
-            self.remote.close()
-        finally:
-            if self.launch.cleanup is not None:
-                self.launch.cleanup()
 
 
 class LocalSubprocessService(Service):
@@ -288,7 +179,7 @@ class LocalSubprocessService(Service):
                 if launch.cleanup is not None:
                     launch.cleanup()
                 raise
-            target = _RemoteTarget(remote, launch)
+            target = RemoteTarget(remote, launch)
             fds = (remote.stdout_fd, remote.stderr_fd)
             stdin_fd = None
             stdin = None
@@ -324,7 +215,7 @@ class LocalSubprocessService(Service):
     def _spawn_local(
         self, launch: LocalLaunch, *, cwd: str, env: Mapping[str, str], stdin: bytes | StdinFeed | None,
         merge: bool = False,
-    ) -> tuple[_LocalTarget, tuple[int, int], int]:
+    ) -> tuple[LocalTarget, tuple[int, int], int]:
         self._become_subreaper()
         # A runner that wraps the command in host-side helpers starts them with a
         # fixed environment and hands the command its own further in.
@@ -363,7 +254,7 @@ class LocalSubprocessService(Service):
             os.close(fd)
         self.orphan_killer.register(popen.pid)
         try:
-            target = _LocalTarget(popen, launch, self)
+            target = LocalTarget(popen, launch, self.orphan_killer)
         except OSError:  # no exit fd: do not leave the command running
             os.killpg(popen.pid, signal.SIGKILL)
             popen.wait()

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from dsh.executors.pty_launch import StatusParser, data_frames, eof_frame, resize_frame, signal_frame
-from dsh.executors.render import signal_name
 from dsh.executors.seam import ShellExecRequest, ShellExecution, ShellExecutor, TerminalSize
+from dsh.executors.signal_names import signal_name
 from dsh.executors.terminal_registry import TerminalRegistry
 from dsh.executors.terminal_screen import TerminalScreen
 from dsh.executors.terminal_seam import (

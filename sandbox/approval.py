@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import abc
 import datetime
-import errno
 import json
 import logging
 import os
-import stat
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
@@ -33,6 +31,7 @@ from dsh.sandbox.escalation_types import EscalationDecision as EscalationDecisio
 from dsh.sandbox.escalation_types import EscalationRequest as EscalationRequest
 from dsh.sandbox.escalation_types import Outcome as Outcome
 from dsh.sandbox.file_changes import FileChanges
+from dsh.sandbox.input_files import open_private_file as open_private_file
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import seconds
 from dsh.sandbox.terminal_prompt import PROMPT_CHANGES_SHOWN as PROMPT_CHANGES_SHOWN
@@ -70,8 +69,8 @@ class Approval(Service):
     Config: ClassVar[type[Any]] = ApprovalConfig
     config: ApprovalConfig
 
-    def __init__(self, ctx: Context | None = None, config: Any = None) -> None:
-        super().__init__(ctx if ctx is not None else Context(), config)
+    def __init__(self, ctx: Context, config: Any = None) -> None:
+        super().__init__(ctx, config)
         self._session: set[tuple[str, str, str, SandboxMode]] = set()
         # What the latest denied runs changed, by (owner, command, workdir):
         # a later request to run the same command wider is shown it.
@@ -216,17 +215,6 @@ class Approval(Service):
         return decision
 
 
-def open_private_file(path: Path, flags: int) -> int:
-    """``path`` opened (created 0600) as a regular file and never through a
-    symbolic link or as a terminal: a link a command planted there would
-    have us append to a file of its choosing."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file", str(path))
-    return fd
-
-
 class DenyAllApproval(Approval):
     """``approval-deny``: the default; every escalation is denied."""
 
@@ -255,7 +243,7 @@ class PromptApproval(Approval):
 
     def __init__(
         self,
-        ctx: Context | None = None,
+        ctx: Context,
         config: PromptConfig | None = None,
         *,
         input: IO[str] | None = None,
@@ -294,16 +282,3 @@ def approval_option(value: str, *, flag: str = "--approval") -> tuple[str, dict[
         f"{flag} {value!r}: use deny, prompt or rules:FILE (a TOML rules file), "
         "e.g. --approval rules:~/.config/dsh-sandbox/approvals.toml (outside every writable root)"
     )
-
-
-def build_approval(ctx: Context, value: str, *, flag: str = "--approval") -> Approval:
-    """The approval provider ``value`` names (not mounted; ``ctx.provide`` it)."""
-    name, config = approval_option(value, flag=flag)
-    # Imported directly, not through entry points: ``run`` must start fast.
-    if name == "approval-rules":
-        from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
-
-        return RulesApproval(ctx, RulesConfig(**config))
-    if name == "approval-prompt":
-        return PromptApproval(ctx)
-    return DenyAllApproval(ctx)

@@ -40,14 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
-from dsh.sandbox.approval import (
-    Approval,
-    ApprovalConfig,
-    EscalationDecision,
-    EscalationRequest,
-    TerminalPrompter,
-    printable,
-)
+from dsh.sandbox.approval import Approval, ApprovalConfig, EscalationDecision, EscalationRequest
 from dsh.sandbox.command_words import (
     KNOWN_TOOLS,
     dangerous_word,
@@ -59,6 +52,8 @@ from dsh.sandbox.command_words import (
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.terminal_prompt import TerminalPrompter
+from dsh.sandbox.terminal_text import printable
 
 _RULE_KEYS = ("mode", "workdir", "command", "argv", "prefix", "args", "decision")
 
@@ -314,7 +309,7 @@ class RulesApproval(Approval):
     Config: ClassVar[type[Any]] = RulesConfig
     config: RulesConfig
 
-    def __init__(self, ctx: Context | None = None, config: RulesConfig | None = None) -> None:
+    def __init__(self, ctx: Context, config: RulesConfig | None = None) -> None:
         super().__init__(ctx, config)
         if not self.config.path:
             raise ConfigError("approval-rules: config 'path' is required: the TOML rules file")

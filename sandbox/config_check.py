@@ -11,20 +11,17 @@ import re
 import types
 import typing
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dsh.sandbox.errors import CompositionError
 
-if TYPE_CHECKING:
-    from dsh.sandbox.context import Service
 
+def build_config(config_cls: type[Any], raw: Mapping[str, Any], *, entry: str, provider: str) -> Any:
+    """Validate ``raw`` against ``config_cls`` (a provider's ``Config`` dataclass) and build it.
 
-def build_config(cls: type[Service], raw: Mapping[str, Any], *, entry: str) -> Any:
-    """Validate ``raw`` against ``cls.Config`` (a dataclass) and build it.
-
-    Unknown fields and wrong types are errors naming the entry and the field.
+    Unknown fields and wrong types are errors naming the entry and the field;
+    ``provider`` is the provider's name, for the message.
     """
-    config_cls = cls.Config
     if not isinstance(raw, Mapping):
         raise CompositionError(f"entry {entry!r}: config must be a mapping, got {type(raw).__name__}")
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
@@ -33,7 +30,7 @@ def build_config(cls: type[Service], raw: Mapping[str, Any], *, entry: str) -> A
         if key not in fields:
             known = ", ".join(sorted(fields)) or "(none)"
             raise CompositionError(
-                f"entry {entry!r}: unknown config field {key!r} for {cls.plugin_name or cls.__name__}; "
+                f"entry {entry!r}: unknown config field {key!r} for {provider}; "
                 f"known fields: {known}"
             )
     values: dict[str, Any] = {}
@@ -65,7 +62,8 @@ def _coerce(value: Any, hint: Any, *, entry: str, field: str) -> Any:
         from dsh.sandbox.numeric import NumberError, config_number
 
         try:
-            config_number(field, coerced)
+            # The value as written: an int past the bound must not be rounded into it by a float field.
+            config_number(field, value if isinstance(value, (int, float)) else coerced)
         except NumberError as exc:
             raise CompositionError(f"entry {entry!r}: config field {exc}") from None
     return coerced

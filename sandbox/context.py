@@ -57,7 +57,12 @@ class Service:
 
 
 class Context:
-    """Holds the mounted services; ``ctx.<key>`` returns the provider."""
+    """Holds the mounted services, one provider per key.
+
+    Consumers look a service up by its definition: ``ctx.require(SandboxHost)``
+    (or ``ctx.get``, None when absent).  A key such as ``sandbox`` names the
+    slot in messages and compositions; it is not an attribute of the context.
+    """
 
     def __init__(self) -> None:
         self._services: dict[str, Service] = {}
@@ -259,7 +264,8 @@ def build_context(
     planned: list[Planned] = []
     for entry in parsed:
         cls = load(entry.name) if load is not None else load_plugin(entry.name, entry_id=entry.id)
-        planned.append(Planned(cls, build_config(cls, entry.config, entry=entry.id), entry.id))
+        config = build_config(cls.Config, entry.config, entry=entry.id, provider=cls.plugin_name or cls.__name__)
+        planned.append(Planned(cls, config, entry.id))
     ctx = mount_all(planned)
     ctx.composition_file = source
     return ctx

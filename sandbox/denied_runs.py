@@ -26,6 +26,7 @@ from typing import Any
 
 from dsh.sandbox.command_words import simple_argv
 from dsh.sandbox.file_changes import FileChanges
+from dsh.sandbox.input_files import open_private_file
 
 #: Records kept in the file (the latest ones; a model re-asks soon).
 KEPT = 64
@@ -63,8 +64,6 @@ class DeniedRunStore:
         self.path = path
 
     def add(self, owner: str, workdir: str, key: str, changes: FileChanges) -> None:
-        from dsh.sandbox.approval import open_private_file
-
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = open_private_file(self.path, os.O_RDWR)
         try:
@@ -81,8 +80,6 @@ class DeniedRunStore:
             os.close(fd)
 
     def get(self, owner: str, workdir: str, key: str) -> FileChanges | None:
-        from dsh.sandbox.approval import open_private_file
-
         try:
             fd = open_private_file(self.path, os.O_RDONLY)
         except FileNotFoundError:

@@ -1,7 +1,9 @@
 """The fail-closed gate: a partial enforcement runs only if every degradation is accepted.
 
-One check and one wording for the host and for every runner that re-checks
-before it launches.  The refusal is written for a person: grouped by
+What a runner reports (``Enforcement``, made of ``Gap``s), the one check on it
+(``Enforcement.accepted_by``, ``check_accepted``) and the one wording of a
+refusal live here, for the host's choice and for the preamble of every
+runner's ``prepare``.  The refusal is written for a person: grouped by
 degradation, each distinct reason once, long path lists shortened, and the
 exact flag that would accept it.
 """
@@ -10,11 +12,69 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
+from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.runner import Enforcement
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One part of a policy a runner cannot enforce here.
+
+    ``degradation`` is the name a profile lists in ``accept_degraded`` (or the
+    user passes to ``--accept-degraded``) to run anyway; ``reason`` says what
+    stays open and why.
+    """
+
+    degradation: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Enforcement:
+    """How completely a runner enforces a mode here.
+
+    ``level`` is ``full`` or ``partial``; ``gaps`` are the parts it cannot
+    enforce.  A partial enforcement whose degradations are not all accepted is
+    refused (fail closed; see ``dsh.sandbox.gate``).
+    """
+
+    level: Literal["full", "partial"]
+    gaps: tuple[Gap, ...] = ()
+
+    @classmethod
+    def full(cls) -> Enforcement:
+        return cls("full")
+
+    @classmethod
+    def partial(cls, gaps: Sequence[Gap]) -> Enforcement:
+        return cls("partial", tuple(gaps))
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Each gap's reason, in order."""
+        return tuple(g.reason for g in self.gaps)
+
+    @property
+    def degradations(self) -> tuple[str, ...]:
+        """The distinct degradation names, in order."""
+        return tuple(dict.fromkeys(g.degradation for g in self.gaps))
+
+    def reasons_for(self, degradation: str) -> tuple[str, ...]:
+        return tuple(g.reason for g in self.gaps if g.degradation == degradation)
+
+    def accepted_by(self, policy: SandboxPolicy) -> bool:
+        return self.level == "full" or set(self.degradations) <= set(policy.accept_degraded)
+
+    def describe(self) -> str:
+        if self.level == "full":
+            return "full"
+        return "partial: " + "; ".join(self.missing)
+
 
 #: Paths listed per slot before "+N more".
 MAX_PATHS = 3
@@ -89,3 +149,24 @@ def check_accepted(enforcement: Enforcement, policy: SandboxPolicy, *, runner: s
     if names:
         lines.append(accept_hint(names))
     raise SandboxUnavailable("\n".join(lines), runner=runner, degradations=names)
+
+
+# -- what the host adds to every runner's report -------------------------------------------
+SCAN_DEGRADATION = "protected-scan-incomplete"
+#: Degradations the host reports for every runner (profiles accept them by name),
+#: with the capabilities they weaken.
+HOST_DEGRADATIONS: Mapping[str, tuple[Capability, ...]] = {SCAN_DEGRADATION: (PROTECTED_PATHS,)}
+
+
+def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcement:
+    """Every runner's enforcement, plus the roots the policy could not search:
+    a repository or protected name deeper in them is writable."""
+    if not policy.unscanned_roots:
+        return enforcement
+    gap = Gap(
+        SCAN_DEGRADATION,
+        "nested repositories and protected names were not searched for in "
+        + ", ".join(map(str, policy.unscanned_roots))
+        + " (too many entries, unreadable or too deep): any there stay writable",
+    )
+    return Enforcement.partial((*enforcement.gaps, gap))

@@ -26,68 +26,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
-from dsh.sandbox.gate import accept_hint, best_refused, check_accepted, refusal_lines, unaccepted
+from dsh.sandbox.gate import accept_hint, best_refused, check_accepted, refusal_lines, unaccepted, with_scan_gap
 from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.registry import read_priorities, runner_entry_points, write_priorities
-from dsh.sandbox.runner import Argv, Enforcement, Gap, Launch, Runner, RunnerProbe
-
-AUTO = "auto"
-
-
-def known_runner_names() -> list[str]:
-    """The registered runner names, in the order their distributions declare them."""
-    return list(runner_entry_points())
-
-
-def check_runner_name(name: str) -> str:
-    """Return ``name`` if it names a runner (or ``auto``); else a ``ConfigError``."""
-    if name == AUTO or name in runner_entry_points():
-        return name
-    known = ", ".join([AUTO, *known_runner_names()])
-    raise ConfigError(f"runner: unknown runner {name!r}; use one of: {known}")
-
-
-class RunnerLoadError(Exception):
-    """A known runner's code cannot be imported (missing extra, broken install)."""
-
-
-def load_runner_class(name: str) -> type[Runner]:
-    """The runner class registered as ``name``.
-
-    Raises ``ConfigError`` for an unknown name and ``RunnerLoadError`` when the
-    name is known but its module does not import.
-    """
-    check_runner_name(name)
-    try:
-        cls = runner_entry_points()[name].load()
-    except ImportError as exc:
-        raise RunnerLoadError(f"runner code cannot be imported: {exc}") from exc
-    except AttributeError as exc:
-        raise RunnerLoadError(f"runner code is incomplete: {exc}") from exc
-    if not (isinstance(cls, type) and issubclass(cls, Runner)):
-        raise RunnerLoadError(f"{name!r} does not name a Runner subclass")
-    return cls
-
-
-def runner_classes() -> dict[str, type[Runner]]:
-    """Every registered runner class that imports here (for listings and checks)."""
-    classes = {}
-    for name in known_runner_names():
-        try:
-            classes[name] = load_runner_class(name)
-        except RunnerLoadError:
-            continue
-    return classes
-
-
-def auto_order(runners: Mapping[str, type[Runner] | Runner]) -> list[str]:
-    """Names of the runners ``auto`` may pick, best (lowest ``auto_priority``) first."""
-    ranked = [(r.auto_priority, name) for name, r in runners.items() if r.auto_priority is not None]
-    return [name for _, name in sorted(ranked)]
+from dsh.sandbox.registry import (
+    AUTO,
+    RunnerLoadError,
+    auto_order,
+    check_runner_name,
+    known_runner_names,
+    load_runner_class,
+    read_priorities,
+    runner_entry_points,
+    write_priorities,
+)
+from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
 
 
 def _safe_probe(runner: Runner) -> RunnerProbe:
@@ -325,7 +280,7 @@ class SandboxHost(Service):
             )
         selection = self.choose(policy)
         try:
-            launch = selection.runner.prepare(exact, policy, cwd=cwd, env=env)
+            launch = selection.runner.prepare(exact, policy, cwd=cwd, env=env, enforcement=selection.enforcement)
         except OSError as exc:
             # A path that changed while the runner read it (a race with another
             # run): nothing ran, and the person gets the path, not a traceback.
@@ -359,23 +314,3 @@ class SandboxHost(Service):
                 errors.append(exc)
         if errors:
             raise errors[0]
-
-
-SCAN_DEGRADATION = "protected-scan-incomplete"
-#: Degradations the host reports for every runner (profiles accept them by name),
-#: with the capabilities they weaken.
-HOST_DEGRADATIONS: Mapping[str, tuple[Capability, ...]] = {SCAN_DEGRADATION: (PROTECTED_PATHS,)}
-
-
-def with_scan_gap(enforcement: Enforcement, policy: SandboxPolicy) -> Enforcement:
-    """Every runner's enforcement, plus the roots the policy could not search:
-    a repository or protected name deeper in them is writable."""
-    if not policy.unscanned_roots:
-        return enforcement
-    gap = Gap(
-        SCAN_DEGRADATION,
-        "nested repositories and protected names were not searched for in "
-        + ", ".join(map(str, policy.unscanned_roots))
-        + " (too many entries, unreadable or too deep): any there stay writable",
-    )
-    return Enforcement.partial((*enforcement.gaps, gap))

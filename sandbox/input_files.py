@@ -32,6 +32,7 @@ import os
 import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
 
@@ -253,3 +254,14 @@ def _open_error(path: str, exc: OSError, nofollow: bool) -> InputFileError:
 
 def _mib(limit: int) -> str:
     return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
+
+
+def open_private_file(path: Path, flags: int) -> int:
+    """``path`` opened (created 0600) as a regular file and never through a
+    symbolic link or as a terminal: a link a command planted there would
+    have us append to a file of its choosing."""
+    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return fd

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from dsh.sandbox.context import Context, Service
-from dsh.sandbox.enclosing_repo import describe_enclosing, enclosing_repository, kept_read_only
+from dsh.sandbox.enclosing_repo import enclosing_repository, kept_read_only
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.own_state import hidden_state, refuse_install_in_roots, state_refusal
+from dsh.sandbox.own_state import hidden_state
 from dsh.sandbox.pins import Pin, PinnedPaths, PinStore, Resolved
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_guard import root_refusal
@@ -34,12 +34,11 @@ from dsh.sandbox.policy_paths import (
     ALWAYS_PROTECTED,
     canonical,
     expand,
-    is_within,
     protected_under,
     sorted_paths,
     system_dir_reason,
 )
-from dsh.sandbox.private_tmp import SHARED, PrivateTmp, describe_tmp
+from dsh.sandbox.private_tmp import SHARED, PrivateTmp
 from dsh.sandbox.profile_schema import degradation_problem
 from dsh.sandbox.profiles import Profile, load_profile
 from dsh.sandbox.protected_scan import (
@@ -49,10 +48,11 @@ from dsh.sandbox.protected_scan import (
     TreeIndex,
     protected_from,
 )
+from dsh.sandbox.root_checks import add_root, refuse_dangerous_roots, refuse_non_directory, refuse_overlaps
 from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home
 from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
-__all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "describe_policy", "system_dir_reason"]
+__all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "system_dir_reason"]
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class PolicyService(Service):
             )
         # Relative to the cwd, as a shell user means it.
         resolved = self._pins.walk(f"--writable {raw}", raw, Path.cwd() / expanded)
-        _refuse_non_directory(f"--writable {raw}", resolved)
+        refuse_non_directory(f"--writable {raw}", resolved)
         return resolved
 
     @functools.cached_property
@@ -291,7 +291,7 @@ class PolicyService(Service):
         hidden += state
         # The state entries are chosen around the roots: they never hold one.
         profiled = [p for p in hidden if p in profile_hidden]
-        _refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", profiled)])
+        refuse_overlaps(roots, [("protected", protected), ("read-only", read_only), ("hidden", profiled)])
         policy = SandboxPolicy(
             writable_roots=sorted_paths(path for _label, path in roots),
             protected_paths=sorted_paths(protected),
@@ -366,74 +366,27 @@ class PolicyService(Service):
             label = f"profile {self._profile.name}: writable_roots entry {raw!r}"
             # Relative to the workspace: from the directory held, not its name.
             resolved = self._pins.walk(label, raw, Path(expanded), base=self._workspace_pin)
-            _refuse_non_directory(label, resolved)
-            _add_root(written, missing, label, resolved)
+            refuse_non_directory(label, resolved)
+            add_root(written, missing, label, resolved)
         if self._home is not None:
             label = f"profile {self._profile.name}: home"
             home_raw = self._profile.home or str(self._home)
-            _add_root(written, missing, label, self._pins.walk(label, home_raw, self._home))
+            add_root(written, missing, label, self._pins.walk(label, home_raw, self._home))
         for raw in self.config.writable:
             # As a profile's entry: a missing one is reported, never created.
-            _add_root(written, missing, f"--writable {raw}", self._check_flag_root(raw))
+            add_root(written, missing, f"--writable {raw}", self._check_flag_root(raw))
         if not self._profile.exclude_tmp and self._profile.tmp == SHARED:
             for name, raw_tmp in (("/tmp", "/tmp"), ("$TMPDIR", os.environ.get("TMPDIR"))):
                 if raw_tmp:
                     label = f"{name} ({raw_tmp})"
-                    _add_root(written, missing, label, self._pins.walk(label, raw_tmp, Path.cwd() / raw_tmp))
+                    add_root(written, missing, label, self._pins.walk(label, raw_tmp, Path.cwd() / raw_tmp))
         roots = [(label, resolved.path) for label, resolved in written]
         if refuse:
-            self._refuse_dangerous(roots)
+            refuse_dangerous_roots(roots, own_home=self._own_home, forced=self._forced)
         pins = [resolved.pin for _label, resolved in written if resolved.pin is not None]
         # A system directory never becomes a root (refused above in
         # workspace-write): what lies under it is not the command's doing.
         return roots, missing, [path for _label, path in roots if root_refusal(path)[1]], pins
-
-    def _refuse_dangerous(self, roots: Iterable[tuple[str, Path]]) -> None:
-        """System directories are refused; credentials, start-up files and the
-        home directory only unless forced by name."""
-        roots = list(roots)
-        for label, path in roots:
-            reason, forceable = root_refusal(path)
-            if reason is not None and not forceable:
-                self._refuse_root(label, path, reason, forceable=False)
-            # dsh-sandbox's own state: no force lifts it (the run's own HOME excepted).
-            state = state_refusal(path, self._own_home)
-            if state is not None:
-                also = f"{reason}; " if reason is not None else ""
-                if label == "workspace":
-                    fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
-                elif label.startswith(("/tmp", "$TMPDIR")):
-                    fix = "drop tmp = \"shared\" from the profile"
-                else:
-                    fix = "name a directory that does not overlap it"
-                raise ConfigError(
-                    f"{label}: refusing to make {path} writable in workspace-write ({also}{state}: a command "
-                    f"could read other runs' output and HOMEs or write what a later run trusts); {fix}, or move "
-                    "that state (XDG_CACHE_HOME, XDG_CONFIG_HOME, XDG_RUNTIME_DIR, DSH_HOME) out of every "
-                    "writable root; --force-writable cannot lift this"
-                )
-            if reason is not None and path not in self._forced:
-                self._refuse_root(label, path, reason, forceable=True)
-        refuse_install_in_roots(roots)
-
-    @staticmethod
-    def _refuse_root(label: str, path: Path, reason: str, *, forceable: bool) -> None:
-        force = (
-            f"; or, if you mean it, force it with --force-writable {path} "
-            "(or force_writable_roots in the profile)"
-        )
-        if label.startswith("$TMPDIR"):
-            fix = 'drop tmp = "shared" from the profile or set TMPDIR to a private directory'
-        elif label == "workspace":
-            fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
-        elif forceable:
-            fix = "name a project directory instead"
-        else:
-            fix = "name a project directory instead, or use --mode danger-full-access"
-        raise ConfigError(
-            f"{label}: refusing to make {path} writable in workspace-write ({reason}); "
-            f"{fix}{force if forceable else ''}"
-        )
 
     def _paths(self, key: str, raws: Iterable[str]) -> list[Resolved]:
         out: list[Resolved] = []
@@ -448,117 +401,3 @@ class PolicyService(Service):
             label = f"profile {self._profile.name}: {key} entry {raw!r}"
             out.append(self._pins.walk(label, raw, Path(expanded), base=self._workspace_pin))
         return out
-
-
-def _refuse_non_directory(label: str, resolved: Resolved) -> None:
-    """A writable root that exists must be a directory; a missing one (from a
-    flag or a profile alike) is reported in ``missing_roots`` and not writable
-    until it exists: nothing is created for it."""
-    if resolved.pin is not None and not resolved.pin.is_dir:
-        raise ConfigError(f"{label}: {resolved.path} is not a directory; name a directory or drop it")
-
-
-def _add_root(written: list[tuple[str, Resolved]], missing: list[Path], label: str, resolved: Resolved) -> None:
-    if resolved.pin is not None and resolved.pin.is_dir:
-        written.append((label, resolved))
-    else:
-        missing.append(resolved.path)
-
-
-def _refuse_overlaps(roots: Iterable[tuple[str, Path]], rules: Iterable[tuple[str, Iterable[Path]]]) -> None:
-    """A writable root inside a protected, read-only or hidden path is refused.
-
-    Runners bind writable roots, so a root such as ``<ws>/.git/hooks`` would be
-    bound writable over the read-only ``.git`` and defeat it.
-    """
-    rule_list = [(kind, list(paths)) for kind, paths in rules]
-    for label, root in roots:
-        for kind, paths in rule_list:
-            for path in paths:
-                if is_within(root, path):
-                    raise ConfigError(
-                        f"{label}: {root} is inside the {kind} path {path}, which stays "
-                        f"{'unreadable' if kind == 'hidden' else 'read-only'}; drop this root "
-                        "or use --mode danger-full-access"
-                    )
-
-
-# -- describing -------------------------------------------------------------------------
-def describe_policy(policy: SandboxPolicy) -> list[str]:
-    """Human lines for ``profile explain``: what the policy allows and forbids."""
-    lines = [
-        f"mode: {policy.mode.value}" + (f" (profile {policy.profile})" if policy.profile else ""),
-        f"workspace: {policy.workspace}",
-    ]
-    if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
-        lines.append("writes: everywhere (no sandbox; the command runs unwrapped)")
-        lines.append("network: on")
-    else:
-        if policy.writable_roots:
-            lines.append("writable roots:")
-            lines.extend(f"  {p}" for p in policy.writable_roots)
-        else:
-            lines.append("writable roots: none (only /dev/null)")
-        if policy.missing_roots:
-            lines.append("missing roots (not writable until they exist):")
-            lines.extend(f"  {p}" for p in policy.missing_roots)
-        for title, paths in (
-            (
-                "protected (read-only inside writable roots, existing or not)",
-                policy.protected_paths,
-            ),
-            ("read-only", policy.read_only_paths),
-            ("hidden (unreadable)", policy.hidden_paths),
-        ):
-            if paths:
-                lines.append(f"{title}:")
-                lines.extend(f"  {p}" for p in paths)
-        if policy.mode is SandboxMode.WORKSPACE_WRITE:
-            lines.append(
-                "git: read-only (every repository's git dir)" if policy.git == "read-only" else
-                "git: commit (objects, refs, index, logs, packed-refs and the other state a commit "
-                "writes are writable; hooks (even missing), config, info, modules, worktrees and the "
-                "links that move them stay read-only)"
-            )
-            lines.append(
-                "created or changed during a run and reported after it: .git control files and "
-                "protected names at any depth (the sandbox's own HOME and private /tmp: directly inside only)"
-            )
-            lines.append(describe_tmp(policy))
-        lines.extend(describe_enclosing(policy))
-        if policy.home is not None:
-            lines.append(f"HOME: {policy.home} (the sandbox's own, "
-                         + ("writable; " if policy.mode is SandboxMode.WORKSPACE_WRITE else "read-only; ")
-                         + "the real home stays read-only; its .gitconfig, .config and .rustup are "
-                         "pointed at through GIT_CONFIG_GLOBAL, XDG_CONFIG_HOME and RUSTUP_HOME)")
-        else:
-            lines.append("HOME: the real home (read-only, minus the hidden paths)")
-        if policy.unscanned_roots:
-            lines.append("not searched (too big, unreadable, too deep; protected-scan-incomplete):")
-            lines.extend(f"  {p}" for p in policy.unscanned_roots)
-        lines.append(f"network: {'on' if policy.network else 'off'}")
-    lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))
-    limits = policy.limits
-    parts = [
-        f"{label}={value}"
-        for label, value in (
-            ("wall_time_s", limits.wall_time_s),
-            ("max_processes", limits.max_processes),
-            ("max_memory", _size(limits.max_memory_bytes)),
-            ("max_file_size", _size(limits.max_file_size_bytes)),
-        )
-        if value is not None
-    ]
-    lines.append("limits: " + (", ".join(parts) or "none"))
-    lines.append("runners: " + (", ".join(policy.allowed_runners) or "any"))
-    lines.append("accepted degradations: " + (", ".join(policy.accept_degraded) or "none"))
-    return lines
-
-
-def _size(value: int | None) -> str | None:
-    if value is None:
-        return None
-    for unit, factor in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value % factor == 0:
-            return f"{value // factor}{unit}"
-    return f"{value}B"

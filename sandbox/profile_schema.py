@@ -26,6 +26,7 @@ from dsh.sandbox.numeric import (
     seconds,
 )
 from dsh.sandbox.protected_scan import GIT_ACCESS
+from dsh.sandbox.toml_lines import find_key_line
 from dsh.sandbox.units import limit_range_problem
 
 LIST_KEYS = (
@@ -109,7 +110,7 @@ def known_runners() -> list[str]:
 def known_degradations() -> dict[str, str]:
     """Every degradation name a registered runner declares -> that runner's name
     (for listings; checking one name imports only its runner)."""
-    from dsh.sandbox.host import RunnerLoadError, known_runner_names, load_runner_class
+    from dsh.sandbox.registry import RunnerLoadError, known_runner_names, load_runner_class
 
     names: dict[str, str] = {}
     for runner in known_runner_names():
@@ -140,41 +141,6 @@ def parse_size(value: object, field: str = "size", *, low: int = 1) -> int:
     if isinstance(value, float):
         raise NumberError(field, f"must be a size (bytes or a string like \"512MiB\"), got {value!r}")
     return byte_count(field, value, low=low)
-
-
-# -- line lookup -------------------------------------------------------------------
-_HEADER = re.compile(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?\Z")
-
-
-def _key_pattern(key: str) -> re.Pattern[str]:
-    quoted = f"(?:{re.escape(key)}|\"{re.escape(key)}\"|'{re.escape(key)}')"
-    return re.compile(rf"\s*{quoted}\s*[=.]")
-
-
-def find_key_line(text: str, key: str, table: str | None = None) -> int | None:
-    """1-based line where ``key`` is set inside ``[table]`` (top level if ``None``).
-
-    Also finds the dotted form ``table.key = ...`` at top level, and falls back
-    to the line of the table itself when the key sits in an inline table.
-    """
-    own = _key_pattern(key)
-    dotted = _key_pattern(f"{table}.{key}") if table else None
-    current: str | None = None
-    table_line: int | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        header = _HEADER.match(line)
-        if header:
-            current = header.group(1).strip().strip("\"'")
-            if table is not None and current == table:
-                table_line = number
-            continue
-        if current == table and own.match(line):
-            return number
-        if current is None and dotted is not None and dotted.match(line):
-            return number
-        if current is None and table is not None and _key_pattern(table).match(line):
-            table_line = number
-    return table_line
 
 
 # -- validation ---------------------------------------------------------------------
@@ -367,12 +333,8 @@ def degradation_problem(item: str) -> tuple[str, str] | None:
     imported (``run`` loads it anyway); a runner whose code is not installed
     here is trusted by name, so a profile stays valid on machines without it.
     """
-    from dsh.sandbox.host import (
-        HOST_DEGRADATIONS,
-        RunnerLoadError,
-        known_runner_names,
-        load_runner_class,
-    )
+    from dsh.sandbox.gate import HOST_DEGRADATIONS
+    from dsh.sandbox.registry import RunnerLoadError, known_runner_names, load_runner_class
 
     if item in HOST_DEGRADATIONS:
         return None

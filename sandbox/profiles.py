@@ -33,11 +33,11 @@ from dsh.sandbox.profile_schema import (
     LIST_KEYS,
     ProfileError,
     check_profile_table,
-    find_key_line,
     known_runners,
     parse_size,
     suggest,
 )
+from dsh.sandbox.toml_lines import find_key_line
 
 __all__ = [
     "Profile",

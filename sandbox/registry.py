@@ -1,4 +1,4 @@
-"""The runner registry: every runner is an entry point of ``dsh_sandbox.runners``.
+"""The registry: every runner is an entry point of ``dsh_sandbox.runners``, found by name here.
 
 Built-in runners are registered there by this package's own metadata, exactly
 like a third-party plugin, so no runner name is written anywhere else.
@@ -20,8 +20,16 @@ import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dsh.sandbox.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dsh.sandbox.runner import Runner
 
 RUNNER_GROUP = "dsh_sandbox.runners"
+#: The runner name that lets the host choose.
+AUTO = "auto"
 
 _DIST_SUFFIXES = (".dist-info", ".egg-info")
 
@@ -149,3 +157,60 @@ def write_priorities(points: Mapping[str, EntryPoint], priorities: Mapping[str, 
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only home only costs the imports next time
+
+
+# -- runner classes by name ---------------------------------------------------------------
+def known_runner_names() -> list[str]:
+    """The registered runner names, in the order their distributions declare them."""
+    return list(runner_entry_points())
+
+
+def check_runner_name(name: str) -> str:
+    """Return ``name`` if it names a runner (or ``auto``); else a ``ConfigError``."""
+    if name == AUTO or name in runner_entry_points():
+        return name
+    known = ", ".join([AUTO, *known_runner_names()])
+    raise ConfigError(f"runner: unknown runner {name!r}; use one of: {known}")
+
+
+class RunnerLoadError(Exception):
+    """A known runner's code cannot be imported (missing extra, broken install)."""
+
+
+def load_runner_class(name: str) -> type[Runner]:
+    """The runner class registered as ``name``.
+
+    Raises ``ConfigError`` for an unknown name and ``RunnerLoadError`` when the
+    name is known but its module does not import.
+    """
+    check_runner_name(name)
+    try:
+        cls = runner_entry_points()[name].load()
+    except ImportError as exc:
+        raise RunnerLoadError(f"runner code cannot be imported: {exc}") from exc
+    except AttributeError as exc:
+        raise RunnerLoadError(f"runner code is incomplete: {exc}") from exc
+    except TypeError as exc:  # e.g. a runner class that replaces the shared preamble
+        raise RunnerLoadError(f"runner code is refused: {exc}") from exc
+    from dsh.sandbox.runner import Runner
+
+    if not (isinstance(cls, type) and issubclass(cls, Runner)):
+        raise RunnerLoadError(f"{name!r} does not name a Runner subclass")
+    return cls
+
+
+def runner_classes() -> dict[str, type[Runner]]:
+    """Every registered runner class that imports here (for listings and checks)."""
+    classes = {}
+    for name in known_runner_names():
+        try:
+            classes[name] = load_runner_class(name)
+        except RunnerLoadError:
+            continue
+    return classes
+
+
+def auto_order(runners: Mapping[str, type[Runner] | Runner]) -> list[str]:
+    """Names of the runners ``auto`` may pick, best (lowest ``auto_priority``) first."""
+    ranked = [(r.auto_priority, name) for name, r in runners.items() if r.auto_priority is not None]
+    return [name for _, name in sorted(ranked)]

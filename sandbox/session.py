@@ -99,6 +99,12 @@ class SessionSpec:
         return [*out, *self.services]
 
 
+def host_only(runner: str = "auto") -> SessionSpec:
+    """A session with the runner host and nothing else: listing and probing
+    runners, where no single policy applies."""
+    return SessionSpec(sandboxed=False, services=(CompositionEntry(HOST_PROVIDER, HOST_PROVIDER, {"runner": runner}),))
+
+
 def build_session(spec: SessionSpec, *, load: Loader | None = None) -> Context:
     """The context ``spec`` describes, its services mounted in dependency order.
 

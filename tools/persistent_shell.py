@@ -23,13 +23,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from dsh.executors.render import join_rendered, status_marker, timeout_marker
 from dsh.executors.seam import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
 from dsh.executors.terminal_registry import TerminalRegistry, TerminalSession
 from dsh.executors.terminal_seam import Dialect, TerminalError, TerminalOpenRequest, TerminalSendRequest
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import DshError
 from dsh.tools.base import Tool, ToolResult
+from dsh.tools.render import join_rendered, status_marker, timeout_marker
 from dsh.tools.shell_tool import BASH, PWSH, ShellTool
 from dsh.tools.spec import ToolSpec, object_schema
 

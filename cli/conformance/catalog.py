@@ -321,8 +321,11 @@ from dsh.cli.conformance import (  # noqa: E402
 )
 
 for _family in (catalog_host, catalog_kernel, catalog_policy, catalog_gitsurface, catalog_tmprepo, catalog_pins,
-                catalog_ownstate, catalog_terminal):
+                catalog_ownstate):
     SCENARIOS += _family.SCENARIOS
+# The pty variants of every family's scenarios, then the terminal family's own.
+SCENARIOS += catalog_terminal.pty_variants(SCENARIOS)
+SCENARIOS += catalog_terminal.SCENARIOS
 
 
 def by_id() -> dict[str, Scenario]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 
-from dsh.cli.conformance import catalog, catalog_host, catalog_kernel
 from dsh.cli.conformance.catalog_host import LIBC, py
 from dsh.cli.conformance.checks import no_process_left
 from dsh.cli.conformance.model import Check, Expect, HostEnv, RunOutput, Scenario
@@ -44,12 +43,14 @@ def _ioctl(name: str, request: int, arg: str) -> tuple[str, ...]:
                     f"except OSError as e:\n    print('{name} refused', e.errno)\n")
 
 
+def pty_variants(scenarios: tuple[Scenario, ...]) -> tuple[Scenario, ...]:
+    """The ``VARIANTS`` of ``scenarios`` run on a pty: the catalog passes every
+    family it put together, so this module never imports the catalog back."""
+    return tuple(dataclasses.replace(s, id=f"{s.id}-pty", purpose=f"{s.purpose} (on a pty)", tty=True)
+                 for s in scenarios if s.id in VARIANTS)
+
+
 SCENARIOS: tuple[Scenario, ...] = (
-    # From the base catalog and the families it adds (this module is imported
-    # while the catalog is still being put together).
-    *(dataclasses.replace(s, id=f"{s.id}-pty", purpose=f"{s.purpose} (on a pty)", tty=True)
-      for s in (*catalog.SCENARIOS, *catalog_host.SCENARIOS, *catalog_kernel.SCENARIOS)
-      if s.id in VARIANTS),
     Scenario("pty-own-tiocsti", "terminal", "type into the session's own pty (TIOCSTI)",
              _ioctl("TIOCSTI", 0x5412, "b'x'"), BLOCKED, check_blocked=_own_pty_refused("TIOCSTI"),
              covers=("terminal",), requires=PY, judged_inside=True, tty=True),

@@ -60,7 +60,7 @@ def conformance(runners: tuple[str, ...], modes: tuple[str, ...], scenario_ids: 
     if unknown:
         raise click.UsageError(f"--scenario: unknown id(s) {', '.join(unknown)}; see --list")
     chosen = [catalog[s] for s in scenario_ids] if scenario_ids else list(SCENARIOS)
-    from dsh.sandbox.host import known_runner_names
+    from dsh.sandbox.registry import known_runner_names
 
     registered = known_runner_names()
     names = registered if "all" in runners else list(dict.fromkeys(runners))

@@ -75,8 +75,7 @@ class Cell:
 def partial_capabilities(declared: type[Runner] | Runner | None, enforcement: Enforcement) -> dict[str, str]:
     """Capability name -> the runner's own reasons, for each capability a
     degradation of ``enforcement`` weakens (as the runner declares it)."""
-    from dsh.sandbox.gate import summarize
-    from dsh.sandbox.host import HOST_DEGRADATIONS
+    from dsh.sandbox.gate import HOST_DEGRADATIONS, summarize
 
     covers = {**HOST_DEGRADATIONS, **(declared.DEGRADATIONS if declared is not None else {})}
     reasons: dict[str, list[str]] = {}

@@ -26,8 +26,9 @@ def build(tag: str, if_missing: bool, method: str) -> None:
     """Assemble a rootfs and `docker import` it.  Never pulls from a registry.
 
     debian: `mmdebstrap --variant=minbase` with python3, python3-venv, gcc,
-    libc6-dev, make, git (from the Debian archive; DSH_DEBIAN_MIRROR and
-    DSH_DEBIAN_SUITE override the mirror and the suite).  host: copies bash,
+    libc6-dev, make, git (from the host's apt sources when it runs that suite,
+    else mmdebstrap's default; DSH_DEBIAN_MIRROR and DSH_DEBIAN_SUITE override
+    the sources and the suite).  host: copies bash,
     coreutils, grep, sed, findutils, setsid, ps, kill, git, python3 with their
     shared libraries (found by ldd) and adds busybox-static applets.
     """

@@ -7,8 +7,13 @@ and ``git``.  Copying a toolchain out of a host is fragile, so this builder asks
 archive (an apt repository, not a container registry: nothing is pulled from
 a registry) and writes it as a tar that ``docker import`` reads.
 
-The plan is pure (``plan_debian``), so what is installed and how is testable
-without the network or a daemon.
+Where packages come from is the host's own choice: when the host runs the
+chosen suite, the Debian entries of its enabled apt sources (its mirror, its
+proxy-friendly URIs) become mmdebstrap's sources; otherwise mmdebstrap picks
+its own default.  ``DSH_DEBIAN_MIRROR`` overrides both.
+
+The plan is pure (``plan_debian`` over an explicit ``AptSources`` snapshot),
+so what is installed and from where is testable without the network or a daemon.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsh.runners.docker.apt_sources import AptSources, read_apt_sources
 from dsh.sandbox.errors import SandboxUnavailable
 
 # What the runner needs (bash, util-linux setsid, procps ps/kill) and what
@@ -34,7 +40,6 @@ PACKAGES: tuple[str, ...] = (
     "git", "nodejs", "npm", "sqlite3", "openssh-client", "iproute2", "ca-certificates",
 )
 DEFAULT_SUITE = "bookworm"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # Documentation and translations are dead weight in a sandbox image.
 _DPKG_EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/info/*", "/usr/share/locale/*")
 # Keep the copyright files Debian asks to ship with the binaries.
@@ -46,7 +51,9 @@ _MOUNTPOINTS = ("etc/hosts", "etc/hostname", "etc/resolv.conf")
 @dataclass(frozen=True)
 class DebianPlan:
     suite: str
-    mirror: str
+    #: mmdebstrap's MIRROR arguments: the override, the host's entries as
+    #: one-line ``deb ...`` sources, or none (mmdebstrap's own default).
+    mirrors: tuple[str, ...]
     packages: tuple[str, ...]
     passwd_lines: tuple[str, ...]  # appended when the uid is not in Debian's base files
     group_lines: tuple[str, ...]
@@ -58,8 +65,13 @@ class DebianPlan:
         argv += [f"--dpkgopt=path-exclude={p}" for p in _DPKG_EXCLUDES]
         argv += [f"--dpkgopt=path-include={p}" for p in _DPKG_INCLUDES]
         argv.append("--customize-hook=" + self.customize_script())
-        argv += [self.suite, str(out), self.mirror]
+        argv += [self.suite, str(out), *self.mirrors]
         return argv
+
+    def describe_source(self) -> str:
+        if not self.mirrors:
+            return "mmdebstrap's default mirror"
+        return ", ".join(self.mirrors)
 
     def customize_script(self) -> str:
         """Shell run by mmdebstrap with the rootfs as ``$1``: users, mountpoints, no caches."""
@@ -90,10 +102,18 @@ def _user_lines(uid: int, gid: int, name: str) -> tuple[tuple[str, ...], tuple[s
 
 
 def plan_debian(*, suite: str | None = None, mirror: str | None = None,
-                env: Mapping[str, str] | None = None) -> DebianPlan:
+                env: Mapping[str, str] | None = None, sources: AptSources | None = None) -> DebianPlan:
+    """What to build and from where.  ``sources`` is the host's apt configuration
+    (read from ``/etc`` when not given); ``mirror`` or ``DSH_DEBIAN_MIRROR`` wins over it."""
     import pwd
 
     env = os.environ if env is None else env
+    chosen = suite or env.get("DSH_DEBIAN_SUITE") or _host_suite()
+    override = mirror or env.get("DSH_DEBIAN_MIRROR")
+    if override:
+        mirrors: tuple[str, ...] = (override,)
+    else:
+        mirrors = (sources if sources is not None else read_apt_sources()).entries_for(chosen)
     uid, gid = os.getuid(), os.getgid()
     try:
         name = pwd.getpwuid(uid).pw_name
@@ -101,8 +121,8 @@ def plan_debian(*, suite: str | None = None, mirror: str | None = None,
         name = "dsh"
     passwd, group = _user_lines(uid, gid, name)
     return DebianPlan(
-        suite=suite or env.get("DSH_DEBIAN_SUITE") or _host_suite(),
-        mirror=mirror or env.get("DSH_DEBIAN_MIRROR") or DEFAULT_MIRROR,
+        suite=chosen,
+        mirrors=mirrors,
         packages=PACKAGES,
         passwd_lines=passwd,
         group_lines=group,
@@ -120,7 +140,7 @@ def build_debian_tar(plan: DebianPlan, workdir: Path, *, log: Callable[[str], No
                      timeout_s: float = 1800) -> Path:
     """Runs mmdebstrap into a tar under ``workdir``; ``SandboxUnavailable`` with its last lines on failure."""
     out = Path(tempfile.mkdtemp(prefix="dsh-debian-", dir=workdir)) / "rootfs.tar"
-    log(f"mmdebstrap {plan.suite} from {plan.mirror}: {', '.join(plan.packages)}")
+    log(f"mmdebstrap {plan.suite} from {plan.describe_source()}: {', '.join(plan.packages)}")
     try:
         # mmdebstrap unpacks in $TMPDIR: keep those hundreds of MiB beside the tar, not in /tmp.
         done = subprocess.run(plan.argv(out), stdin=subprocess.DEVNULL, capture_output=True, text=True,

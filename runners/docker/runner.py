@@ -23,21 +23,18 @@ import re
 import threading
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.keeper import DockerKeeper, connection_env
+from dsh.runners.docker.report import SIGNAL_STATUS_GAP, daemon_gaps, fixed_gaps, plan_lines
 from dsh.runners.docker.spec import (
-    OWN_PROCESSES,
     ContainerSpec,
     build_spec,
     container_env,
     limits_hint,
-    mount_points_below,
-    symlinked_protected,
 )
 from dsh.runners.docker.verify import (
     check_container,
@@ -47,16 +44,14 @@ from dsh.runners.docker.verify import (
     pinned_binds,
     stat_in,
 )
+from dsh.runners.docker.warm import Warm, daemon_is_local, identities, pin_binds, policy_key
 from dsh.runners.linux.ipc import namespaced_limitations
-from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
-from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count, processes
 from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     Baseline,
     ConfigKey,
     Enforcement,
@@ -86,88 +81,6 @@ def parse_size(value: object, *, field: str) -> int | None:
         raise ConfigError(f"docker runner {field}: {value!r} is not a size; use bytes or e.g. 512m, 2g")
     size: int = int(match.group(1)) * 1024 ** " kmg".index((match.group(2) or " ").lower())
     return byte_count(f"docker runner {field}", size, low=MIN_MEMORY_BYTES)
-
-
-def _policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
-    """Everything that shapes the container (not cwd, env or argv)."""
-    return (policy.mode, policy.workspace, policy.writable_roots, policy.protected_paths,
-            policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits, policy.home)
-
-
-def _identities(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
-    """(st_dev, st_ino) of each bind target now (``None`` if missing)."""
-    ids: dict[str, tuple[int, int] | None] = {}
-    for mount in spec.mounts:
-        if mount.kind == "bind" and DockerRunner.daemon_is_local():
-            try:
-                st = os.stat(mount.target, follow_symlinks=False)
-                ids[mount.target] = (st.st_dev, st.st_ino)
-            except OSError:
-                ids[mount.target] = None
-    return ids
-
-
-def _pin(spec: ContainerSpec) -> tuple[dict[str, tuple[int, int] | None], list[int]]:
-    """Identities of the bind targets, and O_PATH fds holding them, taken before
-    the container is made and held while it lives.
-
-    Holding the inode keeps its number from being reused, so a path the host
-    deleted and re-created always shows up as a different inode.
-    """
-    ids: dict[str, tuple[int, int] | None] = {}
-    fds: list[int] = []
-    for target in _identities(spec):
-        try:
-            fd = os.open(target, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            ids[target] = None
-            continue
-        fds.append(fd)
-        st = os.fstat(fd)
-        ids[target] = (st.st_dev, st.st_ino)
-    return ids, fds
-
-
-# Docker reports an exec's end as one number: death by signal N and exit(128+N)
-# look the same, so only the signals the runner sent itself are reported as such.
-SECCOMP_LINE = ("seccomp (the shared rules, replacing Docker's default profile): keyrings, io_uring, "
-                f"{FILE_RULES_TEXT} refused; sockets: IP and route netlink, socketpair() stream/seqpacket; "
-                "socket(AF_UNIX) refused (a daemon socket bound into the workspace stays unreachable), "
-                "AF_VSOCK and other netlink refused; no namespaces, mounts, bpf, perf, userfaultfd")
-
-_SIGNAL_STATUS_GAP = ("death by a signal the runner did not send shows as exit code 128+N "
-                      "(docker reports no signal)")
-
-
-@dataclass
-class _Warm:
-    """A running container of one shape, and the pid-file slots of its execs."""
-
-    id: str
-    name: str
-    spec: ContainerSpec
-    # (st_dev, st_ino) of every bind target at creation.  A bind holds the inode,
-    # not the name: if the host replaces a protected path (rm -rf .git; git init)
-    # the old bind protects nothing, so the container is made anew.
-    pinned: dict[str, tuple[int, int] | None] = field(default_factory=dict)
-    pin_fds: list[int] = field(default_factory=list)
-    # Bind target -> the inode the policy service pinned for its source, as
-    # checked inside the running container (``verify``).
-    bound: dict[str, tuple[int, int]] = field(default_factory=dict)
-    free_slots: list[int] = field(default_factory=list)
-    next_slot: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def take_slot(self) -> int:
-        with self.lock:
-            if self.free_slots:
-                return self.free_slots.pop()
-            self.next_slot += 1
-            return self.next_slot
-
-    def give_slot(self, slot: int) -> None:
-        with self.lock:
-            self.free_slots.append(slot)
 
 
 class DockerRunner(Runner):
@@ -203,9 +116,8 @@ class DockerRunner(Runner):
         self._lock = threading.Lock()
         self._create_lock = threading.Lock()
         self._client: Any = None
-        self._probe: RunnerProbe | None = None
         self._info: dict[str, Any] = {}
-        self._warm: dict[tuple[object, ...], _Warm] = {}
+        self._warm: dict[tuple[object, ...], Warm] = {}
         self._placeholders: set[str] = set()  # empty dirs this runner made; removed at close
         # Removes this runner's containers when this process is gone, SIGKILL included.
         self._keeper = DockerKeeper()
@@ -220,22 +132,18 @@ class DockerRunner(Runner):
 
     @staticmethod
     def daemon_is_local() -> bool:
-        return dc.docker_host().startswith("unix://")
+        return daemon_is_local()
 
-    def probe(self) -> RunnerProbe:
-        if self._probe is not None:
-            return self._probe
+    def detect(self) -> RunnerProbe:
         try:
             client = self._docker()
             version = client.version()
             self._info = client.info()
             image_id = dc.find_image(client, self.image)
         except SandboxUnavailable as exc:
-            self._probe = RunnerProbe(self.name, False, exc.reason)
-            return self._probe
+            return RunnerProbe(self.name, False, exc.reason)
         except ConfigError as exc:
-            self._probe = RunnerProbe(self.name, False, exc.message)
-            return self._probe
+            return RunnerProbe(self.name, False, exc.message)
         details = {"docker_host": dc.docker_host(), "image": self.image, "image_id": image_id,
                    "daemon": self._info.get("Name"), "local": self.daemon_is_local(),
                    "memory_limit": bool(self._info.get("MemoryLimit")),
@@ -243,10 +151,8 @@ class DockerRunner(Runner):
         reason = None
         if image_id is None:
             reason = dc.missing_image_reason(self.image)
-        self._probe = RunnerProbe(self.name, image_id is not None, reason,
-                                  version=f"docker {version.get('Version', '?')}",
-                                  details=details)
-        return self._probe
+        return RunnerProbe(self.name, image_id is not None, reason,
+                           version=f"docker {version.get('Version', '?')}", details=details)
 
     # -- policy ----------------------------------------------------------------------
     def _spec(self, policy: SandboxPolicy) -> ContainerSpec:
@@ -256,29 +162,7 @@ class DockerRunner(Runner):
 
     def _gaps(self, policy: SandboxPolicy, spec: ContainerSpec) -> list[Gap]:
         """Each part of ``policy`` this daemon cannot hold."""
-        gaps: list[Gap] = []
-        if not policy.constrained:
-            return gaps
-        ro_roots = [m.target for m in spec.mounts if m.kind == "bind" and m.read_only]
-        below = mount_points_below(ro_roots) if self.daemon_is_local() else []
-        if below:
-            gaps.append(Gap("docker-ro-submounts", "host mounts inside read-only binds stay "
-                         f"writable (daemon API < 1.44 has no recursive read-only): {below[:3]}"))
-        uid = self.user.split(":")[0]
-        for path in symlinked_protected(policy, int(uid) if uid.isdigit() else None):
-            gaps.append(Gap("docker-protected-symlink", f"protected path {path} is a symlink (or goes "
-                         f"through one) inside a writable root: its target {os.path.realpath(path)} "
-                         "is read-only, but the link can be replaced (a bind cannot cover a symlink)"))
-        if spec.seccomp_profile is None:
-            gaps.append(Gap("docker-syscall-filter", f"no seccomp table for the daemon's machine "
-                         f"{spec.syscall_machine}: keyrings, io_uring, AF_VSOCK, netlink and unix "
-                         "sockets are only as Docker's default profile leaves them"))
-        if self._info:
-            if spec.mem_limit is not None and not self._info.get("MemoryLimit"):
-                gaps.append(Gap("docker-memory-limit", "the daemon has no memory cgroup"))
-            if spec.pids_limit is not None and not self._info.get("PidsLimit"):
-                gaps.append(Gap("docker-pids-limit", "the daemon has no pids cgroup"))
-        return gaps
+        return daemon_gaps(policy, spec, user=self.user, info=self._info, local=self.daemon_is_local())
 
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
         gaps = self._gaps(policy, self._spec(policy))
@@ -305,47 +189,20 @@ class DockerRunner(Runner):
 
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         spec = self._spec(policy)
-        rules = [f"image {spec.image}; root filesystem "
-                 + ("read-only" if spec.read_only_root else "writable (danger-full-access)"),
-                 "only the mounts below exist; the rest of the host is invisible",
-                 "cap_drop=ALL, no-new-privileges, init process, user " + spec.user,
-                 "the container goes with this process: a keeper on the host removes it when the "
-                 "process ends, SIGKILL included; the next run reaps one whose keeper died too",
-                 *([SECCOMP_LINE] if spec.seccomp_profile else []),
-                 *(m.describe() for m in spec.mounts)]
-        rules += [f"{p}: missing writable root, not mounted" for p in policy.missing_roots]
-        network = ("host network (network_mode=host; no bridge is used)"
-                   if spec.network_mode == "host" else "none (network_mode=none: only lo)")
-        limits = [f"pids {spec.pids_limit - OWN_PROCESSES} for the command (container pids limit "
-                  f"{spec.pids_limit}: docker's init and keep-alive count too)"
-                  if spec.pids_limit else "pids: none",
-                  f"memory {spec.mem_limit} bytes (no extra swap)" if spec.mem_limit
-                  else "memory: none"]
-        if spec.fsize_limit is not None:
-            limits.append(f"file size {spec.fsize_limit} bytes (ulimit fsize)")
-        if policy.limits.wall_time_s is not None:
-            limits.append(f"wall time {policy.limits.wall_time_s}s (killed by the runner)")
-        cannot = [g.reason for g in self._gaps(policy, spec)]
-        cannot += [
-            "a command that clears its environment AND leaves its process tree (env -i + "
-            "double fork) survives its kill; it dies when the container is removed",
-            _SIGNAL_STATUS_GAP,
-            *self.limitations(policy).values(),
-        ]
-        if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
-            cannot.append("danger-full-access still sees only the mounts above, not the host")
-        return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
-                          tuple(cannot))
+        rules, network, limits = plan_lines(policy, spec)
+        cannot = [*(g.reason for g in self._gaps(policy, spec)), *fixed_gaps(policy),
+                  *self.limitations(policy).values()]
+        return RunnerPlan(self.name, policy.mode, rules, network, limits, tuple(cannot))
 
     def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
         return namespaced_limitations(self._spec(policy).seccomp_profile is not None)
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
-        return {cap.SIGNAL_STATUS.name: _SIGNAL_STATUS_GAP}
+        return {cap.SIGNAL_STATUS.name: SIGNAL_STATUS_GAP}
 
     # -- commands --------------------------------------------------------------------
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
-                env: Mapping[str, str]) -> RemoteLaunch:
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> RemoteLaunch:
         exact, decode = encode_argv(argv)
         spec = self._spec(policy)
         environment = container_env(text_env(env), spec)
@@ -360,12 +217,12 @@ class DockerRunner(Runner):
         with self.pinned(policy) as pins:
             # A daemon elsewhere resolves the names on its own machine: no pin reaches it.
             local = self.daemon_is_local()
-            warm = self._ensure(_policy_key(policy), spec, pinned_binds(spec, pins) if local else {},
+            warm = self._ensure(policy_key(policy), spec, pinned_binds(spec, pins) if local else {},
                                 pins if local else None)
         start = functools.partial(self._start, warm, exact, decode, cwd, environment)
         return RemoteLaunch(start=start)
 
-    def _start(self, warm: _Warm, argv: list[str], decode: bool, cwd: str,
+    def _start(self, warm: Warm, argv: list[str], decode: bool, cwd: str,
                env: dict[str, str], stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
         from docker.errors import DockerException  # type: ignore[import-untyped]
         from dsh.runners.docker.process import start_exec
@@ -382,7 +239,7 @@ class DockerRunner(Runner):
                                      f"{limits_hint(warm.spec, exc)}: {exc}", runner=self.name) from None
 
     def _ensure(self, key: tuple[object, ...], spec: ContainerSpec,
-                expected: dict[str, tuple[int, int]], pins: PinnedPaths | None) -> _Warm:
+                expected: dict[str, tuple[int, int]], pins: PinnedPaths | None) -> Warm:
         client = self._docker()
         # One creator at a time: two racing prepares must not both create (the
         # loser's container would be orphaned until a prune).
@@ -392,7 +249,7 @@ class DockerRunner(Runner):
             if warm is not None:
                 try:
                     running = client.api.inspect_container(warm.id)["State"]["Running"]
-                    if running and _identities(warm.spec) == warm.pinned and warm.bound == expected:
+                    if running and identities(warm.spec) == warm.pinned and warm.bound == expected:
                         return warm
                 except Exception:  # gone or unreadable: replace it
                     pass
@@ -403,7 +260,7 @@ class DockerRunner(Runner):
             return warm
 
     def _create(self, client: Any, spec: ContainerSpec, expected: dict[str, tuple[int, int]],
-                pins: PinnedPaths | None) -> _Warm:
+                pins: PinnedPaths | None) -> Warm:
         from docker.errors import DockerException
 
         image_id = dc.find_image(client, spec.image)
@@ -441,7 +298,7 @@ class DockerRunner(Runner):
                   dc.LABEL_PROTECTED: json.dumps(protected)}
         name = f"dsh-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         check_sources(spec, expected)
-        pinned, pin_fds = _pin(spec)
+        pinned, pin_fds = pin_binds(spec)
         try:
             container = client.containers.create(image_id, KEEPALIVE, name=name, labels=labels,
                                                  detach=True, **spec.docker_kwargs())
@@ -450,7 +307,7 @@ class DockerRunner(Runner):
                 os.close(fd)
             raise SandboxUnavailable(f"cannot create the container{limits_hint(spec, exc)}: {exc}",
                                      runner=self.name) from None
-        warm = _Warm(container.id, name, spec, pinned, pin_fds, dict(expected))
+        warm = Warm(container.id, name, spec, pinned, pin_fds, dict(expected))
         try:
             self._keeper.add(container.id)
         except OSError as exc:
@@ -484,7 +341,7 @@ class DockerRunner(Runner):
                 "the default image (dsh-sandbox image build)", runner=self.name)
         return warm
 
-    def _discard(self, warm: _Warm) -> None:
+    def _discard(self, warm: Warm) -> None:
         """Remove one container.
 
         Placeholders stay until ``close()``: a container made next may rely on

@@ -20,20 +20,21 @@ How each way of ending maps:
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from dsh.runners.e2b.archive import SyncBackRefused
-from dsh.runners.e2b.command import exit_status
-from dsh.sandbox.errors import SandboxUnavailable
+from dsh.runners.e2b.command import RUN_MARKER, exit_status
+from dsh.runners.e2b.session import BACKSTOP_MARGIN_S, E2BSession, import_sdk, unavailable, user_for
+from dsh.sandbox.errors import SandboxUnavailable, WorkdirError
+from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import ExitStatus, RemoteProcess
 from dsh.sandbox.stdin_feed import StdinFeed
-
-if TYPE_CHECKING:
-    from dsh.runners.e2b.session import E2BSession
 
 _KILLED = ExitStatus(None, int(signal.SIGKILL))
 
@@ -162,3 +163,35 @@ class E2BProcess(RemoteProcess):
                 view = view[os.write(fd, view):]
             except OSError:  # EPIPE: the executor closed its end and wants no more
                 self._reader_gone.add(fd)
+
+
+def start_command(session: E2BSession, argv: list[str], policy: SandboxPolicy, *, cwd: str,
+                  env: Mapping[str, str], stdin: bytes | StdinFeed | None, deadline: float | None) -> E2BProcess:
+    """Start one user command as the mode's user; the stream's own deadline is a
+    backstop past the executor's (which kills on time through ``kill``)."""
+    session.sync.push(session.budget(deadline, session.options.sync_timeout, "syncing the workspace in"))
+    margin = BACKSTOP_MARGIN_S
+    backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + margin
+    e2b = import_sdk()
+    token = secrets.token_hex(8)
+    with session._lock:
+        session.unsettled.add(token)
+    try:
+        pid, events = session.start_stream(
+            argv, user=user_for(policy.mode, session.options), cwd=cwd,
+            envs={**env, RUN_MARKER: token}, stdin=stdin is not None, timeout=backstop)
+    except e2b.InvalidArgumentException as exc:
+        if "cwd" in str(exc):
+            raise WorkdirError(f"e2b: working directory {cwd} does not exist in the "
+                               f"sandbox (only the workspace {session.workspace} is synced)"
+                               ) from exc
+        raise unavailable(exc, "starting the command") from exc
+    except Exception as exc:
+        session.note_failure(exc)
+        raise unavailable(exc, "starting the command") from exc
+    proc = E2BProcess(session, pid, token, events, policy, stdin=stdin,
+                      sync_back=policy.mode is not SandboxMode.READ_ONLY)
+    with session._lock:
+        if proc.wait(0) is None:
+            session.live.add(proc)
+    return proc

@@ -31,13 +31,13 @@ from typing import Any, ClassVar
 
 from dsh.runners.e2b.command import process_argv, remote_env, shell_script
 from dsh.runners.e2b.options import E2BOptions
+from dsh.runners.e2b.process import start_command
 from dsh.runners.e2b.session import E2BSession, import_sdk, user_for
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     ConfigKey,
     Enforcement,
     Gap,
@@ -73,19 +73,13 @@ class E2BRunner(Runner):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         self.config = E2BOptions.parse(self.options)
-        self._probe: RunnerProbe | None = None
         self._session: E2BSession | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._workspace_fd: int | None = None
 
     # -- probe and reports ---------------------------------------------------------
-    def probe(self) -> RunnerProbe:
-        if self._probe is None:
-            self._probe = self._do_probe()
-        return self._probe
-
-    def _do_probe(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         try:
             e2b = import_sdk()
         except SandboxUnavailable as exc:
@@ -155,11 +149,8 @@ class E2BRunner(Runner):
                           tuple(cannot))
 
     # -- launch ------------------------------------------------------------------------
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str,
-                env: Mapping[str, str]) -> Launch:
-        probe = self.probe()
-        if not probe.available:
-            raise SandboxUnavailable(probe.reason or "unavailable", runner=self.name)
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> Launch:
         command = process_argv(shell_script(argv), policy.limits)
         variables = remote_env(env)
         self._hold_workspace(policy)
@@ -167,15 +158,15 @@ class E2BRunner(Runner):
         def start(stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
             session = self._session_for(policy, deadline)
             try:
-                return session.start(command, policy, cwd=cwd, env=variables, stdin=stdin,
+                return start_command(session, command, policy, cwd=cwd, env=variables, stdin=stdin,
                                      deadline=deadline)
             except SandboxUnavailable:
                 if not session.dead:
                     raise
             # The sandbox was gone before the command started (past its lifetime,
             # killed): nothing ran, so one retry in a new sandbox is safe.
-            return self._session_for(policy, deadline).start(
-                command, policy, cwd=cwd, env=variables, stdin=stdin, deadline=deadline)
+            return start_command(self._session_for(policy, deadline), command, policy, cwd=cwd,
+                                 env=variables, stdin=stdin, deadline=deadline)
 
         return RemoteLaunch(start=start)
 

@@ -18,22 +18,18 @@ after workspace-write and danger-full-access commands it is pulled back (see
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 
-from dsh.runners.e2b.command import RUN_MARKER, tree_kill_script
+from dsh.runners.e2b.command import tree_kill_script
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.sync import WorkspaceSync
-from dsh.sandbox.errors import SandboxUnavailable, WorkdirError
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.stdin_feed import StdinFeed
-
-if TYPE_CHECKING:
-    from dsh.runners.e2b.process import E2BProcess
 
 RUNNER = "e2b"
 _KILL_TIMEOUT = 30.0
@@ -80,6 +76,14 @@ def user_for(mode: SandboxMode, options: E2BOptions) -> str:
             SandboxMode.DANGER_FULL_ACCESS: "root"}[mode]
 
 
+class LiveCommand(Protocol):
+    """A user command the session kills when it closes (an ``E2BProcess``)."""
+
+    token: str
+
+    def kill(self, sig: int) -> None: ...
+
+
 class E2BSession:
     def __init__(self, options: E2BOptions, sandbox: Any, policy: SandboxPolicy, root_fd: int | None = None) -> None:
         self.options = options
@@ -88,7 +92,7 @@ class E2BSession:
         self.network = policy.network
         self.dead = False
         self.closing = False  # teardown: commands it kills are not synced back
-        self.live: set[E2BProcess] = set()
+        self.live: set[LiveCommand] = set()
         # Run tokens of commands whose stream has not ended, registered before
         # the start request: a start interrupted after envd launched the
         # command (a signal to the CLI, a failed reply) leaves no handle, but
@@ -127,7 +131,7 @@ class E2BSession:
 
     def _setup(self, policy: SandboxPolicy, deadline: float | None) -> None:
         rw, ro = self.options.user, self.options.readonly_user
-        timeout = self._budget(deadline, self.options.setup_timeout, "sandbox setup")
+        timeout = self.budget(deadline, self.options.setup_timeout, "sandbox setup")
         self.run_internal(
             "set -eu\n"
             # 9: the user exists (a debug envd reused across sessions)
@@ -149,7 +153,7 @@ class E2BSession:
             "git config --global --get-all safe.directory | grep -qx '[*]' || "
             "git config --global --add safe.directory '*'",
             user=ro, timeout=timeout, what="letting the read-only user's git read the workspace copy")
-        self.sync.push(self._budget(deadline, self.options.setup_timeout, "sandbox setup"))
+        self.sync.push(self.budget(deadline, self.options.setup_timeout, "sandbox setup"))
 
     def close(self) -> None:
         """Kill what still runs (debug mode's ``kill`` is a no-op), then the sandbox."""
@@ -196,39 +200,6 @@ class E2BSession:
             events.close()
             raise handle_rpc_exception_with_health(exc, check_health) from exc
         return pid, events
-
-    def start(self, argv: list[str], policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str],
-              stdin: bytes | StdinFeed | None, deadline: float | None) -> E2BProcess:
-        """Start one user command as the mode's user; the stream's own deadline is a
-        backstop past the executor's (which kills on time through ``kill``)."""
-        from dsh.runners.e2b.process import E2BProcess
-
-        self.sync.push(self._budget(deadline, self.options.sync_timeout, "syncing the workspace in"))
-        margin = BACKSTOP_MARGIN_S
-        backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + margin
-        e2b = import_sdk()
-        token = secrets.token_hex(8)
-        with self._lock:
-            self.unsettled.add(token)
-        try:
-            pid, events = self.start_stream(
-                argv, user=user_for(policy.mode, self.options), cwd=cwd,
-                envs={**env, RUN_MARKER: token}, stdin=stdin is not None, timeout=backstop)
-        except e2b.InvalidArgumentException as exc:
-            if "cwd" in str(exc):
-                raise WorkdirError(f"e2b: working directory {cwd} does not exist in the "
-                                   f"sandbox (only the workspace {self.workspace} is synced)"
-                                   ) from exc
-            raise unavailable(exc, "starting the command") from exc
-        except Exception as exc:
-            self.note_failure(exc)
-            raise unavailable(exc, "starting the command") from exc
-        proc = E2BProcess(self, pid, token, events, policy, stdin=stdin,
-                          sync_back=policy.mode is not SandboxMode.READ_ONLY)
-        with self._lock:
-            if proc.wait(0) is None:
-                self.live.add(proc)
-        return proc
 
     def run_internal(self, script: str, *, what: str, user: str = "root",
                      timeout: float = _KILL_TIMEOUT, check: bool = True) -> str:
@@ -305,7 +276,7 @@ class E2BSession:
         except Exception as exc:
             raise unavailable(exc, f"downloading {path}") from exc
 
-    def _budget(self, deadline: float | None, cap: float, what: str) -> float:
+    def budget(self, deadline: float | None, cap: float, what: str) -> float:
         if deadline is None:
             return cap
         left = deadline - time.monotonic()

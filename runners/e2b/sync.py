@@ -27,14 +27,12 @@ import shlex
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, Protocol
 
 from dsh.runners.e2b import archive
 from dsh.runners.e2b.manifest import Entry, changes, entry_of, open_dirs, open_workspace, pack, take_manifest
+from dsh.runners.e2b.options import E2BOptions
 from dsh.sandbox.policy import SandboxPolicy
-
-if TYPE_CHECKING:
-    from dsh.runners.e2b.session import E2BSession
 
 # Scratch for archives in the sandbox, inside root's home (0700): the files API
 # creates it on the first upload.
@@ -46,8 +44,21 @@ def rel(path: Path | str) -> str:
     return shlex.quote(str(path).lstrip("/") or ".")
 
 
+class SandboxFiles(Protocol):
+    """What the sync needs of its session: file transfer and the runner's own scripts."""
+
+    options: E2BOptions
+
+    def upload(self, path: str, data: IO[bytes] | bytes, timeout: float) -> None: ...
+
+    def download(self, path: str, out: IO[bytes], timeout: float) -> None: ...
+
+    def run_internal(self, script: str, *, what: str, user: str = ..., timeout: float = ...,
+                     check: bool = ...) -> str: ...
+
+
 class WorkspaceSync:
-    def __init__(self, session: E2BSession, policy: SandboxPolicy, root_fd: int | None = None) -> None:
+    def __init__(self, session: SandboxFiles, policy: SandboxPolicy, root_fd: int | None = None) -> None:
         self.session = session
         self.workspace = policy.workspace
         #: The workspace as the policy service pinned it (the runner owns the

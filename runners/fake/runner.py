@@ -9,11 +9,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from dsh.sandbox.capability import Capability
-from dsh.sandbox.errors import SandboxUnavailable, UsageError
-from dsh.sandbox.gate import check_accepted
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     Enforcement,
     ExitStatus,
     Gap,
@@ -106,7 +104,7 @@ class FakeRunner(Runner):
         self.closed = False
         self._lock = threading.Lock()
 
-    def probe(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         self.probes += 1
         return RunnerProbe(self.name, self.available, self.reason or (None if self.available else "fake: off"),
                            "fake (enforces nothing)")
@@ -119,13 +117,9 @@ class FakeRunner(Runner):
         return RunnerPlan(self.name, policy.mode, ("fake: enforces nothing",), "unchanged", (),
                           tuple(g.reason for g in self.gaps.get(policy.mode.value, ())))
 
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
-        exact = tuple(argv)
-        if not exact:
-            raise UsageError("argv: the command is empty; pass the program and its arguments")
-        if not self.available:
-            raise SandboxUnavailable(self.reason or "fake: off", runner=self.name)
-        check_accepted(self.enforcement(policy), policy, runner=self.name)
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> Launch:
+        exact = argv
         with self._lock:
             self.calls.append(Call(exact, policy.mode.value, cwd))
         if self.on_run == "host":

@@ -47,12 +47,10 @@ from dsh.runners.gvisor.spec import Identity, build_config, process
 from dsh.runners.gvisor.syscalls import LAUNCHER, filter_hex
 from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.sandbox import capability as cap
-from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError, WorkdirError
-from dsh.sandbox.gate import check_accepted
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     Baseline,
     Enforcement,
     Gap,
@@ -111,7 +109,6 @@ class GvisorRunner(Runner):
         self.identity = Identity.current()
         self._lock = threading.Lock()
         self._create_lock = threading.Lock()
-        self._probe: RunnerProbe | None = None
         self._runsc: str | None = None
         self._state: Path | None = None
         self._keeper: Keeper | None = None
@@ -120,13 +117,7 @@ class GvisorRunner(Runner):
         self._filter: str | None = None  # hex of the in-sandbox filter; None: no table for this machine
 
     # -- probe ----------------------------------------------------------------------
-    def probe(self) -> RunnerProbe:
-        with self._lock:
-            if self._probe is None:
-                self._probe = self._probe_host()
-            return self._probe
-
-    def _probe_host(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         runsc = shutil.which(str(self.options.get("runsc", "runsc")))
         if runsc is None:
             return RunnerProbe(self.name, False, f"runsc not found; {INSTALL_HINT}")
@@ -260,20 +251,14 @@ class GvisorRunner(Runner):
             return self._state
 
     # -- commands --------------------------------------------------------------------
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
-        command = tuple(argv)
-        if not command:
-            raise UsageError("argv: the command is empty; pass the program and its arguments")
-        probe = self.probe()
-        if not probe.available:
-            raise SandboxUnavailable(probe.reason or "gvisor unavailable", runner=self.name)
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> Launch:
+        command = argv
         if not policy.constrained:
             return LocalLaunch(argv=command)
         if policy.network and not self.identity.root:
             raise SandboxUnavailable(ROOTLESS_NETWORK, runner=self.name)
         plan = self._plan(policy)
-        gaps = self._gaps(policy, plan)
-        check_accepted(Enforcement.partial(gaps) if gaps else Enforcement.full(), policy, runner=self.name)
         if self._filter is not None:
             python = _interpreter()
             cover = next((e.path for e in plan.of_kind("mask-dir", "mask-file")

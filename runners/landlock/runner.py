@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import signal
@@ -11,25 +10,31 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from dsh.runners.landlock import abi
+from dsh.runners.landlock.limited_spawn import LimitedSpawn
 from dsh.runners.landlock.limits import (
     LimitPlan,
-    WallTimeKiller,
     plan_containment,
     plan_limits,
 )
 from dsh.runners.landlock.rules import ProtectedStrategy, RulePlan, build_ruleset, plan_rules
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
+from dsh.runners.landlock.statements import (
+    HARDENING,
+    LOCAL_IPC,
+    PRIVATE_TMP,
+    PROCESS_LIST_GAP,
+    ROOT_HARDENING,
+    USER_HARDENING,
+)
 from dsh.runners.linux import seccomp
-from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, join_args
+from dsh.runners.linux.cgroups import CgroupSession, join_args
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.sandbox import capability as cap
-from dsh.sandbox.errors import ConfigError, SandboxUnavailable, UsageError
-from dsh.sandbox.gate import check_accepted
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     Enforcement,
     Gap,
     LocalLaunch,
@@ -54,57 +59,6 @@ def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, syscalls: secc
     abi.restrict_self(ruleset_fd)
     guarded = dataclasses.replace(syscalls, guard_tid=threading.get_native_id())
     seccomp.install(seccomp.compile_bpf(seccomp.rules(guarded), arch))
-
-
-_HARDENING = (
-    "no_new_privs: setuid/setgid bits and file capabilities grant nothing",
-    "seccomp: foreign syscall ABIs (i386, x32) kill the process; refused: io_uring, kernel keyrings "
-    "(keyctl, add_key, request_key), TIOCSTI/TIOCLINUX, inode flag changes (FS_IOC_SETFLAGS, "
-    "FS_IOC_FSSETXATTR, file_setattr), SysV IPC and POSIX message queues (host-global: no IPC "
-    "namespace), pidfd_send_signal, pidfd_getfd, and prlimit64, setpriority, ioprio_set and "
-    "sched_set* on any process but the command's own (pid 0); signals, ptrace, process_vm_* and "
-    "SIGIO owners naming the spawner thread are refused",
-    "seccomp: no new namespace (unshare, setns, clone with CLONE_NEW*; clone3 is ENOSYS) and no mount API "
-    "(mount, fsopen, fsmount, open_tree, move_mount, chroot, pivot_root...): a user namespace would hand the "
-    "command every capability inside it",
-    f"seccomp, in every constrained mode: refused: {seccomp.FILE_RULES_TEXT}",
-    "host process made non-dumpable: children cannot read its /proc/<pid>/{environ,mem,fd}",
-)
-_USER_HARDENING = ("capabilities: none (effective, permitted, inheritable and ambient sets empty)",)
-_ROOT_HARDENING = (
-    "capabilities: none (effective, permitted, inheritable, ambient and bounding sets empty; securebits "
-    "NOROOT and NO_SETUID_FIXUP locked): the command is uid 0 for file permissions only, so workspace "
-    "files owned by another uid are writable only as their mode bits allow",
-)
-# Without network, pid and IPC namespaces, the host's objects of these kinds
-# cannot be told apart from the command's own, so both are refused.
-LOCAL_IPC = (
-    "local IPC under landlock: pipes, FIFOs in writable roots, socketpair() (stream/seqpacket, e.g. "
-    "multiprocessing.Pipe) and signals between the command's own processes work; unix socket servers "
-    "(pathname or abstract), SysV IPC, POSIX message queues and anything needing a writable /dev/shm "
-    "(POSIX semaphores: multiprocessing Pool, Lock, Manager) fail, and with the network off so does a "
-    "loopback TCP/UDP test server: without namespaces these are the host's, not the command's own"
-)
-
-# Landlock cannot show another directory at /tmp, and the shared one holds
-# other checkouts at any depth that the host's git runs hooks from.
-PRIVATE_TMP = (
-    "the host's /tmp stays read-only: Landlock cannot put the session's private directory there; "
-    "$TMPDIR ({}) is writable and what honours it works (mktemp, Python's tempfile, pip, pytest's "
-    "tmp_path, compilers); a literal /tmp path fails; tmp = \"shared\" in the profile makes the host's "
-    "/tmp writable (searched at any depth)"
-)
-
-# Without a pid namespace the host's /proc is the command's: Landlock grants
-# reading /proc as a whole (the command's own /proc/self is a directory that
-# does not exist when the rules are made, so no rule could grant it alone), and
-# argv, comm and status are world-readable.  Its ptrace restriction still keeps
-# environ, mem, maps and fd of host processes out of reach.
-PROCESS_LIST_GAP = Gap(
-    "landlock-process-list",
-    "cannot hide other processes: without a pid namespace every host process is listed in /proc, with its "
-    "command line (secrets passed in argv), name, owner and state; its environ, mem and fd entries stay unreadable",
-)
 
 
 class LandlockRunner(Runner):
@@ -153,7 +107,6 @@ class LandlockRunner(Runner):
             )
         self._unix_connect = unix_connect == "allow"
         self._lock = threading.Lock()
-        self._probe: RunnerProbe | None = None
         self._plans: dict[SandboxPolicy, RulePlan] = {}
         self._spawners: dict[SandboxPolicy, SpawnerThread] = {}
         self._cgroups: CgroupSession | None = None
@@ -161,13 +114,7 @@ class LandlockRunner(Runner):
 
     # -- probe -----------------------------------------------------------------
 
-    def probe(self) -> RunnerProbe:
-        with self._lock:
-            if self._probe is None:
-                self._probe = self._run_probe()
-            return self._probe
-
-    def _run_probe(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         status = abi.query_abi()
         if status.abi is None:
             return RunnerProbe(NAME, False, reason=status.reason)
@@ -302,7 +249,7 @@ class LandlockRunner(Runner):
             )
         if plan.scoped:
             network += "; abstract unix sockets and signals are scoped to the sandbox"
-        rules += _HARDENING + (_ROOT_HARDENING if os.geteuid() == 0 else _USER_HARDENING)
+        rules += HARDENING + (ROOT_HARDENING if os.geteuid() == 0 else USER_HARDENING)
         cannot = tuple(g.reason for g in plan.gaps + limits.gaps)
         cannot += tuple(f"right not known to ABI {plan.abi}, dropped: {d}" for d in plan.dropped)
         if not policy.network and self._unix_connect:
@@ -363,14 +310,9 @@ class LandlockRunner(Runner):
             self._spawners[policy] = spawner
         return spawner
 
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> LocalLaunch:
-        exact = tuple(argv)
-        if not exact:
-            raise UsageError("argv: empty command; pass at least the program to run")
-        for item in exact:
-            if not isinstance(item, str | bytes):
-                raise UsageError(f"argv: item {item!r} is {type(item).__name__}; use str or bytes")
-        check_accepted(self.enforcement(policy), policy, runner=NAME)
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> LocalLaunch:
+        exact = argv
         limits = self._limit_plan(policy)
         if not policy.constrained and limits == LimitPlan():
             return LocalLaunch(argv=exact)  # danger-full-access: nothing to apply
@@ -379,7 +321,7 @@ class LandlockRunner(Runner):
             return LocalLaunch(argv=exact, spawn_in=spawner.call)
         cgroups = self._cgroups if limits.needs_cgroup else None
         try:
-            limited = _LimitedSpawn(spawner, cgroups, limits)
+            limited = LimitedSpawn(spawner, cgroups, limits)
         except OSError as exc:
             raise SandboxUnavailable(f"cannot create the command's cgroup: {exc}; nothing ran", runner=NAME) from exc
         try:
@@ -419,91 +361,6 @@ class LandlockRunner(Runner):
             spawner.stop()
         if cgroups is not None:
             cgroups.close()
-
-
-class _LimitedSpawn:
-    """One command's cgroup, wall-time killer and teardown.
-
-    The cgroup is taken when the launch is prepared.  v1 membership is per
-    thread: the spawner thread moves itself in, forks (the child is born
-    inside) and moves back.  v2 membership is per process: the child joins
-    after fork through ``join_fds`` (``JOIN_SCRIPT`` in front of the argv).
-    """
-
-    def __init__(self, spawner: SpawnerThread, cgroups: CgroupSession | None, limits: LimitPlan) -> None:
-        self._spawner = spawner
-        self._cgroups = cgroups
-        self._limits = limits
-        self.cgroup: CommandCgroup | None = None
-        self.wall_time_killer: WallTimeKiller | None = None
-        self.join_fds: list[int] = []
-        self.hop: EnvHop | None = None
-        if cgroups is not None:
-            self.cgroup = cgroups.command(limits.cgroup)
-            if self.cgroup.per_process:
-                try:
-                    self.join_fds = self.cgroup.open_procs()
-                except BaseException:
-                    cgroups.release(self.cgroup)
-                    raise
-
-    def spawn_in(self, fn: Callable[[], Any]) -> Any:
-        try:
-            if self.cgroup is None or self.join_fds:
-                result = self._spawner.call(fn)
-            else:
-                result = self._spawn_in_cgroup(self.cgroup, fn)
-        finally:
-            self._close_join_fds()  # the child has its copies (or never ran)
-            if self.hop is not None:
-                self.hop.close()
-        if self._limits.wall_time_s is not None:
-            pid = getattr(result, "pid", None)
-            self.wall_time_killer = WallTimeKiller(
-                self._limits.wall_time_s, self.cgroup, pid if isinstance(pid, int) else None
-            )
-        return result
-
-    def _close_join_fds(self) -> None:
-        fds, self.join_fds = self.join_fds, []
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def _spawn_in_cgroup(self, cgroup: CommandCgroup, fn: Callable[[], Any]) -> Any:
-        enter, leave = cgroup.thread_moves()
-
-        def job() -> Any:
-            tid = str(threading.get_native_id()).encode()
-            for fd in enter:
-                os.write(fd, tid)
-            try:
-                return fn()
-            finally:
-                for fd in leave:
-                    os.write(fd, tid)
-
-        return self._spawner.call(job)
-
-    def kill_tree(self, pid: int, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-        if self.cgroup is not None:
-            self.cgroup.kill(sig)
-
-    def cleanup(self) -> None:
-        if self.wall_time_killer is not None:
-            self.wall_time_killer.cancel()
-        self._close_join_fds()
-        if self.hop is not None:
-            self.hop.close()
-        if self.cgroup is not None and self._cgroups is not None:
-            self._cgroups.release(self.cgroup)  # kills what is left (double forks, setsid) first
-            self.cgroup = None
-
-    @property
-    def timed_out(self) -> bool:
-        return self.wall_time_killer is not None and self.wall_time_killer.fired
 
 
 __all__ = ["LandlockRunner", "signal"]

@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from dsh.sandbox.helper_env import helper_env
+
+#: The keeper process's own module: it purges the session, so it imports the
+#: cgroup code, which this side (started from that code) must not.
+KEEPER_MODULE = "dsh.runners.linux.keeper_main"
 
 
 class Keeper:
@@ -41,7 +44,7 @@ class Keeper:
         read_fd, write_fd = os.pipe()  # both close-on-exec
         try:
             process = subprocess.Popen(
-                [sys.executable, "-I", "-m", __name__, *map(str, dirs)],
+                [sys.executable, "-I", "-m", KEEPER_MODULE, *map(str, dirs)],
                 stdin=read_fd,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
@@ -63,19 +66,3 @@ class Keeper:
             with contextlib.suppress(OSError):
                 os.close(self._write_fd)
             self._write_fd = -1
-
-
-def main(argv: Sequence[str]) -> int:
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGQUIT, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        while os.read(0, 512):
-            pass  # nothing is ever written: only EOF matters
-    from dsh.runners.linux.cgroups import CgroupSession
-
-    CgroupSession.attach([Path(a) for a in argv]).purge()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

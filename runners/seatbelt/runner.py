@@ -12,17 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from dsh.runners.seatbelt.profile import _SAFE_NAME, build_profile, protected_names
 from dsh.sandbox import capability as cap
-from dsh.sandbox.errors import SandboxUnavailable, UsageError
-from dsh.sandbox.gate import check_accepted
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
-    Argv,
     Enforcement,
     Gap,
     Launch,
@@ -62,16 +58,8 @@ class SeatbeltRunner(Runner):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         self.sandbox_exec = str(self.options.get("sandbox_exec", SANDBOX_EXEC))
-        self._lock = threading.Lock()
-        self._probe: RunnerProbe | None = None
 
-    def probe(self) -> RunnerProbe:
-        with self._lock:
-            if self._probe is None:
-                self._probe = self._probe_now()
-            return self._probe
-
-    def _probe_now(self) -> RunnerProbe:
+    def detect(self) -> RunnerProbe:
         if sys.platform != "darwin":
             return RunnerProbe(self.name, False, f"sandbox-exec is macOS only (platform {sys.platform})")
         if not os.access(self.sandbox_exec, os.X_OK):
@@ -125,17 +113,11 @@ class SeatbeltRunner(Runner):
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, limits, tuple(cannot))
 
     # -- launch --------------------------------------------------------------------------
-    def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str]) -> Launch:
-        command = tuple(argv)
-        if not command:
-            raise UsageError("argv: the command is empty; pass the program and its arguments")
-        probe = self.probe()
-        if not probe.available:
-            raise SandboxUnavailable(probe.reason or "seatbelt unavailable", runner=self.name)
+    def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+             env: Mapping[str, str]) -> Launch:
         if not policy.constrained:
-            return LocalLaunch(argv=command)
-        check_accepted(self.enforcement(policy), policy, runner=self.name)
-        return LocalLaunch(argv=wrap_argv(self.sandbox_exec, policy, command))
+            return LocalLaunch(argv=argv)
+        return LocalLaunch(argv=wrap_argv(self.sandbox_exec, policy, argv))
 
 
 def wrap_argv(sandbox_exec: str, policy: SandboxPolicy, command: tuple[str | bytes, ...]) -> tuple[str | bytes, ...]:

@@ -9,7 +9,8 @@ from dsh.cli.conformance.catalog import SCENARIOS
 from dsh.cli.conformance.harness import partial_capabilities
 from dsh.runners.fake import FakeRunner
 from dsh.sandbox import capability as cap
-from dsh.sandbox.host import HOST_DEGRADATIONS, SCAN_DEGRADATION, runner_classes
+from dsh.sandbox.gate import HOST_DEGRADATIONS, SCAN_DEGRADATION
+from dsh.sandbox.registry import runner_classes
 from dsh.sandbox.runner import Enforcement, Gap
 
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dsh.cli import COMMANDS
+from dsh.cli import COMMANDS, plugin_commands
 
 from tests.support.cli import cli
 
@@ -106,9 +106,12 @@ def test_completing_a_subcommand_name_imports_no_subcommand_module() -> None:
     env = {**os.environ, "_DSH_SANDBOX_COMPLETE": "bash_complete", "COMP_WORDS": "dsh-sandbox ", "COMP_CWORD": "1"}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == [f"plain,{name}" for name in sorted(COMMANDS)]
+    plugins = plugin_commands()
+    assert "image" in plugins  # a runner's command, registered through the entry-point group
+    assert done.stdout.split() == [f"plain,{name}" for name in sorted({*COMMANDS, *plugins})]
     # The modules `dsh-sandbox NAME` would import, and the packages they pull in.
     subcommand_modules = {module for module, _, _ in COMMANDS.values()}
+    subcommand_modules |= {target.partition(":")[0] for target in plugins.values()}
     packages = {module.rsplit(".", 1)[0] for module in subcommand_modules} - {"dsh.cli"}
     loaded = set(done.stderr.splitlines())
     assert not loaded & subcommand_modules, sorted(loaded & subcommand_modules)

@@ -292,7 +292,7 @@ def test_runner_options_come_from_each_runners_declaration(workspace: Path, user
     import subprocess
     import sys
 
-    from dsh.sandbox.host import runner_classes
+    from dsh.sandbox.registry import runner_classes
 
     rows = show(workspace, env_with(user_dir))
     declared = {f"runners.{name}.{key}" for name, cls in runner_classes().items() for key in cls.CONFIG_KEYS}

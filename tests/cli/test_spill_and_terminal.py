@@ -3,8 +3,10 @@ through the real CLI and real runners, judged from the host (as root and nobody)
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 import time
@@ -17,6 +19,7 @@ import pytest
 from tests.runners.test_trusted_files import LANDLOCK_ACCEPT, NOBODY, cli
 from tests.support.require import require_runner
 from tests.support.terminal import read_terminal
+from tests.support.wait import wait_until
 
 USERS = ["caller", "nobody"]
 BIG = 5 * 1024 * 1024  # past the CLI's 4 MiB in-memory tail: the host spills
@@ -140,7 +143,9 @@ def test_catch_up_reads_the_spill_through_its_fd(home: Home, plant: str) -> None
     started = time.monotonic()
     proc = home.popen("run", "--mode", "danger-full-access", "--timeout", "30", "-c", script,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3)  # a slow reader: the CLI blocks on its stdout, the tail moves on
+    # A slow reader: nothing reads the CLI's stdout until the swap is in place,
+    # so the CLI blocks on it and the tail of the output goes to the spill.
+    wait_until(lambda: _planted(stdout_spills, plant), "the command to swap its spill file")
     try:
         out, err = proc.communicate(timeout=90)
     except subprocess.TimeoutExpired:
@@ -152,6 +157,17 @@ def test_catch_up_reads_the_spill_through_its_fd(home: Home, plant: str) -> None
     assert b"planted" in err, err[-2000:]  # the attack did run
     assert b"HIDDEN" not in out + err
     assert out == b"a" * BIG + b"b" * BIG + b"\n"
+
+
+def _planted(globs: str, plant: str) -> bool:
+    for moved in (p for g in globs.split() for p in glob.glob(g + ".real")):
+        try:
+            mode = Path(moved[: -len(".real")]).lstat().st_mode
+        except FileNotFoundError:
+            continue  # moved, not yet replaced
+        if (stat.S_ISFIFO(mode) if plant == "fifo" else stat.S_ISLNK(mode)):
+            return True
+    return False
 
 
 # -- the caller's terminal -----------------------------------------------------------------

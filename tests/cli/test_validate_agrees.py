@@ -66,11 +66,11 @@ def _validate_ok(path: Path, workspace: Path) -> bool:
 
 
 def _run_accepts(path: Path, workspace: Path) -> bool:
-    from dsh.cli.run import RunOptions, build_context
-    from dsh.sandbox.policy_guard import refuse_untrusted_config
+    from dsh.cli.run import RunOptions, open_run_session
+    from dsh.sandbox.config_trust import refuse_untrusted_config
 
     try:
-        ctx = build_context(RunOptions(profile=str(path), workspace=str(workspace), argv=("true",)))
+        ctx = open_run_session(RunOptions(profile=str(path), workspace=str(workspace), argv=("true",)))
     except UsageError:
         return False
     try:

@@ -36,7 +36,8 @@ def test_timeout_kills_the_whole_group(ctx: Context) -> None:
 
 def test_double_fork_is_killed_when_the_command_exits(ctx: Context) -> None:
     # The grandchild is re-parented away from the command and keeps stdout open.
-    execution = start(ctx, "echo $$; ( ( sleep 1000 & ) & ); sleep 0.2; echo leader-done")
+    # The leader exits only once the grandchild is running (it wrote to the FIFO).
+    execution = start(ctx, "echo $$; mkfifo up; ( ( sleep 1000 & echo up > up ) & ); read _ < up; echo leader-done")
     pgid = first_line_int(execution)
     result = execution.result(timeout=PATIENCE_S)
     assert result.exit_code == 0

@@ -92,18 +92,18 @@ def test_close_tears_down_once_in_reverse() -> None:
 
 
 def test_config_validation_names_entry_and_field() -> None:
-    cfg = build_config(Greeter, {"name": "x", "times": 2, "tags": ["a"]}, entry="g1")
+    cfg = build_config(Greeter.Config, {"name": "x", "times": 2, "tags": ["a"]}, entry="g1", provider="greeter")
     assert cfg == Greeter.Config(name="x", times=2, tags=("a",))
     with pytest.raises(CompositionError) as err:
-        build_config(Greeter, {"nmae": "x"}, entry="g1")
+        build_config(Greeter.Config, {"nmae": "x"}, entry="g1", provider="greeter")
     assert "'g1'" in str(err.value) and "'nmae'" in str(err.value) and "name" in str(err.value)
     with pytest.raises(CompositionError) as err:
-        build_config(Greeter, {"times": "3"}, entry="g1")
+        build_config(Greeter.Config, {"times": "3"}, entry="g1", provider="greeter")
     assert "'times'" in str(err.value) and "int" in str(err.value)
     with pytest.raises(CompositionError):
-        build_config(Greeter, {"times": True}, entry="g1")  # bool is not an int here
+        build_config(Greeter.Config, {"times": True}, entry="g1", provider="greeter")  # bool is not an int here
     with pytest.raises(CompositionError):
-        build_config(Greeter, {"tags": "abc"}, entry="g1")
+        build_config(Greeter.Config, {"tags": "abc"}, entry="g1", provider="greeter")
 
 
 def test_parse_composition_rejects_bad_shapes() -> None:

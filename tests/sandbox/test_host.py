@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
-from dsh.sandbox.host import SandboxHost, SandboxHostConfig, known_runner_names
+from dsh.sandbox.host import SandboxHost, SandboxHostConfig
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
+from dsh.sandbox.registry import known_runner_names
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.support.sandboxed import LANDLOCK_DEGRADED, need_runner

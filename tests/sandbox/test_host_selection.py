@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +12,13 @@ from dsh.runners.fake import FakeRunner
 from dsh.sandbox import capability as cap
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
-from dsh.sandbox.host import SandboxHost, SandboxHostConfig, known_runner_names
+from dsh.sandbox.host import SandboxHost, SandboxHostConfig
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
-from dsh.sandbox.registry import runner_entry_points
+from dsh.sandbox.registry import known_runner_names, runner_entry_points
 from dsh.sandbox.runner import LocalLaunch, RemoteLaunch
+
+from tests.support.plugins import install_plugin
 
 WW = "workspace-write"
 PROTECTED = ("fake-protected-paths", (cap.PROTECTED_PATHS,))
@@ -162,21 +163,17 @@ def test_a_refusal_suggests_one_runners_flags_and_pins_it(ctx: Context, workspac
 @pytest.fixture
 def plugin(tmp_path: Path, trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A third-party distribution that registers a runner through its entry point."""
-    (tmp_path / "dsh_plugin_demo.py").write_text(
+    install_plugin(
+        tmp_path, monkeypatch, "dsh_plugin_demo",
         "from dsh.runners.fake import FakeRunner\n"
         "class DemoRunner(FakeRunner):\n"
         "    name = 'demo'\n"
         "    auto_priority = 1\n"
         "    def __init__(self, options=None):\n"
-        "        super().__init__('demo', auto_priority=1, options=options)\n"
+        "        super().__init__('demo', auto_priority=1, options=options)\n",
+        "[dsh_sandbox.runners]\ndemo = dsh_plugin_demo:DemoRunner\n",
+        cache=trusted_dir / "cache",  # outside the writable /tmp
     )
-    info = tmp_path / "dsh_plugin_demo-1.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: dsh-plugin-demo\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text("[dsh_sandbox.runners]\ndemo = dsh_plugin_demo:DemoRunner\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "dsh_plugin_demo", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(trusted_dir / "cache"))  # outside the writable /tmp
     return "demo"
 
 

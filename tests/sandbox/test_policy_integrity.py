@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh.sandbox.config_trust import refuse_untrusted_config
 from dsh.sandbox.context import Context, build_context
 from dsh.sandbox.errors import CompositionError, ConfigError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.policy_guard import refuse_untrusted_config
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.profiles import ProfileError, load_profile
 
@@ -351,7 +351,7 @@ def test_prompt_timeout_is_checked(value: float) -> None:
     from dsh.sandbox.approval import PromptApproval, PromptConfig
 
     with pytest.raises(ConfigError, match=r"timeout_s: must be a number of seconds from 0\.001 to"):
-        PromptApproval(None, PromptConfig(timeout_s=value))
+        PromptApproval(Context(), PromptConfig(timeout_s=value))
 
 
 def test_runner_options_are_checked() -> None:
@@ -386,7 +386,7 @@ def test_every_degradation_a_runner_reports_is_declared(runner: str) -> None:
     """A profile can only accept names the runner declares: a name reported
     in the runner's code but missing from DEGRADATION_NAMES could never be
     accepted.  Names start with the runner's name (that is how one is found)."""
-    from dsh.sandbox.host import load_runner_class
+    from dsh.sandbox.registry import load_runner_class
 
     declared = load_runner_class(runner).DEGRADATION_NAMES
     assert declared and all(name.startswith(f"{runner}-") for name in declared)

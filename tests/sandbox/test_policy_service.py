@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh.cli.policy_text import describe_policy
 from dsh.sandbox.context import Context, build_context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy_service import (
     PolicyConfig,
     PolicyService,
-    describe_policy,
     system_dir_reason,
 )
 from dsh.sandbox.profiles import ProfileError

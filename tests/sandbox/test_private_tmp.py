@@ -10,9 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from dsh.cli.policy_text import describe_policy
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
+from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.private_tmp import PrivateTmp, candidates
 
 pytestmark = pytest.mark.usefixtures("no_tmpdir")

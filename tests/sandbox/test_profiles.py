@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from dsh.sandbox.errors import ConfigError, UsageError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.profile_schema import LIMIT_KEYS, TOP_KEYS, find_key_line, parse_size
+from dsh.sandbox.profile_schema import LIMIT_KEYS, TOP_KEYS, parse_size
 from dsh.sandbox.profiles import (
     Profile,
     ProfileError,
@@ -19,6 +19,7 @@ from dsh.sandbox.profiles import (
     load_profile,
     validate_profile_file,
 )
+from dsh.sandbox.toml_lines import find_key_line
 
 from tests.sandbox.schema_check import errors as schema_errors
 

@@ -13,13 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh.cli.policy_text import describe_policy
 from dsh.sandbox.context import Context
-from dsh.sandbox.host import SCAN_DEGRADATION, with_scan_gap
-from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
+from dsh.sandbox.gate import SCAN_DEGRADATION, with_scan_gap
+from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.profiles import ProfileError, load_profile
 from dsh.sandbox.protected_scan import TreeIndex
 from dsh.sandbox.runner import Enforcement
 from dsh.sandbox.trusted_changes import Baseline, trusted_changes
+
+from tests.support.wait import wait_until
 
 pytestmark = pytest.mark.usefixtures("no_tmpdir")
 
@@ -44,6 +47,22 @@ def baseline(index: TreeIndex, root: Path) -> Baseline:
 
     since = run_started_ns()
     return Baseline(since, index.refresh([root]))
+
+
+def settled(directory: Path) -> None:
+    """Wait until the setup's own writes are in clock ticks before a run would start.
+
+    The kernel stamps ctimes from its coarse clock: a probe written now carries
+    a stamp no earlier than any setup write, and the run's start is taken once
+    the clock has moved past it.
+    """
+    from dsh.sandbox.trusted_changes import run_started_ns
+
+    probe = directory / ".settle-probe"
+    probe.write_bytes(b"")
+    probe.unlink()
+    stamp = os.lstat(directory).st_ctime_ns
+    wait_until(lambda: run_started_ns() > stamp, "the coarse clock to pass the setup's last write")
 
 
 def make_repo(path: Path) -> Path:
@@ -111,7 +130,7 @@ def test_changed_since_reports_created_control_files(workspace: Path) -> None:
     (old / "hooks" / "pre-commit.sample").write_text("")
     svc = service(workspace)
     policy = svc.resolve()
-    time.sleep(0.05)  # the setup's own writes land in earlier clock ticks
+    settled(workspace)
     before = svc.baseline(policy)
     assert before is not None
     new = make_repo(workspace / "x" / "new")
@@ -127,7 +146,7 @@ def test_changed_since_reports_created_control_files(workspace: Path) -> None:
 def test_changed_since_sees_rewritten_file_in_existing_repo(tmp_path: Path) -> None:
     git = make_repo(tmp_path / "r")
     index = TreeIndex(())
-    time.sleep(0.05)
+    settled(tmp_path)
     before = baseline(index, tmp_path)
     (git / "config").write_text("[core]\n\tfsmonitor = evil\n")
     os.utime(git / "config", ns=(0, 0))  # mtime can be set back; ctime cannot
@@ -243,7 +262,7 @@ def test_repository_renamed_into_place_over_two_runs_is_reported(tmp_path: Path)
     (tmp_path / "sub").mkdir()
     first = index.refresh([tmp_path])
     assert first.repos == ()  # no HEAD: git would not take it for a git dir
-    time.sleep(0.05)
+    settled(tmp_path)
     before = baseline(index, tmp_path)
     (stage / "HEAD").write_text("ref: refs/heads/main\n")
     os.utime(stage / "HEAD", ns=(0, 0))
@@ -260,7 +279,7 @@ def test_hooks_directory_renamed_into_an_existing_repository_is_reported(tmp_pat
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "pre-commit").write_text("#!/bin/sh\n")
     index = TreeIndex(())
-    time.sleep(0.05)
+    settled(tmp_path)
     before = baseline(index, tmp_path)
     (tmp_path / "mine").rename(git / "hooks")
     assert trusted_changes(before, index.refresh([tmp_path])).paths == (git / "hooks" / "pre-commit",)
@@ -333,7 +352,7 @@ def test_nested_names_protect_one_file_of_a_directory(workspace: Path) -> None:
     assert workspace / ".hg" / "hgrc" in protected
     assert workspace / ".pre-commit-config.yaml" in protected
     assert crate / ".cargo" not in protected and crate / ".cargo" / "registry" not in protected
-    time.sleep(0.05)  # the setup's own writes land in earlier clock ticks
+    settled(workspace)
     before = svc.baseline(policy)
     assert before is not None
     (workspace / "b" / ".cargo").mkdir(parents=True)

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dsh.cli.policy_text import describe_policy
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.policy_service import PolicyConfig, PolicyService, describe_policy
+from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.sandbox_home import home_env, workspace_home
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from dsh.cli.options import keep_spill_files
 from dsh.cli.run import RunOptions
-from dsh.cli.run import build_context as run_context
+from dsh.cli.run import open_run_session as run_context
 from dsh.cli.tool import build_tool_context
 from dsh.executors.local import LocalBashExecutor
 from dsh.executors.process import LocalSubprocessService

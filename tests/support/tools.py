@@ -8,9 +8,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dsh.executors.render import ExitStatusMarker, parse_exit_status
 from dsh.sandbox.context import Context, build_context
 from dsh.tools.base import ToolResult
+from dsh.tools.render import ExitStatusMarker, parse_exit_status
 from dsh.tools.toolbox import call_tool
 
 from tests.support.processes import describe, pids_with

@@ -1,4 +1,4 @@
-"""The one poll helper of the tests, and its bound.
+"""The tests' waits on real signals (a condition, a line a command prints), and their bound.
 
 A bound is for a stuck test, never a timing bet: up to eight test runs share
 two cores, so it is generous, and a passing test never waits it out.
@@ -6,6 +6,8 @@ two cores, so it is generous, and a passing test never waits it out.
 
 from __future__ import annotations
 
+import os
+import select
 import time
 from collections.abc import Callable
 
@@ -30,3 +32,24 @@ def wait_until(
             said = what() if callable(what) else what
             raise AssertionError(f"timed out after {timeout:g} s waiting for {said}")
         time.sleep(0.02)
+
+
+def await_line(fd: int, expected: bytes, what: str, timeout: float = PATIENCE_S) -> None:
+    """Read ``fd`` up to the first newline and check it is ``expected``.
+
+    A command prints a line once it is really in the state a test needs (started,
+    listening, waiting for a marker); the test blocks on that line instead of
+    guessing with a sleep.  It reads one byte at a time so nothing after the line
+    is taken from the stream the test reads later.
+    """
+    deadline = time.monotonic() + timeout
+    line = b""
+    while not line.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (read so far: {line!r})")
+        byte = os.read(fd, 1)
+        if not byte:
+            raise AssertionError(f"the stream ended before {what} (read so far: {line!r})")
+        line += byte
+    assert line == expected + b"\n", f"expected {expected!r} as {what}, read {line!r}"

@@ -20,7 +20,7 @@ from dsh.sandbox.approval import (
     approval_option,
 )
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig, load_rules, simple_argv
-from dsh.sandbox.context import build_context
+from dsh.sandbox.context import Context, build_context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 
@@ -50,7 +50,7 @@ def test_deny_all_denies_and_every_decision_is_logged(
     dsh_home: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="dsh.approval")
-    decision = DenyAllApproval().approve_escalation(req())
+    decision = DenyAllApproval(Context()).approve_escalation(req())
     assert decision.outcome == "deny" and not decision.approved
     assert decision.provider == "approval-deny" and "disabled" in decision.reason
     [rec] = records(dsh_home)
@@ -65,7 +65,7 @@ def test_deny_all_denies_and_every_decision_is_logged(
 
 class Always(Approval):
     def __init__(self, decision: EscalationDecision) -> None:
-        super().__init__()
+        super().__init__(Context())
         self.decision = decision
         self.asked = 0
 
@@ -107,7 +107,7 @@ def test_a_failing_provider_denies(dsh_home: Path) -> None:
         def decide(self, request: EscalationRequest) -> EscalationDecision:
             raise RuntimeError("kaput")
 
-    decision = Broken().approve_escalation(req())
+    decision = Broken(Context()).approve_escalation(req())
     assert decision.outcome == "deny" and "kaput" in decision.reason
 
 
@@ -123,7 +123,7 @@ def test_an_approval_that_cannot_be_audited_is_denied(tmp_path: Path) -> None:
 # -- the terminal prompt -------------------------------------------------------------------
 def prompt(answer: str, timeout_s: float = 30.0) -> tuple[PromptApproval, io.StringIO]:
     out = io.StringIO()
-    return PromptApproval(None, PromptConfig(timeout_s=timeout_s), input=io.StringIO(answer),
+    return PromptApproval(Context(), PromptConfig(timeout_s=timeout_s), input=io.StringIO(answer),
                           output=out), out
 
 
@@ -153,7 +153,7 @@ def test_prompt_times_out_to_deny() -> None:
     read_fd, write_fd = os.pipe()
     try:
         with os.fdopen(read_fd, "r") as inp:
-            approver = PromptApproval(None, PromptConfig(timeout_s=0.3), input=inp,
+            approver = PromptApproval(Context(), PromptConfig(timeout_s=0.3), input=inp,
                                       output=io.StringIO())
             decision = approver.approve_escalation(req())
     finally:
@@ -165,21 +165,21 @@ def test_prompt_reads_a_real_pipe() -> None:
     read_fd, write_fd = os.pipe()
     os.write(write_fd, b"s\n")
     with os.fdopen(read_fd, "r") as inp:
-        approver = PromptApproval(None, PromptConfig(timeout_s=30), input=inp,
+        approver = PromptApproval(Context(), PromptConfig(timeout_s=30), input=inp,
                                   output=io.StringIO())
         assert approver.approve_escalation(req()).outcome == "approve_session"
     os.close(write_fd)
 
 
 def test_prompt_without_a_terminal_denies(tmp_path: Path) -> None:
-    approver = PromptApproval(None, PromptConfig(tty=str(tmp_path / "no-tty")))
+    approver = PromptApproval(Context(), PromptConfig(tty=str(tmp_path / "no-tty")))
     decision = approver.approve_escalation(req())
     assert decision.outcome == "deny" and "no terminal" in decision.reason
 
 
 def test_prompt_config_is_checked() -> None:
     with pytest.raises(ConfigError, match="timeout_s"):
-        PromptApproval(None, PromptConfig(timeout_s=0))
+        PromptApproval(Context(), PromptConfig(timeout_s=0))
 
 
 # -- the rules file ----------------------------------------------------------------------
@@ -213,7 +213,7 @@ def rules_file(tmp_path: Path) -> Path:
 
 
 def rules(path: Path, **config: object) -> RulesApproval:
-    return RulesApproval(None, RulesConfig(path=str(path), **config))  # type: ignore[arg-type]
+    return RulesApproval(Context(), RulesConfig(path=str(path), **config))  # type: ignore[arg-type]
 
 
 def test_rules_exact_command_and_its_neighbours(rules_file: Path) -> None:
@@ -289,7 +289,7 @@ def test_rules_file_errors_fail_at_load(tmp_path: Path, text: str, message: str)
 
 def test_rules_provider_needs_a_readable_path(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'path' is required"):
-        RulesApproval(None, RulesConfig())
+        RulesApproval(Context(), RulesConfig())
     with pytest.raises(ConfigError, match="cannot read rules file"):
         rules(tmp_path / "missing.toml")
 

@@ -11,14 +11,9 @@ from pathlib import Path
 import pytest
 from dsh.executors import escalation
 from dsh.executors.seam import ShellExecRequest, ShellExecutor
-from dsh.sandbox.approval import (
-    Approval,
-    EscalationDecision,
-    EscalationRequest,
-    PromptApproval,
-    PromptConfig,
-)
+from dsh.sandbox.approval import Approval, EscalationDecision, EscalationRequest, PromptApproval, PromptConfig
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
+from dsh.sandbox.context import Context
 from dsh.sandbox.file_changes import FileChanges
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.session import SessionSpec, build_session
@@ -45,7 +40,7 @@ def rules(tmp_path: Path, decision: str = "once", **config: object) -> RulesAppr
     path = tmp_path / "rules.toml"
     path.write_text(f'[[rule]]\nmode = "danger-full-access"\nworkdir = "{WORKDIR}"\ncommand = "make"\n'
                     f'decision = "{decision}"\n')
-    return RulesApproval(None, RulesConfig(path=str(path), **config))  # type: ignore[arg-type]
+    return RulesApproval(Context(), RulesConfig(path=str(path), **config))  # type: ignore[arg-type]
 
 
 def records(home: Path) -> list[dict[str, object]]:
@@ -80,7 +75,7 @@ def test_a_session_approval_does_not_cover_changed_inputs(tmp_path: Path) -> Non
 
 def test_the_prompt_lists_the_changes_escaped(tmp_path: Path) -> None:
     out = io.StringIO()
-    approver = PromptApproval(None, PromptConfig(timeout_s=5), input=io.StringIO("y\n"), output=out)
+    approver = PromptApproval(Context(), PromptConfig(timeout_s=5), input=io.StringIO("y\n"), output=out)
     many = FileChanges(modified=("/work/Makefile",), created=tuple(f"/work/f{i}" for i in range(30)), total=31)
     assert approver.approve_escalation(req(many)).approved  # a person may approve, having seen it
     shown = out.getvalue()
@@ -109,7 +104,7 @@ class ChangesWhileAsked(Approval):
     """Approves, while something left behind rewrites a file under the roots."""
 
     def __init__(self, victim: Path) -> None:
-        super().__init__()
+        super().__init__(Context())
         self.victim = victim
         self.seen: list[EscalationRequest] = []
 
@@ -157,7 +152,7 @@ def test_watch_costs_nothing_without_an_approver(workspace: Path) -> None:
         assert escalation.watch(None, run) is None
         from dsh.sandbox.approval import DenyAllApproval
 
-        assert escalation.watch(DenyAllApproval(), run) is None
+        assert escalation.watch(DenyAllApproval(Context()), run) is None
 
 
 @pytest.mark.parametrize("runner", ["bwrap", "landlock"])

@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 from dsh.cli.run_output import SGR_RESET, Visible
-from dsh.sandbox.approval import (
-    TERMINAL_RESET,
-    Approval,
-    EscalationDecision,
-    EscalationRequest,
-    TerminalPrompter,
-    printable,
-)
+from dsh.sandbox.approval import Approval, EscalationDecision, EscalationRequest
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig
+from dsh.sandbox.context import Context
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.terminal_prompt import TerminalPrompter
+from dsh.sandbox.terminal_text import TERMINAL_RESET, printable
 
 from tests.support.cli import dsh_home_for, trusted_config_dir
 from tests.support.sandboxed import need_runner
@@ -55,7 +51,7 @@ def test_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path) -> None:
         f'[[rule]]\nmode = "workspace-write"\nworkdir = "{trusted_dir}/*"\nprefix = "make"\nargs = []\n\n'
         f'[[rule]]\nmode = "workspace-write"\nworkdir = "{a}/**"\nprefix = "ls"\nargs = []\n'
     )
-    approver = RulesApproval(None, RulesConfig(path=str(path)))
+    approver = RulesApproval(Context(), RulesConfig(path=str(path)))
     assert approver.approve_escalation(req("git status", str(a))).approved
     assert not approver.approve_escalation(req("git status", str(b))).approved
     assert not approver.approve_escalation(req("git status", str(a / "sub"))).approved
@@ -72,7 +68,7 @@ def test_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path) -> None:
 
 class Once(Approval):
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(Context())
         self.asked = 0
 
     def decide(self, request: EscalationRequest) -> EscalationDecision:

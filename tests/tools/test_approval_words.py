@@ -11,6 +11,7 @@ import pytest
 from dsh.sandbox.approval import EscalationRequest
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig, load_rules
 from dsh.sandbox.command_words import DANGEROUS, Dangerous, dangerous_word, word_allowed
+from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 
@@ -32,7 +33,7 @@ def req(command: str, *, argv: tuple[str, ...] | None = None, shell: str = "bash
 def approver(tmp_path: Path, body: str) -> RulesApproval:
     path = tmp_path / "rules.toml"
     path.write_text(f'[[rule]]\nmode = "danger-full-access"\nworkdir = "{WORKDIR}"\n{body}')
-    return RulesApproval(None, RulesConfig(path=str(path)))
+    return RulesApproval(Context(), RulesConfig(path=str(path)))
 
 
 def approves(rules: RulesApproval, command: str, **kw: object) -> bool:
@@ -196,7 +197,7 @@ def test_the_docs_examples_load(tmp_path: Path) -> None:
         path.write_text(block.split("```", 1)[0])
         assert load_rules(path), block
     # The git push example is safe as written.
-    rules = RulesApproval(None, RulesConfig(path=str(tmp_path / "doc0.toml")))
+    rules = RulesApproval(Context(), RulesConfig(path=str(tmp_path / "doc0.toml")))
     app = str(Path("~/src/app").expanduser())
 
     def push(command: str) -> bool:
@@ -214,7 +215,7 @@ def test_argv_bytes_match_only_as_text(tmp_path: Path, workspace: Path) -> None:
 
     path = tmp_path / "rules.toml"
     path.write_text(f'[[rule]]\nmode = "danger-full-access"\nworkdir = "{workspace}"\nprefix = "make"\nargs = ["*"]\n')
-    rules = RulesApproval(None, RulesConfig(path=str(path)))
+    rules = RulesApproval(Context(), RulesConfig(path=str(path)))
     spec = SessionSpec(mode="workspace-write", workspace=str(workspace), executor="bash-sandbox")
     with build_session(spec) as ctx:
         shell = ctx.require(ShellExecutor)

@@ -14,13 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dsh.sandbox.approval import (
-    Approval,
-    EscalationDecision,
-    EscalationRequest,
-    PromptApproval,
-    PromptConfig,
-)
+from dsh.sandbox.approval import Approval, EscalationDecision, EscalationRequest, PromptApproval, PromptConfig
 from dsh.sandbox.context import Context
 
 from tests.support.sandboxed import LINUX_RUNNERS, accept_for, need_runner

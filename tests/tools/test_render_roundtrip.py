@@ -6,12 +6,13 @@ lines, brackets, trailing newlines.
 
 from __future__ import annotations
 
-from dsh.executors.render import join_rendered, parse_exit_status
 from dsh.executors.seam import CollectedOutput, SandboxFacts, ShellProcessRead, ShellRunResult
 from dsh.sandbox.modes import SandboxMode
 from dsh.tools.render import (
     escalation_line,
+    join_rendered,
     output_body,
+    parse_exit_status,
     render_job_read,
     render_result,
     render_started,

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.runners.bwrap.helpers import BOTH_MODES, Layout, policy, run, spawn
+from tests.support.wait import await_line
 
 PY = sys.executable
 NETWORK = pytest.mark.parametrize("network", [False, True], ids=["net-off", "net-on"])
@@ -36,9 +36,10 @@ NETWORK = pytest.mark.parametrize("network", [False, True], ids=["net-off", "net
 UNIX_ATTACK = r"""
 import os, socket, sys, time
 path, marker = sys.argv[1], sys.argv[2]
-deadline = time.time() + 60
-while marker != "-" and not os.path.exists(marker) and time.time() < deadline:
-    time.sleep(0.02)
+if marker != "-":
+    print("waiting", flush=True)
+    while not os.path.exists(marker):
+        time.sleep(0.02)
 address = path.encode() if not path.startswith("@") else b"\0" + path[1:].encode()
 for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):
     try:
@@ -143,7 +144,8 @@ def test_host_socket_created_during_the_run(
     hosts: list[HostSocket] = []
     try:
         proc = spawn(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(0.3)  # the sandbox is up and polling for the marker
+        assert proc.stdout is not None
+        await_line(proc.stdout.fileno(), b"waiting", "the sandbox to be up and polling for the marker")
         hosts.append(HostSocket(str(path), socket.SOCK_STREAM))
         marker.write_text("go")
         out, err = proc.communicate(timeout=120)

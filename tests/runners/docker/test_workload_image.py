@@ -67,7 +67,7 @@ def test_debian_users_name_the_host_uid(tmp_path: Path) -> None:
     (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n")
     (root / "etc/group").write_text("root:x:0:\n")
     plan = plan_debian()
-    hook = type(plan)(plan.suite, plan.mirror, plan.packages, passwd, group).customize_script()
+    hook = type(plan)(plan.suite, plan.mirrors, plan.packages, passwd, group).customize_script()
     subprocess.run(["sh", "-c", hook, "exec", str(root)], check=True)
     assert (root / "etc/passwd").read_text().splitlines()[-1] == passwd[0]
     assert (root / "etc/group").read_text().splitlines()[-1] == group[0]

@@ -11,7 +11,7 @@ import dsh.runners.e2b.session as session_module
 import pytest
 from dsh.runners.e2b import E2BRunner
 from dsh.runners.e2b.command import exit_status, process_argv, shell_script
-from dsh.sandbox.errors import UsageError
+from dsh.sandbox.errors import SandboxUnavailable, UsageError
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import EXEC_CHECK_SH, ExitStatus
 
@@ -28,6 +28,15 @@ def machine_running(envd: Envd, pid: int) -> bool:
 
 
 TRICKY = ["a b", "it's", '"q"', "$HOME", "`id`", "x\ny", "*", "", "-n", "tab\there"]
+
+
+def test_the_runner_itself_refuses_a_degradation_nobody_accepted(runner: E2BRunner, workspace: Path) -> None:
+    """Called directly, not through the host, the runner still gates: debug mode
+    verifies no sandbox boundary, so it runs only when accepted by name."""
+    with pytest.raises(SandboxUnavailable, match="--accept-degraded e2b-debug"):
+        runner.prepare(["touch", str(workspace / "ran")], policy("workspace-write", workspace, accept_degraded=()),
+                       cwd=str(workspace), env={})
+    assert not (workspace / "ran").exists()  # no launch was even made
 
 
 def test_exact_argv_arrives_unchanged(runner: E2BRunner, workspace: Path) -> None:

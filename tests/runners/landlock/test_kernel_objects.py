@@ -15,7 +15,6 @@ import os
 import socket
 import struct
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from dsh.runners.linux.syscalls import native_arch
 from dsh.sandbox.modes import SandboxMode
 
 from tests.runners.landlock.helpers import PY, RO, WW, finish, make_policy, start
+from tests.support.wait import await_line
 
 MODES = [pytest.param(RO, id="read-only"), pytest.param(WW, id="workspace-write")]
 Layout = tuple[Path, Path]
@@ -51,6 +51,7 @@ def call(name, *args):
 buf = ctypes.create_string_buffer(64)
 marker, made = sys.argv[2], sys.argv[3]
 ipc_key = int(made.rsplit('-', 1)[1], 16)
+print('waiting', flush=True)
 while not os.path.exists(marker):
     time.sleep(0.02)
 for line in open(marker).read().split():
@@ -209,7 +210,8 @@ def test_host_ipc_objects_and_keys_are_out_of_reach(
     numbers = ",".join(f"{k}={v}" for k, v in NR.items())
     made = _made_name()
     proc, launch = start(runner, make_policy(mode, ws), [PY, "-c", ATTACK, numbers, str(marker), made])
-    time.sleep(0.2)  # the command is running and waiting
+    assert proc.stdout is not None
+    await_line(proc.stdout.fileno(), b"waiting", "the command to run and wait for the marker")
     (ws / "marker.tmp").write_text(before.lines + during.lines)
     (ws / "marker.tmp").rename(marker)
     try:
@@ -244,6 +246,7 @@ def test_the_host_can_use_them_unsandboxed(layout: Layout, host_objects: tuple[_
 SOCKETS = """
 import os, socket, sys, time
 marker = sys.argv[1]
+print('waiting', flush=True)
 while not os.path.exists(marker):
     time.sleep(0.02)
 def attempt(label, fn):
@@ -288,7 +291,8 @@ def test_host_unix_sockets_are_out_of_reach(runner: LandlockRunner, layout: Layo
     marker = ws / "marker"
     proc, launch = start(runner, make_policy(mode, ws), [PY, "-c", SOCKETS, str(marker)])
     try:
-        time.sleep(0.2)  # created while the command runs
+        assert proc.stdout is not None
+        await_line(proc.stdout.fileno(), b"waiting", "the command to run and wait for the marker")
         sockets.update({f"{outside}/{n}-during": _bound(k, f"{outside}/{n}-during") for n, k in kinds.items()})
         (ws / "marker.tmp").write_text("\n".join(sockets))
         (ws / "marker.tmp").rename(marker)

@@ -135,11 +135,24 @@ def test_setsid_daemon_dies_with_the_command_even_without_limits(runner: Landloc
     policy = make_policy(RO, layout[0])  # no limits in the policy
     assert DEGRADE_ESCAPE not in runner.enforcement(policy).degradations
     marker = f"dsh-escape-{os.getpid()}"
-    launch = runner.prepare(["bash", "-c", f"setsid -f bash -c 'exec -a {marker} sleep 300'; sleep 0.2"],
-                            policy, cwd=str(layout[0]), env={})
+    # The substitution ends when the daemon's stdout closes, which its exec does:
+    # the command exits only once the daemon is running under its marker name.
+    script = f"echo $(setsid -f bash -c 'echo $$; exec -a {marker} sleep 300 >/dev/null')"
+    launch = runner.prepare(["bash", "-c", script], policy, cwd=str(layout[0]), env={})
     assert launch.spawn_in is not None and launch.cleanup is not None
-    proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv)))
-    assert proc.wait(timeout=120) == 0
+    proc = launch.spawn_in(lambda: subprocess.Popen(list(launch.argv), stdout=subprocess.PIPE))
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0
+    daemon = int(out)
     launch.cleanup()
+    assert _gone_or_reaped(daemon), f"the daemon {daemon} outlived the command"
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+
+
+def _gone_or_reaped(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
