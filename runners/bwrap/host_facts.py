@@ -6,7 +6,6 @@ mask, the syscall filter; and the bwrap arguments and limit gaps that follow.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +19,7 @@ from dsh.runners.bwrap.limits import (
 from dsh.runners.linux.cgroups import CgroupSession
 from dsh.runners.linux.chroot import chroot_reason
 from dsh.sandbox.helper_env import helper_env
+from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import (
     Gap,
@@ -104,16 +104,17 @@ def _run_with(argv: list[str], *pass_fds: int) -> subprocess.CompletedProcess[st
 
 def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostFacts:
     is_root = os.geteuid() == 0
-    bwrap = shutil.which(bwrap_option or "bwrap")
+    # Never the caller's PATH: a planted ``$WS/.venv/bin/unshare`` would run as the caller.
+    bwrap = system_tool(bwrap_option or "bwrap")
     facts: dict[str, Any] = dict(
         is_root=is_root,
         cgroups=cgroup_support(session),
-        prlimit=shutil.which("prlimit"),
-        timeout=shutil.which("timeout"),
+        prlimit=system_tool("prlimit"),
+        timeout=system_tool("timeout"),
         kernel=kernel_cover(),
         syscalls=build_filter(),
-        setpriv=shutil.which("setpriv"),
-        unshare=shutil.which("unshare"),
+        setpriv=system_tool("setpriv"),
+        unshare=system_tool("unshare"),
     )
     if bwrap is None:
         return HostFacts(None, None, False, f"bwrap not found; {INSTALL_HINT}", **facts)
@@ -123,7 +124,7 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
     snapshot = snapshot_args(facts["unshare"], is_root=is_root)
     try:
         version = _run([bwrap, "--version"]).stdout.strip() or None
-        true = shutil.which("true") or "/bin/true"
+        true = system_tool("true") or "/bin/true"
         isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
         if facts["syscalls"].memfd is not None:
             trial_fd = facts["syscalls"].open_for_launch()

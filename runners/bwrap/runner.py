@@ -45,12 +45,13 @@ from dsh.runners.bwrap.limits import (
 )
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import plan_mounts
-from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args
+from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
+from dsh.sandbox.host_tools import policy_roots, refuse_writable_helpers
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
     EXEC_CHECK_SH,
@@ -217,6 +218,11 @@ class BwrapRunner(Runner):
         facts = self.facts()
         if facts.bwrap is None:  # the probe said available: bwrap was found then
             raise SandboxUnavailable(facts.reason or "bwrap unavailable", runner=self.name)
+        refuse_writable_helpers(
+            (facts.bwrap, facts.unshare, facts.prlimit, facts.timeout, facts.setpriv, *join_shells()),
+            policy_roots(policy),
+            runner=self.name,
+        )
         filter_fd = -1
         if policy.constrained and facts.syscalls.memfd is not None:
             filter_fd = facts.syscalls.open_for_launch()

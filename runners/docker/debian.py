@@ -29,6 +29,7 @@ from pathlib import Path
 
 from dsh.runners.docker.apt_sources import AptSources, read_apt_sources
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.host_tools import system_tool
 
 # What the runner needs (bash, util-linux setsid, procps ps/kill) and what
 # common workloads need: python3 with venv and ensurepip, gcc + libc headers,
@@ -60,7 +61,8 @@ class DebianPlan:
 
     def argv(self, out: Path) -> list[str]:
         """The exact ``mmdebstrap`` command that writes the rootfs tar to ``out``."""
-        argv = ["mmdebstrap", "--variant=minbase", "--format=tar", "--include=" + ",".join(self.packages),
+        program = system_tool("mmdebstrap") or "/usr/bin/mmdebstrap"
+        argv = [program, "--variant=minbase", "--format=tar", "--include=" + ",".join(self.packages),
                 "--aptopt=Acquire::Languages \"none\""]
         argv += [f"--dpkgopt=path-exclude={p}" for p in _DPKG_EXCLUDES]
         argv += [f"--dpkgopt=path-include={p}" for p in _DPKG_INCLUDES]
@@ -131,7 +133,7 @@ def plan_debian(*, suite: str | None = None, mirror: str | None = None,
 
 def debian_unavailable() -> str | None:
     """Why a Debian rootfs cannot be made here, or ``None`` when it can be tried."""
-    if shutil.which("mmdebstrap") is None:
+    if system_tool("mmdebstrap") is None:
         return "mmdebstrap is not installed (apt-get install mmdebstrap)"
     return None
 

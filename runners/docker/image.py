@@ -19,7 +19,6 @@ import io
 import os
 import pwd
 import re
-import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -37,6 +36,7 @@ from dsh.runners.docker.client import (
     validate_image_name,
 )
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+from dsh.sandbox.host_tools import system_tool
 
 # Programs copied from the host when present.  ``bash``, ``sh``, ``kill`` and
 # ``setsid`` are required (the runner's kill script needs bash); busybox can
@@ -100,7 +100,7 @@ def plan_rootfs(programs: Iterable[str] = HOST_PROGRAMS) -> RootfsPlan:
         if host_top.is_symlink():
             plan.symlinks[top] = os.readlink(host_top)
     for name in programs:
-        found = shutil.which(name, path="/usr/bin:/bin:/usr/sbin:/sbin")
+        found = system_tool(name)
         if found is None:
             continue
         plan.files[f"{BIN_DIR}/{name}"] = Path(found)
@@ -108,7 +108,7 @@ def plan_rootfs(programs: Iterable[str] = HOST_PROGRAMS) -> RootfsPlan:
         for lib in shared_libraries(Path(found)):
             plan.files.setdefault(_dest_for(lib), lib)
     _plan_python(plan)
-    busybox = shutil.which("busybox")
+    busybox = system_tool("busybox")  # it runs here, and goes into the image: never the caller's PATH
     if busybox is not None and not shared_libraries(Path(busybox)):  # static only
         plan.files[f"{BIN_DIR}/busybox"] = Path(busybox)
         applets = subprocess.run(

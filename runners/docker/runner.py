@@ -178,11 +178,15 @@ class DockerRunner(Runner):
 
     def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline:
         """A fresh container per command, the way ``docker run`` is used without dsh."""
-        import shutil
         import subprocess
 
-        # Found on the caller's PATH; run with the fixed environment.
-        argv = [shutil.which("docker") or "docker", "run", "--rm", "--network", "none", self.image, "true"]
+        from dsh.sandbox.host_tools import system_tool
+
+        # From the system search path (never the caller's), run with the fixed environment.
+        docker = system_tool("docker")
+        if docker is None:
+            raise SandboxUnavailable("the docker CLI is not in /usr/sbin, /usr/bin, /sbin or /bin", runner=self.name)
+        argv = [docker, "run", "--rm", "--network", "none", self.image, "true"]
         env = connection_env()
         return Baseline("docker run --rm true",
                         lambda: subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env), slow=True)

@@ -48,6 +48,7 @@ from dsh.runners.gvisor.syscalls import LAUNCHER, filter_hex
 from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
+from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
@@ -118,7 +119,7 @@ class GvisorRunner(Runner):
 
     # -- probe ----------------------------------------------------------------------
     def detect(self) -> RunnerProbe:
-        runsc = shutil.which(str(self.options.get("runsc", "runsc")))
+        runsc = system_tool(str(self.options.get("runsc", "runsc")))  # never the caller's PATH
         if runsc is None:
             return RunnerProbe(self.name, False, f"runsc not found; {INSTALL_HINT}")
         try:

@@ -20,12 +20,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import shutil
 import signal
 import threading
 from dataclasses import dataclass
 
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, no_cgroup_reason
+from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.runner import Gap
 
@@ -77,7 +77,7 @@ def plan_containment(plan: LimitPlan, cgroups: CgroupSession | None) -> LimitPla
 def plan_limits(limits: ResourceLimits, cgroups: CgroupSession | None, *, is_root: bool) -> LimitPlan:
     if limits.is_empty():
         return LimitPlan()
-    prlimit_bin = shutil.which("prlimit")
+    prlimit_bin = system_tool("prlimit")  # never the caller's PATH
     pids_v = cgroups.version_of("pids") if cgroups is not None else None
     memory_v = cgroups.version_of("memory") if cgroups is not None else None
     flags: list[str] = []

@@ -27,11 +27,12 @@ from dsh.runners.landlock.statements import (
     USER_HARDENING,
 )
 from dsh.runners.linux import seccomp
-from dsh.runners.linux.cgroups import CgroupSession, join_args
+from dsh.runners.linux.cgroups import CgroupSession, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
+from dsh.sandbox.host_tools import policy_roots, refuse_writable_helpers
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
@@ -316,6 +317,7 @@ class LandlockRunner(Runner):
         limits = self._limit_plan(policy)
         if not policy.constrained and limits == LimitPlan():
             return LocalLaunch(argv=exact)  # danger-full-access: nothing to apply
+        refuse_writable_helpers((*limits.prlimit[:1], *join_shells()), policy_roots(policy), runner=NAME)
         spawner = self._spawner(policy)
         if not limits.prlimit and not limits.needs_cgroup and limits.wall_time_s is None:
             return LocalLaunch(argv=exact, spawn_in=spawner.call)

@@ -19,12 +19,13 @@ import contextlib
 import errno
 import functools
 import os
-import shutil
 import signal
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from dsh.sandbox.host_tools import system_tool
 
 #: The v1 controllers used here: limits (pids, memory) and race-free kills (freezer).
 V1_CONTROLLERS = ("pids", "memory", "freezer")
@@ -294,7 +295,13 @@ def rmdir_when_empty(path: Path) -> None:
 
 @functools.cache
 def _shell(name: str) -> str | None:
-    return shutil.which(name)
+    # The system's shell, never one on the caller's PATH (a planted one runs as the caller).
+    return system_tool(name)
+
+
+def join_shells() -> tuple[str | None, str | None]:
+    """The shells ``join_args`` may start (``sh``, ``bash``), for checks of where they lie."""
+    return _shell("sh"), _shell("bash")
 
 
 def join_args(fds: Sequence[int]) -> list[str]:

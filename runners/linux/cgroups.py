@@ -31,6 +31,7 @@ from dsh.runners.linux.cgroupfs import (
     Limits,
     discover,
     join_args,
+    join_shells,
     rmdir_when_empty,
     write_value,
 )
@@ -38,7 +39,9 @@ from dsh.runners.linux.cgroupfs import (
 if TYPE_CHECKING:
     from dsh.runners.linux.keeper import Keeper
 
-__all__ = ["JOIN_SCRIPT", "CgroupSession", "CommandCgroup", "Hierarchy", "Limits", "discover", "join_args"]
+__all__ = [
+    "JOIN_SCRIPT", "CgroupSession", "CommandCgroup", "Hierarchy", "Limits", "discover", "join_args", "join_shells",
+]
 
 _POOL_PER_LIMITS = 4
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from collections.abc import Mapping
 
 from dsh.sandbox.helper_env import helper_env
+from dsh.sandbox.host_tools import system_tool
 
 HOP_NAME = "dsh-env-hop"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -53,7 +53,7 @@ def env_script(env: Mapping[str, str], fd: int) -> bytes:
 
 def _shell(fd: int) -> str:
     # dash redirects fds 0-9 only; bash takes any (the script itself is POSIX).
-    found = shutil.which("sh" if fd <= 9 else "bash", path=helper_env()["PATH"])
+    found = system_tool("sh" if fd <= 9 else "bash")
     if found is None:
         raise OSError("no shell (sh, or bash for fds above 9) to hand the command its environment")
     return found
