@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsh.sandbox.git_config import programs_named_in_config
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import canonical, git_dirs, is_within
@@ -71,6 +72,23 @@ def kept_read_only(repo: EnclosingRepository, roots: Sequence[Path]) -> set[Path
     if not repo.bare:
         wanted |= set(repo.git_dirs)
     return {p for p in wanted if any(is_within(p, r) for r in roots)}
+
+
+def named_by_config(repo: EnclosingRepository, roots: Sequence[Path]) -> set[Path]:
+    """What the repository's config (and the host-wide ones) makes git run or
+    read inside ``roots``, existing or not.
+
+    The host's next ``git status`` anywhere in the checkout runs
+    ``core.fsmonitor = ws/tools/fsm.sh``, hooks from ``core.hooksPath = ws/hooks``,
+    ``alias.t = !sh ws/tools/t.sh``: files in the workspace the command could
+    write.  Missing ones are named too (the runner makes them uncreatable);
+    a value naming a root itself (or an ancestor) is left out, as for any
+    repository: it must not make a root read-only.
+    """
+    if not roots:
+        return set()
+    named = programs_named_in_config(repo.dot_git, repo.git_dirs, roots, missing=True)
+    return {p for p in named if not any(r == p or r.is_relative_to(p) for r in roots)}
 
 
 def describe_enclosing(policy: SandboxPolicy) -> list[str]:

@@ -189,10 +189,13 @@ def _candidates(key: str, value: str) -> frozenset[str]:
     return frozenset()
 
 
-def _named(values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Sequence[Path]) -> set[Path]:
+def _named(
+    values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Sequence[Path], *, missing: bool = False
+) -> set[Path]:
     """Existing files (and directories, for directory keys) the values name,
     relative words taken from each of ``bases``, kept when inside ``within``;
-    a link is kept with its target."""
+    a link is kept with its target.  ``missing``: names of paths that do not
+    exist yet are kept too (the caller makes them uncreatable)."""
     out: set[Path] = set()
     for key, value in values:
         dirs_too = key in _DIR_KEYS
@@ -206,13 +209,16 @@ def _named(values: Iterable[tuple[str, str]], bases: Sequence[Path], within: Seq
                 try:
                     st = os.stat(path)
                 except (OSError, ValueError):
+                    if missing and not os.path.lexists(path):
+                        out |= {Path(p) for p in (path, os.path.realpath(path)) if _inside(p, within)}
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     if not dirs_too:
                         continue  # ``cd src``: a directory argument names no program
                     if any(_inside(b, [Path(path)]) for b in (*bases, *within)):
                         # The working tree or a root itself: its hook files, not all of it.
-                        out |= _named([(key, os.path.join(path, h)) for h in _HOOKS], bases, within)
+                        out |= _named([(key, os.path.join(path, h)) for h in _HOOKS], bases, within,
+                                      missing=missing)
                         continue
                 real = os.path.realpath(path)
                 if _inside(path, within):
@@ -242,20 +248,28 @@ def repo_config_files(git_dirs: Sequence[Path]) -> list[Path]:
 
 
 def programs_named_in_config(
-    dot_git: Path, git_dirs: Sequence[Path], roots: Sequence[Path] = (), host: HostConfig | None = None
+    dot_git: Path,
+    git_dirs: Sequence[Path],
+    roots: Sequence[Path] = (),
+    host: HostConfig | None = None,
+    *,
+    missing: bool = False,
 ) -> set[Path]:
     """Existing paths that git's configuration, as it applies to this
     repository (host-wide configs, the repository's own, their includes),
     makes git run or read: every word of a command value that names a file
     where git would run it, and every included config file.  Kept when they
     lie inside ``roots`` (or the working tree, when no roots are given).
-    ``host`` is ``host_entries()``, read once for many repositories."""
+    ``host`` is ``host_entries()``, read once for many repositories.
+    ``missing``: paths not there yet too (for a repository above every root,
+    where a relative word reaches a root only through its path from the top,
+    so a bare word such as ``status`` never names a file in the root)."""
     own = list(config_chain(repo_config_files(git_dirs)))
     own_values = [kv for _path, found in own for kv in found]
     host_values, _host_files = host if host is not None else host_entries()
     bases = _bases(dot_git, git_dirs, own_values)
     within = list(roots) or [dot_git.parent, canonical(dot_git.parent)]
-    out = _named([*own_values, *host_values], bases, within)
+    out = _named([*own_values, *host_values], bases, within, missing=missing)
     for path, _found in own:
         if path.parent not in git_dirs and os.path.lexists(path) and _inside(path, within):
             out.add(path)  # an included file: part of the config

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.sandbox.context import Context, Service
-from dsh.sandbox.enclosing_repo import enclosing_repository, kept_read_only
+from dsh.sandbox.enclosing_repo import enclosing_repository, kept_read_only, named_by_config
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.own_state import hidden_state
@@ -278,6 +278,7 @@ class PolicyService(Service):
         enclosing = enclosing_repository(self._workspace)
         if enclosing is not None:
             protected |= kept_read_only(enclosing, [path for _label, path in roots])
+            protected |= named_by_config(enclosing, [path for _label, path in roots])
         read_only_resolved = self._paths("read_only_paths", profile.read_only_paths)
         read_only = [r.path for r in read_only_resolved]
         # A missing hidden path holds nothing to hide (runners mask what exists).

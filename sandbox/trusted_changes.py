@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsh.sandbox.enclosing_repo import enclosing_repository, named_by_config
 from dsh.sandbox.git_config import host_entries, host_named_paths, programs_named_in_config
 from dsh.sandbox.protected_scan import GIT_CONTROL_PARTS, Found, git_dirs_of
 
@@ -147,6 +148,10 @@ def trusted_changes(before: Baseline, after: Found) -> Changes:
             _collect(str(program), 0 if moved else since, hits, roots)
     for path in host_named_paths(roots, host) if roots else ():
         _collect(str(path), since_ns, hits, roots)
+    # The repository above a root: what its config runs inside the roots.
+    for repo in {r for r in map(enclosing_repository, roots) if r is not None}:
+        for path in named_by_config(repo, roots):
+            _collect(str(path), since_ns, hits, roots)
     for path in after.named:
         since = since_ns if (path, inode.get(path, -1)) in known else 0
         _collect(str(path), since, hits, roots)
