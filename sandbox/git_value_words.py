@@ -25,6 +25,14 @@ _IMPLIED = {
 }  # fmt: skip
 _OPERATORS = frozenset(";&|()<>")
 
+#: Shell expansions right before a slash (``$(pwd)/x``, ``"${GIT_PREFIX:-.}/x"``,
+#: ``$HOME/x``): the path after them is taken relative to where git runs the
+#: command, conservatively (``$(pwd)`` and ``GIT_PREFIX`` name the top or a
+#: directory under it; a word naming no file costs nothing).
+_EXPANSION_PREFIX = re.compile(r"(?:\$\([^()]*\)|\$\{[^{}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|`[^`]*`)+/+")
+#: Interpreters whose ``-m NAME`` runs a module found from the working directory.
+_MODULE_FLAG = re.compile(r"^-m(.*)$")
+_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _TOKEN = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s;&|()<>'"`]+)""")
 _SHLEX_MAX = 4096  # longer values are split by ``_TOKEN`` alone (shlex is slow: seconds per MiB)
 
@@ -44,6 +52,27 @@ def _split(text: str) -> list[str]:
     return words
 
 
+def _module_files(name: str) -> set[str]:
+    """The files ``python -m a.b`` runs from the working directory: each
+    package's ``__init__.py`` on the way, and ``a/b.py`` or ``a/b/__main__.py``."""
+    parts = name.split(".")
+    out = {"/".join(parts) + ".py", "/".join(parts) + "/__main__.py"}
+    out |= {"/".join(parts[:i]) + "/__init__.py" for i in range(1, len(parts) + 1)}
+    return out
+
+
+def _modules(words: list[str]) -> set[str]:
+    out: set[str] = set()
+    for i, word in enumerate(words):
+        flag = _MODULE_FLAG.match(word)
+        if flag is None:
+            continue
+        name = flag.group(1) or (words[i + 1] if i + 1 < len(words) else "")
+        if _MODULE_NAME.match(name):
+            out |= _module_files(name)
+    return out
+
+
 @functools.lru_cache(maxsize=4096)
 def command_words(value: str, depth: int = 0) -> frozenset[str]:
     """Every word of a command that could name a file: each argument (bare
@@ -51,7 +80,11 @@ def command_words(value: str, depth: int = 0) -> frozenset[str]:
     of an argument that is itself a script (``sh -c '...'``), and the default
     files of a program that reads one (``make``)."""
     out: set[str] = set()
-    for word in _split(value.lstrip("!").strip()):
+    text = value.lstrip("!").strip()
+    stripped = _EXPANSION_PREFIX.sub("", text)
+    words = _split(text) + (_split(stripped) if stripped != text else [])
+    out |= _modules(words)
+    for word in words:
         if not word or set(word) <= _OPERATORS:
             continue
         word = word.lstrip("$`")  # ``$(cmd`` and backticks
