@@ -297,3 +297,28 @@ def host_named_paths(roots: Sequence[Path], host: HostConfig | None = None) -> s
             if _inside(path, roots) and (key in _DIR_KEYS or not os.path.isdir(path)):
                 out.add(path)
     return out | _named(relative, roots, roots)
+
+
+#: Directory keys whose missing directory may stand as an empty placeholder.
+_PLACEHOLDER_DIR_KEYS = frozenset(("core.hookspath", "init.templatedir"))
+
+
+def host_missing_dirs(roots: Sequence[Path], host: HostConfig | None = None) -> set[Path]:
+    """Directories inside ``roots`` that a host-wide ``core.hooksPath`` or
+    ``init.templateDir`` names by absolute (or ``~``) path and that do not exist
+    yet: a command could create and fill them.  Not a root itself or an
+    ancestor of one (that would make a root read-only)."""
+    values, _files = host if host is not None else host_entries()
+    out: set[Path] = set()
+    for key, value in values:
+        if key not in _PLACEHOLDER_DIR_KEYS or not value or "\0" in value:
+            continue
+        word = expand_home(value)
+        if not os.path.isabs(word):
+            continue
+        path = Path(os.path.normpath(word))
+        if os.path.lexists(path) or not _inside(path, roots):
+            continue
+        if not any(r == path or r.is_relative_to(path) for r in roots):
+            out.add(path)
+    return out

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dsh.sandbox.git_config import host_entries, host_named_paths, programs_named_in_config
+from dsh.sandbox.git_config import host_entries, host_missing_dirs, host_named_paths, programs_named_in_config
 from dsh.sandbox.policy_paths import canonical, git_dirs
 from dsh.sandbox.protected_links import other_names
 
@@ -59,9 +59,14 @@ GIT_CONTROL_PARTS: tuple[str, ...] = (
     "gitdir", "remotes", "branches", "rebase-merge", "rebase-apply", "sequencer",
 )  # fmt: skip
 
-#: Control parts kept read-only under ``commit`` even before they exist: git
-#: reads an empty ``hooks`` directory as "no hooks".
-_KEPT_WHEN_MISSING = frozenset({"hooks"})
+#: Control parts kept read-only under ``commit`` even before they exist (an
+#: empty read-only placeholder): git reads an empty ``hooks`` directory as "no
+#: hooks", an empty ``info``, ``modules``, ``worktrees``, ``remotes`` or
+#: ``branches`` as none of them, and never reads ``gitdir`` in a repository's
+#: own git dir.  Not ``commondir`` nor ``config.worktree`` (git dies on a
+#: directory there), nor the rebase and sequencer states (an empty one reads as
+#: an operation in progress): creating those is reported after the run.
+_KEPT_WHEN_MISSING = frozenset({"hooks", "info", "modules", "worktrees", "remotes", "branches", "gitdir"})
 
 #: Entries walked before a root is given up as too big (about 1 s when cold).
 DEFAULT_MAX_ENTRIES = 300_000
@@ -283,6 +288,9 @@ def protected_from(found: Found, access: GitAccess, roots: Sequence[Path] = ()) 
     out: set[Path] = set()
     host = host_entries()  # the user's and the system's git config: once for every repository
     named_by_config: set[Path] = {p for p in host_named_paths(roots, host) if os.path.lexists(p)}
+    # A hooks directory a host-wide config names by absolute path, not made yet:
+    # an empty read-only placeholder (git reads it as "no hooks").
+    named_by_config |= host_missing_dirs(roots, host)
     for dot_git in found.repos:
         holds_root = dot_git.name != ".git" and any(r == dot_git or dot_git in r.parents for r in roots)
         out |= protected_in_repo(dot_git, "commit" if holds_root else access)
