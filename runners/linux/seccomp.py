@@ -239,7 +239,14 @@ def _socket_rules(policy: SyscallPolicy) -> Iterable[Rule]:
         yield from (Rule(name, EACCES) for name in ("connect", "bind", "listen"))
 
 
+#: Calls that could stop or rewrite the pid namespace's init (bwrap's, docker-init):
+#: a traced, stopped init never reaps the command, and the run waits forever.
+_INIT_GUARDED = (("ptrace", 1), ("process_vm_writev", 0), ("process_vm_readv", 0))
+
+
 def _process_rules(policy: SyscallPolicy) -> Iterable[Rule]:
+    if policy.private_pid:
+        yield from (Rule(name, EPERM, (Arg(index, 1),)) for name, index in _INIT_GUARDED)
     if not policy.private_pid:
         yield from (Rule(name, ENOSYS) for name in ("pidfd_send_signal", "pidfd_getfd"))
         for name in _OWN_PID_ONLY:
