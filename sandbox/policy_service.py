@@ -274,7 +274,10 @@ class PolicyService(Service):
             # made during a run is reported after it (``changed_files``).
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
         found = self._find([path for _label, path in roots])
-        protected |= protected_from(found, self._git, [path for _label, path in roots])
+        # The workspace first: a root nested in another is searched with the first one's budget.
+        ordered = sorted((path for _label, path in roots), key=lambda p: p != self._workspace)
+        unscanned: list[Path] = []
+        protected |= protected_from(found, self._git, ordered, unscanned)
         enclosing = enclosing_repository(self._workspace)
         if enclosing is not None:
             protected |= kept_read_only(enclosing, [path for _label, path in roots])
@@ -301,7 +304,7 @@ class PolicyService(Service):
             network=network,
             missing_roots=sorted_paths(missing),
             git=self._git,
-            unscanned_roots=found.incomplete,
+            unscanned_roots=tuple(dict.fromkeys((*found.incomplete, *unscanned))),
             home=self._home,
             private_tmp=private_tmp,
             state_paths=sorted_paths(state),

@@ -16,6 +16,9 @@ file with ``st_nlink > 1`` is looked for by inode in the writable roots, and
 every other name found there is protected too.  The search over the roots
 runs only when such a file exists: one ``lstat`` per file in the protected
 directories otherwise (git's object store, refs and logs are data, skipped).
+Each root has its own budget, in the order given (the workspace first): junk
+in the sandbox HOME cannot use up the workspace's share, and a root whose
+budget ran out is named as not searched (never taken as searched).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from pathlib import Path
 
 #: Entries looked at inside one protected directory.
 _DIR_LIMIT = 2_000
-#: Entries looked at in the writable roots when a protected file has another hard link.
+#: Entries looked at in each writable root when a protected file has another hard link.
 _ROOTS_LIMIT = 300_000
 #: A git dir's data: what git stores, never runs (and where local clones hard-link).
 _GIT_DATA = frozenset(("objects", "refs", "logs", "lfs", "rr-cache", "index", "packed-refs"))
@@ -41,9 +44,13 @@ def _real(path: str) -> Path:
     return Path(os.path.realpath(path))
 
 
-def other_names(protected: Iterable[Path], repos: Iterable[Path], roots: Sequence[Path]) -> set[Path]:
+def other_names(
+    protected: Iterable[Path], repos: Iterable[Path], roots: Sequence[Path], incomplete: list[Path] | None = None
+) -> set[Path]:
     """Paths inside ``roots`` that reach a file of ``protected`` under another
-    name: link targets of links inside it, and its files' other hard links."""
+    name: link targets of links inside it, and its files' other hard links.
+    Roots whose search for hard links ran out of budget are appended to
+    ``incomplete``."""
     git_dirs = {str(p) for p in repos} | {os.path.realpath(p) for p in repos}
     out: set[Path] = set()
     multi: dict[tuple[int, int], str] = {}
@@ -75,36 +82,41 @@ def other_names(protected: Iterable[Path], repos: Iterable[Path], roots: Sequenc
                 stack.extend((os.path.join(path, n), inner_git) for n in names
                              if not (inner_git and n in _GIT_DATA))
     if multi:
-        out |= _hard_links(multi, roots)
+        out |= _hard_links(multi, roots, incomplete if incomplete is not None else [])
     return out
 
 
-def _hard_links(wanted: dict[tuple[int, int], str], roots: Sequence[Path]) -> set[Path]:
-    """Every name in ``roots`` of the (dev, inode) pairs of ``wanted``, but the known one."""
+def _hard_links(wanted: dict[tuple[int, int], str], roots: Sequence[Path], incomplete: list[Path]) -> set[Path]:
+    """Every name in ``roots`` of the (dev, inode) pairs of ``wanted``, but the
+    known one; each root searched with its own budget, in order."""
     inodes = {ino for _dev, ino in wanted}
     known = set(wanted.values())
     out: set[Path] = set()
     seen: set[str] = set()
-    budget = _ROOTS_LIMIT
-    stack = [str(r) for r in roots]
-    while stack and budget > 0:
-        here = stack.pop()
-        if here in seen:
-            continue
-        seen.add(here)
-        try:
-            with os.scandir(here) as it:
-                for entry in it:
-                    budget -= 1
-                    if entry.inode() in inodes and entry.path not in known:
-                        try:
-                            st = entry.stat(follow_symlinks=False)
-                        except OSError:
-                            continue
-                        if (st.st_dev, st.st_ino) in wanted and stat.S_ISREG(st.st_mode):
-                            out.add(Path(entry.path))
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-        except OSError:
-            continue  # the main search reports what it could not list
+    for root in roots:
+        budget = _ROOTS_LIMIT
+        stack = [str(root)]
+        while stack:
+            here = stack.pop()
+            if here in seen:
+                continue  # a root nested in one searched before
+            seen.add(here)
+            try:
+                with os.scandir(here) as it:
+                    for entry in it:
+                        budget -= 1
+                        if entry.inode() in inodes and entry.path not in known:
+                            try:
+                                st = entry.stat(follow_symlinks=False)
+                            except OSError:
+                                continue
+                            if (st.st_dev, st.st_ino) in wanted and stat.S_ISREG(st.st_mode):
+                                out.add(Path(entry.path))
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(entry.path)
+            except OSError:
+                continue  # the main search reports what it could not list
+            if budget <= 0 and stack:
+                incomplete.append(root)
+                break
     return out

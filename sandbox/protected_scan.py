@@ -276,7 +276,9 @@ def protected_in_repo(dot_git: Path, access: GitAccess) -> set[Path]:
     return out
 
 
-def protected_from(found: Found, access: GitAccess, roots: Sequence[Path] = ()) -> set[Path]:
+def protected_from(
+    found: Found, access: GitAccess, roots: Sequence[Path] = (), incomplete: list[Path] | None = None
+) -> set[Path]:
     """Every path to keep read-only for what ``refresh`` found.
 
     A directory laid out as a git dir that is, or holds, a writable root (a
@@ -303,5 +305,6 @@ def protected_from(found: Found, access: GitAccess, roots: Sequence[Path] = ()) 
             out.add(canonical(path))
     # The same files through other names: a link inside a protected directory
     # (``.git/hooks/pre-commit -> ../../tools/hook``), a second hard link.
-    out |= {p for p in other_names(out, found.repos, roots) if not any(r == p or p in r.parents for r in roots)}
+    others = other_names(out, found.repos, roots, incomplete)
+    out |= {p for p in others if not any(r == p or p in r.parents for r in roots)}
     return out
