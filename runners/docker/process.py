@@ -165,7 +165,7 @@ class DockerExec(RemoteProcess):
         with self._sweep_lock:
             if not self._swept:
                 self._swept = True
-                self._signal_tree(signal.SIGKILL, attempts=2, escalate=False)
+                self._signal_tree(signal.SIGKILL, attempts=2, escalate=False, orphans=True)
         return self._finish(status)
 
     def _finish(self, status: ExitStatus) -> ExitStatus:
@@ -210,10 +210,11 @@ class DockerExec(RemoteProcess):
         self._sent.add(int(sig))
         self._signal_tree(sig, attempts=5, escalate=sig == signal.SIGKILL)
 
-    def _signal_tree(self, sig: int, *, attempts: int, escalate: bool) -> None:
+    def _signal_tree(self, sig: int, *, attempts: int, escalate: bool, orphans: bool = False) -> None:
         from docker.errors import NotFound
 
-        cmd = ["/bin/bash", "-c", KILLER, "dsh-kill", self.marker, str(self._slot), str(int(sig))]
+        cmd = ["/bin/bash", "-c", KILLER, "dsh-kill", self.marker, str(self._slot), str(int(sig)),
+               "orphans" if orphans else "tree"]
         for attempt in range(attempts):
             try:
                 ex = self._api.exec_create(self._container_id, cmd, user=self._user)

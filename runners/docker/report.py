@@ -79,11 +79,7 @@ def plan_lines(policy: SandboxPolicy, spec: ContainerSpec) -> tuple[tuple[str, .
 
 def fixed_gaps(policy: SandboxPolicy) -> list[str]:
     """What no daemon holds, whatever its features."""
-    cannot = [
-        "a command that clears its environment AND leaves its process tree (env -i + "
-        "double fork) survives its kill; it dies when the container is removed",
-        SIGNAL_STATUS_GAP,
-    ]
+    cannot = [SIGNAL_STATUS_GAP]
     if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
         cannot.append("danger-full-access still sees only the mounts above, not the host")
     return cannot

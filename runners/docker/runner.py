@@ -235,12 +235,36 @@ class DockerRunner(Runner):
         try:
             return start_exec(self._docker().api, warm.id, argv, decode=decode, cwd=cwd, env=env,
                               user=self.user, stdin=stdin, slot=slot,
-                              marker=uuid.uuid4().hex, on_release=warm.give_slot,
+                              marker=uuid.uuid4().hex, on_release=functools.partial(self._released, warm),
                               on_unkillable=functools.partial(self._discard, warm))
         except DockerException as exc:
-            warm.give_slot(slot)
+            self._released(warm, slot)
             raise SandboxUnavailable(f"cannot start the command in container {warm.name}"
                                      f"{limits_hint(warm.spec, exc)}: {exc}", runner=self.name) from None
+
+    def _released(self, warm: Warm, slot: int) -> None:
+        """A command of ``warm`` ended: a container of an older policy goes once idle."""
+        warm.give_slot(slot)
+        if warm.stale and warm.idle():
+            self._discard(warm)
+
+    def _current(self, warm: Warm) -> Warm:
+        """``warm`` is the container the next command uses (one reserved for it).
+
+        A container of another policy keeps its mounts (a root the new policy
+        dropped stays writable there) and any process left in it: it is removed
+        now if no command runs in it, else when its last one ends.
+        """
+        warm.reserve()
+        with self._lock:
+            warm.stale = False
+            others = [w for w in self._warm.values() if w is not warm]
+            for other in others:
+                other.stale = True
+        for other in others:
+            if other.idle():
+                self._discard(other)
+        return warm
 
     def _ensure(self, key: tuple[object, ...], spec: ContainerSpec,
                 expected: dict[str, tuple[int, int]], pins: PinnedPaths | None) -> Warm:
@@ -254,14 +278,14 @@ class DockerRunner(Runner):
                 try:
                     running = client.api.inspect_container(warm.id)["State"]["Running"]
                     if running and identities(warm.spec) == warm.pinned and warm.bound == expected:
-                        return warm
+                        return self._current(warm)
                 except Exception:  # gone or unreadable: replace it
                     pass
                 self._discard(warm)
             warm = self._create(client, spec, expected, pins)
             with self._lock:
                 self._warm[key] = warm
-            return warm
+            return self._current(warm)
 
     def _create(self, client: Any, spec: ContainerSpec, expected: dict[str, tuple[int, int]],
                 pins: PinnedPaths | None) -> Warm:

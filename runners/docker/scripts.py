@@ -10,7 +10,13 @@ wrapper's pid.  Every process of the command also inherits
 The killer (bash, builtins only, run as another exec) signals every live
 process that carries the marker in its environment (this catches double-forked
 daemons reparented to init and ``setsid`` escapes) plus the recorded root and
-all its descendants (this catches children of an ``env -i`` command).  The
+all its descendants (this catches children of an ``env -i`` command).  When a
+command has exited it also kills every orphan: every child of init but the
+keep-alive (the first one started), with its descendants, unless it carries
+the marker of another command still running (a pid file whose process is
+still that command's root, an exec whose parent lies outside the container).
+An ``env -i`` daemon that ``setsid``s away carries no marker and leaves the
+tree, but is reparented to init: it goes.  The
 pid file is trusted only if its marker matches and the process start time is
 unchanged, so a reused slot or pid never redirects a kill.  For SIGKILL it
 repeats until nothing is left (a forking tree cannot outrun it for long).
@@ -41,7 +47,7 @@ DECODE = 'for _a do shift; _a=$(printf -- "${_a}_"); set -- "$@" "${_a%_}"; done
 WRAPPER_DECODING = _RECORD + DECODE + _EXEC
 
 KILLER = r"""
-marker="DSH_SANDBOX_EXEC=$1" slot=$2 sig=$3 root=
+marker="DSH_SANDBOX_EXEC=$1" slot=$2 sig=$3 orphans=$4 root=
 start_of() {  # field 22 of /proc/PID/stat, after the (comm) that may hold spaces
   local line rest f
   read -r line < "/proc/$1/stat" 2>/dev/null || return 1
@@ -70,6 +76,34 @@ for ((pass = 0; pass < 500; pass++)); do
       if [[ $entry == "$marker" ]]; then hit[$pid]=1; break; fi
     done < "$dir/environ" 2>/dev/null
   done
+  if [[ $orphans == orphans ]]; then
+    # Children of init are the keep-alive (the first one started) and orphans;
+    # a live exec's processes descend from a process whose parent is outside
+    # the container (PPid 0) and are left alone.
+    keep= keep_start=
+    for pid in "${!parent[@]}"; do
+      [[ ${parent[$pid]} == 1 ]] || continue
+      start_of "$pid" || continue
+      if [[ -z $keep ]] || ((REPLY < keep_start)); then keep=$pid keep_start=$REPLY; fi
+    done
+    # An orphan carrying the marker of another live command (its root still
+    # the exec the daemon started: parent outside the container) is that
+    # command's, killed when it ends; any other orphan goes now.
+    declare -A live=()
+    for f in /run/dsh-sandbox/*; do
+      read -r lpid lstart lmarker < "$f" 2>/dev/null || continue
+      [[ "DSH_SANDBOX_EXEC=$lmarker" == "$marker" || ${parent[$lpid]} != 0 ]] && continue
+      start_of "$lpid" && [[ $REPLY == "$lstart" ]] && live["DSH_SANDBOX_EXEC=$lmarker"]=1
+    done
+    for pid in "${!parent[@]}"; do
+      [[ ${parent[$pid]} == 1 && $pid != "$keep" ]] || continue
+      owned=
+      while IFS= read -r -d '' entry; do
+        if [[ -n ${live[$entry]} ]]; then owned=1; break; fi
+      done < "/proc/$pid/environ" 2>/dev/null
+      [[ -z $owned ]] && hit[$pid]=1
+    done
+  fi
   changed=1
   while ((changed)); do
     changed=0

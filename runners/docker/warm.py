@@ -75,9 +75,14 @@ class Warm:
     free_slots: list[int] = field(default_factory=list)
     next_slot: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Commands prepared for this container and not started yet.
+    pending: int = 0
+    # Another policy's container is current: this one goes once idle.
+    stale: bool = False
 
     def take_slot(self) -> int:
         with self.lock:
+            self.pending = max(0, self.pending - 1)
             if self.free_slots:
                 return self.free_slots.pop()
             self.next_slot += 1
@@ -86,3 +91,11 @@ class Warm:
     def give_slot(self, slot: int) -> None:
         with self.lock:
             self.free_slots.append(slot)
+
+    def reserve(self) -> None:
+        with self.lock:
+            self.pending += 1
+
+    def idle(self) -> bool:
+        with self.lock:
+            return self.pending == 0 and len(self.free_slots) == self.next_slot

@@ -118,5 +118,7 @@ def test_one_warm_container_per_shape(workspace: Path) -> None:
         again = run(runner, ["cat", "/proc/1/stat"], policy(workspace)).stdout
         assert first == again  # same init process: the container was reused
         assert len(runner._warm) == 1
+        old = [w.id for w in runner._warm.values()]
         run(runner, ["true"], policy(workspace, network=True))
-        assert len(runner._warm) == 2  # network is part of the container's shape
+        # Network is part of the container's shape: a new one, and the idle old one removed.
+        assert len(runner._warm) == 1 and [w.id for w in runner._warm.values()] != old
