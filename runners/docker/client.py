@@ -9,6 +9,7 @@ a daemon on another machine is used.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -198,25 +199,65 @@ def _json_list(labels: dict[str, str], key: str) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
+def hold_placeholder(path: str) -> int | None:
+    """A shared lock on placeholder ``path`` (an fd to close to release it), taken
+    by a session from when it relies on the directory until its container is
+    created (its label then keeps the placeholder).  ``None`` if the directory
+    is gone or was replaced meanwhile: make it again."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        here, mine = os.lstat(path), os.fstat(fd)
+        if (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
 def remove_placeholders(client: Any, paths: list[str]) -> list[str]:
     """Remove placeholder dirs that no remaining container binds and that are still empty.
 
     Another session's container may bind the same missing protected path; its
-    label keeps the placeholder alive until that container goes too.
+    label keeps the placeholder alive until that container goes too.  A
+    session about to create such a container holds a shared lock on the
+    directory (``hold_placeholder``): a placeholder locked so is left alone.
     """
     if not paths:
         return []
-    in_use: set[str] = set()
-    for container in client.api.containers(all=True, filters={"label": LABEL}):
-        in_use.update(_json_list(container.get("Labels") or {}, LABEL_PROTECTED))
-    removed = []
-    for path in paths:
-        if path in in_use:
-            continue
-        with contextlib.suppress(OSError):  # not empty (or gone): the user's now
-            os.rmdir(path)
-            removed.append(path)
-    return removed
+    locked: dict[str, int] = {}
+    try:
+        for path in dict.fromkeys(paths):
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue  # gone already, or not ours to judge
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)  # a session relies on it right now
+                continue
+            locked[path] = fd
+        if not locked:
+            return []
+        in_use: set[str] = set()
+        for container in client.api.containers(all=True, filters={"label": LABEL}):
+            in_use.update(_json_list(container.get("Labels") or {}, LABEL_PROTECTED))
+        removed = []
+        for path in locked:
+            if path in in_use:
+                continue
+            with contextlib.suppress(OSError):  # not empty (or gone): the user's now
+                os.rmdir(path)
+                removed.append(path)
+        return removed
+    finally:
+        for fd in locked.values():
+            os.close(fd)
 
 
 def placeholders_of(labels: dict[str, str]) -> list[str]:

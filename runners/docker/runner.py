@@ -83,6 +83,16 @@ def parse_size(value: object, *, field: str) -> int | None:
     return byte_count(f"docker runner {field}", size, low=MIN_MEMORY_BYTES)
 
 
+def _create_error(spec: ContainerSpec, exc: Exception) -> str:
+    """Our message for the daemon's refusal to create a container."""
+    text = str(exc)
+    if "bind source path does not exist" in text:
+        path = text.split("bind source path does not exist:", 1)[-1].strip().rstrip(")\"' ")
+        return (f"cannot create the container: the path {path} it binds disappeared while it was made "
+                "(removed by another session's cleanup, or by you); nothing ran, retry")
+    return f"cannot create the container{limits_hint(spec, exc)}: {exc}"
+
+
 class DockerRunner(Runner):
     name: ClassVar[str] = "docker"
     remote: ClassVar[bool] = True
@@ -306,17 +316,47 @@ class DockerRunner(Runner):
                 dc.reap_dead_owners(client)
             except (DockerException, OSError):
                 pass  # a leftover stays for the next run or runners --prune; this run is unaffected
-        for path in spec.placeholders:
-            try:
-                make_placeholder(path, pins)
-                with self._lock:
-                    self._placeholders.add(path)
-            except FileExistsError:
-                pass  # made meanwhile (another session): it is bound read-only all the same
-            except OSError as exc:
-                raise SandboxUnavailable(f"cannot create the read-only placeholder {path} "
-                                         f"for a missing protected path: {exc}",
-                                         runner=self.name) from None
+        # Held (shared) until the container exists: another session's cleanup
+        # leaves a placeholder alone while a session is about to bind it.
+        held = self._hold_placeholders(spec, pins)
+        try:
+            return self._create_holding(client, image_id, spec, expected)
+        finally:
+            for fd in held:
+                os.close(fd)
+
+    def _hold_placeholders(self, spec: ContainerSpec, pins: PinnedPaths | None) -> list[int]:
+        held: list[int] = []
+        try:
+            for path in spec.placeholders:
+                for _attempt in range(5):
+                    try:
+                        make_placeholder(path, pins)
+                        with self._lock:
+                            self._placeholders.add(path)
+                    except FileExistsError:
+                        pass  # made meanwhile (another session): it is bound read-only all the same
+                    except OSError as exc:
+                        raise SandboxUnavailable(f"cannot create the read-only placeholder {path} "
+                                                 f"for a missing protected path: {exc}",
+                                                 runner=self.name) from None
+                    fd = dc.hold_placeholder(path)
+                    if fd is not None:
+                        held.append(fd)
+                        break
+                else:
+                    raise SandboxUnavailable(f"the read-only placeholder {path} kept disappearing (another "
+                                             "session's cleanup?); nothing ran, retry", runner=self.name)
+        except BaseException:
+            for fd in held:
+                os.close(fd)
+            raise
+        return held
+
+    def _create_holding(self, client: Any, image_id: str, spec: ContainerSpec,
+                        expected: dict[str, tuple[int, int]]) -> Warm:
+        from docker.errors import DockerException
+
         protected = [m.target for m in spec.mounts if m.why.startswith("protected")]
         # Label every placeholder of this runner the container binds, so a prune
         # after a crash removes them even if an earlier container made them.
@@ -333,8 +373,7 @@ class DockerRunner(Runner):
         except DockerException as exc:
             for fd in pin_fds:
                 os.close(fd)
-            raise SandboxUnavailable(f"cannot create the container{limits_hint(spec, exc)}: {exc}",
-                                     runner=self.name) from None
+            raise SandboxUnavailable(_create_error(spec, exc), runner=self.name) from None
         warm = Warm(container.id, name, spec, pinned, pin_fds, dict(expected))
         try:
             self._keeper.add(container.id)
