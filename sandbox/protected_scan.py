@@ -86,6 +86,10 @@ class Found:
     identity: tuple[tuple[Path, int], ...] = ()
     #: The roots searched (at any depth and directly inside).
     roots: tuple[Path, ...] = ()
+    #: Symbolic links found in the roots searched at any depth, and the roots
+    #: searched only directly inside (the sandbox HOME, its private ``/tmp``).
+    links: tuple[Path, ...] = ()
+    shallow: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,7 @@ class _Listing:
     named: tuple[tuple[str, int], ...]
     entries: int
     git_dir: bool  # git would run it as a (bare) repository: see ``_is_git_dir``
+    links: tuple[str, ...] = ()  # symbolic links
 
 
 #: The entries git looks at to take a directory for a git dir when it is run
@@ -133,10 +138,11 @@ class TreeIndex:
         repos: list[tuple[Path, int]] = []
         named: list[tuple[Path, int]] = []
         incomplete: list[Path] = []
+        links: list[Path] = []
         with self._lock:
             seen: set[str] = set()
             for root in roots:
-                self._walk(str(root), repos, named, seen, incomplete)
+                self._walk(str(root), repos, named, seen, incomplete, links)
             for root in shallow:
                 listing = self._listing(str(root))
                 seen.add(str(root))
@@ -156,6 +162,8 @@ class TreeIndex:
             tuple(dict.fromkeys(incomplete)),
             identity,
             tuple(dict.fromkeys([*roots, *shallow])),
+            tuple(links),
+            tuple(shallow),
         )
 
     def _walk(
@@ -165,6 +173,7 @@ class TreeIndex:
         named: list[tuple[Path, int]],
         seen: set[str],
         incomplete: list[Path],
+        links: list[Path],
     ) -> None:
         budget = self.max_entries
         stack = [root]
@@ -189,6 +198,7 @@ class TreeIndex:
                 continue
             repos.extend((Path(path, n), ino) for n, ino in listing.repos)
             named.extend((Path(path, n), ino) for n, ino in listing.named)
+            links.extend(Path(path, n) for n in listing.links)
             stack.extend(os.path.join(path, n) for n in listing.subdirs)
 
     def _listing(self, path: str) -> _Listing | Literal["unlistable"] | None:
@@ -205,6 +215,7 @@ class TreeIndex:
         if cached is not None and cached.key == _key(st):
             return cached
         subdirs: list[str] = []
+        links: list[str] = []
         repos: list[tuple[str, int]] = []
         named: list[tuple[str, int]] = []
         marks: set[str] = set()
@@ -222,11 +233,14 @@ class TreeIndex:
                         named.append((entry.name, entry.inode()))
                     elif entry.is_dir(follow_symlinks=False):
                         subdirs.append(entry.name)
+                    elif entry.is_symlink():
+                        links.append(entry.name)
         except FileNotFoundError:
             return None
         except OSError:
             return _UNLISTABLE  # unreadable to us: nor can we protect what it holds
-        listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries, _is_git_dir(marks))
+        listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries, _is_git_dir(marks),
+                           tuple(links))
         self._listings[path] = listing
         return listing
 

@@ -124,6 +124,28 @@ def _moved_in(path: Path, top: Path, since_ns: int) -> bool:
     return any(_fresh(str(p), since_ns) for p in path.parents if top in p.parents)
 
 
+def _links_out_of_the_search(after: Found, since_ns: int) -> list[Path]:
+    """Links the run made in a deep-searched root to a directory in a root the
+    search does not walk into (the sandbox HOME and private ``/tmp``, searched
+    one level deep: tool caches are huge).  A
+    repository planted deep in the HOME is reached by the host through such a
+    link (``ws/docs -> $HOME/deep/docs``: ``cd ws/docs && git status`` runs its
+    config): reported, as the repository behind it cannot be judged."""
+    out: list[Path] = []
+    for link in after.links:
+        try:
+            if os.lstat(link).st_ctime_ns < since_ns:
+                continue
+        except OSError:
+            continue
+        target = Path(os.path.realpath(link))
+        # Outside every root the command could not have planted anything.
+        if not target.is_dir() or not any(r == target or r in target.parents for r in after.shallow):
+            continue
+        out.append(link)
+    return out
+
+
 def trusted_changes(before: Baseline, after: Found) -> Changes:
     """Git control parts of every repository (and a ``.git`` file or link
     itself), the files git's configuration names (the repository's and the
@@ -155,4 +177,5 @@ def trusted_changes(before: Baseline, after: Found) -> Changes:
     for path in after.named:
         since = since_ns if (path, inode.get(path, -1)) in known else 0
         _collect(str(path), since, hits, roots)
+    hits += _links_out_of_the_search(after, since_ns)
     return Changes(tuple(sorted(set(hits))), after.incomplete)
