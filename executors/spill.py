@@ -11,8 +11,8 @@ any directory), or a FIFO where the host reads.  So the directory:
   used: ``$XDG_RUNTIME_DIR/dsh-sandbox/spill``, ``$XDG_CACHE_HOME`` (or
   ``~/.cache``) ``/dsh-sandbox/spill``, ``/var/tmp/dsh-sandbox-<uid>``; none:
   ``SpillUnavailable`` (the stream keeps its in-memory tail only);
-- is 0700 and owned by the caller, reached component by component without
-  following a symlink, and used only through a directory fd: files are made
+- is 0700 and owned by the caller, reached without following a link a
+  command could have planted (``own_dirs``), and used only through a directory fd: files are made
   with ``openat(O_EXCL|O_NOFOLLOW)``, read back with ``pread`` on the fd the
   host already holds, and removed with ``unlinkat``.
 
@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.own_dirs import open_own_dir, remove_tree
 from dsh.sandbox.own_state import spill_candidates
 
 MAX_AGE_S = 24 * 3600
@@ -42,6 +43,9 @@ MAX_TOTAL_BYTES = 256 * 1024 * 1024
 _SESSION_PREFIX = "session-"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+_FIX = "set XDG_RUNTIME_DIR to a private directory outside them"
 
 
 class SpillUnavailable(OSError):
@@ -59,58 +63,6 @@ def _overlaps(path: Path, roots: Iterable[Path]) -> Path | None:
         if path == root or path.is_relative_to(root) or root.is_relative_to(path):
             return root
     return None
-
-
-def _walk(path: Path, uid: int) -> int:
-    """An fd on ``path`` (canonical), creating missing parts 0700, never
-    following a symlink; the last directory must be the caller's and private."""
-    fd = os.open("/", _DIR_FLAGS)
-    try:
-        for part in path.parts[1:]:
-            try:
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            except FileNotFoundError:
-                try:
-                    os.mkdir(part, 0o700, dir_fd=fd)
-                except FileExistsError:
-                    pass  # made meanwhile: opened (and checked) below
-                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        info = os.fstat(fd)
-        if info.st_uid != uid:
-            raise OSError(errno.EPERM, f"{path} belongs to uid {info.st_uid}, not {uid}")
-        if stat.S_IMODE(info.st_mode) != 0o700:
-            os.fchmod(fd, 0o700)
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def remove_tree(parent_fd: int, name: str) -> None:
-    """Remove ``name`` (a directory under ``parent_fd``) and what it holds,
-    by fd: a symlink met on the way is unlinked, never followed."""
-    try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
-            raise
-        os.unlink(name, dir_fd=parent_fd)  # not a directory (a planted link): just the entry
-        return
-    try:
-        with os.scandir(fd) as entries:
-            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        for child, is_dir in names:
-            if is_dir:
-                remove_tree(fd, child)
-            else:
-                os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
 
 
 def _size(parent_fd: int, name: str) -> int:
@@ -136,28 +88,27 @@ class SpillDir:
         env = os.environ if environ is None else environ
         excluded = [Path(os.path.realpath(r)) for r in roots]
         excluded += [Path(os.path.realpath(t)) for t in ("/tmp", env.get("TMPDIR", "")) if os.path.isabs(t)]
+
+        def refuse(base: Path) -> str | None:
+            root = _overlaps(base, excluded)
+            return None if root is None else f"overlaps the writable root {root}"
+
         tried: list[str] = []
         for anchor, parts in candidates(env, uid):
             candidate = anchor.joinpath(*parts)
-            base = Path(os.path.realpath(anchor)).joinpath(*parts)
-            root = _overlaps(base, excluded)
-            if root is not None:
-                tried.append(f"{candidate} (overlaps the writable root {root})")
-                continue
             try:
-                base_fd = _walk(base, uid)
-            except OSError as exc:
-                tried.append(f"{candidate} ({exc.strerror or exc})")
+                own = open_own_dir(candidate, "spill directory", _FIX, refuse)
+            except ConfigError as exc:
+                tried.append(str(exc).removeprefix("spill directory: ").removesuffix("; " + _FIX))
                 continue
-            self.base, self._base_fd = base, base_fd
+            self.base, self._base_fd = own.path, own.fd
             break
         else:
             raise SpillUnavailable(
                 errno.ENOENT,
-                "no private spill directory outside the writable roots: tried "
-                + "; ".join(tried)
-                + "; set XDG_RUNTIME_DIR to a private directory outside them",
+                "no private spill directory outside the writable roots: tried " + "; ".join(tried) + "; " + _FIX,
             )
+        base = self.base
         self._expire()
         name = f"{_SESSION_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
         os.mkdir(name, 0o700, dir_fd=self._base_fd)

@@ -49,9 +49,9 @@ def _cache_base(environ: Mapping[str, str]) -> Path | None:
 
 
 def spill_candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, tuple[str, ...]]]:
-    """Spill directories to try, best first: ``(anchor, parts)``.  Links in
-    the anchor (a system or user directory) are resolved; ``parts`` are ours,
-    walked without following any link."""
+    """Spill directories to try, best first: ``(anchor, parts)``.  The whole
+    path is walked without following a link a command could have planted
+    (``own_dirs``); ``parts`` are ours, made 0700 when missing."""
     out: list[tuple[Path, tuple[str, ...]]] = []
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(runtime):

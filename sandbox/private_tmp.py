@@ -11,7 +11,8 @@ impossible.  So a constrained command gets a temporary directory of its own:
   caller's (``$XDG_RUNTIME_DIR/dsh-sandbox/tmp``, else ``$XDG_CACHE_HOME`` or
   ``~/.cache`` ``/dsh-sandbox/tmp``, else ``/var/tmp/dsh-sandbox-tmp-<uid>``),
   never inside ``/tmp``, ``$TMPDIR`` or another writable root, and never
-  reached through a link;
+  reached through a link a command could have planted (``own_dirs``): made,
+  listed and removed through fds;
 - ``$TMPDIR`` names it; runners with a mount namespace also show it at
   ``/tmp`` (the host's ``/tmp`` is then invisible);
 - held with an exclusive ``flock`` while the session lives and removed when
@@ -25,17 +26,17 @@ The shared ``/tmp`` is writable only when a profile asks for it
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
-import stat
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.own_dirs import open_own_dir, remove_tree
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import canonical
-from dsh.sandbox.sandbox_home import ensure_private_dir
 
 PRIVATE = "private"
 SHARED = "shared"
@@ -71,9 +72,12 @@ def _overlaps(path: Path, roots: Iterable[Path]) -> bool:
 class PrivateTmp:
     """One session's directory, locked while the session lives."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, base_fd: int | None = None) -> None:
         self.path = path
         self._fd: int | None = fd
+        #: The directory that holds it, opened without following a link: the
+        #: session directory is removed through it, never by name.
+        self._base_fd = base_fd
 
     @classmethod
     def create(cls, avoid: Iterable[Path], environ: Mapping[str, str] = os.environ) -> PrivateTmp:
@@ -83,89 +87,85 @@ class PrivateTmp:
         # clean error, never an OSError from realpath.
         avoided = [canonical(p) for p in avoid]
         problems: list[str] = []
+
+        def refuse(base: Path) -> str | None:
+            return "lies in a shared or writable directory" if _overlaps(base, avoided) else None
+
         for candidate in candidates(environ, os.geteuid()):
-            base = canonical(candidate.parent) / candidate.name
-            if _overlaps(base, avoided):
-                problems.append(f"{base} lies in a shared or writable directory")
+            try:
+                base = open_own_dir(candidate, "private /tmp", _FIX, refuse)
+            except ConfigError as exc:
+                problems.append(str(exc).removesuffix("; " + _FIX))
                 continue
             try:
-                ensure_private_dir(base, "private /tmp")
-                made = _make_session_dir(base)
-                fd = os.open(made, _DIR_FLAGS)
-            except (ConfigError, OSError) as exc:
-                problems.append(str(exc))
+                name = _make_session_dir(base.fd)
+                fd = os.open(name, _DIR_FLAGS, dir_fd=base.fd)
+            except OSError as exc:
+                base.close()
+                problems.append(f"{base.path}: {exc.strerror or exc}")
                 continue
             fcntl.flock(fd, fcntl.LOCK_EX)
-            _prune(base, keep=made.name)
-            return cls(made, fd)
+            _prune(base.fd, keep=name)
+            return cls(base.path / name, fd, base.fd)
         raise ConfigError(
-            "private /tmp: no directory of yours can hold it (" + "; ".join(problems) + "); "
-            'set XDG_RUNTIME_DIR or HOME to a directory you own, or write tmp = "shared" in the profile'
+            "private /tmp: no directory of yours can hold it (" + "; ".join(problems) + "); " + _FIX
         )
 
     def close(self) -> None:
         """Remove the directory and everything the commands left in it."""
         fd, self._fd = self._fd, None
+        base_fd, self._base_fd = self._base_fd, None
         if fd is None:
             return
         try:
-            _remove(self.path, fd)
+            if base_fd is not None:
+                _remove(base_fd, self.path.name, fd)
         finally:
             os.close(fd)
+            if base_fd is not None:
+                os.close(base_fd)
 
 
-def _make_session_dir(base: Path) -> Path:
-    """A new, empty 0700 directory under ``base`` (``tempfile`` would cost the
+_FIX = 'set XDG_RUNTIME_DIR or HOME to a directory you own, or write tmp = "shared" in the profile'
+
+
+def _make_session_dir(base_fd: int) -> str:
+    """A new, empty 0700 directory in ``base_fd`` (``tempfile`` would cost the
     CLI's start-up an import of ``random``)."""
     for _ in range(100):
-        path = base / (_PREFIX + os.urandom(6).hex())
+        name = _PREFIX + os.urandom(6).hex()
         try:
-            os.mkdir(path, 0o700)
+            os.mkdir(name, 0o700, dir_fd=base_fd)
         except FileExistsError:
             continue
-        return path
-    raise FileExistsError(f"{base}: no free session name")
+        return name
+    raise FileExistsError(errno.EEXIST, "no free session name")
 
 
-def _remove(path: Path, fd: int) -> None:
-    """Remove ``path`` if it is still the directory ``fd`` holds (no link followed)."""
+def _remove(base_fd: int, name: str, fd: int) -> None:
+    """Remove ``name`` in ``base_fd`` if it is still the directory ``fd``
+    holds; through fds only, no link followed."""
     try:
-        here = os.lstat(path)
+        here = os.stat(name, dir_fd=base_fd, follow_symlinks=False)
     except OSError:
         return
     mine = os.fstat(fd)
     if (here.st_dev, here.st_ino) != (mine.st_dev, mine.st_ino):
         return  # renamed or replaced: not ours to remove by this name
-    import shutil  # only when a session ends
-
-    _make_removable(path)
-    shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: never follows a link
+    with contextlib.suppress(OSError):
+        remove_tree(base_fd, name)
 
 
-def _make_removable(path: Path) -> None:
-    """A command may leave directories it cannot be entered (mode 0): give
-    the owner its rights back so the tree can go (root needs none)."""
-    if os.geteuid() == 0:
-        return
-    for dirpath, dirnames, _files in os.walk(path, followlinks=False):
-        for name in dirnames:
-            full = os.path.join(dirpath, name)
-            with contextlib.suppress(OSError):
-                if stat.S_ISDIR(os.lstat(full).st_mode):
-                    os.chmod(full, 0o700)
-
-
-def _prune(base: Path, keep: str) -> None:
+def _prune(base_fd: int, keep: str) -> None:
     """Remove the directories of sessions that died without closing."""
     now = time.time()
     try:
-        names = [n for n in os.listdir(base) if n.startswith(_PREFIX) and n != keep]
+        names = [n for n in os.listdir(base_fd) if n.startswith(_PREFIX) and n != keep]
     except OSError:
         return
     for name in names:
-        path = base / name
         try:
-            fd = os.open(path, _DIR_FLAGS)
+            fd = os.open(name, _DIR_FLAGS, dir_fd=base_fd)
         except OSError:
             continue
         try:
@@ -175,7 +175,7 @@ def _prune(base: Path, keep: str) -> None:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 continue  # a live session holds it
-            _remove(path, fd)
+            _remove(base_fd, name, fd)
         finally:
             os.close(fd)
 

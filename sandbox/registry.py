@@ -14,9 +14,11 @@ searched (no runner is installed that way).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -112,9 +114,12 @@ def runner_entry_points() -> Mapping[str, EntryPoint]:
     return entry_points_of(RUNNER_GROUP)
 
 
-def _hint_file() -> str:
+def _hint_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dsh-sandbox", "auto-order.json")
+    return os.path.join(base, "dsh-sandbox")
+
+
+_HINT = "auto-order.json"
 
 
 def _fingerprint(points: Mapping[str, EntryPoint]) -> str:
@@ -132,7 +137,11 @@ def read_priorities(points: Mapping[str, EntryPoint]) -> dict[str, int | None] |
     import json
 
     try:
-        with open(_hint_file(), encoding="utf-8") as f:
+        # Non-blocking and checked on the fd: a FIFO planted there must not hang every start.
+        fd = os.open(os.path.join(_hint_dir(), _HINT), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, encoding="utf-8") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
             data = json.load(f)
     except (OSError, ValueError):
         return None
@@ -146,17 +155,31 @@ def read_priorities(points: Mapping[str, EntryPoint]) -> dict[str, int | None] |
 
 def write_priorities(points: Mapping[str, EntryPoint], priorities: Mapping[str, int | None]) -> None:
     import json
-    import tempfile
+    from pathlib import Path
 
-    path = _hint_file()
+    from dsh.sandbox.errors import DshError
+    from dsh.sandbox.own_dirs import open_own_dir
+
+    data = json.dumps({"key": _fingerprint(points), "priorities": dict(priorities)}).encode()
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".auto-order-")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump({"key": _fingerprint(points), "priorities": dict(priorities)}, f)
-        os.replace(tmp, path)
+        # Written as the caller (often root): the directory is reached without
+        # following a link a sandboxed command could have planted, and the file
+        # is made and renamed from its fd.
+        own = open_own_dir(Path(_hint_dir()), "runner order hint", "the hint is skipped")
+    except DshError:
+        return  # only costs the imports next time
+    tmp = f".auto-order-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=own.fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, _HINT, src_dir_fd=own.fd, dst_dir_fd=own.fd)
     except OSError:
-        pass  # a read-only home only costs the imports next time
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=own.fd)  # a read-only home only costs the imports next time
+    finally:
+        own.close()
+
 
 
 # -- runner classes by name ---------------------------------------------------------------

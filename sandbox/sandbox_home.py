@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.own_dirs import OwnDirUnavailable, open_own_dir
 from dsh.sandbox.pins import walk
 from dsh.sandbox.policy_paths import expand
 
@@ -60,40 +60,23 @@ def workspace_home(workspace: Path, environ: Mapping[str, str] = os.environ) -> 
     return homes_dir(environ) / f"{name}-{digest}"
 
 
-def ensure_private_dir(path: Path, label: str) -> Path:
-    """Creates ``path`` (and missing parents) with mode 0700 and checks that the
-    last component is a directory of ours that nobody else can enter.
+_HOME_FIX = 'set home = "host" in the profile'
 
-    A symlink there is refused rather than followed: whoever planted it would
-    choose which directory the sandbox may write.
+
+def ensure_private_dir(path: Path, label: str) -> Path:
+    """Creates ``path`` (and missing parents) with mode 0700 and checks that it
+    is a directory of ours that nobody else can enter; returns it canonical.
+
+    Reached without following a link a sandboxed command could have planted
+    (``own_dirs``): whoever planted it would choose which directory the
+    sandbox may write, and which one the host makes private.
     """
-    missing: list[Path] = []
-    for candidate in (path, *path.parents):
-        if os.path.lexists(candidate):
-            break
-        missing.append(candidate)
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:
-            pass  # made meanwhile by a concurrent session: checked below like any other
-        except OSError as exc:
-            raise HomeUnavailable(f"{label}: cannot create {directory} ({exc.strerror}); create it "
-                              'or set home = "host" in the profile') from None
     try:
-        info = os.lstat(path)
-    except OSError as exc:
-        raise ConfigError(f"{label}: cannot use {path} ({exc.strerror})") from None
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        what = "a symlink" if stat.S_ISLNK(info.st_mode) else "not a directory"
-        raise ConfigError(f"{label}: {path} is {what}; remove it (it is recreated as a directory) "
-                          'or set home = "host" in the profile')
-    if info.st_uid != os.geteuid():
-        raise ConfigError(f"{label}: {path} belongs to uid {info.st_uid}, not to you; remove it "
-                          'or set home = "host" in the profile')
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        os.chmod(path, 0o700)  # ours: other users have no business in its caches
-    return path
+        own = open_own_dir(path, label, _HOME_FIX)
+    except OwnDirUnavailable as exc:
+        raise HomeUnavailable(str(exc)) from None
+    own.close()
+    return own.path
 
 
 def resolve_home(setting: str | None, workspace: Path, label: str) -> Path | None:
@@ -103,13 +86,10 @@ def resolve_home(setting: str | None, workspace: Path, label: str) -> Path | Non
         return None
     if raw == PER_WORKSPACE:
         # A link on the way could send the command's writes anywhere.
-        written = workspace_home(workspace)
-        _resolved(label, str(written), written)  # no planted link on the way before anything is made
         try:
-            ensure_private_dir(written, label)
+            return ensure_private_dir(workspace_home(workspace), label)
         except HomeUnavailable:
             return None  # no worse than home = "host": the real HOME, read-only
-        return _resolved(label, str(written), written)
     expanded = expand(raw)
     if expanded is None:
         raise ConfigError(f"{label} = {raw!r} names an unset environment variable; set it or "

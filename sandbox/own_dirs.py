@@ -1,0 +1,179 @@
+"""Directories the host makes and writes for dsh-sandbox's own state.
+
+The private ``/tmp`` of each session, the per-workspace sandbox HOMEs, the
+spill files and the runner-order hint live under the caller's cache or
+runtime directory (``$XDG_CACHE_HOME/dsh-sandbox``...).  The host creates,
+writes, chmods and removes things there, as the caller (often root).  A
+sandboxed command of an earlier run may have been able to write one of the
+directories on the way (a writable root that held ``$XDG_CACHE_HOME`` under
+another environment, a shared ``/var/tmp``), and a symlink it planted there
+would choose where the host does all that: ``chmod 0700`` on ``/var/tmp``,
+``rmtree`` of whatever the link names.  So every such directory is:
+
+- reached by ``pins.walk``, which refuses a link a sandboxed command could
+  have planted (a link only the host could make, such as ``/var/run``, is
+  followed);
+- created (missing parts) with ``mkdirat`` from the fd of the directory above,
+  mode 0700, and then opened ``O_NOFOLLOW`` from that fd;
+- judged on the opened fd: a directory of another user is refused; one of
+  ours that others can enter is narrowed with ``fchmod`` (never by name);
+- emptied and removed only through fds (``remove_tree``): a link met inside
+  is unlinked, never followed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.pins import PathRaced, walk
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
+_DIR_PATH = _O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class OwnDirUnavailable(ConfigError):
+    """The directory cannot be made here (no writable home, e.g. ``nobody``'s
+    ``/nonexistent``): the caller may fall back to another place."""
+
+
+@dataclass(frozen=True)
+class OwnDir:
+    """A directory of dsh-sandbox's own state, held open (``O_RDONLY``):
+    ``path`` is its canonical name, ``fd`` what was checked.  The caller closes ``fd``."""
+
+    path: Path
+    fd: int
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def open_own_dir(path: Path, label: str, fix: str, refuse: Callable[[Path], str | None] | None = None) -> OwnDir:
+    """Open ``path`` (absolute), creating what is missing with mode 0700,
+    without following a link a sandboxed command could have planted.
+
+    ``fix`` ends every error (what the user can do instead).  ``refuse``:
+    asked with the canonical path before anything is created; a reason it
+    returns is a ``ConfigError``.  Raises ``OwnDirUnavailable`` when a missing
+    part cannot be created, ``ConfigError`` for a planted link or a directory
+    of another user, ``PathRaced`` when the path keeps changing; never an ``OSError``.
+    """
+    resolved = walk(label, str(path), path)
+    if resolved.pin is not None:
+        os.close(resolved.pin.fd)
+    target = resolved.path
+    reason = refuse(target) if refuse is not None else None
+    if reason is not None:
+        raise ConfigError(f"{label}: {target} {reason}; {fix}")
+    fd, made = _open_creating(path, target, label, fix)
+    try:
+        _check_private(fd, target, label, fix, made)
+    except BaseException:
+        os.close(fd)
+        raise
+    return OwnDir(target, fd)
+
+
+def _open_creating(path: Path, target: Path, label: str, fix: str) -> tuple[int, bool]:
+    """An fd of ``target`` (canonical), its missing parts made 0700 from the
+    fd of the deepest existing one; whether the last part was made here."""
+    for anchor in (target, *target.parents):
+        found = walk(label, str(path), anchor)
+        if found.pin is not None:
+            break
+    else:  # "/" always exists
+        raise PathRaced(f"{label}: {path}: no directory on the way to it could be opened; retry")
+    pin = found.pin
+    try:
+        if not pin.is_dir:
+            raise OwnDirUnavailable(f"{label}: cannot create {target} ({found.path} is not a directory); {fix}")
+        if found.path != anchor:
+            # What existed a moment ago resolves elsewhere now: a rename or a
+            # swap under the walk, judged like the walk's own races.
+            raise PathRaced(f"{label}: {path}: a directory on the way to it changed while it was opened; "
+                            "nothing ran, retry once nothing moves it")
+        fd = os.open(".", _DIR, dir_fd=pin.fd)
+    finally:
+        os.close(pin.fd)
+    made = False
+    try:
+        for part in target.relative_to(anchor).parts:
+            try:
+                os.mkdir(part, 0o700, dir_fd=fd)
+                made = True
+            except FileExistsError:
+                made = False  # made meanwhile by a concurrent session: opened and checked like any other
+            except OSError as exc:
+                raise OwnDirUnavailable(f"{label}: cannot create {target} ({exc.strerror}); {fix}") from None
+            try:
+                child = os.open(part, _DIR, dir_fd=fd)
+            except OSError as exc:
+                # ELOOP/ENOTDIR: a link or a file appeared at a name just made or found.
+                raise ConfigError(f"{label}: {target}: cannot open it as a directory ({exc.strerror}); "
+                                  f"remove what is there, or {fix}") from None
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, made
+
+
+def _check_private(fd: int, target: Path, label: str, fix: str, made: bool) -> None:
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid():
+        raise ConfigError(f"{label}: {target} belongs to uid {info.st_uid}, not to you; remove it, or {fix}")
+    if not made and stat.S_IMODE(info.st_mode) & 0o077:
+        # Ours, reached without a link, and held: other users have no business in it.
+        os.fchmod(fd, 0o700)
+
+
+def remove_tree(parent_fd: int, name: str) -> None:
+    """Remove ``name`` (a directory under ``parent_fd``) and what it holds,
+    by fd: a link met on the way is unlinked, never followed.  Directories a
+    command left without rights for their owner (mode 0) get them back
+    through their own fd first (root needs none)."""
+    try:
+        fd = _open_for_removal(parent_fd, name)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+            raise
+        os.unlink(name, dir_fd=parent_fd)  # not a directory (a planted link): just the entry
+        return
+    try:
+        with os.scandir(fd) as entries:
+            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        for child, is_dir in names:
+            if is_dir:
+                remove_tree(fd, child)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent_fd)
+
+
+def _open_for_removal(parent_fd: int, name: str) -> int:
+    if os.geteuid() != 0:
+        handle = os.open(name, _DIR_PATH, dir_fd=parent_fd)
+        try:
+            if stat.S_IMODE(os.fstat(handle).st_mode) & 0o700 != 0o700:
+                # chmod through the fd's own /proc entry: the directory just
+                # opened without following a link, not whatever the name is now.
+                os.chmod(f"/proc/self/fd/{handle}", 0o700)
+            return os.open(".", _DIR, dir_fd=handle)
+        finally:
+            os.close(handle)
+    return os.open(name, _DIR, dir_fd=parent_fd)
