@@ -70,6 +70,14 @@ class LazyGroup(click.Group):
         target = plugin_commands().get(cmd_name)
         return _load(cmd_name, target) if target is not None else None
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        # Help needs no current directory: the check below lets it through.
+        ctx.meta["dsh.help"] = any(a in ("-h", "--help") for a in rest)
+        return name, command, rest
+
     def shell_complete(self, ctx: click.Context, incomplete: str) -> list[Any]:
         # TAB after `dsh-sandbox ` must not import every subcommand's module
         # (click's default asks each command for its help): COMMANDS has it,
@@ -97,10 +105,34 @@ def _unavailable(name: str, why: str) -> click.Command:
     return cmd
 
 
+#: Commands that never read the current directory.
+_NO_CWD = frozenset({"completion"})
+
+_CWD_GONE = (
+    "the current directory no longer exists (it was removed after your shell entered it); "
+    "cd to an existing directory and run it again"
+)
+
+
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="dsh-sandbox")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Run commands under a sandbox policy (read-only, workspace-write, danger-full-access)."""
+    # Every path a command is given relative to it, and the default workspace,
+    # start from the cwd: say so once, before anything half-resolves.
+    if ctx.invoked_subcommand not in _NO_CWD and not ctx.meta.get("dsh.help") and _cwd_gone():
+        raise UsageError(_CWD_GONE)
+
+
+def _cwd_gone() -> bool:
+    import os
+
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
 
 
 def main(argv: list[str] | None = None) -> Any:
@@ -135,3 +167,9 @@ def main(argv: list[str] | None = None) -> Any:
     except DshError as exc:
         click.echo(f"dsh-sandbox: {exc.code}: {exc}", err=True)
         sys.exit(1)
+    except FileNotFoundError:
+        if not _cwd_gone():
+            raise
+        # Removed while the command ran: the same clear error, no traceback.
+        click.echo(f"dsh-sandbox: {_CWD_GONE}", err=True)
+        sys.exit(2)
