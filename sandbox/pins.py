@@ -260,7 +260,8 @@ class PinnedPaths:
         return iter(self._pins.values())
 
     def get(self, path: Path | str) -> Pin | None:
-        return self._pins.get(Path(path))
+        # A Path as it is: parsing it again costs its length, at every level of a deep tree.
+        return self._pins.get(path if isinstance(path, Path) else Path(path))
 
     def dup(self, path: Path | str) -> int | None:
         """A new ``O_PATH`` fd of the pinned ``path`` that the caller closes;
@@ -317,12 +318,15 @@ def open_beneath(pins: PinnedPaths, path: Path, *, directory: bool = False) -> i
     deepest pinned directory above it, one component at a time, no symlink
     followed; ``None`` if it is missing, a symlink, or not where it was
     planned.  For rules on entries inside a pinned root."""
+    # The deepest pinned directory holding it, by name: the policy has few
+    # pins, and a deep path has many parents.
+    shown = str(path)
     holder = None
-    for candidate in (path, *path.parents):
-        pin = pins.get(candidate)
-        if pin is not None and pin.is_dir:
-            holder = pin
-            break
+    for pin in pins:
+        root = str(pin.path)
+        if pin.is_dir and (shown == root or shown.startswith(root.rstrip("/") + "/")):
+            if holder is None or len(root) > len(str(holder.path)):
+                holder = pin
     if holder is None:
         return None
     fd = pins.dup(holder.path)

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dsh.sandbox.enclosing_repo import enclosing_repository
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import fixed_symlink
@@ -66,6 +67,11 @@ TMP = "/tmp"
 
 #: Mode that marks an empty directory as a dsh placeholder (nobody may write in it).
 PLACEHOLDER_MODE = 0o555
+
+#: How deep (directories below ``/``) a path kept read-only may lie: a bwrap
+#: setup with this many nested mounts takes a second or two.
+MAX_DEPTH = 200
+_PATH_MAX = 4096
 
 #: Degradation name a profile lists in ``accept_degraded`` to accept it.
 SYMLINK_DEGRADATION = "bwrap-protected-symlink"
@@ -134,11 +140,17 @@ class _Planner:
         Beneath the private ``/tmp`` the host's path is not there at all: it
         needs a bind of its own to be written, or seen.
         """
-        best: Mount | None = None
-        for m in self.mounts.values():
-            if is_within(path, m.path) and (best is None or depth(m.path) > depth(best.path)):
-                best = m
-        return best is not None and best.writable and not (best.kind == "private-tmp" and path != best.path)
+        return _writable_under(self._deepest_at(path), path)
+
+    def _deepest_at(self, path: str) -> Mount | None:
+        """The deepest planned mount at or above ``path``: one lookup per
+        directory above it, not a pass over every mount."""
+        at = path
+        while True:
+            found = self.mounts.get(at)
+            if found is not None or at == "/":
+                return found
+            at = os.path.dirname(at)
 
     def add(self, kind: MountKind, path: str, why: str) -> None:
         # On one path the more restrictive rule wins: read-only over writable.
@@ -147,14 +159,24 @@ class _Planner:
             self.mounts[path] = Mount(kind, path, why)
 
     def pin_ancestors(self, path: str, why: str) -> None:
-        """Make every writable ancestor of ``path`` a mount point (not renamable)."""
+        """Make every writable ancestor of ``path`` a mount point (not renamable).
+
+        Shallowest first, carrying the deepest mount seen down the chain: one
+        lookup per ancestor, so a deep tree costs its depth, not its square."""
+        best = self.mounts.get("/")
         for anc in ancestors(path):
-            if anc not in self.mounts and self.writable_at(anc):
-                self.add("pin", anc, f"keeps {why} from being renamed away")
+            here = self.mounts.get(anc)
+            if here is not None:
+                best = here
+                continue
+            if _writable_under(best, anc):
+                best = Mount("pin", anc, f"keeps {why} from being renamed away")
+                self.mounts[anc] = best
 
     def keep_read_only(self, raw: str, why: str) -> None:
         """A protected or read-only path: existing, missing or behind a symlink."""
         path = os.path.abspath(raw)
+        _refuse_too_deep(path, why)
         real = os.path.realpath(path)
         if self.hidden_over(path, why) or self.hidden_over(real, why):
             return
@@ -182,6 +204,31 @@ class _Planner:
         missing = first_missing(path)
         self.pin_ancestors(missing, path)
         self.add("placeholder", missing, f"{why} {path} does not exist yet")
+
+
+def _writable_under(best: Mount | None, path: str) -> bool:
+    """Is ``path`` writable when ``best`` is the deepest mount at or above it?"""
+    return best is not None and best.writable and not (best.kind == "private-tmp" and path != best.path)
+
+
+def _refuse_too_deep(path: str, why: str) -> None:
+    """A path kept read-only that lies too deep to mount: a clean refusal.
+
+    Every writable directory above it becomes a mount point, and bwrap reads
+    the whole mount table after each bind: its setup grows with the cube of
+    the depth (400 levels: seconds; 1500: minutes), and past ``PATH_MAX`` the
+    kernel refuses the mount.  A command can make such a tree; the next run
+    says so and runs nothing, rather than stalling or failing midway."""
+    levels, size = depth(path), len(os.fsencode(path))
+    if levels > MAX_DEPTH or size >= _PATH_MAX:
+        shown = path if len(path) <= 160 else f"{path[:80]}...{path[-60:]}"
+        raise SandboxUnavailable(
+            f"the {why} path {shown} lies {levels} directories deep ({size} bytes); "
+            f"bwrap mounts every directory above it, and more than {MAX_DEPTH} levels (or {_PATH_MAX} bytes) "
+            "would stall it for minutes; nothing ran: remove or flatten that tree, or run with another runner "
+            "(--runner landlock)",
+            runner="bwrap",
+        )
 
 
 def is_placeholder(path: str) -> bool:

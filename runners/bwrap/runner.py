@@ -231,12 +231,17 @@ class BwrapRunner(Runner):
         try:
             # The helpers start with a fixed environment; the command's reaches
             # only the command, through bwrap's --setenv (or the hop without bwrap).
-            if policy.constrained:
-                env_fd = env_args_fd(env)
             group = self._cgroup(policy.limits, facts)
             if policy.constrained:
                 with self.pinned(policy) as pins:
                     opened = open_mounts(plan_mounts(policy), pins)
+                # The mounts go with the environment, through bwrap's --args:
+                # no argv limit applies however many there are.
+                try:
+                    env_fd = env_args_fd(env, [*BASE_MOUNTS, *facts.kernel.args, *opened.args])
+                except BaseException:
+                    opened.close()
+                    raise
             else:
                 opened = OpenedMounts()
             life = SandboxLifecycle(opened, group, self._session, bwrap=policy.constrained, seccomp_fd=filter_fd,
@@ -262,9 +267,6 @@ class BwrapRunner(Runner):
                 str(life.status_write),
                 "--args",
                 str(env_fd),
-                *BASE_MOUNTS,
-                *facts.kernel.args,
-                *opened.args,
                 *(["--seccomp", str(filter_fd)] if filter_fd != -1 else []),
                 "--chdir",
                 os.path.abspath(cwd),
