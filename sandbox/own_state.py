@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.policy_paths import is_within
+from dsh.sandbox.policy_paths import canonical, is_within
 
 #: The fix for an installation inside a writable root.
 INSTALL_FIX = (
@@ -118,7 +118,8 @@ def hidden_state(keep: Iterable[Path], environ: Mapping[str, str] = os.environ) 
     HOME and spill directories (other workspaces' HOMEs, every session's spill
     files), except the paths in ``keep`` (the run's own HOME and roots) and
     the directories leading to them; and the escalation log."""
-    kept = frozenset(os.path.realpath(p) for p in keep)
+    # ``canonical``: a root swapped for a link meanwhile is a clean refusal, not realpath's OSError.
+    kept = frozenset(str(canonical(p)) for p in keep)
     dsh_home = _dsh_home(environ)
     log = os.path.join(dsh_home, "escalations.jsonl") if os.path.isabs(dsh_home) else ""
     bases = tuple(str(base) for base, _holds in _run_dirs(environ, os.geteuid()))

@@ -147,6 +147,8 @@ def _walk_once(label: str, raw: str, path: Path, base: Pin | None) -> Resolved |
                     os.close(step)
                 refusal = link_refusal(label, raw, shown, current / part, target, current)
                 if refusal is not None:
+                    if not _still_link(fd, part, info, target):
+                        return None  # swapped under the walk: a race, not a planted link
                     raise refusal
                 links += 1
                 if links > _MAX_LINKS:
@@ -172,6 +174,16 @@ def _walk_once(label: str, raw: str, path: Path, base: Pin | None) -> Resolved |
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+def _still_link(fd: int, name: str, seen: os.stat_result, target: str) -> bool:
+    """Is ``name`` in ``fd`` still the link the walk met (same inode, same target)?"""
+    try:
+        now = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        return (stat.S_ISLNK(now.st_mode) and (now.st_dev, now.st_ino) == (seen.st_dev, seen.st_ino)
+                and os.readlink(name, dir_fd=fd) == target)
+    except OSError:
+        return False
 
 
 def _open_dir(label: str, raw: str, path: str) -> int:

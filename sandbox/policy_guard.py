@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.policy_paths import canonical, home_dir, is_within, system_dir_reason
 
 # Below a home directory: what the user's shell, ssh, gpg, cloud CLIs,
@@ -146,16 +146,29 @@ def could_be_written(directory: Path) -> bool:
     return any(root_refusal(d)[1] for d in (directory, *directory.parents))
 
 
-def link_refusal(label: str, raw: str, path: Path, link: Path, target: str, holder: Path) -> ConfigError | None:
+def link_refusal(
+    label: str, raw: str, path: Path, link: Path, target: str, holder: Path
+) -> ConfigError | SandboxUnavailable | None:
     """The error for the symlink ``link`` (-> ``target``) met in the directory
     ``holder`` (canonical) while resolving ``path``, if a sandboxed command
-    could have made it; ``None`` when only the host could (a system directory)."""
+    could have made it; ``None`` when only the host could (a system directory).
+
+    The real path suggested is resolved again: when it no longer goes through
+    the link (the link was swapped away meanwhile), the path is changing under
+    the walk, and naming it as "the real path" would suggest the raced path
+    itself: that is ``SANDBOX_UNAVAILABLE``, retry, as for any path that keeps changing."""
     if not could_be_written(holder):
         return None
+    real = canonical(path)
+    if real == Path(os.path.normpath(path)) or is_within(real, link):
+        return SandboxUnavailable(
+            f"{label}: {raw}: {link} changed between a symlink and a directory while it was resolved; "
+            "nothing ran, retry once nothing moves it"
+        )
     return ConfigError(
         f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
         "sandboxed command may write (in or under a possible writable root), so an earlier run "
-        f"could have made it; pass the real path {canonical(path)} instead if you trust "
+        f"could have made it; pass the real path {real} instead if you trust "
         "it, or remove the link"
     )
 

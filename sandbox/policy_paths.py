@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.errors import SandboxUnavailable
 
 ALWAYS_PROTECTED = (".git", ".dsh")
 
@@ -53,7 +53,9 @@ def canonical(path: str | Path, base: Path | None = None) -> Path:
             # A link replaced between realpath's lstat and readlink (EINVAL):
             # something is swapping it; resolve again.
             continue
-    raise ConfigError(f"{p} keeps changing while it is resolved (a symlink swapped back and forth); retry")
+    # Not the caller's input: the filesystem moves under it (exit 125, as any raced path).
+    raise SandboxUnavailable(f"{p} keeps changing while it is resolved (a symlink swapped back and forth); "
+                             "nothing ran, retry once nothing moves it")
 
 
 def expand(text: str) -> str | None:

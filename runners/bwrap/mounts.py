@@ -45,7 +45,7 @@ from dsh.sandbox.enclosing_repo import enclosing_repository
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_paths import fixed_symlink
+from dsh.sandbox.policy_paths import canonical, fixed_symlink
 from dsh.sandbox.runner import Gap
 
 MountKind = Literal["bind", "pin", "private-tmp", "ro-bind", "placeholder", "mask-dir", "mask-file"]
@@ -177,7 +177,7 @@ class _Planner:
         """A protected or read-only path: existing, missing or behind a symlink."""
         path = os.path.abspath(raw)
         _refuse_too_deep(path, why)
-        real = os.path.realpath(path)
+        real = str(canonical(path))  # a path swapped back and forth meanwhile: a clean 125, not EINVAL
         if self.hidden_over(path, why) or self.hidden_over(real, why):
             return
         if real != path:
