@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 from dsh.sandbox.context import Context, Service
-from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.errors import ConfigError, DshError
 from dsh.sandbox.escalation_types import EscalationDecision as EscalationDecision
 from dsh.sandbox.escalation_types import EscalationRequest as EscalationRequest
 from dsh.sandbox.escalation_types import Outcome as Outcome
@@ -200,15 +200,16 @@ class Approval(Service):
             return decision
         path = self.log_path()
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = open_private_file(path, os.O_WRONLY | os.O_APPEND)
-            with os.fdopen(fd, "a", encoding="ascii") as fh:
-                fh.write(line + "\n")
-        except OSError as exc:
+            # Its directory too is reached without a link a run could have planted.
+            from dsh.sandbox.own_dirs import append_to
+
+            append_to(path, "escalation log", "set log_file or DSH_HOME", (line + "\n").encode("ascii"))
+        except (OSError, DshError) as exc:
             log.error("cannot write the escalation audit log %s: %s", path, exc)
             if decision.approved:  # an approval nobody can audit is not given
+                why = exc.strerror if isinstance(exc, OSError) else str(exc)
                 return EscalationDecision.deny(
-                    f"the escalation audit log {path} cannot be written ({exc.strerror}); "
+                    f"the escalation audit log {path} cannot be written ({why}); "
                     "set the approval provider's log_file or DSH_HOME to a writable place",
                     decision.provider,
                 )

@@ -57,7 +57,9 @@ class OwnDir:
             os.close(self.fd)
 
 
-def open_own_dir(path: Path, label: str, fix: str, refuse: Callable[[Path], str | None] | None = None) -> OwnDir:
+def open_own_dir(
+    path: Path, label: str, fix: str, refuse: Callable[[Path], str | None] | None = None, *, narrow: bool = True
+) -> OwnDir:
     """Open ``path`` (absolute), creating what is missing with mode 0700,
     without following a link a sandboxed command could have planted.
 
@@ -65,7 +67,9 @@ def open_own_dir(path: Path, label: str, fix: str, refuse: Callable[[Path], str 
     asked with the canonical path before anything is created; a reason it
     returns is a ``ConfigError``.  Raises ``OwnDirUnavailable`` when a missing
     part cannot be created, ``ConfigError`` for a planted link or a directory
-    of another user, ``PathRaced`` when the path keeps changing; never an ``OSError``.
+    of another user, ``PathRaced`` when the path keeps changing; never an
+    ``OSError``.  ``narrow``: an existing directory of ours that others can
+    enter is made 0700 (not for a directory the user named, e.g. a log's).
     """
     resolved = walk(label, str(path), path)
     if resolved.pin is not None:
@@ -76,7 +80,7 @@ def open_own_dir(path: Path, label: str, fix: str, refuse: Callable[[Path], str 
         raise ConfigError(f"{label}: {target} {reason}; {fix}")
     fd, made = _open_creating(path, target, label, fix)
     try:
-        _check_private(fd, target, label, fix, made)
+        _check_private(fd, target, label, fix, made or not narrow)
     except BaseException:
         os.close(fd)
         raise
@@ -135,6 +139,27 @@ def _check_private(fd: int, target: Path, label: str, fix: str, made: bool) -> N
     if not made and stat.S_IMODE(info.st_mode) & 0o077:
         # Ours, reached without a link, and held: other users have no business in it.
         os.fchmod(fd, 0o700)
+
+
+def append_to(path: Path, label: str, fix: str, data: bytes) -> None:
+    """Append ``data`` to the file ``path`` (made 0600), in a directory
+    reached as ``open_own_dir`` does (made 0700 when missing, left as it is
+    otherwise), opened from its fd without following a link; a FIFO or device
+    there is refused.  ``OSError`` or ``DshError`` when it cannot be written."""
+    own = open_own_dir(path.parent, label, fix, narrow=False)
+    try:
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
+        fd = os.open(path.name, flags, 0o600, dir_fd=own.fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file", str(path))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    finally:
+        own.close()
 
 
 def remove_tree(parent_fd: int, name: str) -> None:
