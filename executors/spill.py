@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.errors import DshError
 from dsh.sandbox.own_dirs import open_own_dir, remove_tree
 from dsh.sandbox.own_state import spill_candidates
 
@@ -98,7 +98,7 @@ class SpillDir:
             candidate = anchor.joinpath(*parts)
             try:
                 own = open_own_dir(candidate, "spill directory", _FIX, refuse)
-            except ConfigError as exc:
+            except DshError as exc:  # a planted link, another user's directory, a path that keeps moving
                 tried.append(str(exc).removeprefix("spill directory: ").removesuffix("; " + _FIX))
                 continue
             self.base, self._base_fd = own.path, own.fd
