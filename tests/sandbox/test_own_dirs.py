@@ -154,17 +154,18 @@ def test_the_escalation_log_is_not_written_through_a_planted_link(
     planted: Planted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from dsh.sandbox.approval import DenyAllApproval, EscalationDecision, EscalationRequest
+    from dsh.sandbox.context import Context
     from dsh.sandbox.modes import SandboxMode
 
     # $DSH_HOME (the log's directory) names the planted link.
     monkeypatch.setenv("DSH_HOME", str(planted.cache / "dsh-sandbox"))
     request = EscalationRequest("make install", "/work", SandboxMode.WORKSPACE_WRITE,
                                 SandboxMode.DANGER_FULL_ACCESS, "needs it", "bash", "a")
-    decision = DenyAllApproval().approve_escalation(request)
+    decision = DenyAllApproval(Context()).approve_escalation(request)
     assert isinstance(decision, EscalationDecision) and not decision.approved
     planted.untouched()
     # Through a real directory it is written, 0600 in a 0700 directory made for it.
     monkeypatch.setenv("DSH_HOME", str(planted.cache / "dsh-home"))
-    DenyAllApproval().approve_escalation(request)
+    DenyAllApproval(Context()).approve_escalation(request)
     assert stat.S_IMODE(os.stat(planted.cache / "dsh-home" / "escalations.jsonl").st_mode) == 0o600
     assert stat.S_IMODE(os.stat(planted.cache / "dsh-home").st_mode) == 0o700
