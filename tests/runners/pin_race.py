@@ -29,7 +29,7 @@ from dsh.executors.seam import ShellExecRequest, ShellExecutor
 from dsh.sandbox.errors import DshError
 from dsh.sandbox.session import SessionSpec, build_session
 
-LANDLOCK_ACCEPT = ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape")
+LANDLOCK_ACCEPT = ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape", "landlock-process-list")
 
 # The swapper: a separate process, so it runs truly in parallel with the
 # resolution (a thread would wait for the GIL).
@@ -64,7 +64,7 @@ def scenarios(base: Path, runner: str) -> list[Scenario]:
     rel = base / "rel"
     (rel / "build").mkdir(parents=True)
     (rel / "build-link").symlink_to(outside)
-    accept = ', "landlock-metadata", "landlock-process-escape"' if runner == "landlock" else ""
+    accept = ', "landlock-metadata", "landlock-process-escape", "landlock-process-list"' if runner == "landlock" else ""
     profile = base / "rel.toml"
     profile.write_text(
         'extends = "workspace-write"\nwritable_roots = ["build"]\n'
