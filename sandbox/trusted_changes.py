@@ -138,7 +138,13 @@ def _links_out_of_the_search(after: Found, since_ns: int) -> list[Path]:
                 continue
         except OSError:
             continue
-        target = Path(os.path.realpath(link))
+        try:
+            target = Path(os.path.realpath(link))
+        except OSError:
+            # A link swapped while it is read (ELOOP, EINVAL): what it points
+            # at cannot be judged, so it is reported.
+            out.append(link)
+            continue
         # Outside every root the command could not have planted anything.
         if not target.is_dir() or not any(r == target or r in target.parents for r in after.shallow):
             continue

@@ -21,7 +21,8 @@ from dsh.sandbox.session import SessionSpec, build_session
 from tests.support.require import require_runner
 
 RENAME_EXCHANGE = 2
-ACCEPT = {"landlock": ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape")}
+ACCEPT = {"landlock": ("landlock-protected-paths", "landlock-metadata", "landlock-process-escape",
+                        "landlock-process-list")}
 
 
 def exchange(a: Path, b: Path) -> None:
