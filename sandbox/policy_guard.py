@@ -161,9 +161,16 @@ def link_refusal(
         return None
     real = canonical(path)
     if real == Path(os.path.normpath(path)) or is_within(real, link):
-        return SandboxUnavailable(
-            f"{label}: {raw}: {link} changed between a symlink and a directory while it was resolved; "
-            "nothing ran, retry once nothing moves it"
+        if not _still_points(link, target):
+            return SandboxUnavailable(
+                f"{label}: {raw}: {link} changed between a symlink and a directory while it was resolved; "
+                "nothing ran, retry once nothing moves it"
+            )
+        # Still the same link, yet no real path leads through it: a loop.
+        return ConfigError(
+            f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
+            "sandboxed command may write (in or under a possible writable root) and leads to no real "
+            "directory (a loop?); remove the link and pass a real directory"
         )
     return ConfigError(
         f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
@@ -171,6 +178,13 @@ def link_refusal(
         f"could have made it; pass the real path {real} instead if you trust "
         "it, or remove the link"
     )
+
+
+def _still_points(link: Path, target: str) -> bool:
+    try:
+        return os.readlink(link) == target
+    except OSError:
+        return False
 
 
 def writable_root_holding(path: Path, roots: Iterable[Path]) -> Path | None:

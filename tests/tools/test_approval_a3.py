@@ -23,6 +23,7 @@ from dsh.sandbox.approval import (
 )
 from dsh.sandbox.approval_rules import RulesApproval, RulesConfig, load_rules
 from dsh.sandbox.command_words import dangerous_word
+from dsh.sandbox.context import Context
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.file_changes import FileChanges
 from dsh.sandbox.input_files import InputFileError, read_input_file
@@ -104,7 +105,7 @@ class Deny(Approval):
 
 def test_the_log_takes_any_argv_and_stores_no_active_character(dsh_home: Path) -> None:
     hostile = "touch \udcff\x1b]52;c;Zm9v\x07\x9b2J\u202e"
-    decision = Deny().approve_escalation(req(hostile, argv=("touch", "\udcff\x1b\u202e"),
+    decision = Deny(Context()).approve_escalation(req(hostile, argv=("touch", "\udcff\x1b\u202e"),
                                              justification="why \ud800"))
     assert decision.outcome == "deny" and decision.reason == "no"  # not a log failure
     raw = (dsh_home / "escalations.jsonl").read_bytes()
@@ -123,7 +124,7 @@ def test_a_symlinked_log_is_not_followed(dsh_home: Path, tmp_path: Path) -> None
     victim.write_text("keep\n")
     dsh_home.mkdir()
     (dsh_home / "escalations.jsonl").symlink_to(victim)
-    decision = Yes().approve_escalation(req("make"))
+    decision = Yes(Context()).approve_escalation(req("make"))
     assert not decision.approved and "audit log" in decision.reason  # unauditable: denied
     assert victim.read_text() == "keep\n"
 
@@ -165,10 +166,10 @@ def test_respacing_does_not_forget_a_denied_run(tmp_path: Path) -> None:
 
 
 def test_denied_runs_outlive_the_approver_when_kept(dsh_home: Path) -> None:
-    first = Deny()
+    first = Deny(Context())
     first.keep_denied_runs()
     first.remember_denied_run("cli", "bash build.sh", "/", CHANGED)
-    second = Deny()  # the next one-shot call
+    second = Deny(Context())  # the next one-shot call
     assert second.denied_run_changes("cli", "bash  build.sh", "/") is None  # not kept: not read
     second.keep_denied_runs()
     assert second.denied_run_changes("cli", "bash  build.sh", "/") == CHANGED
@@ -182,7 +183,7 @@ def test_a_damaged_or_linked_store_reads_as_not_known(dsh_home: Path, tmp_path: 
     target = tmp_path / "elsewhere"
     target.write_text("")
     (dsh_home / "denied-runs.jsonl").symlink_to(target)
-    approver = Deny()
+    approver = Deny(Context())
     approver.keep_denied_runs()
     found = approver.denied_run_changes("cli", "make", "/")
     assert found is not None and not found.clean  # no rule approves "not known"
