@@ -156,8 +156,11 @@ class TerminalPrompter:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+            # poll, not select: a long-lived process may hold more than
+            # FD_SETSIZE descriptors, and select refuses any fd above it.
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(max(1, int(remaining * 1000))):
                 return None
             chunk = os.read(fd, 1024)
             if not chunk:

@@ -86,7 +86,15 @@ class WarmSandbox:
             return False
         except PermissionError:
             pass  # it exists (as root, runsc runs it as another user)
-        return True
+        # A dead sandbox whose parent has not reaped it yet (runsc's own
+        # process exited and an init that reaps late adopted it) is a zombie:
+        # kill(0) still succeeds on it.
+        try:
+            with open(f"/proc/{self.pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in (b"Z", b"X")
 
     def intact(self) -> bool:
         """Is every source still the inode the sandbox bound?"""
