@@ -143,7 +143,7 @@ class Approval(Service):
         if self._store is not None:
             try:
                 self._store.add(*key, changes)
-            except OSError as exc:
+            except (OSError, DshError) as exc:
                 log.error("cannot record the denied run in %s: %s", self._store.path, exc)
 
     def denied_run_changes(self, owner: str, command: str, workdir: str) -> FileChanges | None:

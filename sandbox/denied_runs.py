@@ -27,6 +27,7 @@ from typing import Any
 from dsh.sandbox.command_words import simple_argv
 from dsh.sandbox.file_changes import FileChanges
 from dsh.sandbox.input_files import open_private_file
+from dsh.sandbox.own_dirs import open_own_dir
 
 #: Records kept in the file (the latest ones; a model re-asks soon).
 KEPT = 64
@@ -64,8 +65,14 @@ class DeniedRunStore:
         self.path = path
 
     def add(self, owner: str, workdir: str, key: str, changes: FileChanges) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_private_file(self.path, os.O_RDWR)
+        # Its directory is reached as the escalation log's is: never through
+        # a link, created 0700 from the fd of the deepest existing part.
+        own = open_own_dir(self.path.parent, "the record of denied runs", "set DSH_HOME to a directory of yours",
+                           narrow=False)
+        try:
+            fd = open_private_file(Path(self.path.name), os.O_RDWR, dir_fd=own.fd)
+        finally:
+            own.close()
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             now = time.time()

@@ -256,11 +256,13 @@ def _mib(limit: int) -> str:
     return f"{limit // (1024 * 1024)} MiB" if limit >= 1024 * 1024 else f"{limit} bytes"
 
 
-def open_private_file(path: Path, flags: int) -> int:
+def open_private_file(path: Path, flags: int, dir_fd: int | None = None) -> int:
     """``path`` opened (created 0600) as a regular file and never through a
     symbolic link or as a terminal: a link a command planted there would
-    have us append to a file of its choosing."""
-    fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC, 0o600)
+    have us append to a file of its choosing.  Never blocks on a FIFO.
+    ``dir_fd``: ``path`` is a name in that directory."""
+    extra = os.O_CREAT | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK
+    fd = os.open(path, flags | extra, 0o600, dir_fd=dir_fd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise OSError(errno.EINVAL, "not a regular file", str(path))

@@ -252,3 +252,28 @@ def test_a_hard_linked_rules_file_is_refused(trusted_dir: Path, tmp_path: Path) 
         RulesApproval(None, RulesConfig(path=str(rules)))
     os.unlink(trusted_dir / "also-here.toml")
     assert RulesApproval(None, RulesConfig(path=str(rules))).rules  # a name of its own: read
+
+
+def test_the_store_directory_is_not_reached_through_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A link where the store's directory should be is not followed: nothing
+    is created or written where it points."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dsh").symlink_to(elsewhere)
+    monkeypatch.setenv("DSH_HOME", str(home / "dsh"))
+    approver = Deny(Context())
+    approver.keep_denied_runs()
+    approver.remember_denied_run("cli", "make", "/", CHANGED)  # logged, not raised
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_fifo_store_does_not_hang(dsh_home: Path) -> None:
+    dsh_home.mkdir()
+    os.mkfifo(dsh_home / "denied-runs.jsonl")
+    approver = Deny(Context())
+    approver.keep_denied_runs()
+    found = approver.denied_run_changes("cli", "make", "/")
+    assert found is not None and not found.clean  # not a regular file: not known
+    approver.remember_denied_run("cli", "make", "/", CHANGED)  # refused, not blocked
