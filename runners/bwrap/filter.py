@@ -29,7 +29,7 @@ import fcntl
 import os
 from dataclasses import dataclass
 
-from dsh.runners.linux import seccomp
+from dsh.runners.linux import bpf, seccomp
 
 #: The environment bwrap gives a constrained command, as the filter sees it.
 BWRAP_SYSCALLS = seccomp.SyscallPolicy(
@@ -69,7 +69,7 @@ def build_filter() -> SyscallFilter:
         arch = seccomp.native_arch()
     except seccomp.UnsupportedArch as exc:
         return SyscallFilter(None, str(exc))
-    program = seccomp.to_sock_filter_bytes(seccomp.compile_bpf(seccomp.rules(BWRAP_SYSCALLS), arch))
+    program = bpf.to_sock_filter_bytes(bpf.compile_bpf(seccomp.rules(BWRAP_SYSCALLS), arch))
     fd = os.memfd_create("dsh-bwrap-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         view = memoryview(program)

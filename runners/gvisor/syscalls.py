@@ -23,7 +23,8 @@ nothing runs without it.
 
 from __future__ import annotations
 
-from dsh.runners.linux.seccomp import ENOSYS, EPERM, Arg, Rule, compile_bpf, native_arch, to_sock_filter_bytes
+from dsh.runners.linux.bpf import compile_bpf, to_sock_filter_bytes
+from dsh.runners.linux.seccomp import ENOSYS, EPERM, Arg, Rule, native_arch
 
 _SETID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
 # (syscall, index of its mode argument), as the shared rules refuse them.

@@ -26,7 +26,7 @@ from dsh.runners.landlock.statements import (
     ROOT_HARDENING,
     USER_HARDENING,
 )
-from dsh.runners.linux import seccomp
+from dsh.runners.linux import bpf, seccomp
 from dsh.runners.linux.cgroups import CgroupSession, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.sandbox import capability as cap
@@ -56,10 +56,10 @@ def _restrict_current_thread(ruleset_fd: int, arch: seccomp.Arch, syscalls: secc
     thread's own tid, which only exists now.
     """
     abi.drop_all_capabilities(as_root=os.geteuid() == 0)
-    seccomp.set_no_new_privs()
+    bpf.set_no_new_privs()
     abi.restrict_self(ruleset_fd)
     guarded = dataclasses.replace(syscalls, guard_tid=threading.get_native_id())
-    seccomp.install(seccomp.compile_bpf(seccomp.rules(guarded), arch))
+    bpf.install(bpf.compile_bpf(seccomp.rules(guarded), arch))
 
 
 class LandlockRunner(Runner):

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable
 
 import pytest
-from dsh.runners.linux import ioctls, seccomp
+from dsh.runners.linux import bpf, ioctls, seccomp
 from dsh.runners.linux.seccomp import ALLOW, Arg, Rule, SyscallPolicy
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -45,15 +45,15 @@ def _errno_of(fn: Callable[[], object]) -> int:
 
 def filtered(policy: SyscallPolicy, probe: Callable[[], int]) -> int:
     """Run ``probe`` in a child under the filter for ``policy``; its errno, or -signal if killed."""
-    program = seccomp.compile_bpf(seccomp.rules(policy), ARCH)
+    program = bpf.compile_bpf(seccomp.rules(policy), ARCH)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
         code = 0
         try:
             os.close(read_end)
-            seccomp.set_no_new_privs()
-            seccomp.install(program)
+            bpf.set_no_new_privs()
+            bpf.install(program)
             os.write(write_end, struct.pack("i", probe()))
         except BaseException:
             code = 99
@@ -73,19 +73,19 @@ def filtered(policy: SyscallPolicy, probe: Callable[[], int]) -> int:
 @pytest.mark.parametrize("policy", [LANDLOCK, BWRAP, SyscallPolicy(read_only=True, guard_tid=1234, network=True)])
 def test_compiles_for_both_arches(arch: str, policy: SyscallPolicy) -> None:
     target = seccomp.ARCHES[arch]
-    program = seccomp.compile_bpf(seccomp.rules(policy), target)
+    program = bpf.compile_bpf(seccomp.rules(policy), target)
     assert program[0] == (0x20, 0, 0, 4)  # load seccomp_data.arch first
     assert program[1] == (0x15, 1, 0, target.audit_arch)
     assert program[2] == (0x06, 0, 0, 0x80000000)  # foreign arch: kill the process
     assert len(program) < 4096
-    assert len(seccomp.to_sock_filter_bytes(program)) == 8 * len(program)
+    assert len(bpf.to_sock_filter_bytes(program)) == 8 * len(program)
     numbers = {ins[3] for ins in program if ins[0] == 0x15}
     assert {target.numbers["keyctl"], target.numbers["io_uring_setup"], 469} <= numbers
 
 
 def test_unknown_syscall_name_is_an_error() -> None:
     with pytest.raises(KeyError, match="no syscall number"):
-        seccomp.compile_bpf((Rule("no_such_call", seccomp.refuse(errno.EPERM)),), ARCH)
+        bpf.compile_bpf((Rule("no_such_call", seccomp.refuse(errno.EPERM)),), ARCH)
 
 
 def test_rules_are_data_for_other_renderers() -> None:
