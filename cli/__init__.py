@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "run": ("dsh.cli.run", "run", "Run a command under a sandbox policy."),
     "shell": ("dsh.cli.shell", "shell", "Open an interactive bash in the workspace, in the sandbox."),
+    "hook": ("dsh.cli.hook", "hook", "Run a Claude Code or Codex hooks configuration for one event, in the sandbox."),
     "profile": ("dsh.cli.profile", "profile", "List, show, validate and explain profiles."),
     "runners": ("dsh.cli.runners", "runners", "List runners: available or not, and what they enforce."),
     "tool": ("dsh.cli.tool", "tool", "Model-facing tools: print specs, make one tool call."),

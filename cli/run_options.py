@@ -75,6 +75,11 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError("-c: the command string is empty; pass the command to run")
     if opts.argv and not opts.argv[0]:
         raise UsageError("ARGV: the program name is an empty string; pass the program to run")
+    check_session_options(opts)
+
+
+def check_session_options(opts: RunOptions) -> None:
+    """The checks of every flag but the command (``hook`` has no command of its own)."""
     _check_paths(opts)
     if opts.tty and opts.as_json:
         raise UsageError("-t and --json conflict: a terminal session is shown live; drop one of them")

@@ -1,0 +1,189 @@
+"""``dsh-sandbox hook``: a harness's hooks run in the real sandbox, and their answers combine.
+
+Real runners (bwrap, landlock, docker for a sandbox that cannot start), the real
+CLI as a subprocess, the payload on a pipe as the harness sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.sandboxed import accept_for, need_runner
+
+PAYLOAD = {"session_id": "abc123", "transcript_path": "/nonexistent/t.jsonl", "cwd": "/ignored",
+           "permission_mode": "default", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+           "tool_input": {"command": "npm test", "description": "run the tests"}, "tool_use_id": "toolu_01"}
+
+
+def hook(settings: Path, event: str, payload: dict[str, Any] | bytes, workspace: Path, *flags: str,
+         runner: str | None = "bwrap") -> subprocess.CompletedProcess[bytes]:
+    argv = [sys.executable, "-m", "dsh.cli", "hook", "--settings", str(settings), "--event", event,
+            "--workspace", str(workspace), *flags]
+    if runner is not None:
+        need_runner(runner)
+        argv += ["--runner", runner, *[f"--accept-degraded={n}" for n in accept_for(runner)]]
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return subprocess.run(argv, input=data, capture_output=True, cwd=workspace, timeout=300, check=False)
+
+
+def settings_file(directory: Path, hooks: dict[str, Any], name: str = "settings.json") -> Path:
+    path = directory / name
+    path.write_text(json.dumps({"hooks": hooks}))
+    return path
+
+
+def command(text: str, timeout: float | None = None) -> dict[str, Any]:
+    handler: dict[str, Any] = {"type": "command", "command": text}
+    if timeout is not None:
+        handler["timeout"] = timeout
+    return handler
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_matching_hooks_get_the_payload_and_the_project_dir(workspace: Path, trusted_dir: Path, runner: str) -> None:
+    record = 'cat > "$CLAUDE_PROJECT_DIR/{0}.json"; printf %s "$CLAUDE_PROJECT_DIR" > {0}.dir'
+    settings = settings_file(trusted_dir, {"PreToolUse": [
+        {"matcher": "Bash", "hooks": [command(record.format("bash"))]},
+        {"matcher": "Write|Edit", "hooks": [command(record.format("edit"))]},
+        {"matcher": "*", "hooks": [command(record.format("all"))]},
+    ]})
+    raw = json.dumps(PAYLOAD, indent=1).encode() + b"\n"
+    done = hook(settings, "PreToolUse", raw, workspace, runner=runner)
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stderr
+    for name in ("bash", "all"):
+        assert (workspace / f"{name}.json").read_bytes() == raw  # the payload, byte for byte
+        assert (workspace / f"{name}.dir").read_text() == str(workspace)  # and the cwd is the project
+    assert not (workspace / "edit.json").exists()
+
+
+def test_the_command_is_bash_c_exactly(workspace: Path, trusted_dir: Path) -> None:
+    text = """printf '%s' "$BASH_EXECUTION_STRING" > got; echo 'it''s $HOME "q"' > /dev/null"""
+    settings = settings_file(trusted_dir, {"Stop": [{"hooks": [command(text)]}]})
+    done = hook(settings, "Stop", {"hook_event_name": "Stop", "stop_hook_active": False}, workspace)
+    assert done.returncode == 0, done.stderr
+    assert (workspace / "got").read_text() == text
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_a_hook_cannot_write_outside_the_workspace(workspace: Path, trusted_dir: Path, runner: str) -> None:
+    target = trusted_dir / "planted"
+    settings = settings_file(trusted_dir, {"PostToolUse": [
+        {"matcher": "Bash", "hooks": [command(f"echo x > {target}")]}]})
+    done = hook(settings, "PostToolUse", PAYLOAD | {"hook_event_name": "PostToolUse"}, workspace, runner=runner)
+    assert not target.exists()  # the host, afterwards
+    # A non-blocking error in the harness's terms, reported with the sandbox's denial.
+    assert done.returncode == 0, done.stderr
+    message = json.loads(done.stdout)["systemMessage"]
+    assert str(target) in message and "denied" in message, message
+
+
+def test_a_blocking_hook_wins_over_an_allow(workspace: Path, trusted_dir: Path) -> None:
+    allow = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}})
+    settings = settings_file(trusted_dir, {"PreToolUse": [
+        {"matcher": "Bash", "hooks": [command(f"echo '{allow}'"),
+                                      command("grep -q 'npm test' && { echo 'no tests now' >&2; exit 2; }")]}]})
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace)
+    assert (done.returncode, done.stdout) == (2, b""), done.stderr
+    assert done.stderr.startswith(b"no tests now\n")
+    alone = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [command(f"echo '{allow}'")]}]}, "allow.json")
+    done = hook(alone, "PreToolUse", PAYLOAD, workspace)
+    assert done.returncode == 0 and json.loads(done.stdout)["hookSpecificOutput"]["permissionDecision"] == "allow"
+
+
+def test_the_timeout_is_honoured_and_a_gate_blocks(workspace: Path, trusted_dir: Path) -> None:
+    allow = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}})
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [
+        command("sleep 60", timeout=1), command(f"echo '{allow}'")]}]})
+    started = time.monotonic()
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace)
+    assert time.monotonic() - started < 45
+    assert done.returncode == 2, done.stderr
+    assert b"hooks.PreToolUse[0].hooks[0] timed out after 1s" in done.stderr
+
+
+def test_a_sandbox_that_cannot_start_never_allows(workspace: Path, trusted_dir: Path) -> None:
+    allow = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}})
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [command(f"echo '{allow}'")]}]})
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace, "--image", "dsh-sandbox/no-such-image:none",
+                runner="docker")
+    assert (done.returncode, done.stdout) == (2, b""), done.stderr
+    assert b"did not run: SANDBOX_UNAVAILABLE" in done.stderr and b"Traceback" not in done.stderr
+
+
+def test_a_settings_file_in_the_workspace_is_refused(workspace: Path, trusted_dir: Path) -> None:
+    marker = trusted_dir / "ran"
+    (workspace / ".claude").mkdir()
+    inside = settings_file(workspace / ".claude", {"PreToolUse": [{"hooks": [command(f"touch {marker}")]}]})
+    done = hook(inside, "PreToolUse", PAYLOAD, workspace, "--mode", "danger-full-access", runner=None)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr
+    assert b"lies inside the writable root" in done.stderr and b"--settings" in done.stderr
+    # Through a link from a trusted place too: the file read is judged, not its name.
+    link = trusted_dir / "link.json"
+    link.symlink_to(inside)
+    done = hook(link, "PreToolUse", PAYLOAD, workspace, "--mode", "danger-full-access", runner=None)
+    assert done.returncode == 2 and b"lies inside the writable root" in done.stderr
+    assert not marker.exists()
+
+
+BAD_INPUT = {
+    "not json": ({"settings": "{"}, "not JSON"),
+    "unknown event in file": ({"settings": '{"hooks": {"PreToolUsed": []}}'}, "hooks.PreToolUsed"),
+    "bad timeout": ({"settings": '{"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "x", '
+                                 '"timeout": 1e400}]}]}}'}, "hooks.PreToolUse[0].hooks[0].timeout"),
+    "unknown --event": ({"event": "PreTool"}, "--event"),
+    "payload not json": ({"payload": b"nope"}, "stdin"),
+    "payload without tool_name": ({"payload": b'{"hook_event_name": "PreToolUse"}'}, "tool_name"),
+    "payload of another event": ({"payload": b'{"hook_event_name": "Stop", "tool_name": "Bash"}'},
+                                 "hook_event_name"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUT))
+def test_bad_input_is_exit_2_without_a_traceback(workspace: Path, trusted_dir: Path, case: str) -> None:
+    given, named = BAD_INPUT[case]
+    marker = trusted_dir / "ran"
+    text = given.get("settings", json.dumps({"hooks": {"PreToolUse": [{"hooks": [command(f"touch {marker}")]}]}}))
+    settings = trusted_dir / "settings.json"
+    settings.write_text(str(text))
+    payload = given.get("payload", PAYLOAD)
+    done = hook(settings, str(given.get("event", "PreToolUse")), payload, workspace,  # type: ignore[arg-type]
+                "--mode", "danger-full-access", runner=None)
+    assert done.returncode == 2, (case, done.stdout, done.stderr)
+    assert b"Traceback" not in done.stderr and named.encode() in done.stderr, done.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "huge", "dev-zero"])
+def test_a_settings_file_that_is_no_small_regular_file_is_refused(workspace: Path, trusted_dir: Path,
+                                                                   kind: str) -> None:
+    path = trusted_dir / "settings.json"
+    if kind == "fifo":
+        os.mkfifo(path)  # opening it for reading would hang a careless reader
+    elif kind == "huge":
+        path.write_text('{"hooks": {}, "pad": "' + "x" * (2 * 1024 * 1024) + '"}')
+    else:
+        path = Path("/dev/zero")
+    done = hook(path, "PreToolUse", PAYLOAD, workspace, "--mode", "danger-full-access", runner=None)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr
+    assert b"--settings" in done.stderr, done.stderr
+
+
+def test_the_codex_config_toml_runs_and_cannot_ask(workspace: Path, trusted_dir: Path) -> None:
+    ask = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "ask"}})
+    config = trusted_dir / "config.toml"
+    config.write_text('model = "o4-mini"\n\n[[hooks.PreToolUse]]\nmatcher = "^Bash$"\n\n'
+                      f"[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = '''echo '{ask}' '''\n"
+                      "timeout = 30\n")
+    done = hook(config, "PreToolUse", PAYLOAD, workspace)
+    assert done.returncode == 2 and b"cannot ask" in done.stderr, done.stderr
+    done = hook(config, "PreToolUse", PAYLOAD | {"tool_name": "BashOutput"}, workspace)
+    assert (done.returncode, done.stdout) == (0, b""), done.stderr
