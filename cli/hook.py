@@ -184,8 +184,14 @@ def _outcome(handler: Handler, result: Any, spec: Any) -> HookOutcome:
         return HookOutcome(handler.label, "timeout", note=f"after {handler.timeout_s:g}s and was killed", **fields)
     if result.exit_code is None:
         return HookOutcome(handler.label, "failed", note=f"killed by {result.signal}", **fields)
+    if result.exit_code in (126, 127):
+        # Most often a script the sandbox does not show (a hidden path, ~ naming the
+        # sandbox HOME, a container without it): the hook never ran.
+        first = "".join(f": {line}" for line in result.stderr.text.strip().splitlines()[:1])
+        why = f"it could not be executed in the sandbox (exit status {result.exit_code}{first})"
+        return HookOutcome(handler.label, "failed", note=printable(why), **fields)
     status: Status = "ok" if result.exit_code == 0 else "block" if result.exit_code == 2 else "error"
-    return HookOutcome(handler.label, status, note=note, **fields)
+    return HookOutcome(handler.label, status, note=note, denied=bool(facts is not None and facts.denied), **fields)
 
 
 def _denial(result: Any, spec: Any, facts: Any) -> str:

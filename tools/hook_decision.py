@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dsh.sandbox.terminal_text import printable
 from dsh.tools.hook_config import HookFormat
 
 Status = Literal["ok", "block", "error", "timeout", "failed"]
@@ -55,6 +56,7 @@ class HookOutcome:
     stderr: str = ""
     note: str = ""
     output_cut: bool = False
+    denied: bool = False  # the sandbox refused it something (the run's evidence)
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,11 @@ def combine(event: str, outcomes: list[HookOutcome]) -> Verdict:
             continue
         if out.status == "error":
             first = out.stderr.strip().splitlines()[:1]
-            problems.append(f"{out.label} failed with exit status {out.exit_code}" + (f": {first[0]}" if first else ""))
+            failed = f"{out.label} failed with exit status {out.exit_code}" + (f": {first[0]}" if first else "")
+            problems.append(printable(failed))
+            if gate and out.denied:
+                # The sandbox broke the guard: its failure says nothing about the call.
+                vote("block", f"{failed}; blocked because the sandbox denied it something and its verdict is unknown")
             continue
         reply = parse_reply(event, out.stdout)
         if reply.invalid is not None:

@@ -187,3 +187,26 @@ def test_the_codex_config_toml_runs_and_cannot_ask(workspace: Path, trusted_dir:
     assert done.returncode == 2 and b"cannot ask" in done.stderr, done.stderr
     done = hook(config, "PreToolUse", PAYLOAD | {"tool_name": "BashOutput"}, workspace)
     assert (done.returncode, done.stdout) == (0, b""), done.stderr
+
+
+def test_a_guard_the_sandbox_does_not_show_blocks(workspace: Path, trusted_dir: Path) -> None:
+    guard = trusted_dir / "guard.sh"  # on the host, but not in the container
+    guard.write_text("#!/bin/sh\nexit 0\n")
+    guard.chmod(0o755)
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [command(str(guard))]}],
+                                           "PostToolUse": [{"hooks": [command(str(guard))]}]})
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace, runner="docker")
+    assert done.returncode == 2, done.stderr
+    assert b"could not be executed in the sandbox (exit status 127" in done.stderr
+    done = hook(settings, "PostToolUse", PAYLOAD | {"hook_event_name": "PostToolUse"}, workspace, runner="docker")
+    assert done.returncode == 0 and "could not be executed" in json.loads(done.stdout)["systemMessage"]
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_a_guard_broken_by_a_denial_blocks(workspace: Path, trusted_dir: Path, runner: str) -> None:
+    log = trusted_dir / "guard.log"
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [command(f"cat >> {log} || exit 1")]}]})
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace, runner=runner)
+    assert not log.exists()
+    assert done.returncode == 2, done.stderr
+    assert b"denied" in done.stderr and str(log).encode() in done.stderr

@@ -221,3 +221,11 @@ def test_contexts_and_stop() -> None:
     code, out, _ = render(combine("Stop", [ok("a", json.dumps({"decision": "block", "reason": "tests fail"}))]),
                           "Stop", "claude")
     assert code == 2
+
+
+def test_a_guard_the_sandbox_broke_blocks_only_a_gate() -> None:
+    broken = HookOutcome("g", "error", 1, "", "Read-only file system\n", denied=True)
+    assert render(combine("PreToolUse", [ok("a", ALLOW), broken]), "PreToolUse", "claude")[0] == 2
+    assert render(combine("PostToolUse", [broken]), "PostToolUse", "claude")[0] == 0
+    plain = HookOutcome("g", "error", 1, "", "oops\n")
+    assert render(combine("PreToolUse", [plain]), "PreToolUse", "claude")[0] == 0
