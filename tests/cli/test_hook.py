@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.runners import nobody_python
 from tests.support.sandboxed import accept_for, need_runner
 
 PAYLOAD = {"session_id": "abc123", "transcript_path": "/nonexistent/t.jsonl", "cwd": "/ignored",
@@ -210,3 +211,34 @@ def test_a_guard_broken_by_a_denial_blocks(workspace: Path, trusted_dir: Path, r
     assert not log.exists()
     assert done.returncode == 2, done.stderr
     assert b"denied" in done.stderr and str(log).encode() in done.stderr
+
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_as_nobody_the_hooks_stay_in_the_sandbox(trusted_dir: Path, runner: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("SANDBOX_UNAVAILABLE: running as nobody needs root")
+    python = nobody_python()
+    if python is None:
+        pytest.skip("SANDBOX_UNAVAILABLE: no interpreter nobody can run (set DSH_NOBODY_PYTHON)")
+    need_runner(runner)
+    home, outside = trusted_dir / "home", trusted_dir / "home" / "planted"
+    workspace = home / "ws"
+    workspace.mkdir(parents=True)
+    for path in (home, workspace):
+        os.chown(path, NOBODY, NOBODY)
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"matcher": "Bash", "hooks": [
+        command('cat > "$CLAUDE_PROJECT_DIR/seen.json"'), command(f"echo x > {outside} || true")]}]})
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8"}
+    # As a user, Landlock also cannot keep the command from signalling the user's other processes.
+    extra = ("landlock-process-escape",) if runner == "landlock" else ()
+    accept = [f"--accept-degraded={n}" for n in (*accept_for(runner), *extra)]
+    done = subprocess.run([python, "-m", "dsh.cli", "hook", "--settings", str(settings), "--event", "PreToolUse",
+                           "--runner", runner, *accept], input=json.dumps(PAYLOAD).encode(), cwd=workspace,
+                          env=env, capture_output=True, timeout=300, check=False, user=NOBODY, group=NOBODY,
+                          extra_groups=[])
+    assert done.returncode == 0, done.stderr
+    assert json.loads((workspace / "seen.json").read_text()) == PAYLOAD
+    assert not outside.exists()
