@@ -267,9 +267,16 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
     hidden = [os.path.realpath(p) for p in policy.hidden_paths]
     planner = _Planner(h for h in hidden if os.path.lexists(h))
+    covered = _covering_masks(planner.hidden, _roots(policy))
     for real in planner.hidden:
+        if os.path.dirname(real) in covered:
+            continue
         kind: MountKind = "mask-dir" if os.path.isdir(real) else "mask-file"
         planner.add(kind, real, "hidden")
+    for parent, (count, shown) in covered.items():
+        planner.add("mask-dir", parent, f"hidden: its {count} entries; what else it holds is bound again")
+        for path in shown:
+            planner.add("ro-bind", path, "not hidden: shown again over the mask of its directory")
     if policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None:
         _private_tmp(planner, policy)
     for path, _rank, intent in sorted(intents, key=lambda i: (depth(i[0]), i[1], i[0])):
@@ -284,6 +291,46 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
             planner.keep_read_only(path, intent)
     mounts = sorted(planner.mounts.values(), key=lambda m: (depth(m.path), _RANK[m.kind], m.path))
     return MountPlan(tuple(mounts), _dedupe(planner.degradations), tuple(dict.fromkeys(planner.overridden)))
+
+
+def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tuple[int, list[str]]]:
+    """Directories most of whose entries are hidden: one mask over the
+    directory, what is not hidden bound again on top (a writable root by the
+    roots' rule, anything else read-only here), instead of one mask per entry:
+    ``{directory: (hidden entries, entries to show read-only)}``.
+
+    dsh-sandbox's own state hides every other workspace's HOME and every other
+    session's directory: one mount each, and bwrap rereads the whole mount
+    table after each one, so the setup grew with the square of the number of
+    workspaces ever used.  The mask hides at least what the entries' masks
+    did (an entry made after the listing too).  A directory that a writable
+    root holds (new entries there are writable) or with a link in it keeps
+    the masks of its entries, as does one where showing the rest would take
+    more mounts than it saves."""
+    by_parent: dict[str, int] = {}
+    for path in hidden:
+        parent = os.path.dirname(path)
+        if parent != path:
+            by_parent[parent] = by_parent.get(parent, 0) + 1
+    hidden_set, root_set = frozenset(hidden), frozenset(roots)
+    out: dict[str, tuple[int, list[str]]] = {}
+    for parent, count in by_parent.items():
+        if count < 2 or is_within(parent, TMP) or any(is_within(parent, r) for r in roots):
+            continue  # (under /tmp the mount point could land in the private /tmp)
+        if any(is_within(parent, h) for h in hidden if h != parent):
+            continue  # a hidden path above already covers it
+        try:
+            if os.path.realpath(parent) != parent or not os.path.isdir(parent):
+                continue
+            with os.scandir(parent) as entries:
+                names = [e.name for e in entries]
+        except OSError:
+            continue
+        kept = [os.path.join(parent, n) for n in names if os.path.join(parent, n) not in hidden_set]
+        if len(kept) + 1 >= count or any(os.path.islink(k) for k in kept):
+            continue  # a link cannot be bound over (the mount would follow it)
+        out[parent] = (count, [k for k in kept if k not in root_set or not os.path.isdir(k)])
+    return out
 
 
 def _private_tmp(planner: _Planner, policy: SandboxPolicy) -> None:
