@@ -75,7 +75,13 @@ def expand(text: str) -> str | None:
 
 
 def is_within(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
+    """``path == root or root in path.parents``, compared part by part: the
+    checks run for every hidden path (one per other workspace) at each
+    resolve, and walking ``parents`` builds a new path per level."""
+    top = root.parts
+    if not top:  # ".": an ancestor of every relative path, of no absolute one
+        return not path.is_absolute()
+    return path.parts[: len(top)] == top
 
 
 def home_dir() -> Path | None:
@@ -162,7 +168,8 @@ def protected_under(root: Path, names: Iterable[str]) -> set[Path]:
 
 
 def sorted_paths(paths: Iterable[Path]) -> tuple[Path, ...]:
-    return tuple(sorted(set(paths)))
+    # The order of ``Path.__lt__`` (its parts), without a Python call per comparison.
+    return tuple(sorted(set(paths), key=lambda p: p.parts))
 
 
 def fixed_symlink(path: str | Path, uid: int) -> bool:

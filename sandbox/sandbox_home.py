@@ -26,7 +26,7 @@ from pathlib import Path
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.own_dirs import OwnDirUnavailable, open_own_dir
 from dsh.sandbox.pins import walk
-from dsh.sandbox.policy_paths import expand
+from dsh.sandbox.policy_paths import expand, is_within
 
 PER_WORKSPACE = "per-workspace"
 HOST = "host"
@@ -121,7 +121,7 @@ def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()
     real = Path(environ.get("HOME") or os.path.expanduser("~"))
 
     def visible(path: Path) -> bool:
-        return not any(path == h or h in path.parents for h in hidden)
+        return not any(is_within(path, h) for h in hidden)
 
     env = {"HOME": str(home)}
     wanted = {"XDG_CACHE_HOME": (home / ".cache", True)}
