@@ -265,7 +265,7 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     intents += [(r, 0, "root") for r in _roots(policy)]
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
-    hidden = [os.path.realpath(p) for p in policy.hidden_paths]
+    hidden = _real_paths(str(p) for p in policy.hidden_paths)
     planner = _Planner(h for h in hidden if os.path.lexists(h))
     covered = _covering_masks(planner.hidden, _roots(policy))
     for real in planner.hidden:
@@ -291,6 +291,24 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
             planner.keep_read_only(path, intent)
     mounts = sorted(planner.mounts.values(), key=lambda m: (depth(m.path), _RANK[m.kind], m.path))
     return MountPlan(tuple(mounts), _dedupe(planner.degradations), tuple(dict.fromkeys(planner.overridden)))
+
+
+def _real_paths(paths: Iterable[str]) -> list[str]:
+    """``os.path.realpath`` of each path, the directories holding them
+    resolved once: the hidden paths are mostly siblings (every other
+    workspace's HOME), and a full walk of each costs a ``lstat`` per level."""
+    parents: dict[str, str] = {}
+    out = []
+    for raw in paths:
+        head, name = os.path.split(raw)
+        if not os.path.isabs(raw) or os.path.normpath(raw) != raw or not name:
+            out.append(os.path.realpath(raw))  # ".." after a link is not lexical: the full walk
+            continue
+        if head not in parents:
+            parents[head] = os.path.realpath(head)
+        joined = os.path.join(parents[head], name)
+        out.append(os.path.realpath(raw) if os.path.islink(joined) else joined)
+    return out
 
 
 def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tuple[int, list[str]]]:
