@@ -324,7 +324,9 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tupl
     did (an entry made after the listing too).  A directory that a writable
     root holds (new entries there are writable) or with a link in it keeps
     the masks of its entries, as does one where showing the rest would take
-    more mounts than it saves."""
+    more mounts than it saves.  Even one hidden entry is worth it: an entry
+    removed between the listing and bwrap's mounts (another session ending)
+    made bwrap fail to mount it, and the run with it."""
     by_parent: dict[str, int] = {}
     for path in hidden:
         parent = os.path.dirname(path)
@@ -333,7 +335,7 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tupl
     hidden_set, root_set = frozenset(hidden), frozenset(roots)
     out: dict[str, tuple[int, list[str]]] = {}
     for parent, count in by_parent.items():
-        if count < 2 or is_within(parent, TMP) or any(is_within(parent, r) for r in roots):
+        if is_within(parent, TMP) or any(is_within(parent, r) for r in roots):
             continue  # (under /tmp the mount point could land in the private /tmp)
         if any(is_within(parent, h) for h in hidden if h != parent):
             continue  # a hidden path above already covers it
@@ -345,9 +347,11 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tupl
         except OSError:
             continue
         kept = [os.path.join(parent, n) for n in names if os.path.join(parent, n) not in hidden_set]
-        if len(kept) + 1 >= count or any(os.path.islink(k) for k in kept):
+        if any(os.path.islink(k) for k in kept):
             continue  # a link cannot be bound over (the mount would follow it)
-        out[parent] = (count, [k for k in kept if k not in root_set or not os.path.isdir(k)])
+        shown = [k for k in kept if k not in root_set or not os.path.isdir(k)]
+        if 1 + len(shown) <= count:  # the roots are bound either way
+            out[parent] = (count, shown)
     return out
 
 

@@ -9,7 +9,9 @@ can see and write must be exactly what the per-entry masks gave it.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,8 +20,10 @@ import pytest
 from dsh.runners.bwrap import BwrapRunner
 from dsh.runners.bwrap.mounts import plan_mounts
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.runner import LocalLaunch
 
-from tests.runners.bwrap.helpers import Layout, policy, sh
+from tests.runners.bwrap.helpers import Layout, policy, sh, spawn
+from tests.support.wait import PATIENCE_S
 
 
 @pytest.fixture
@@ -115,3 +119,27 @@ def test_a_link_among_the_entries_keeps_per_entry_masks(layout: Layout, state: P
     mounts = [(m.kind, m.path) for m in plan_mounts(pol).mounts]
     assert ("mask-dir", str(state)) not in mounts
     assert ("mask-dir", str(state / "ws-a")) in mounts
+
+
+def test_a_hidden_entry_removed_before_the_mounts_does_not_fail_the_run(
+    runner: BwrapRunner, layout: Layout, state: Path
+) -> None:
+    """Another session ends between the plan and bwrap's mounts: its directory
+    is gone.  One mask over the directory does not name it, so the run starts
+    (a mask of its own made bwrap fail: ``Can't remount readonly``)."""
+    own = state / "own"
+    own.mkdir()
+    (state / "session-other").mkdir()
+    pol = policy(layout.ws, roots=(layout.ws, own), hidden=(state / "session-other",))
+    assert ("mask-dir", str(state)) in [(m.kind, m.path) for m in plan_mounts(pol).mounts]
+    launch = runner.prepare(["/bin/sh", "-c", f"ls {state}; echo ran"], pol, cwd=str(layout.ws), env=dict(os.environ))
+    assert isinstance(launch, LocalLaunch)
+    try:
+        (state / "session-other").rmdir()
+        proc = spawn(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate(timeout=PATIENCE_S)
+    finally:
+        if launch.cleanup is not None:
+            launch.cleanup()
+    assert proc.returncode == 0, err
+    assert out.decode().split() == ["own", "ran"]
