@@ -120,6 +120,9 @@ class _Planner:
         self.mounts: dict[str, Mount] = {}
         self.degradations: list[Gap] = []
         self.hidden = tuple(hidden)
+        # Each hidden path's place in ``hidden``: ``hidden_over`` looks up a
+        # path's ancestors here, not every hidden path (one per other workspace).
+        self._hidden_at = {h: i for i, h in reversed(list(enumerate(self.hidden)))}
         self.overridden: list[str] = []
 
     def hidden_over(self, path: str, intent: str) -> bool:
@@ -128,11 +131,18 @@ class _Planner:
         Binding a protected, read-only or writable path inside a hidden tree
         would put its contents back on top of the mask.
         """
-        cover = next((h for h in self.hidden if is_within(path, h)), None)
+        cover = self.hidden_cover(path)
         if cover is None:
             return False
         self.overridden.append(f"{intent} {path}: inside hidden {cover} (hidden wins: not mounted)")
         return True
+
+    def hidden_cover(self, path: str) -> str | None:
+        """The first hidden path (in the policy's order) that is ``path`` or holds it."""
+        if not path.startswith("/") or os.path.normpath(path) != path:
+            return next((h for h in self.hidden if is_within(path, h)), None)
+        found = [self._hidden_at[a] for a in ("/", *ancestors(path), path) if a in self._hidden_at]
+        return self.hidden[min(found)] if found else None
 
     def writable_at(self, path: str) -> bool:
         """Is the host's ``path`` writable under the mounts planned so far (deepest wins)?
@@ -265,8 +275,7 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     intents += [(r, 0, "root") for r in _roots(policy)]
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
-    hidden = _real_paths(str(p) for p in policy.hidden_paths)
-    planner = _Planner(h for h in hidden if os.path.lexists(h))
+    planner = _Planner(_existing_real_paths(str(p) for p in policy.hidden_paths))
     covered = _covering_masks(planner.hidden, _roots(policy))
     for real in planner.hidden:
         if os.path.dirname(real) in covered:
@@ -293,21 +302,31 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     return MountPlan(tuple(mounts), _dedupe(planner.degradations), tuple(dict.fromkeys(planner.overridden)))
 
 
-def _real_paths(paths: Iterable[str]) -> list[str]:
-    """``os.path.realpath`` of each path, the directories holding them
-    resolved once: the hidden paths are mostly siblings (every other
-    workspace's HOME), and a full walk of each costs a ``lstat`` per level."""
+def _existing_real_paths(paths: Iterable[str]) -> list[str]:
+    """``os.path.realpath`` of each path that exists there, the directories
+    holding them resolved once: the hidden paths are mostly siblings (every
+    other workspace's HOME), and a full walk of each costs a ``lstat`` per
+    level.  One ``lstat`` of the last component says it exists, or that it
+    is a link (then the full walk)."""
     parents: dict[str, str] = {}
     out = []
     for raw in paths:
         head, name = os.path.split(raw)
         if not os.path.isabs(raw) or os.path.normpath(raw) != raw or not name:
-            out.append(os.path.realpath(raw))  # ".." after a link is not lexical: the full walk
-            continue
-        if head not in parents:
-            parents[head] = os.path.realpath(head)
-        joined = os.path.join(parents[head], name)
-        out.append(os.path.realpath(raw) if os.path.islink(joined) else joined)
+            real = os.path.realpath(raw)  # ".." after a link is not lexical: the full walk
+        else:
+            if head not in parents:
+                parents[head] = os.path.realpath(head)
+            real = os.path.join(parents[head], name)
+            try:
+                if not stat.S_ISLNK(os.lstat(real).st_mode):
+                    out.append(real)
+                    continue
+            except OSError:
+                continue
+            real = os.path.realpath(raw)
+        if os.path.lexists(real):
+            out.append(real)
     return out
 
 
@@ -335,9 +354,9 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tupl
     hidden_set, root_set = frozenset(hidden), frozenset(roots)
     out: dict[str, tuple[int, list[str]]] = {}
     for parent, count in by_parent.items():
-        if is_within(parent, TMP) or any(is_within(parent, r) for r in roots):
+        if parent == "/" or is_within(parent, TMP) or any(is_within(parent, r) for r in roots):
             continue  # (under /tmp the mount point could land in the private /tmp)
-        if any(is_within(parent, h) for h in hidden if h != parent):
+        if any(a in hidden_set for a in ("/", *ancestors(parent))):
             continue  # a hidden path above already covers it
         try:
             if os.path.realpath(parent) != parent or not os.path.isdir(parent):
