@@ -29,13 +29,17 @@ from dsh.sandbox.profiles import builtin_profile_names
 
 RefusalKind = Literal["network", "unix-socket", "socket", "ipc", "path", "git"]
 
-#: A failed name lookup or an unreachable network, in the common styles (glibc,
-#: curl, Python/pip, Node, Go, git).
+#: A failed name lookup, an unreachable network or a refused connection, in the
+#: common styles (glibc, curl, wget, Python/pip, Node, Go, git).  A refused
+#: connection counts: with the network off the command has only its own
+#: loopback (or none), so a proxy or service on the host's loopback, the usual
+#: way out behind a corporate proxy, refuses every connection.
 _NETWORK_RE = re.compile(
     r"Temporary failure in name resolution|Name or service not known|No address associated with hostname"
     r"|Could not resolve host|could not resolve proxy|getaddrinfo (?:ENOTFOUND|EAI_AGAIN)|\bEAI_AGAIN\b"
     r"|nodename nor servname provided|Network is unreachable|\bENETUNREACH\b|dial tcp: lookup "
-    r"|Failed to establish a new connection",
+    r"|Failed to establish a new connection|Connection refused|\bECONNREFUSED\b|Couldn't connect to server"
+    r"|Failed to connect to ",
     re.IGNORECASE,
 )
 _DENIED_RE = re.compile("|".join(map(re.escape, ERROR_TEXTS)) + r"|\b(?:EACCES|EPERM)\b", re.IGNORECASE)

@@ -20,6 +20,7 @@ RUNNERS = ("landlock", "bwrap", "docker")
 UNIX_SOCKET = "import socket; socket.socket(socket.AF_UNIX)"
 LOCK = "import multiprocessing; multiprocessing.Lock()"
 FETCH = "import urllib.request; urllib.request.urlopen('http://example.com', timeout=20)"
+CONNECT = "import socket; socket.create_connection(('127.0.0.1', 3128), timeout=20)"
 NETWORK_OFF = (
     "the network is off under profile {profile}: a name lookup or connection failed; "
     "allow it with --network (or network = true in the profile)"
@@ -100,6 +101,15 @@ def test_network_off_is_said_once(runner: str, workspace: Path) -> None:
     assert notes(done.stderr) == ["dsh-sandbox: " + NETWORK_OFF.format(profile=profile_of(runner))]
     shown = tool(runner, workspace, f'python3 -c "{FETCH}"')
     assert shown.splitlines()[-1] == "[sandbox: " + NETWORK_OFF.format(profile=profile_of(runner)) + "]"
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_refused_connection_under_network_off_is_said_once(runner: str, workspace: Path) -> None:
+    # A proxy on the host's loopback (the usual way out behind a corporate
+    # proxy) is out of reach with the network off: the connection is refused.
+    done = run(runner, workspace, "python3", "-c", CONNECT)
+    assert done.returncode == 1, done.stderr
+    assert notes(done.stderr) == ["dsh-sandbox: " + NETWORK_OFF.format(profile=profile_of(runner))]
 
 
 @pytest.fixture

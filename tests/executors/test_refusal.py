@@ -120,6 +120,12 @@ def test_refused_local_ipc_names_the_limitation(workspace: Path) -> None:
     "bash: socket: Permission denied\nbash: line 1: /dev/tcp/127.0.0.1/9: Permission denied",
     "npm ERR! request to https://registry/x failed, reason: getaddrinfo EAI_AGAIN registry",
     "fatal: unable to access 'https://example.com/r.git/': Could not resolve host: example.com",
+    # a refused connection: the command's own loopback has no proxy or service of the host's
+    "ConnectionRefusedError: [Errno 111] Connection refused",
+    "curl: (7) Failed to connect to 127.0.0.1 port 3128 after 0 ms: Couldn't connect to server",
+    "connect ECONNREFUSED 127.0.0.1:3128",
+    "fatal: unable to access 'https://example.com/r.git/': Failed to connect to 127.0.0.1 port 3128: "
+    "Connection refused",
 ])
 def test_network_off_is_said_once_with_the_way_to_allow_it(workspace: Path, text: str) -> None:
     expected = ("the network is off under profile python: a name lookup or connection failed; "
