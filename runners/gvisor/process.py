@@ -4,7 +4,8 @@
   the sandbox, so they are the write ends of two ``os.pipe()``s: the command
   writes straight into them and the executor reads the other ends.
 - Stdin: written by its own thread (a large stdin cannot deadlock against
-  unread output), then closed.
+  unread output), then closed; a ``StdinFeed`` (the CLI's own stdin, streamed)
+  is copied chunk by chunk as it arrives.
 - Exit: ``runsc exec`` exits with the command's status; death by signal N
   shows as 128+N and is reported as ``signal=N`` only when this handle sent N
   (an ordinary ``exit 143`` stays an exit code).
@@ -29,6 +30,7 @@ from collections.abc import Callable, Sequence
 
 from dsh.runners.gvisor.scripts import KILLER
 from dsh.sandbox.runner import ExitStatus, RemoteProcess
+from dsh.sandbox.stdin_feed import StdinFeed
 
 log = logging.getLogger(__name__)
 WALL_TIME_STATUS = 124
@@ -38,7 +40,7 @@ class RunscExec(RemoteProcess):
     """A running ``runsc exec``; ``argv`` is the whole runsc command line."""
 
     def __init__(self, argv: Sequence[str], *, runsc: Sequence[str], sandbox_id: str, marker: str,
-                 user: str, stdin: bytes | None, wall_time_s: float | None,
+                 user: str, stdin: bytes | StdinFeed | None, wall_time_s: float | None,
                  on_unkillable: Callable[[], None], on_close: Callable[[], None]) -> None:
         self._runsc = tuple(runsc)
         self._sandbox_id = sandbox_id
@@ -73,13 +75,20 @@ class RunscExec(RemoteProcess):
             self._timer.daemon = True
             self._timer.start()
 
-    def _feed(self, data: bytes) -> None:
+    def _feed(self, data: bytes | StdinFeed) -> None:
         pipe = self._proc.stdin
         assert pipe is not None
         try:
-            pipe.write(data)
+            if isinstance(data, StdinFeed):
+                for chunk in data.chunks():
+                    pipe.write(chunk)
+                    pipe.flush()
+            else:
+                pipe.write(data)
         except OSError:
-            pass  # the command exited without reading everything
+            if isinstance(data, StdinFeed):
+                data.abandon()  # the writer must not block on a reader that left
+            # else: the command exited without reading everything
         finally:
             with contextlib.suppress(OSError):
                 pipe.close()

@@ -64,6 +64,7 @@ from dsh.sandbox.runner import (
     RunnerProbe,
     address_space_limitation,
 )
+from dsh.sandbox.stdin_feed import StdinFeed
 
 OPTIONS = ("runsc",)
 INSTALL_HINT = "install it: apt-get install runsc (Debian), or see gvisor.dev for other systems"
@@ -301,7 +302,7 @@ class GvisorRunner(Runner):
             return warm
 
     def _start(self, warm: sb.WarmSandbox, argv: list[str], decode: bool, cwd: str, env: list[str],
-               wall_time_s: float | None, stdin: bytes | None, deadline: float | None) -> RemoteProcess:
+               wall_time_s: float | None, stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
         from dsh.runners.gvisor.process import RunscExec
 
         marker = uuid.uuid4().hex

@@ -23,7 +23,7 @@ def _run(workspace: Path, runner: str, argv: list[str], stdin: object) -> subpro
     )
 
 
-@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker"])
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "gvisor"])
 def test_a_pipe_reaches_cat(workspace: Path, runner: str) -> None:
     done = subprocess.run(["sh", "-c", 'echo hi | "$@"', "sh", sys.executable, "-m", "dsh.cli", "run",
                            "--runner", runner, *[f"--accept-degraded={n}" for n in accept_for(runner)],
@@ -31,9 +31,10 @@ def test_a_pipe_reaches_cat(workspace: Path, runner: str) -> None:
                           capture_output=True, cwd=workspace, timeout=600, check=False)
     need_runner(runner)
     assert (done.returncode, done.stdout) == (0, b"hi\n"), done.stderr
+    assert b"Traceback" not in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+@pytest.mark.parametrize("runner", ["bwrap", "docker", "gvisor"])
 def test_zero_bytes_and_100_mib_reach_the_command_whole(workspace: Path, runner: str, tmp_path: Path) -> None:
     empty = _run(workspace, runner, ["wc", "-c"], subprocess.DEVNULL)
     assert (empty.returncode, empty.stdout.strip()) == (0, b"0"), empty.stderr
