@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
 
@@ -176,8 +177,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         if code == 0:
             code, err = _runsc([*runsc, "start", sid], log)
         if code != 0:
-            raise SandboxUnavailable(f"runsc cannot start a sandbox here: {err or f'exit {code}'}",
-                                     runner="gvisor")
+            raise SandboxUnavailable(_start_failure(err or f"exit {code}"), runner="gvisor")
         warm.pid = _sandbox_pid(runsc, sid)
         if not warm.intact():
             raise _changed(", ".join(p for p, i in identities(list(warm.pinned)).items()
@@ -186,3 +186,15 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         warm.destroy()
         raise
     return warm
+
+
+def _start_failure(err: str) -> str:
+    """Why runsc could not start a sandbox; in a chroot, the chroot: the kernel
+    refuses the user namespace runsc makes, and its EPERM alone sends the user
+    looking at sysctls and permissions."""
+    reason = f"runsc cannot start a sandbox here: {err}"
+    if "not permitted" in err.lower():
+        chrooted = chroot_reason()
+        if chrooted is not None:
+            return f"{reason} ({chrooted})"
+    return reason
