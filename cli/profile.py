@@ -112,7 +112,16 @@ def validate_cmd(name: str, mode: str | None, workspace: str | None) -> None:
 
 def _with_line(exc: Any, name: str) -> Any:
     """A policy error about a profile key ("profile p: writable_roots entry
-    '/etc': ...") with the file and line that set it, when they can be found."""
+    '/etc': ...") with the file and line that set it, when they can be found;
+    each of several errors (every refused root) gets its own."""
+    from dsh.sandbox.errors import ConfigErrors
+
+    if isinstance(exc, ConfigErrors):
+        return ConfigErrors(tuple(_with_line(one, name) for one in exc.errors))
+    return _one_with_line(exc, name)
+
+
+def _one_with_line(exc: Any, name: str) -> Any:
     import re
 
     from dsh.sandbox.errors import ConfigError
@@ -122,7 +131,7 @@ def _with_line(exc: Any, name: str) -> Any:
 
     if isinstance(exc, ProfileError) and exc.line is not None:
         return exc
-    found = re.match(r"profile [^:]+: (\w+)\b", str(exc))
+    found = re.match(r"profile [^:]+: (\w+)\b(?: entry ('[^']*'|\"[^\"]*\"))?", str(exc))
     if found is None or found.group(1) not in TOP_KEYS:
         return exc
     key = found.group(1)
@@ -133,11 +142,19 @@ def _with_line(exc: Any, name: str) -> Any:
     for source in sources:
         try:
             with open(source, encoding="utf-8") as f:
-                line = find_key_line(f.read(), key)
+                text = f.read()
         except (OSError, UnicodeDecodeError):
             continue
-        if line is not None:
-            return ConfigError(f"{source}:{line}: {exc}")
+        line = find_key_line(text, key)
+        if line is None:
+            continue
+        if found.group(2) is not None:
+            # A list over several lines: the line of the entry itself.
+            entry = found.group(2)[1:-1]
+            lines = text.splitlines()
+            line = next((n for n in range(line, len(lines) + 1) if f'"{entry}"' in lines[n - 1]
+                         or f"'{entry}'" in lines[n - 1]), line)
+        return ConfigError(f"{source}:{line}: {exc}")
     return exc
 
 

@@ -32,6 +32,17 @@ class ConfigError(UsageError):
     code = "CONFIG_ERROR"
 
 
+class ConfigErrors(ConfigError):
+    """Several values are invalid at once (every refused writable root):
+    one message listing each, and ``errors`` for who wants them one by one."""
+
+    code = "CONFIG_ERROR"
+
+    def __init__(self, errors: tuple[ConfigError, ...]) -> None:
+        super().__init__(f"{len(errors)} problems:\n  " + "\n  ".join(str(e) for e in errors))
+        self.errors = errors
+
+
 class CompositionError(ConfigError):
     """A composition entry cannot be built (unknown provider, bad config field)."""
 

@@ -178,7 +178,7 @@ class _Checker:
             except ProfileError as exc:
                 self.errors.append(exc)
         if self.errors:
-            raise _combined(self.errors)
+            raise combined(self.errors)
         return out
 
     def _value(self, key: str, value: Any) -> Any:
@@ -273,7 +273,7 @@ class _Checker:
         return out
 
 
-def _combined(errors: list[ProfileError]) -> ProfileError:
+def combined(errors: list[ProfileError]) -> ProfileError:
     """One error listing every problem, in file order; the first one's fields."""
     ordered = sorted(errors, key=lambda e: e.line or 0)
     if len(ordered) == 1:

@@ -33,6 +33,7 @@ from dsh.sandbox.profile_schema import (
     LIST_KEYS,
     ProfileError,
     check_profile_table,
+    combined,
     known_runners,
     parse_size,
     suggest,
@@ -197,7 +198,18 @@ def _read(path: Path) -> tuple[dict[str, Any], str, str]:
         raise ProfileError(
             f"profile {source}: invalid TOML: {exc}; {fix}", path=source, fix=fix
         ) from None
-    return check_profile_table(data, text, source), text, read.real
+    try:
+        return check_profile_table(data, text, source), text, read.real
+    except ProfileError as exc:
+        # An unknown parent is one more problem of this file: list it too.
+        parent = data.get("extends")
+        if not isinstance(parent, str) or any(e.key == "extends" for e in exc.errors):
+            raise
+        try:
+            _parent_of(path, parent, text)
+        except ProfileError as problem:
+            raise combined([*exc.errors, problem]) from None
+        raise
 
 
 # -- merging -----------------------------------------------------------------------
@@ -232,6 +244,13 @@ def _load_chain(
     parent_ref = data.get("extends")
     if parent_ref is None:
         return data, chain, (real,)
+    parent_path = _parent_of(path, parent_ref, text)
+    parent, parent_chain, parent_real = _load_chain(parent_path, (*seen, key))
+    return _merge(parent, data), chain + parent_chain, (real, *parent_real)
+
+
+def _parent_of(path: Path, parent_ref: str, text: str) -> Path:
+    """The file ``extends = parent_ref`` in ``path`` names; refused when there is none."""
     line = find_key_line(text, "extends")
     where = f" at line {line}" if line else ""
     try:
@@ -247,8 +266,7 @@ def _load_chain(
             f"profile {path}: extends{where}: {parent_path} not found; {fix}",
             path=str(path), line=line, key="extends", fix=fix,
         )
-    parent, parent_chain, parent_real = _load_chain(parent_path, (*seen, key))
-    return _merge(parent, data), chain + parent_chain, (real, *parent_real)
+    return parent_path
 
 
 def _build(path: Path, builtin: bool) -> Profile:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.errors import ConfigError, ConfigErrors
 from dsh.sandbox.own_state import refuse_install_in_roots, state_refusal
 from dsh.sandbox.pins import Resolved
 from dsh.sandbox.policy_guard import root_refusal
@@ -20,29 +20,42 @@ def refuse_dangerous_roots(roots: Iterable[tuple[str, Path]], *, own_home: tuple
     """System directories are refused; credentials, start-up files and the
     home directory only unless forced by name."""
     roots = list(roots)
+    # Every refused root is said at once: fixing them one run at a time is slow.
+    errors: list[ConfigError] = []
     for label, path in roots:
-        reason, forceable = root_refusal(path)
-        if reason is not None and not forceable:
-            _refuse_root(label, path, reason, forceable=False)
-        # dsh-sandbox's own state: no force lifts it (the run's own HOME excepted).
-        state = state_refusal(path, own_home)
-        if state is not None:
-            also = f"{reason}; " if reason is not None else ""
-            if label == "workspace":
-                fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
-            elif label.startswith(("/tmp", "$TMPDIR")):
-                fix = "drop tmp = \"shared\" from the profile"
-            else:
-                fix = "name a directory that does not overlap it"
-            raise ConfigError(
-                f"{label}: refusing to make {path} writable in workspace-write ({also}{state}: a command "
-                f"could read other runs' output and HOMEs or write what a later run trusts); {fix}, or move "
-                "that state (XDG_CACHE_HOME, XDG_CONFIG_HOME, XDG_RUNTIME_DIR, DSH_HOME) out of every "
-                "writable root; --force-writable cannot lift this"
-            )
-        if reason is not None and path not in forced:
-            _refuse_root(label, path, reason, forceable=True)
+        try:
+            _refuse_one(label, path, own_home=own_home, forced=forced)
+        except ConfigError as exc:
+            errors.append(exc)
+    if len(errors) > 1:
+        raise ConfigErrors(tuple(errors))
+    if errors:
+        raise errors[0]
     refuse_install_in_roots(roots)
+
+
+def _refuse_one(label: str, path: Path, *, own_home: tuple[Path, ...], forced: frozenset[Path]) -> None:
+    reason, forceable = root_refusal(path)
+    if reason is not None and not forceable:
+        _refuse_root(label, path, reason, forceable=False)
+    # dsh-sandbox's own state: no force lifts it (the run's own HOME excepted).
+    state = state_refusal(path, own_home)
+    if state is not None:
+        also = f"{reason}; " if reason is not None else ""
+        if label == "workspace":
+            fix = "pass --workspace DIR naming a project directory, or use --mode read-only"
+        elif label.startswith(("/tmp", "$TMPDIR")):
+            fix = "drop tmp = \"shared\" from the profile"
+        else:
+            fix = "name a directory that does not overlap it"
+        raise ConfigError(
+            f"{label}: refusing to make {path} writable in workspace-write ({also}{state}: a command "
+            f"could read other runs' output and HOMEs or write what a later run trusts); {fix}, or move "
+            "that state (XDG_CACHE_HOME, XDG_CONFIG_HOME, XDG_RUNTIME_DIR, DSH_HOME) out of every "
+            "writable root; --force-writable cannot lift this"
+        )
+    if reason is not None and path not in forced:
+        _refuse_root(label, path, reason, forceable=True)
 
 
 def _refuse_root(label: str, path: Path, reason: str, *, forceable: bool) -> None:
