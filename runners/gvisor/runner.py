@@ -37,7 +37,7 @@ import threading
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.runners.gvisor import sandbox as sb
 from dsh.runners.gvisor.argv import encode_argv, text_env
@@ -64,7 +64,9 @@ from dsh.sandbox.runner import (
     RunnerProbe,
     address_space_limitation,
 )
-from dsh.sandbox.stdin_feed import StdinFeed
+
+if TYPE_CHECKING:
+    from dsh.sandbox.stdin_feed import StdinFeed
 
 OPTIONS = ("runsc",)
 INSTALL_HINT = "install it: apt-get install runsc (Debian), or see gvisor.dev for other systems"
