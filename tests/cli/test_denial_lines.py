@@ -17,6 +17,8 @@ from tests.support.cli import cli, runner_flags, trusted_config_dir
 from tests.support.sandboxed import need_runner
 
 RUNNERS = ("landlock", "bwrap", "docker")
+#: The events every runner says the same way, gVisor included.
+EVERY_RUNNER = (*RUNNERS, "gvisor")
 UNIX_SOCKET = "import socket; socket.socket(socket.AF_UNIX)"
 LOCK = "import multiprocessing; multiprocessing.Lock()"
 FETCH = "import urllib.request; urllib.request.urlopen('http://example.com', timeout=20)"
@@ -94,7 +96,7 @@ def test_the_error_text_itself_is_not_a_path(runner: str, workspace: Path) -> No
     assert done.returncode == 1 and notes(done.stderr) == [], done.stderr
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("runner", EVERY_RUNNER)
 def test_network_off_is_said_once(runner: str, workspace: Path) -> None:
     done = run(runner, workspace, "python3", "-c", FETCH)
     assert done.returncode == 1, done.stderr
@@ -103,7 +105,7 @@ def test_network_off_is_said_once(runner: str, workspace: Path) -> None:
     assert shown.splitlines()[-1] == "[sandbox: " + NETWORK_OFF.format(profile=profile_of(runner)) + "]"
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("runner", EVERY_RUNNER)
 def test_a_refused_connection_under_network_off_is_said_once(runner: str, workspace: Path) -> None:
     # A proxy on the host's loopback (the usual way out behind a corporate
     # proxy) is out of reach with the network off: the connection is refused.
@@ -126,7 +128,7 @@ def repo(workspace: Path) -> Path:
 GIT_KEY = 'git = "commit" in the profile allows commits'
 
 
-@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+@pytest.mark.parametrize("runner", ["bwrap", "docker", "gvisor"])
 def test_git_on_a_read_only_git_dir_names_the_key(runner: str, repo: Path) -> None:
     # The default profile commits (git = "commit"); the strict case is asked for.
     strict = trusted_config_dir() / "git-read-only.toml"
@@ -156,7 +158,7 @@ def test_git_on_a_read_only_git_dir_names_the_key(runner: str, repo: Path) -> No
 HOG = "b = bytearray(512 << 20); b[::4096] = b'x' * len(b[::4096])"
 
 
-@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("runner", EVERY_RUNNER)
 def test_a_memory_limit_kill_names_the_limit(runner: str, workspace: Path) -> None:
     # It was a silent exit 137.
     need_runner(runner)

@@ -15,7 +15,7 @@ import pytest
 from tests.support.cli import cli, trusted_config_dir
 from tests.support.sandboxed import need_runner
 
-RUNNERS = ("danger-full-access", "landlock", "bwrap", "docker", "e2b")
+RUNNERS = ("danger-full-access", "landlock", "bwrap", "docker", "gvisor", "e2b")
 
 
 @pytest.fixture(params=RUNNERS)
