@@ -47,6 +47,19 @@ def _shown(value: object) -> str:
     return repr(value) if not isinstance(value, float) else f"{value:g}"
 
 
+def human_seconds(s: float) -> str:
+    """``1 ms``, ``5 min``, ``366 days``; a year and more in days."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if s >= size:
+            return f"{figure(s / size)} {unit}"
+    return f"{figure(s * 1000)} ms" if s > 0 else f"{figure(s)} s"
+
+
+def figure(x: float) -> str:
+    """At most three significant digits below 1000, whole numbers above: no exponents."""
+    return f"{x:.3g}" if x < 1000 else f"{round(x):,}"
+
+
 def _number(field: str, value: object, accepted: str) -> float | int:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NumberError(field, f"must be {accepted}, got {value!r}")
@@ -58,10 +71,13 @@ def _number(field: str, value: object, accepted: str) -> float | int:
 def seconds(field: str, value: object, *, low: float = MIN_SECONDS, high: float = MAX_SECONDS) -> float:
     """A finite duration in seconds in ``[low, high]`` (at least a millisecond:
     timeouts are counted in whole milliseconds)."""
-    accepted = f"a number of seconds from {low:g} to {high:g}"
+    accepted = f"a number of seconds from {human_seconds(low)} to {human_seconds(high)}"
     number = _number(field, value, accepted)
     if not low <= number <= high:
-        raise NumberError(field, f"must be {accepted}, got {_shown(number)}")
+        shown = _shown(number)
+        if number > 0 and human_seconds(number) != f"{shown} s":
+            shown += f" ({human_seconds(number)})"
+        raise NumberError(field, f"must be {accepted}, got {shown}")
     return float(number)
 
 

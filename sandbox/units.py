@@ -1,10 +1,12 @@
-"""Numbers in the units a person reads: ``16 MiB``, ``366 days``, never ``3.16224e+07``."""
+"""Numbers in the units a person reads: ``16 MiB``, ``366 days``, never ``3.16224e+07``
+(durations are formatted in ``numeric``, which checks them)."""
 
 from __future__ import annotations
 
 import math
 
-from dsh.sandbox.numeric import MAX_BYTES, MAX_SECONDS, MIN_MEMORY_BYTES, MIN_SECONDS
+from dsh.sandbox.numeric import MAX_BYTES, MAX_SECONDS, MIN_MEMORY_BYTES, MIN_SECONDS, human_seconds
+from dsh.sandbox.numeric import figure as _figure
 
 
 def human_bytes(n: float) -> str:
@@ -15,17 +17,6 @@ def human_bytes(n: float) -> str:
     return f"{_figure(n)} byte" + ("" if n == 1 else "s")
 
 
-def human_seconds(s: float) -> str:
-    """``1 ms``, ``5 min``, ``366 days``; a year and more in days."""
-    for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
-        if s >= size:
-            return f"{_figure(s / size)} {unit}"
-    return f"{_figure(s * 1000)} ms"
-
-
-def _figure(x: float) -> str:
-    """At most three significant digits below 1000, whole numbers above: no exponents."""
-    return f"{x:.3g}" if x < 1000 else f"{round(x):,}"
 
 
 def limit_range_problem(key: str, value: object) -> str | None:
