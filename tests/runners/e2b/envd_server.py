@@ -13,8 +13,17 @@ way the SDK expects it:
   the way envd does it: the process is killed at the deadline, so the stream
   ends with exit code -1 and ``"signal: killed"``.
 - ``process.Process/Start`` (server stream: start, data, keepalive, end events),
-  ``SendSignal``, ``SendInput``, ``CloseStdin``, ``List``; ``GET /health``;
-  ``GET``/``POST /files`` (octet-stream and multipart uploads).
+  ``SendSignal``, ``SendInput``, ``CloseStdin``, ``Update``, ``List``;
+  ``GET /health``; ``GET``/``POST /files`` (octet-stream and multipart uploads).
+- PTYs as envd does them: a ``Start`` whose request carries ``pty {size}``
+  runs the command on a real pty of that size (allocated for it, the
+  command leading a new session with the pty as its controlling terminal, inside
+  the same emulated machine and namespaces as every other command); its output
+  comes as ``pty`` data events; ``SendInput`` with ``ProcessInput.pty`` types
+  into it (plain ``stdin`` input and ``CloseStdin`` are refused for it, as
+  envd refuses them); ``Update`` with a pty size resizes it (TIOCSWINSZ: the
+  kernel sends SIGWINCH to its foreground process group).  ``double.starts``
+  records each ``Start`` (argv, user, pty size) for tests.
 
 Like envd, it runs the command *for real*, signals only the started process on
 ``SendSignal`` (envd does not kill the process group: the runner must), and
@@ -239,10 +248,16 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/process.Process/SendInput":
             input_req = process_pb.SendInputRequest.from_json(json.dumps(msg))
             proc = double.get(input_req.process)
+            data = input_req.input.input if input_req.input is not None else None
+            if data is not None and data.field == "pty":
+                proc.write_pty(data.value)
+                return {}
             with proc.stdin_lock:
+                if proc.master is not None:
+                    raise ConnectError("failed_precondition", "tty assigned to process: input "
+                                       "should be written to the pty, not the stdin")
                 if proc.popen.stdin is None or proc.popen.stdin.closed:
                     raise ConnectError("failed_precondition", "stdin not enabled or closed")
-                data = input_req.input.input if input_req.input is not None else None
                 proc.popen.stdin.write(data.value if data is not None else b"")
                 proc.popen.stdin.flush()
             return {}
@@ -250,8 +265,19 @@ class _Handler(BaseHTTPRequestHandler):
             close_req = process_pb.CloseStdinRequest.from_json(json.dumps(msg))
             proc = double.get(close_req.process)
             with proc.stdin_lock:
+                if proc.master is not None:
+                    raise ConnectError("failed_precondition", "cannot close stdin for a PTY "
+                                       "process: send Ctrl+D (0x04) instead")
                 if proc.popen.stdin is not None:
                     proc.popen.stdin.close()
+            return {}
+        if path == "/process.Process/Update":
+            update_req = process_pb.UpdateRequest.from_json(json.dumps(msg))
+            proc = double.get(update_req.process)
+            size = update_req.pty.size if update_req.pty is not None else None
+            if size is None:
+                raise ConnectError("invalid_argument", "update: no pty size given")
+            proc.resize(int(size.rows), int(size.cols))
             return {}
         if path == "/process.Process/List":
             with double.lock:
@@ -271,8 +297,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
+            size = req.pty.size if req.pty is not None else None
+            pty = None if req.pty is None else (
+                int(size.rows) if size is not None else 0, int(size.cols) if size is not None else 0)
             proc = self.server.double.spawn(
-                req.process, self._user(), bool(req.stdin), int(timeout) if timeout else None)
+                req.process, self._user(), bool(req.stdin), int(timeout) if timeout else None, pty)
         except ConnectError as exc:
             self._envelope(_END_STREAM, {"error": exc.to_json()})
             return self._finish_chunks()

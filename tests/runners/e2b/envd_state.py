@@ -5,13 +5,18 @@ See ``envd_server`` for what the double is (and is not).
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import queue
 import selectors
 import shutil
 import signal
+import struct
 import subprocess
+import termios
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,15 @@ _GO_SIGNAL_NAMES: dict[int, str] = {
     signal.SIGINT: "interrupt", signal.SIGHUP: "hangup"}
 
 
+@dataclass(frozen=True)
+class StartRecord:
+    """What one ``Start`` asked for (tests check which protocol path a runner took)."""
+
+    argv: tuple[str, ...]
+    user: str
+    pty: tuple[int, int] | None  # (rows, cols) when the request carried a pty
+
+
 def oneof(field: str, value: Any) -> Any:
     """``Oneof`` with a runtime field name (its stubs want a literal)."""
     return Oneof(field, value)
@@ -38,6 +52,7 @@ class EnvdDouble:
         self.root = root.resolve()
         self.keepalive_s = keepalive_s
         self.procs: dict[int, _Proc] = {}
+        self.starts: list[StartRecord] = []
         self.lock = threading.Lock()
         self.sudoers = sudoers
         self.expired = False
@@ -109,32 +124,55 @@ class EnvdDouble:
         if done.returncode:
             raise ConnectError("invalid_argument", done.stderr.decode("utf-8", "replace").strip())
 
-    def spawn(self, config: Any, user: str, stdin: bool, timeout_ms: int | None) -> _Proc:
+    def spawn(self, config: Any, user: str, stdin: bool, timeout_ms: int | None,
+              pty: tuple[int, int] | None = None) -> _Proc:
+        """Start ``config`` as ``user``; with ``pty`` (rows, cols), on a new pty of
+        that size that is the command's controlling terminal (envd's pty start)."""
         uid, gid, home = self.account(user)
         cwd = self.absolute(config.cwd or home, user)
         env = {"PATH": PATH, "HOME": home, "USER": user, "LOGNAME": user,
                **dict(config.envs or {})}
         argv = [config.cmd, *config.args]
+        with self.lock:
+            self.starts.append(StartRecord(tuple(argv), user, pty))
+        master = slave = -1
+        if pty is not None:
+            master, slave = os.openpty()
+            set_winsize(master, *pty)
         try:
             popen = subprocess.Popen(  # envd does not start a new process group either
-                self.machine.argv(argv, uid=uid, gid=gid, cwd=cwd), env=env,
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=own_session_keyring)
+                self.machine.argv(argv, uid=uid, gid=gid, cwd=cwd, pty=pty is not None), env=env,
+                stdin=slave if pty else subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=slave if pty else subprocess.PIPE, stderr=slave if pty else subprocess.PIPE,
+                preexec_fn=own_session_keyring)
         except (OSError, MachineError) as exc:
+            if pty is not None:
+                os.close(master)
+                os.close(slave)
             raise ConnectError("invalid_argument", f"error starting process: {exc}") from exc
-        assert popen.stdout is not None and popen.stderr is not None
-        first = _first_line(popen.stdout.fileno())
+        if pty is not None:
+            os.close(slave)  # the command holds it now: EIO on the master once all are gone
+            first = _first_line(master).rstrip(b"\r")
+        else:
+            assert popen.stdout is not None
+            first = _first_line(popen.stdout.fileno())
         if not first.isdigit():
             popen.wait()
-            why = popen.stderr.read().decode("utf-8", "replace").strip()
-            popen.stdout.close()
-            popen.stderr.close()
-            if popen.stdin is not None:
-                popen.stdin.close()
+            if pty is not None:
+                why = _read_nonblocking(master).decode("utf-8", "replace").strip()
+                os.close(master)
+            else:
+                assert popen.stdout is not None and popen.stderr is not None
+                why = popen.stderr.read().decode("utf-8", "replace").strip()
+                popen.stdout.close()
+                popen.stderr.close()
+                if popen.stdin is not None:
+                    popen.stdin.close()
             if first == b"nocwd":
                 raise ConnectError("invalid_argument", f"cwd '{config.cwd}' does not exist")
             raise ConnectError("invalid_argument", f"error starting process: {why}")
-        proc = _Proc(popen, int(first), _child_pidfd(popen.pid), argv, timeout_ms)
+        proc = _Proc(popen, int(first), _child_pidfd(popen.pid), argv, timeout_ms,
+                     master if pty is not None else None)
         with self.lock:
             self.procs[proc.pid] = proc
         return proc
@@ -153,6 +191,12 @@ class EnvdDouble:
         for proc in procs:
             proc.signal(signal.SIGKILL)
         self.machine.stop()
+
+
+def set_winsize(master: int, rows: int, cols: int) -> None:
+    """TIOCSWINSZ on the master: the kernel sends SIGWINCH to the terminal's
+    foreground process group when the size changes (as envd's ``pty.Setsize``)."""
+    fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
 def _first_line(fd: int) -> bytes:
@@ -176,8 +220,9 @@ class _Proc:
     """One started process: a pump thread turns its pipes and exit into events."""
 
     def __init__(self, popen: subprocess.Popen[bytes], pid: int, pidfd: int | None,
-                 argv: list[str], timeout_ms: int | None) -> None:
+                 argv: list[str], timeout_ms: int | None, master: int | None = None) -> None:
         self.popen = popen  # nsenter, on the host: it ends with the command's status
+        self.master = master  # the pty's master (None: plain pipes)
         self.pid = pid  # inside the machine
         self.pidfd = pidfd  # the command itself, to signal it from the host
         self.argv = argv
@@ -195,11 +240,28 @@ class _Proc:
         if not self.ended.is_set() and self.pidfd is not None:
             signal_pidfd(self.pidfd, sig)
 
+    def write_pty(self, data: bytes) -> None:
+        with self.stdin_lock:
+            if self.master is None or self.ended.is_set():
+                raise ConnectError("failed_precondition", "tty not assigned to process")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.master, view):]
+
+    def resize(self, rows: int, cols: int) -> None:
+        with self.stdin_lock:
+            if self.master is None or self.ended.is_set():
+                raise ConnectError("failed_precondition", "tty not assigned to process")
+            set_winsize(self.master, rows, cols)
+
     def _pump(self) -> None:
-        assert self.popen.stdout is not None and self.popen.stderr is not None
         sel = selectors.DefaultSelector()
-        sel.register(self.popen.stdout, selectors.EVENT_READ, "stdout")
-        sel.register(self.popen.stderr, selectors.EVENT_READ, "stderr")
+        if self.master is not None:
+            sel.register(self.master, selectors.EVENT_READ, "pty")
+        else:
+            assert self.popen.stdout is not None and self.popen.stderr is not None
+            sel.register(self.popen.stdout, selectors.EVENT_READ, "stdout")
+            sel.register(self.popen.stderr, selectors.EVENT_READ, "stderr")
         pidfd = os.pidfd_open(self.popen.pid)
         sel.register(pidfd, selectors.EVENT_READ, "exit")
         exited = False
@@ -208,7 +270,7 @@ class _Proc:
                 if key.data == "exit":
                     exited = True
                     continue
-                chunk = os.read(key.fd, _CHUNK)
+                chunk = _read(key.fd)
                 if chunk:
                     self.events.put(_data(key.data, chunk))
                 else:
@@ -231,13 +293,28 @@ class _Proc:
         for pipe in (self.popen.stdout, self.popen.stderr, self.popen.stdin):
             if pipe is not None:
                 pipe.close()
-        self.ended.set()
+        with self.stdin_lock:
+            self.ended.set()
+            if self.master is not None:
+                os.close(self.master)  # envd closes the tty after Wait
+                self.master = None
         self.events.put(_end(returncode))
+
+
+def _read(fd: int) -> bytes:
+    """A chunk; b"" at the end (a pty master reads EIO once no slave is open)."""
+    try:
+        return os.read(fd, _CHUNK)
+    except OSError as exc:
+        if exc.errno == errno.EIO:
+            return b""
+        raise
 
 
 def _read_nonblocking(fd: int) -> bytes:
     try:
-        return os.read(fd, _CHUNK)
+        os.set_blocking(fd, False)
+        return _read(fd)
     except BlockingIOError:
         return b""
 

@@ -56,6 +56,11 @@ _GROUP = "root:x:0:\nsudo:x:27:user\nuser:x:1000:\nnogroup:x:65534:\n"
 # Before the command replaces it, the launcher reports its pid inside the machine
 # as the first line of stdout (or that the working directory is missing).
 LAUNCHER = 'cd -- "$1" 2>/dev/null || { echo nocwd; exit 126; }; shift; echo "$$"; exec "$@"'
+# With a pty (envd's creack/pty start): the command leads a new session whose
+# controlling terminal is the pty on its stdio.  ``setsid`` does not fork here
+# (the launcher leads no process group), so the pid reported stays the command's.
+PTY_LAUNCHER = ('cd -- "$1" 2>/dev/null || { echo nocwd; exit 126; }; shift; echo "$$"; '
+                'exec setsid --ctty "$@"')
 
 def own_session_keyring() -> None:
     """``preexec_fn``: the child starts a new, empty session keyring.
@@ -208,7 +213,7 @@ class Machine:
         self.init_pid = 0
 
     # -- commands -------------------------------------------------------------------
-    def argv(self, argv: Sequence[str], *, uid: int, gid: int, cwd: str) -> list[str]:
+    def argv(self, argv: Sequence[str], *, uid: int, gid: int, cwd: str, pty: bool = False) -> list[str]:
         """The host argv that runs ``argv`` inside the machine as ``uid``/``gid``."""
         if not self.init_pid:
             raise MachineError("the machine is not running")
@@ -220,7 +225,8 @@ class Machine:
             become = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups", "--"]
         else:  # one uid only: a non-root user is that uid without capabilities
             become = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
-        return [*enter, *become, "/bin/sh", "-c", LAUNCHER, "launcher", cwd, *argv]
+        launcher = PTY_LAUNCHER if pty else LAUNCHER
+        return [*enter, *become, "/bin/sh", "-c", launcher, "launcher", cwd, *argv]
 
     def run(self, argv: Sequence[str], *, uid: int, gid: int, cwd: str = "/",
             stdin: bytes = b"", timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
