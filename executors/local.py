@@ -79,6 +79,11 @@ class LocalBashExecutor(ShellExecutor):
     def prepare_launch(self, argv: tuple[str | bytes, ...], spec: ShellExecSpec, env: Mapping[str, str]) -> Launch:
         return LocalLaunch(argv=argv)
 
+    def terminal_argv(self, argv: tuple[str | bytes, ...], spec: ShellExecSpec) -> tuple[str | bytes, ...]:
+        """The argv of a terminal session: the relay that allocates the pty and runs ``argv`` on it."""
+        assert spec.terminal is not None
+        return relay_argv(self.relay_python(), spec.terminal, argv)
+
     def relay_python(self) -> str:
         """The interpreter that runs the terminal relay where the command runs."""
         return os.path.realpath(sys.executable)
@@ -181,7 +186,7 @@ class LocalBashExecutor(ShellExecutor):
         if spec.argv is None:
             self.require_shell(argv, env)
         if spec.terminal is not None:
-            argv = relay_argv(self.relay_python(), spec.terminal, argv)
+            argv = self.terminal_argv(argv, spec)
         stdout = service.capture("stdout", max_bytes=spec.stdout_max_bytes, max_spill_bytes=spec.max_spill_bytes)
         stderr = service.capture("stderr", max_bytes=spec.max_output_bytes, max_spill_bytes=spec.max_spill_bytes)
 

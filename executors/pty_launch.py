@@ -19,12 +19,11 @@ from typing import Any
 
 from dsh.executors.seam import TerminalSize
 from dsh.sandbox.runner import LocalLaunch
+from dsh.sandbox.terminal_frames import HEADER as _HDR
+from dsh.sandbox.terminal_frames import MAX_FRAME, STATUS_PREFIX
 
-_HDR = struct.Struct(">cI")
-STATUS_PREFIX = b"\x1edsh-tty "
 #: What the relay reads from the environment: the pty pair the host opened.
 HOST_PTY_ENV = "DSH_TTY_FDS"
-MAX_FRAME = 1 << 20
 
 
 @functools.lru_cache(maxsize=1)
@@ -37,7 +36,7 @@ def relay_argv(python: str, size: TerminalSize, argv: tuple[str | bytes, ...]) -
             "--", *argv)
 
 
-# -- frames (host -> relay) -------------------------------------------------------------
+# -- frames (host -> relay; the format: ``dsh.sandbox.terminal_frames``) ---------------------
 def frame(kind: bytes, body: bytes = b"") -> bytes:
     return _HDR.pack(kind, len(body)) + body
 

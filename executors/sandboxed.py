@@ -171,12 +171,13 @@ class SandboxedExecutor(_MixinBase):
         policy = self.policy_of(spec)
         if not policy.constrained:
             return super().prepare_launch(argv, spec, env)
+        own_pty = self._runner_pty(spec)
         pair = None
         if spec.terminal is not None and self.host.choose(policy).runner.terminal_pty == "host":
             pair = HostPty()
             env = {**env, **pair.env}
         try:
-            launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env)
+            launch, runner, enforcement = self.host.prepare(argv, policy, spec.workdir, env, terminal=own_pty)
         except BaseException:
             if pair is not None:
                 pair.close()
@@ -189,6 +190,21 @@ class SandboxedExecutor(_MixinBase):
                 raise SandboxUnavailable(f"{runner.name}: a host pty needs a local launch", runner=runner.name)
             launch = pair.attach(launch)
         return launch
+
+    def _runner_pty(self, spec: ShellExecSpec) -> tuple[int, int] | None:
+        """(rows, cols) when the runner's own PTY API runs this terminal session (no relay)."""
+        if spec.terminal is None or not self.policy_of(spec).constrained:
+            return None
+        try:
+            if self.host.choose(self.policy_of(spec)).runner.terminal_pty != "runner":
+                return None
+        except SandboxUnavailable:
+            return None  # prepare_launch meets the same refusal where it is reported
+        return spec.terminal.rows, spec.terminal.cols
+
+    def terminal_argv(self, argv: tuple[str | bytes, ...], spec: ShellExecSpec) -> tuple[str | bytes, ...]:
+        # The runner's PTY API takes the exact argv; the frames go to it, not to a relay.
+        return argv if self._runner_pty(spec) is not None else super().terminal_argv(argv, spec)
 
     def relay_python(self) -> str:
         # A remote runner's image has its own interpreter; this host's path means nothing there.

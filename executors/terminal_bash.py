@@ -2,9 +2,10 @@
 
 A session is one execution of the mounted shell executor with the exact argv
 of an interactive shell, ``terminal`` set (the relay allocates the pty inside
-the sandbox, see ``pty_relay``) and a ``StdinFeed`` carrying the relay's
-frames: so it runs under the same runner, policy, limits, environment scrub
-and teardown as a one-shot command, and a runner that cannot enforce the
+the sandbox, see ``pty_relay``, or the runner's own PTY API does) and a
+``StdinFeed`` carrying the frames of ``dsh.sandbox.terminal_frames``: so it
+runs under the same runner, policy, limits, environment scrub and teardown as
+a one-shot command, and a runner that cannot enforce the
 policy refuses it the same way.
 
 Readiness: the shell's prompt is ours.  bash gets a controlled ``PS1`` that

@@ -264,10 +264,12 @@ class SandboxHost(Service):
         policy: SandboxPolicy,
         cwd: str,
         env: Mapping[str, str],
+        terminal: tuple[int, int] | None = None,
     ) -> tuple[Launch, Runner, Enforcement]:
         """Wrap the exact ``argv`` for ``policy`` with the chosen runner.
 
         Raises ``SandboxUnavailable`` (never falls back to an unwrapped launch).
+        ``terminal`` (rows, cols): on the runner's own pty API (see ``Runner.wrap_terminal``).
         """
         exact: Sequence[str | bytes] = tuple(argv)
         if not policy.constrained and self.runner_name == AUTO:
@@ -280,7 +282,8 @@ class SandboxHost(Service):
             )
         selection = self.choose(policy)
         try:
-            launch = selection.runner.prepare(exact, policy, cwd=cwd, env=env, enforcement=selection.enforcement)
+            launch = selection.runner.prepare(exact, policy, cwd=cwd, env=env, enforcement=selection.enforcement,
+                                              terminal=terminal)
         except OSError as exc:
             # A path that changed while the runner read it (a race with another
             # run): nothing ran, and the person gets the path, not a traceback.

@@ -158,8 +158,10 @@ class Runner(abc.ABC):
     #: Where a terminal session's pty is allocated: ``sandbox`` (the sandbox has
     #: a ``/dev/ptmx`` of its own, so TIOCSTI and job control stay inside) or
     #: ``host`` (it cannot open one: the host opens the session's own pair and
-    #: passes it in; never the caller's terminal).
-    terminal_pty: ClassVar[Literal["sandbox", "host"]] = "sandbox"
+    #: passes it in; never the caller's terminal) or ``runner`` (the sandbox's own
+    #: PTY API allocates it: no relay runs; ``wrap_terminal`` takes the frames of
+    #: ``terminal_frames`` on stdin and writes its status lines on stderr).
+    terminal_pty: ClassVar[Literal["sandbox", "host", "runner"]] = "sandbox"
     #: Every degradation name ``enforcement`` can report -> the capabilities it
     #: weakens.  A profile's ``accept_degraded`` is checked against the union over
     #: the runners, so a misspelt name is an error instead of a silent no-op.
@@ -232,6 +234,15 @@ class Runner(abc.ABC):
         ``policy``.  Never join the argv into a string; raise ``SandboxUnavailable``
         for anything it cannot enforce after all (fail closed)."""
 
+    def wrap_terminal(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+                      env: Mapping[str, str], rows: int, cols: int) -> Launch:
+        """Like ``wrap``, on a pty of ``rows`` x ``cols`` that the sandbox's own API
+        allocates (only for ``terminal_pty == "runner"``): stdin carries the frames
+        of ``dsh.sandbox.terminal_frames``, stdout the pty's output, stderr the
+        status lines."""
+        raise SandboxUnavailable("has no terminal API of its own (terminal sessions run through "
+                                 "the terminal relay)", runner=self.name)
+
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
         """How completely this runner enforces ``policy`` here.
 
@@ -262,7 +273,7 @@ class Runner(abc.ABC):
             return memo
 
     def prepare(self, argv: Argv, policy: SandboxPolicy, *, cwd: str, env: Mapping[str, str],
-                enforcement: Enforcement | None = None) -> Launch:
+                enforcement: Enforcement | None = None, terminal: tuple[int, int] | None = None) -> Launch:
         """Wrap ``argv`` (exactly, never re-joined) for ``policy``: the preamble every
         runner shares, then its ``wrap``.
 
@@ -271,12 +282,15 @@ class Runner(abc.ABC):
         enforcement with an unaccepted degradation.  Raises ``SandboxUnavailable``
         (``UsageError`` for a bad argv); never runs anything unwrapped.
         ``enforcement``: what the host already asked this runner for ``policy``
-        (gated again here, not recomputed)."""
+        (gated again here, not recomputed).  ``terminal`` (rows, cols): run on a
+        pty of the runner's own API (``wrap_terminal``)."""
         exact = exact_argv(argv)
         probe = self.probe()
         if not probe.available:
             raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
         check_accepted(self.enforcement(policy) if enforcement is None else enforcement, policy, runner=self.name)
+        if terminal is not None:
+            return self.wrap_terminal(exact, policy, cwd=cwd, env=env, rows=terminal[0], cols=terminal[1])
         return self.wrap(exact, policy, cwd=cwd, env=env)
 
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:

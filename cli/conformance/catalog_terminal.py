@@ -1,7 +1,8 @@
 """Terminal variants: escape scenarios run on a pty inside the sandbox, and what a pty adds.
 
 A terminal session (``ctx.terminals``, the terminal tools, ``run -t``) starts its
-program through the terminal relay on a pty of the sandbox's own.  The PTY
+program through the terminal relay on a pty of the sandbox's own (or through the
+runner's own PTY API, where it has one).  The PTY
 variants run existing escape scenarios that way (same argv, same checks), so a
 pty opens nothing a pipe does not; the ``pty-`` scenarios attack the pty itself:
 typing into it (TIOCSTI, TIOCLINUX), and processes that try to outlive the

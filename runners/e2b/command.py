@@ -109,6 +109,16 @@ def process_argv(script: str, limits: ResourceLimits) -> list[str]:
     return [*argv, "/bin/sh", "-c", script]
 
 
+def pty_process_argv(script: str, limits: ResourceLimits) -> list[str]:
+    """The envd ``cmd`` + ``args`` of a terminal session on envd's pty.
+
+    No ``setsid``: envd's pty start already makes the command lead a new
+    session (and so its own process group) with the pty as its controlling
+    terminal; ``setsid`` would fork (the command leads a group) and start a
+    session *without* a terminal."""
+    return process_argv(script, limits)[2:]
+
+
 def remote_env(env: Mapping[str, str]) -> dict[str, str]:
     """The executor's environment minus what only makes sense on this host, and
     minus variables that are not valid UTF-8 (envd's JSON cannot carry them)."""
@@ -124,7 +134,7 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def tree_kill_script(pid: int, sig: int, token: str, *, group: bool) -> str:
+def tree_kill_script(pid: int, sig: int, token: str, *, group: bool, session: bool = False) -> str:
     """Signal everything one command started.
 
     - ``group`` (while the command's leader runs): its process group, which
@@ -133,6 +143,10 @@ def tree_kill_script(pid: int, sig: int, token: str, *, group: bool) -> str:
       ``RUN_MARKER`` token: what left the group (``setsid`` daemons, double
       forks, SIGTERM-ignorers orphaned by their parent) still has it.  After
       the leader ended only the token is used, so a reused pid is never hit.
+    - ``session`` with ``group`` (a terminal session, whose leader envd made
+      lead a session): every process of that session too, job-control groups
+      and programs that dropped the token from their environment included.
+      Only while the leader runs, like the group: its pid then names nothing else.
     """
     if not token.isalnum():
         raise ValueError(f"bad run token {token!r}")
@@ -140,6 +154,11 @@ def tree_kill_script(pid: int, sig: int, token: str, *, group: bool) -> str:
     if group:
         lines.append(f"kill -s {int(sig)} -- -{int(pid)} 2>/dev/null || "
                      f"kill -s {int(sig)} {int(pid)} 2>/dev/null")
+    if group and session:
+        lines.append(
+            f"for f in /proc/[0-9]*/stat; do set -- $(sed 's/^.*) //' \"$f\" 2>/dev/null); "
+            f"[ \"${{4:-}}\" = {int(pid)} ] || continue; p=${{f#/proc/}}; "
+            f"kill -s {int(sig)} \"${{p%/stat}}\" 2>/dev/null; done")
     lines.append(
         f"for f in $(grep -lzx '{RUN_MARKER}={token}' /proc/[0-9]*/environ 2>/dev/null); do "
         f"p=${{f#/proc/}}; kill -s {int(sig)} \"${{p%/environ}}\" 2>/dev/null; done")

@@ -54,12 +54,20 @@ class E2BProcess(RemoteProcess):
         self._done = threading.Event()
         self._reader_gone: set[int] = set()
         self._stream_over = False
+        # Held while writing to the pipes and while closing them: another thread
+        # (a terminal's status lines) never writes to a closed (reused) fd.
+        self._io_lock = threading.Lock()
+        self._io_closed = False
+        self._out_bytes = 0  # stdout bytes written so far
         self._pump = threading.Thread(target=self._run, name=f"e2b-pump-{pid}", daemon=True)
         self._pump.start()
         self._stdin_feed = stdin if isinstance(stdin, StdinFeed) else None
         if stdin is not None:
-            threading.Thread(target=session.send_stdin, args=(pid, stdin),
+            threading.Thread(target=self._feed_input, args=(stdin,),
                              name=f"e2b-stdin-{pid}", daemon=True).start()
+
+    def _feed_input(self, stdin: bytes | StdinFeed) -> None:
+        self.session.send_stdin(self.pid, stdin)
 
     # -- RemoteProcess -------------------------------------------------------------
     def wait(self, timeout: float | None = None) -> ExitStatus | None:
@@ -101,8 +109,10 @@ class E2BProcess(RemoteProcess):
             for note in notes:
                 self._write(self._stderr_w, f"\n{note}\n".encode())
         finally:  # whatever happened, the executor must see EOF and an exit status
-            os.close(self._stdout_w)
-            os.close(self._stderr_w)
+            with self._io_lock:
+                self._io_closed = True
+                os.close(self._stdout_w)
+                os.close(self._stderr_w)
             with self.session._lock:
                 self.session.live.discard(self)
                 self.session.unsettled.discard(self.token)
@@ -117,9 +127,11 @@ class E2BProcess(RemoteProcess):
                 continue
             if event.field == "data":
                 output = event.value.output
-                if output is not None and output.field in ("stdout", "stderr"):
-                    fd = self._stdout_w if output.field == "stdout" else self._stderr_w
+                if output is not None and output.field in ("stdout", "stderr", "pty"):
+                    fd = self._stderr_w if output.field == "stderr" else self._stdout_w
                     self._write(fd, output.value)
+                    if fd == self._stdout_w:
+                        self._output_written(len(output.value))
             elif event.field == "end":
                 end = event.value
                 status = exit_status(
@@ -155,6 +167,9 @@ class E2BProcess(RemoteProcess):
         except Exception as exc:  # a runner bug must not hang the executor
             return [f"dsh: e2b: sync-back failed: {type(exc).__name__}: {exc}"]
 
+    def _output_written(self, size: int) -> None:
+        self._out_bytes += size
+
     def _write(self, fd: int, data: bytes) -> None:
         """Write all of ``data``; once the reader closed its end, drop output."""
         view = memoryview(data)
@@ -166,9 +181,12 @@ class E2BProcess(RemoteProcess):
 
 
 def start_command(session: E2BSession, argv: list[str], policy: SandboxPolicy, *, cwd: str,
-                  env: Mapping[str, str], stdin: bytes | StdinFeed | None, deadline: float | None) -> E2BProcess:
+                  env: Mapping[str, str], stdin: bytes | StdinFeed | None, deadline: float | None,
+                  pty: tuple[int, int] | None = None,
+                  process_class: type[E2BProcess] | None = None) -> E2BProcess:
     """Start one user command as the mode's user; the stream's own deadline is a
-    backstop past the executor's (which kills on time through ``kill``)."""
+    backstop past the executor's (which kills on time through ``kill``).
+    ``pty`` (rows, cols): on envd's pty, driven by ``process_class``."""
     session.sync.push(session.budget(deadline, session.options.sync_timeout, "syncing the workspace in"))
     margin = BACKSTOP_MARGIN_S
     backstop = None if deadline is None else max(deadline - time.monotonic(), 0) + margin
@@ -179,7 +197,7 @@ def start_command(session: E2BSession, argv: list[str], policy: SandboxPolicy, *
     try:
         pid, events = session.start_stream(
             argv, user=user_for(policy.mode, session.options), cwd=cwd,
-            envs={**env, RUN_MARKER: token}, stdin=stdin is not None, timeout=backstop)
+            envs={**env, RUN_MARKER: token}, stdin=stdin is not None, timeout=backstop, pty=pty)
     except e2b.InvalidArgumentException as exc:
         if "cwd" in str(exc):
             raise WorkdirError(f"e2b: working directory {cwd} does not exist in the "
@@ -189,8 +207,8 @@ def start_command(session: E2BSession, argv: list[str], policy: SandboxPolicy, *
     except Exception as exc:
         session.note_failure(exc)
         raise unavailable(exc, "starting the command") from exc
-    proc = E2BProcess(session, pid, token, events, policy, stdin=stdin,
-                      sync_back=policy.mode is not SandboxMode.READ_ONLY)
+    proc = (process_class or E2BProcess)(session, pid, token, events, policy, stdin=stdin,
+                                         sync_back=policy.mode is not SandboxMode.READ_ONLY)
     with session._lock:
         if proc.wait(0) is None:
             session.live.add(proc)

@@ -27,9 +27,9 @@ import os
 import threading
 import urllib.request
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from dsh.runners.e2b.command import process_argv, remote_env, shell_script
+from dsh.runners.e2b.command import process_argv, pty_process_argv, remote_env, shell_script
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.process import start_command
 from dsh.runners.e2b.session import E2BSession, import_sdk, user_for
@@ -58,6 +58,8 @@ class E2BRunner(Runner):
     name: ClassVar[str] = "e2b"
     remote: ClassVar[bool] = True
     separate_kernel: ClassVar[bool] = True
+    #: Terminal sessions run on envd's PTY API (``terminal``), no relay.
+    terminal_pty: ClassVar[Literal["sandbox", "host", "runner"]] = "runner"
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "e2b-debug": (cap.SANDBOX_BOUNDARY, cap.NETWORK),
     }
@@ -134,6 +136,9 @@ class E2BRunner(Runner):
             rules.append("after each command: regular files under the workspace sync back; "
                          "hardlinks, devices, fifos, absolute or '..' names reject the whole "
                          "archive; new symlinks and protected paths are never written back (reported)")
+        rules.append("terminal sessions: envd's PTY API (Start with a pty of the session's size, "
+                     "SendInput, Update), same argv line, user, sync and limits, no relay; signals go "
+                     "to the pty's foreground process group, sent as root")
         limits = []
         for flag, value in (("processes", policy.limits.max_processes),
                             ("address space bytes", policy.limits.max_memory_bytes),
@@ -142,6 +147,15 @@ class E2BRunner(Runner):
                 limits.append(f"prlimit {flag} {value}")
         cannot = ["writes outside the workspace stay in the sandbox (not synced back)",
                   "empty directories and new symlinks are not synced back"]
+        cannot += [
+            "terminal sessions: whether the foreground program waits on the terminal (stdin_read) "
+            "is looked up by a root python3 probe through envd once the output is quiet, so it "
+            "lags the output by that command's round trip (without python3 in the image: never "
+            "stdin_read but at the shell's prompt, and signals do not reach the session)",
+            "terminal sessions: a process that leaves the session (setsid) and drops the run "
+            "token from its environment outlives terminal_close until the runner's sandbox is "
+            "killed, as with one-shot commands",
+        ]
         cannot += list(self.enforcement(policy).missing)
         cannot += list(self.limitations(policy).values())
         network = ("on" if policy.network else "off (allow_internet_access=False)")
@@ -151,22 +165,37 @@ class E2BRunner(Runner):
     # -- launch ------------------------------------------------------------------------
     def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
              env: Mapping[str, str]) -> Launch:
-        command = process_argv(shell_script(argv), policy.limits)
+        return self._launch(process_argv(shell_script(argv), policy.limits), policy, cwd, env, None)
+
+    def wrap_terminal(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+                      env: Mapping[str, str], rows: int, cols: int) -> Launch:
+        """On envd's PTY API (see ``terminal``), same user, sync, limits and teardown as ``wrap``."""
+        return self._launch(pty_process_argv(shell_script(argv), policy.limits), policy, cwd, env,
+                            (rows, cols))
+
+    def _launch(self, command: list[str], policy: SandboxPolicy, cwd: str, env: Mapping[str, str],
+                pty: tuple[int, int] | None) -> Launch:
         variables = remote_env(env)
         self._hold_workspace(policy)
+        process_class = None
+        if pty is not None:
+            from dsh.runners.e2b.terminal import E2BTerminal
+
+            process_class = E2BTerminal
 
         def start(stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
             session = self._session_for(policy, deadline)
             try:
                 return start_command(session, command, policy, cwd=cwd, env=variables, stdin=stdin,
-                                     deadline=deadline)
+                                     deadline=deadline, pty=pty, process_class=process_class)
             except SandboxUnavailable:
                 if not session.dead:
                     raise
             # The sandbox was gone before the command started (past its lifetime,
             # killed): nothing ran, so one retry in a new sandbox is safe.
             return start_command(self._session_for(policy, deadline), command, policy, cwd=cwd,
-                                 env=variables, stdin=stdin, deadline=deadline)
+                                 env=variables, stdin=stdin, deadline=deadline, pty=pty,
+                                 process_class=process_class)
 
         return RemoteLaunch(start=start)
 

@@ -174,8 +174,13 @@ class E2BSession:
 
     # -- commands ------------------------------------------------------------------
     def start_stream(self, argv: list[str], *, user: str, cwd: str, envs: Mapping[str, str],
-                     stdin: bool, timeout: float | None) -> tuple[int, Iterator[Any]]:
-        """envd ``Start`` with an exact ``cmd``/``args`` (see ``command``); (pid, events)."""
+                     stdin: bool, timeout: float | None,
+                     pty: tuple[int, int] | None = None) -> tuple[int, Iterator[Any]]:
+        """envd ``Start`` with an exact ``cmd``/``args`` (see ``command``); (pid, events).
+
+        ``pty`` (rows, cols): on a pty of envd's (what the SDK's ``pty.create``
+        sends, which itself always starts ``/bin/bash -i -l``: a login shell
+        reading profile files a sandboxed command can write, not the exact argv)."""
         from e2b.connection_config import KEEPALIVE_PING_HEADER, KEEPALIVE_PING_INTERVAL_SEC
         from e2b.envd.process import process_pb
         from e2b.envd.rpc import handle_rpc_exception_with_health
@@ -188,9 +193,12 @@ class E2BSession:
             raise SandboxUnavailable(
                 "this e2b SDK version has no envd process client (commands._rpc); "
                 "install the version dsh-sandbox was tested with (e2b 2.x)", runner=RUNNER) from None
-        request = process_pb.StartRequest(
-            process=process_pb.ProcessConfig(cmd=argv[0], args=argv[1:], envs=dict(envs), cwd=cwd),
-            stdin=stdin)
+        config = process_pb.ProcessConfig(cmd=argv[0], args=argv[1:], envs=dict(envs), cwd=cwd)
+        if pty is None:
+            request = process_pb.StartRequest(process=config, stdin=stdin)
+        else:
+            size = process_pb.PTY.Size(rows=pty[0], cols=pty[1])
+            request = process_pb.StartRequest(process=config, pty=process_pb.PTY(size=size))
         headers = {**authentication_header(self.sandbox._envd_version, user),
                    KEEPALIVE_PING_HEADER: str(KEEPALIVE_PING_INTERVAL_SEC)}
         events = rpc.start(request, headers=headers, timeout_ms=timeout_to_ms(timeout))
@@ -231,11 +239,11 @@ class E2BSession:
         if isinstance(exc, gone) or isinstance(exc.__cause__, gone):
             self.dead = True
 
-    def kill_tree(self, pid: int, sig: int, token: str, *, group: bool) -> None:
+    def kill_tree(self, pid: int, sig: int, token: str, *, group: bool, session: bool = False) -> None:
         """Signal the command's tree (see ``tree_kill_script``); if that cannot run
         and the leader still does, envd's SendSignal (SIGKILL) on the leader."""
         try:
-            self.run_internal(tree_kill_script(pid, sig, token, group=group),
+            self.run_internal(tree_kill_script(pid, sig, token, group=group, session=session),
                               what="killing the command")
         except SandboxUnavailable:
             if group:
