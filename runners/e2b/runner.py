@@ -185,6 +185,9 @@ class E2BRunner(Runner):
 
         def start(stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
             session = self._session_for(policy, deadline)
+            if pty is not None and not hasattr(session.sandbox, "pty"):
+                raise SandboxUnavailable("this e2b SDK has no PTY API (sandbox.pty); install the "
+                                         "version dsh-sandbox was tested with (e2b 2.x)", runner=self.name)
             try:
                 return start_command(session, command, policy, cwd=cwd, env=variables, stdin=stdin,
                                      deadline=deadline, pty=pty, process_class=process_class)

@@ -16,9 +16,10 @@ way the SDK expects it:
   ``SendSignal``, ``SendInput``, ``CloseStdin``, ``Update``, ``List``;
   ``GET /health``; ``GET``/``POST /files`` (octet-stream and multipart uploads).
 - PTYs as envd does them: a ``Start`` whose request carries ``pty {size}``
-  runs the command on a real pty of that size (allocated for it, the
-  command leading a new session with the pty as its controlling terminal, inside
-  the same emulated machine and namespaces as every other command); its output
+  runs the command on a real pty of that size (from the machine's own
+  ``/dev/ptmx``, the command leading a new session with the pty as its
+  controlling terminal, inside the same emulated machine and namespaces as
+  every other command); its output
   comes as ``pty`` data events; ``SendInput`` with ``ProcessInput.pty`` types
   into it (plain ``stdin`` input and ``CloseStdin`` are refused for it, as
   envd refuses them); ``Update`` with a pty size resizes it (TIOCSWINSZ: the

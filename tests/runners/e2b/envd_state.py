@@ -137,7 +137,10 @@ class EnvdDouble:
             self.starts.append(StartRecord(tuple(argv), user, pty))
         master = slave = -1
         if pty is not None:
-            master, slave = os.openpty()
+            try:
+                master, slave = self.machine.openpty()
+            except (OSError, MachineError) as exc:
+                raise ConnectError("invalid_argument", f"error starting pty: {exc}") from exc
             set_winsize(master, *pty)
         try:
             popen = subprocess.Popen(  # envd does not start a new process group either

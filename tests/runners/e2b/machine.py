@@ -31,11 +31,13 @@ claims no security boundary from it.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import platform
 import secrets
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -77,6 +79,9 @@ def own_session_keyring() -> None:
 
 _SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine(), 250)
 _KEYCTL_JOIN_SESSION_KEYRING = 1
+# Open the peer (slave) of a pty master without looking its name up (Linux 4.13+).
+_TIOCGPTPEER = 0x5441
+_TIOCSPTLCK = 0x40045431
 
 
 
@@ -227,6 +232,21 @@ class Machine:
             become = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
         launcher = PTY_LAUNCHER if pty else LAUNCHER
         return [*enter, *become, "/bin/sh", "-c", launcher, "launcher", cwd, *argv]
+
+    def openpty(self) -> tuple[int, int]:
+        """A (master, slave) pair of the machine's own devpts (its ``/dev/ptmx``),
+        as envd, root on the VM, gets one: ``tty`` inside names ``/dev/pts/N``
+        of the machine, and the host's ``/dev/pts`` never holds it."""
+        if not self.init_pid:
+            raise MachineError("the machine is not running")
+        master = os.open(f"/proc/{self.init_pid}/root/dev/ptmx", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            fcntl.ioctl(master, _TIOCSPTLCK, struct.pack("i", 0))  # unlockpt
+            slave = fcntl.ioctl(master, _TIOCGPTPEER, os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+        except BaseException:
+            os.close(master)
+            raise
+        return master, slave
 
     def run(self, argv: Sequence[str], *, uid: int, gid: int, cwd: str = "/",
             stdin: bytes = b"", timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
