@@ -271,4 +271,7 @@ def test_start_interrupted_after_launch_is_killed_at_close(
     finally:
         monkeypatch.undo()
         runner.close()
-    assert not machine_running(envd, launched[0]), "the interrupted command outlived the runner"
+    # The kill is sent at close; the process is gone once the machine's kernel
+    # has delivered it, which a loaded host may take a moment to do.
+    wait_until(lambda: not machine_running(envd, launched[0]), "the interrupted command to die at close",
+               timeout=10)
