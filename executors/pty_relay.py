@@ -170,6 +170,24 @@ def _reading(fg, tty_rdev, waits):
     return False
 
 
+def _ready(rl, wl, timeout):
+    """The fds of ``rl`` ready to read and of ``wl`` ready to write.
+
+    poll, not select, where it works on a pty: the pair the host passes keeps
+    its fd numbers, which may lie above FD_SETSIZE in a long-lived host
+    process.  macOS's poll does not support terminal devices.  A hang-up or
+    an error reads as readable, as select reports it: the read that follows
+    sees the end."""
+    if sys.platform == "darwin" or not hasattr(select, "poll"):
+        r, w, _ = select.select(rl, wl, [], timeout)
+        return set(r), set(w)
+    poller = select.poll()
+    for fd in dict.fromkeys(rl + wl):
+        poller.register(fd, (select.POLLIN if fd in rl else 0) | (select.POLLOUT if fd in wl else 0))
+    events = poller.poll(int(timeout * 1000))
+    return {fd for fd, ev in events if ev & ~select.POLLOUT}, {fd for fd, ev in events if ev & select.POLLOUT}
+
+
 def main(args):
     rows, cols = 24, 80
     # The host's pair arrives in the environment; the command must not see it.
@@ -267,7 +285,7 @@ def main(args):
             rl.append(0)
         wl = [master] if to_pty else []
         try:
-            ready_r, ready_w, _ = select.select(rl, wl, [], _QUIET_S)
+            ready_r, ready_w = _ready(rl, wl, _QUIET_S)
         except InterruptedError:
             continue
         if master in ready_w:

@@ -13,6 +13,7 @@ user's credentials and start-up files), which only an explicit force accepts.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 from collections.abc import Iterable, Sequence
@@ -166,7 +167,7 @@ def link_refusal(
                 f"{label}: {raw}: {link} changed between a symlink and a directory while it was resolved; "
                 "nothing ran, retry once nothing moves it"
             )
-        # Still the same link, yet no real path leads through it: a loop.
+        # Still the same link, and following it loops.
         return ConfigError(
             f"{label}: {raw} resolves through the symlink {link} -> {target}, which lies where a "
             "sandboxed command may write (in or under a possible writable root) and leads to no real "
@@ -181,10 +182,16 @@ def link_refusal(
 
 
 def _still_points(link: Path, target: str) -> bool:
+    """Is ``link`` still a link to ``target``, one that loops (ELOOP when
+    followed)?  Anything else (a directory swapped in, a link that resolves
+    now) means the path changed under the walk."""
     try:
-        return os.readlink(link) == target
-    except OSError:
-        return False
+        if os.readlink(link) != target:
+            return False
+        os.stat(link)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
 
 
 def writable_root_holding(path: Path, roots: Iterable[Path]) -> Path | None:

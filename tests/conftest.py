@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# A suite started as a background job of a non-interactive shell (`cmd &`,
+# as some CI launchers do) inherits SIGINT ignored, and so would every CLI it
+# starts: the tests of Ctrl-C then see nothing.  The CLI keeps an ignored
+# SIGINT, as any Unix program does; its tests run it as a terminal would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")
