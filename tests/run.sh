@@ -150,7 +150,8 @@ floor_venv_build() {
   local floor
   floor="$(python3 -c 'import tomllib, sys; deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["e2b"]; print(next(d for d in deps if d.startswith("e2b>=")).removeprefix("e2b>="))' "$root/pyproject.toml")" || return
   echo "e2b==$floor"
-  python3 -m venv "$floor_venv" && "$floor_venv/bin/pip" install -q --disable-pip-version-check "$root[test]" "e2b==$floor"
+  # The terminal extra too: the e2b tests drive terminal sessions.
+  python3 -m venv "$floor_venv" && "$floor_venv/bin/pip" install -q --disable-pip-version-check "$root[test,terminal]" "e2b==$floor"
 }
 if [ "$whole" = 1 ]; then
   floor_venv="$(mktemp -d /var/tmp/dsh-e2b-floor.XXXXXX)"
