@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "profile": ("dsh.cli.profile", "profile", "List, show, validate and explain profiles."),
     "runners": ("dsh.cli.runners", "runners", "List runners: available or not, and what they enforce."),
     "tool": ("dsh.cli.tool", "tool", "Model-facing tools: print specs, make one tool call."),
+    "mcp": ("dsh.cli.mcp_cmd", "mcp", "Serve the sandboxed tools to an MCP client (stdio)."),
     "conformance": ("dsh.cli.conformance.command", "conformance", "Prove each runner holds the modes on this machine."),
     "bench": ("dsh.cli.bench", "bench", "Measure what each runner costs against a bare spawn."),
     "config": ("dsh.cli.config_cmd", "config", "Show the effective configuration and where each value came from."),

@@ -52,9 +52,11 @@ def tool_session(
     accept_degraded: tuple[str, ...] = (),
     image: str | None = None,
     trust_project: bool = False,
+    services: tuple[Any, ...] = (),
 ) -> SessionSpec:
     """The session the tool options and the config files describe (the executor
-    starts in the workspace); a composition describes the whole session instead."""
+    starts in the workspace); a composition describes the whole session instead.
+    ``services``: further providers a long-lived caller mounts (jobs, terminals)."""
     import os
     from pathlib import Path
 
@@ -89,12 +91,14 @@ def tool_session(
         executor=f"{shell}-sandbox",
         approval=settings["approval"] or "deny",
         # The result names spill files ("full output: PATH"): they must outlive the call.
-        services=(keep_spill_files(),),
+        services=(keep_spill_files(), *services),
     )
 
 
 
-def build_tool_context(**options: Any) -> Context:
+def build_tool_context(*, one_shot: bool = True, **options: Any) -> Context:
+    """The session of ``tool`` (``one_shot``: each call its own session) or of a
+    long-lived server (``one_shot=False``: the session outlives every call)."""
     from dsh.executors.seam import ShellExecutor
     from dsh.sandbox.session import build_session
 
@@ -111,7 +115,7 @@ def build_tool_context(**options: Any) -> Context:
     try:
         refuse_untrusted_config(ctx, composition)
         approver = ctx.get(Approval)
-        if approver is not None:
+        if approver is not None and one_shot:
             # Each call is a session of its own: a run denied in one call must
             # still be known when the next call asks to re-run it wider.
             approver.keep_denied_runs()
@@ -179,7 +183,8 @@ def _check_json_depth(text: str) -> None:
             depth -= 1
 
 
-def _context_options(fn: Any) -> Any:
+def context_options(fn: Any) -> Any:
+    """The session flags of ``tool spec``/``tool call`` (and of ``mcp``)."""
     for option in reversed(
         [
             click.option("--composition", metavar="FILE", help="Build the context from this file."),
@@ -209,7 +214,7 @@ def tool() -> None:
 @tool.command("spec")
 @click.option("--format", "fmt", type=click.Choice(["openai", "anthropic"]), default="openai",
               show_default=True, help="Tool spec style.")
-@_context_options
+@context_options
 def spec_cmd(fmt: str, **context: Any) -> None:
     """Print the tool definitions (JSON) as the model would get them.
 
@@ -237,7 +242,7 @@ def spec_cmd(fmt: str, **context: Any) -> None:
     help="On a terminal, print the command's escape sequences as they are "
     "(default: shown escaped, e.g. \\x1b]52;...).",
 )
-@_context_options
+@context_options
 def call_cmd(name: str, arguments: str, owner: str, as_json: bool, raw_output: bool, **context: Any) -> None:
     """Make one tool call NAME with JSON arguments; print what the model would see.
 
