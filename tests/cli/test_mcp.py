@@ -123,6 +123,59 @@ def test_bash_renders_as_tool_call_and_a_write_outside_is_denied(runner: str, wo
     assert not outside.exists()
 
 
+def test_escalation_is_denied_by_default_and_logged(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
+    need_runner("bwrap")
+    outside = trusted_dir / "outside"
+    args = {"command": f"echo x > {shlex.quote(str(outside))}", "description": "write outside",
+            "sandbox_permissions": "danger-full-access", "justification": "the test asks"}
+
+    async def scenario(client: Client) -> tuple[str, bool]:
+        result = await client.call_tool("bash", args)
+        return text_of(result), bool(result.is_error)
+
+    flags = _flags("bwrap", workspace)
+    shown, is_error = with_client(_server(flags, workspace, tmp_path), scenario)
+    assert not outside.exists()
+    done = tool_call("bash", args, flags, workspace, tmp_path)
+    assert (done.stdout, done.returncode == 1) == (shown + "\n", is_error), done.stderr
+    records = [json.loads(line) for line in
+               (dsh_home_for(tmp_path) / "escalations.jsonl").read_text().splitlines()]
+    assert [(r["decision"], r["provider"], r["command"]) for r in records] == \
+        [("deny", "approval-deny", args["command"])] * 2
+
+
+def test_calls_run_concurrently(workspace: Path, tmp_path: Path) -> None:
+    """Two calls that each wait for the other's file: both finish only if they run at once."""
+    need_runner("bwrap")
+    calls = [("a", "b"), ("b", "a")]
+
+    async def scenario(client: Client) -> list[str]:
+        shown: list[str] = []
+
+        async def call(mine: str, theirs: str) -> None:
+            shown.append(text_of(await client.call_tool("bash", {
+                "command": f"touch {mine}; until [ -e {theirs} ]; do sleep 0.02; done; echo {mine} saw {theirs}",
+                "description": "meet", "timeout_ms": 100_000})))
+
+        async with anyio.create_task_group() as group:
+            for mine, theirs in calls:
+                group.start_soon(call, mine, theirs)
+        return shown
+
+    shown = with_client(_server(_flags("bwrap", workspace), workspace, tmp_path), scenario)
+    assert sorted(shown) == ["a saw b", "b saw a"]
+
+
+def test_the_sdk_is_imported_only_by_the_server() -> None:
+    code = ("import sys; from dsh.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'anyio')))")
+    for argv in (["mcp", "--help"], ["mcp", "--print-config", "cursor"], ["--help"], ["run", "--help"]):
+        done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.stdout.splitlines()[-1] == "[]", (argv, done.stdout, done.stderr)
+
+
 def test_a_job_and_a_terminal_live_as_long_as_the_session(workspace: Path, tmp_path: Path) -> None:
     need_runner("bwrap")
 
