@@ -10,7 +10,7 @@ no job could outlive the call: the default context mounts no job registry (a
 command still running at ``timeout_ms`` is killed and says so, and the spec
 offers no ``run_in_background``), ``run_in_background`` and the job tools are
 refused with exit 2, and so is a composition that mounts ``jobs``.  Jobs need
-a long-lived process that embeds the tools.
+a long-lived process: `dsh-sandbox mcp`, or one that embeds the tools.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 #: What to use instead of a job in a one-shot call (every refusal names it).
 LONG_LIVED = (
-    "jobs need a long-lived session: embed the tools in your own process "
-    "(dsh.tools.toolbox.call_tool on a context that mounts jobs) and keep it open"
+    "jobs need a long-lived session: serve the tools with dsh-sandbox mcp, or embed them in your "
+    "own process (dsh.tools.toolbox.call_tool on a context that mounts jobs) and keep it open"
 )
 JOB_TOOLS = ("job_output", "job_kill")
 #: Terminal sessions outlive a call only in a long-lived session, like jobs.
@@ -142,7 +142,8 @@ def refuse_jobs(name: str, args: Any) -> None:
     if name in TERMINAL_TOOLS:
         raise UsageError(
             f"{name}: a terminal lives until it is closed, and a one-shot tool call closes its session "
-            "when it returns; embed the tools in your own process (dsh.tools.toolbox.call_tool on a context "
+            "when it returns; serve the tools with dsh-sandbox mcp, or embed them in your own process "
+            "(dsh.tools.toolbox.call_tool on a context "
             "that mounts terminals and terminal-bash) and keep it open"
         )
     if isinstance(args, dict) and args.get("run_in_background"):
