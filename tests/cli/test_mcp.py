@@ -211,26 +211,31 @@ async def main():
     params = StdioServerParameters(command=sys.executable, args=sys.argv[2:], cwd=sys.argv[1])
     async with Client(params) as client:
         mark = {mark!r}
-        await client.call_tool("bash", {{"command": f"sleep {{mark}}; true", "description": "job",
-                                         "run_in_background": True}})
+        job = await client.call_tool("bash", {{"command": f"sleep {{mark}}; true", "description": "job",
+                                               "run_in_background": True}})
         opened = await client.call_tool("terminal_open", {{"name": "t"}})
         term = opened.content[0].text.split("[terminal ", 1)[1].split(" ", 1)[0]
-        await client.call_tool("terminal_send", {{"terminal_id": term, "text": f"sleep {{mark}}1; true",
-                                                  "settle_ms": 0}})
+        sent = await client.call_tool("terminal_send", {{"terminal_id": term, "text": f"sleep {{mark}}1; true",
+                                                        "settle_ms": 0}})
         print("READY", flush=True)
+        for result in (job, opened, sent):
+            print(result.content[0].text, file=sys.stderr, flush=True)
         await anyio.sleep_forever()
 
 anyio.run(main)
 """
 
 
-@pytest.mark.parametrize("how", ["client-killed", "server-sigterm"])
-def test_the_session_ending_leaves_no_process(how: str, workspace: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("how", "runner"), [
+    ("client-killed", "bwrap"), ("client-killed", "landlock"), ("client-killed", "docker"),
+    ("server-sigterm", "bwrap"),
+])
+def test_the_session_ending_leaves_no_process(how: str, runner: str, workspace: Path, tmp_path: Path) -> None:
     """SIGKILL of the client's process group closes the server's stdin; SIGTERM
     stops the server: either way the job and the terminal are gone from /proc."""
-    need_runner("bwrap")
+    need_runner(runner)
     mark = f"9{secrets.randbelow(10**6):06d}.{secrets.randbelow(10**6):06d}"  # a unique sleep length
-    server_argv = ["-m", "dsh.cli", "mcp", *_flags("bwrap", workspace)]
+    server_argv = ["-m", "dsh.cli", "mcp", *_flags(runner, workspace)]
 
     def servers() -> list[int]:
         return pids_where(lambda cmdline: cmdline.split(b"\0")[1:] == [os.fsencode(a) for a in server_argv] + [b""])
@@ -240,14 +245,20 @@ def test_the_session_ending_leaves_no_process(how: str, workspace: Path, tmp_pat
     try:
         assert client.stdout is not None
         assert client.stdout.readline() == b"READY\n"
-        wait_until(lambda: len(pids_with(f"sleep {mark}")) >= 2, "the job's and the terminal's sleep")
+        # The sandboxed commands themselves: the job's sleep and the terminal's.
+        sleeps = {b"sleep\0" + mark.encode() + b"\0", b"sleep\0" + mark.encode() + b"1\0"}
+        wait_until(lambda: len(pids_where(lambda cmdline: cmdline in sleeps)) == 2,
+                   "the job's and the terminal's sleep")
         server = servers()
         assert len(server) == 1, describe(server)
         if how == "client-killed":
             os.killpg(client.pid, signal.SIGKILL)
         else:
             os.kill(server[0], signal.SIGTERM)
-        wait_until(lambda: not pids_with(f"sleep {mark}"), lambda: describe(pids_with(f"sleep {mark}")))
+        def left() -> list[int]:  # the client's own command line holds the mark too
+            return [pid for pid in pids_with(mark) if pid != client.pid]
+
+        wait_until(lambda: not left(), lambda: describe(left()))
         wait_until(lambda: not servers(), lambda: describe(servers()))
     finally:
         if client.poll() is None:
