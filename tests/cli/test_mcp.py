@@ -202,6 +202,18 @@ def test_a_job_and_a_terminal_live_as_long_as_the_session(workspace: Path, tmp_p
     assert "session_exit" in seen["closed"] or "closed" in seen["closed"], seen["closed"]
 
 
+def test_persistent_bash_keeps_cwd_and_exports(workspace: Path, tmp_path: Path) -> None:
+    need_runner("bwrap")
+    (workspace / "sub").mkdir()
+
+    async def scenario(client: Client) -> list[str]:
+        return [text_of(await client.call_tool("bash", {"command": command, "description": "step"}))
+                for command in ("cd sub && export DSH_MCP_X=kept", "pwd; echo $DSH_MCP_X")]
+
+    shown = with_client(_server([*_flags("bwrap", workspace), "--persistent"], workspace, tmp_path), scenario)
+    assert shown[1].splitlines()[:2] == [str(workspace / "sub"), "kept"], shown
+
+
 CLIENT = """
 import anyio, sys
 from mcp import Client
