@@ -12,6 +12,7 @@ Only this module imports the SDK (``mcp``, ``mcp_types``, ``anyio``).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from typing import Any
 
@@ -54,12 +55,19 @@ def build_server(ctx: Context, *, owner: str, max_concurrent: int) -> Any:
         for spec in tool_specs(ctx)
     ]
     limiter = anyio.CapacityLimiter(max_concurrent)
+    from dsh.sandbox.approval import Approval
+    from dsh.sandbox.approval_elicit import ElicitApproval
+
+    approver = ctx.get(Approval)
+    if isinstance(approver, ElicitApproval):
+        approver.attach(_ask_client)
 
     async def list_tools(_request: Any, _params: Any) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call(_request: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call(request: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = params.arguments if params.arguments is not None else {}
+        _CALLER.set((request.session, request.request_id))
         run = functools.partial(call_tool, ctx, params.name, arguments, owner=owner)
         # abandon_on_cancel: a call the client cancels, or the session ending,
         # does not wait for the command; closing the session kills it.
@@ -73,6 +81,48 @@ def build_server(ctx: Context, *, owner: str, max_concurrent: int) -> Any:
         "dsh-sandbox", version=__version__, instructions=_instructions(ctx),
         on_list_tools=list_tools, on_call_tool=call,
     )
+
+
+#: The session and request id of the tool call a worker thread runs (copied
+#: into the thread with the context), for the approval asker.
+_CALLER: contextvars.ContextVar[tuple[Any, Any]] = contextvars.ContextVar("dsh_mcp_caller")
+
+#: How long the client's user has to answer an approval question.
+ELICIT_TIMEOUT_S = 300.0
+
+
+def _ask_client(message: str) -> str:
+    """Runs on the worker thread of a tool call: ask that call's client by
+    elicitation and wait; "once", "session" or the reason for a denial."""
+    import anyio
+    import anyio.from_thread
+
+    caller = _CALLER.get(None)
+    if caller is None:
+        return "no MCP request is asking; work within the current mode"
+    session, request_id = caller
+    capabilities = session.client_capabilities
+    if capabilities is None or capabilities.elicitation is None or not session.can_send_request:
+        return ("the MCP client cannot be asked (it does not support elicitation on this connection); "
+                "work within the current mode, or start the server with --approval rules:FILE")
+    schema = {"type": "object", "required": ["decision"], "properties": {"decision": {
+        "type": "string", "enum": ["deny", "once", "session"], "title": "Decision",
+        "description": "deny, approve once, or approve this exact command for the session"}}}
+
+    async def ask() -> Any:
+        with anyio.fail_after(ELICIT_TIMEOUT_S):
+            return await session.elicit_form(message, schema, related_request_id=request_id)
+
+    try:
+        result = anyio.from_thread.run(ask)
+    except TimeoutError:
+        return f"the MCP client's user did not answer within {ELICIT_TIMEOUT_S:g} s"
+    except Exception as exc:  # a broken channel denies; it never approves
+        return f"asking the MCP client failed: {type(exc).__name__}: {exc}"
+    content = result.content or {}
+    if result.action == "accept" and content.get("decision") in ("once", "session"):
+        return str(content["decision"])
+    return f"denied by the MCP client's user ({result.action})"
 
 
 async def _serve_stdio(ctx: Context, *, owner: str, max_concurrent: int) -> None:

@@ -119,6 +119,9 @@ def check_session_options(opts: RunOptions) -> None:
         from dsh.sandbox.approval import approval_option
 
         approval_option(opts.approval)
+        if opts.approval == "elicit":
+            raise UsageError("--approval elicit: only dsh-sandbox mcp has a client to ask; "
+                             "use deny, prompt or rules:FILE here")
     if opts.runner not in (None, "auto"):
         from dsh.sandbox.registry import check_runner_name
 

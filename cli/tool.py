@@ -115,6 +115,11 @@ def build_tool_context(*, one_shot: bool = True, **options: Any) -> Context:
     try:
         refuse_untrusted_config(ctx, composition)
         approver = ctx.get(Approval)
+        from dsh.sandbox.approval_elicit import ElicitApproval
+
+        if one_shot and isinstance(approver, ElicitApproval):
+            raise UsageError("--approval elicit: only dsh-sandbox mcp has a client to ask; "
+                             "use deny, prompt or rules:FILE here")
         if approver is not None and one_shot:
             # Each call is a session of its own: a run denied in one call must
             # still be known when the next call asks to re-run it wider.

@@ -277,6 +277,8 @@ def approval_option(value: str, *, flag: str = "--approval") -> tuple[str, dict[
         return "approval-deny", {}
     if value == "prompt":
         return "approval-prompt", {}
+    if value == "elicit":  # only dsh-sandbox mcp has a client to ask; elsewhere it denies
+        return "approval-elicit", {}
     if value.startswith("rules:") and value[len("rules:") :]:
         return "approval-rules", {"path": value[len("rules:") :]}
     raise ConfigError(

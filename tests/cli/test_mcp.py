@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -142,6 +143,65 @@ def test_escalation_is_denied_by_default_and_logged(workspace: Path, tmp_path: P
                (dsh_home_for(tmp_path) / "escalations.jsonl").read_text().splitlines()]
     assert [(r["decision"], r["provider"], r["command"]) for r in records] == \
         [("deny", "approval-deny", args["command"])] * 2
+
+
+@pytest.mark.parametrize("decision", ["once", "deny"])
+def test_elicit_asks_the_client_and_logs_its_answer(decision: str, workspace: Path, tmp_path: Path,
+                                                    trusted_dir: Path) -> None:
+    """``--approval elicit``: the client's user answers (here the SDK client's
+    elicitation callback); the answer decides, and the log records it."""
+    need_runner("bwrap")
+    outside = trusted_dir / "outside"
+    command = f"echo x > {shlex.quote(str(outside))}"
+    asked: list[str] = []
+
+    async def answer(_context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"decision": decision})
+
+    async def main() -> str:
+        with anyio.fail_after(120):
+            params = _server([*_flags("bwrap", workspace), "--approval", "elicit"], workspace, tmp_path)
+            # The handshake era has the back channel elicitation needs on stdio.
+            async with Client(params, mode="legacy", elicitation_callback=answer) as client:
+                return text_of(await client.call_tool("bash", {
+                    "command": command, "description": "write outside",
+                    "sandbox_permissions": "danger-full-access", "justification": "the test asks"}))
+
+    shown = anyio.run(main)
+    assert len(asked) == 1 and command in asked[0] and "danger-full-access" in asked[0], asked
+    records = [json.loads(line) for line in
+               (dsh_home_for(tmp_path) / "escalations.jsonl").read_text().splitlines()]
+    assert [(r["provider"], r["command"]) for r in records] == [("approval-elicit", command)]
+    if decision == "once":
+        assert records[0]["decision"] == "approve_once"
+        assert "after approval (once)" in shown and outside.read_text() == "x\n", shown
+    else:
+        assert records[0]["decision"] == "deny" and "denied by the MCP client's user" in shown, shown
+        assert not outside.exists()
+
+
+def test_elicit_denies_when_the_client_cannot_be_asked(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
+    need_runner("bwrap")
+    outside = trusted_dir / "outside"
+
+    async def scenario(client: Client) -> str:  # no elicitation callback: not offered
+        return text_of(await client.call_tool("bash", {
+            "command": f"echo x > {shlex.quote(str(outside))}", "description": "write outside",
+            "sandbox_permissions": "danger-full-access", "justification": "the test asks"}))
+
+    shown = with_client(_server([*_flags("bwrap", workspace), "--approval", "elicit"], workspace, tmp_path),
+                        scenario)
+    assert "the MCP client cannot be asked" in shown and not outside.exists(), shown
+
+
+def test_elicit_is_refused_where_there_is_no_client(workspace: Path, tmp_path: Path) -> None:
+    for argv in (["run", "--approval", "elicit", "--", "true"],
+                 ["tool", "call", "bash", '{"command": "true", "description": "x"}', "--approval", "elicit"]):
+        done = subprocess.run([sys.executable, "-m", "dsh.cli", *argv], capture_output=True, text=True,
+                              timeout=120, cwd=workspace, env=_env(tmp_path), check=False)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert "--approval elicit: only dsh-sandbox mcp" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_calls_run_concurrently(workspace: Path, tmp_path: Path) -> None:
