@@ -292,6 +292,9 @@ async def main():
         print("READY", flush=True)
         for result in (job, opened, sent):
             print(result.content[0].text, file=sys.stderr, flush=True)
+        # A foreground call still running when the client goes.
+        await client.call_tool("bash", {{"command": f"sleep {{mark}}2; true", "description": "fg",
+                                         "timeout_ms": 600000}})
         await anyio.sleep_forever()
 
 anyio.run(main)
@@ -304,7 +307,8 @@ anyio.run(main)
 ])
 def test_the_session_ending_leaves_no_process(how: str, runner: str, workspace: Path, tmp_path: Path) -> None:
     """SIGKILL of the client's process group closes the server's stdin; SIGTERM
-    stops the server: either way the job and the terminal are gone from /proc."""
+    stops the server: either way the job, the terminal and a call still running
+    are gone from /proc."""
     need_runner(runner)
     mark = f"9{secrets.randbelow(10**6):06d}.{secrets.randbelow(10**6):06d}"  # a unique sleep length
     server_argv = ["-m", "dsh.cli", "mcp", *_flags(runner, workspace)]
@@ -317,10 +321,10 @@ def test_the_session_ending_leaves_no_process(how: str, runner: str, workspace: 
     try:
         assert client.stdout is not None
         assert client.stdout.readline() == b"READY\n"
-        # The sandboxed commands themselves: the job's sleep and the terminal's.
-        sleeps = {b"sleep\0" + mark.encode() + b"\0", b"sleep\0" + mark.encode() + b"1\0"}
-        wait_until(lambda: len(pids_where(lambda cmdline: cmdline in sleeps)) == 2,
-                   "the job's and the terminal's sleep")
+        # The sandboxed commands themselves: the job's sleep, the terminal's and the foreground call's.
+        sleeps = {b"sleep\0" + mark.encode() + end for end in (b"\0", b"1\0", b"2\0")}
+        wait_until(lambda: len(pids_where(lambda cmdline: cmdline in sleeps)) == 3,
+                   "the job's, the terminal's and the foreground call's sleep")
         server = servers()
         assert len(server) == 1, describe(server)
         if how == "client-killed":
