@@ -75,7 +75,8 @@ def mcp(print_config: str | None, persistent: bool, max_concurrent_calls: int, *
     under the same policy flags and config files.  One session per process:
     jobs and terminals last until the client disconnects, and then everything
     the session started is killed.  Escalations go to the approval provider
-    (default: deny).
+    (default: deny; --approval elicit asks the client's user, --approval
+    rules:FILE a rules file; prompt is refused: the terminal is the client's).
     """
     if print_config is not None:
         from dsh.cli.mcp_config import client_config
