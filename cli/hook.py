@@ -191,7 +191,15 @@ def _outcome(handler: Handler, result: Any, spec: Any) -> HookOutcome:
         why = f"it could not be executed in the sandbox (exit status {result.exit_code}{first})"
         return HookOutcome(handler.label, "failed", note=printable(why), **fields)
     status: Status = "ok" if result.exit_code == 0 else "block" if result.exit_code == 2 else "error"
-    return HookOutcome(handler.label, status, note=note, denied=bool(facts is not None and facts.denied), **fields)
+    if status == "error" and result.exit_code >= 128:
+        # Runners that cannot report a signal (bwrap's init, a container) hand
+        # back 128+N for a hook killed by signal N: the OOM killer, a crash.
+        note = "; ".join(filter(None, (f"it was probably killed by signal {result.exit_code - 128} "
+                                       f"(exit status {result.exit_code})", note)))
+    # Any refusal the run reports (a write, a read, a connection under
+    # network-off, a socket, IPC) means the sandbox, not the guard, decided how it ended.
+    denied = facts is not None and (facts.denied or bool(facts.refusal_note))
+    return HookOutcome(handler.label, status, note=note, denied=denied, **fields)
 
 
 def _denial(result: Any, spec: Any, facts: Any) -> str:

@@ -163,6 +163,7 @@ def combine(event: str, outcomes: list[HookOutcome]) -> Verdict:
     texts: list[str] = []
     inputs: list[dict[str, Any]] = []
     stop, stop_reason = False, None
+    failed_guards: list[str] = []  # gate hooks that failed without a verdict (exit 1, say)
 
     def vote(choice: Decision, why: str) -> None:
         nonlocal decision
@@ -190,6 +191,11 @@ def combine(event: str, outcomes: list[HookOutcome]) -> Verdict:
             if gate and out.denied:
                 # The sandbox broke the guard: its failure says nothing about the call.
                 vote("block", f"{failed}; blocked because the sandbox denied it something and its verdict is unknown")
+            elif gate and out.exit_code is not None and out.exit_code >= 128:
+                # 128+N: killed by a signal (the OOM killer, a crash), not an answer.
+                vote("block", f"{failed}; blocked because it was killed and its verdict is unknown")
+            elif gate:
+                failed_guards.append(failed)
             continue
         reply = parse_reply(event, out.stdout)
         if reply.invalid is not None:
@@ -207,6 +213,11 @@ def combine(event: str, outcomes: list[HookOutcome]) -> Verdict:
         texts += [reply.text] if reply.text else []
         if reply.updated_input is not None:
             inputs.append(reply.updated_input)
+    if failed_guards and decision == "allow":
+        # A failed guard decides nothing, but an allow skips the user's own
+        # approval: it must come from every guard that ran, so it fails closed.
+        for failed in failed_guards:
+            vote("block", f"{failed}; blocked because another hook allowed the call that this guard could not check")
     updated = inputs[0] if inputs and all(i == inputs[0] for i in inputs) else None
     if inputs and updated is None:
         vote("ask", "the hooks rewrote the tool input in different ways; none of the rewrites is applied")

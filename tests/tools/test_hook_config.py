@@ -191,11 +191,33 @@ def test_unreadable_output_is_not_an_allow() -> None:
 
 
 def test_a_non_blocking_error_stays_non_blocking() -> None:
+    # Alone, or beside hooks that decide nothing, exit 1 is reported and blocks nothing (Claude Code's rule).
+    outcomes = [ok("a", ""), HookOutcome("b", "error", 1, "", "oops\n")]
+    for event in ("PreToolUse", "PostToolUse"):
+        code, out, _ = render(combine(event, outcomes), event, "claude")
+        data = json.loads(out)
+        assert code == 0 and "hookSpecificOutput" not in data
+        assert "exit status 1: oops" in data["systemMessage"]
+    ask = render(combine("PreToolUse", [ok("a", ASK), outcomes[1]]), "PreToolUse", "claude")
+    assert ask[0] == 0 and json.loads(ask[1])["hookSpecificOutput"]["permissionDecision"] == "ask"
+
+
+def test_a_failed_guard_vetoes_an_allow_on_a_gate_only() -> None:
     outcomes = [ok("a", ALLOW), HookOutcome("b", "error", 1, "", "oops\n")]
-    code, out, _ = render(combine("PreToolUse", outcomes), "PreToolUse", "claude")
-    data = json.loads(out)
-    assert code == 0 and data["hookSpecificOutput"]["permissionDecision"] == "allow"
-    assert "exit status 1: oops" in data["systemMessage"]
+    code, out, err = render(combine("PreToolUse", outcomes), "PreToolUse", "claude")
+    assert (code, out) == (2, "") and "exit status 1: oops; blocked because another hook allowed" in err
+    approve = ok("a", json.dumps({"hookSpecificOutput": {"decision": {"behavior": "allow"}}}))
+    assert render(combine("PermissionRequest", [approve, outcomes[1]]), "PermissionRequest", "claude")[0] == 2
+    assert render(combine("PostToolUse", outcomes), "PostToolUse", "claude")[0] == 0
+
+
+@pytest.mark.parametrize("status", [137, 139, 255])
+def test_a_guard_killed_by_a_signal_blocks_a_gate(status: int) -> None:
+    killed = HookOutcome("b", "error", status, "", "")
+    for outcomes in ([ok("a", ALLOW), killed], [killed]):
+        code, _, err = render(combine("PreToolUse", outcomes), "PreToolUse", "claude")
+        assert code == 2 and "it was killed and its verdict is unknown" in err
+    assert render(combine("PostToolUse", [killed]), "PostToolUse", "claude")[0] == 0
 
 
 def test_rewrites_that_disagree_are_dropped_and_asked_about() -> None:
