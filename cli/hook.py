@@ -12,7 +12,8 @@ A hook command is configuration a repository may carry, so it never runs
 outside the sandbox: a session that cannot be built, or a hook the runner
 cannot start, is reported, and on a gate event blocks the call.  The settings
 file decides which guards run, so it must lie outside every writable root,
-like a profile.  Bad input is exit 2, which the harness reads as a block.
+like a profile, and outside dsh-sandbox's run state (sandbox HOMEs, spill
+files), which sandboxed commands write.  Bad input is exit 2, which the harness reads as a block.
 """
 
 from __future__ import annotations
@@ -42,10 +43,32 @@ def load_settings(path: str, fmt: HookFormat) -> tuple[HookConfig, str]:
     try:
         read = read_input_file(path)
     except InputFileError as exc:
-        raise UsageError(f"--settings {exc}") from None
+        # The reader's own fix speaks of config files; a pipe here is a settings file given wrongly.
+        fix = ("name the settings file itself (a regular file, not a pipe or device)"
+               if exc.problem.endswith("not a regular file") else exc.fix)
+        raise UsageError(f"--settings {exc.path}: {exc.problem}; {fix}") from None
+    refuse_state_settings(path, read.real)
     if path.endswith(".toml"):
         return parse_toml_settings(read.text, path), read.real
     return parse_json_settings(read.text, path, fmt), read.real
+
+
+def refuse_state_settings(shown: str, real: str) -> None:
+    """A settings file inside dsh-sandbox's run state is refused: the sandbox
+    HOMEs, spill files and private ``/tmp`` of every workspace are written by
+    sandboxed commands by design, so a file there is another run's output, not
+    the user's guard list.  The user's configuration directory is not run state
+    (no root may hold it), and stays the place for the file."""
+    from pathlib import Path
+
+    from dsh.sandbox.own_state import run_state_dirs
+    from dsh.sandbox.policy_paths import is_within
+
+    for state, holds in run_state_dirs():
+        if is_within(Path(real), state):
+            raise UsageError(f"--settings {shown}: {real} lies inside {state}, which holds {holds} of "
+                             "dsh-sandbox that sandboxed commands write; keep the settings file outside "
+                             "dsh-sandbox's state, e.g. in ~/.config/dsh-sandbox/")
 
 
 def read_payload(event: str, fmt: HookFormat) -> tuple[bytes, dict[str, Any]]:

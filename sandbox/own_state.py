@@ -87,13 +87,21 @@ def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
 
 def state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = None) -> tuple[tuple[Path, str], ...]:
     """The directories of dsh-sandbox's own state (canonical, existing or not), each with what it holds."""
+    out = list(run_state_dirs(environ, uid))
+    for base in (environ.get("XDG_CONFIG_HOME", ""), os.path.join(environ.get("HOME", ""), ".config")):
+        if os.path.isabs(base):
+            out.append((_real(Path(base) / "dsh-sandbox"), "the configuration"))
+    return tuple(dict.fromkeys(out))
+
+
+def run_state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = None) -> tuple[tuple[Path, str], ...]:
+    """The state that runs write, or the host writes for them (sandbox HOMEs,
+    spill files, private ``/tmp``, the escalation log): ``state_dirs`` without
+    the user's configuration, which no run may write."""
     out = _run_dirs(environ, os.geteuid() if uid is None else uid)
     dsh_home = _dsh_home(environ)
     if os.path.isabs(dsh_home):
         out.append((_real(dsh_home), "the escalation log"))
-    for base in (environ.get("XDG_CONFIG_HOME", ""), os.path.join(environ.get("HOME", ""), ".config")):
-        if os.path.isabs(base):
-            out.append((_real(Path(base) / "dsh-sandbox"), "the configuration"))
     return tuple(dict.fromkeys(out))
 
 

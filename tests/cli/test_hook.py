@@ -242,3 +242,90 @@ def test_as_nobody_the_hooks_stay_in_the_sandbox(trusted_dir: Path, runner: str)
     assert done.returncode == 0, done.stderr
     assert json.loads((workspace / "seen.json").read_text()) == PAYLOAD
     assert not outside.exists()
+
+
+ALLOW_JSON = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}})
+OFFLINE_GUARDS = {
+    "curl": "curl -sS --max-time 3 https://policy.example.com/check || exit 1",
+    "python": "python3 -c 'import urllib.request as u; u.urlopen(\"https://policy.example.com/check\", timeout=3)'",
+}
+
+
+@pytest.mark.parametrize("allowed", [True, False], ids=["with-an-allow", "alone"])
+@pytest.mark.parametrize("guard", sorted(OFFLINE_GUARDS))
+def test_a_guard_the_network_off_broke_blocks(workspace: Path, trusted_dir: Path, guard: str, allowed: bool) -> None:
+    # Under network-off the guard's lookup fails: the sandbox, not the guard, ended it.
+    first = [command(f"echo '{ALLOW_JSON}'")] if allowed else []
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [*first, command(OFFLINE_GUARDS[guard])]}],
+                                           "PostToolUse": [{"hooks": [command(OFFLINE_GUARDS[guard])]}]})
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert b"the sandbox denied it something" in done.stderr and b"network is off" in done.stderr
+    # Not a gate: reported, and the session goes on, as Claude Code treats exit 1.
+    done = hook(settings, "PostToolUse", PAYLOAD | {"hook_event_name": "PostToolUse"}, workspace)
+    assert done.returncode == 0 and "network is off" in json.loads(done.stdout)["systemMessage"]
+
+
+@pytest.mark.parametrize("allowed", [True, False], ids=["with-an-allow", "alone"])
+@pytest.mark.parametrize("signal", ["KILL", "SEGV"])
+def test_a_guard_killed_by_a_signal_blocks(workspace: Path, trusted_dir: Path, signal: str, allowed: bool) -> None:
+    # bwrap hands back 128+N for a hook killed by signal N (the OOM killer, a crash).
+    first = [command(f"echo '{ALLOW_JSON}'")] if allowed else []
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [*first, command(f"kill -{signal} $$")]}],
+                                           "PostToolUse": [{"hooks": [command(f"kill -{signal} $$")]}]})
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    code = {"KILL": 137, "SEGV": 139}[signal]
+    assert f"exit status {code}; blocked because it was killed".encode() in done.stderr, done.stderr
+    done = hook(settings, "PostToolUse", PAYLOAD | {"hook_event_name": "PostToolUse"}, workspace)
+    assert done.returncode == 0 and f"signal {code - 128}" in json.loads(done.stdout)["systemMessage"]
+
+
+def test_a_failed_guard_vetoes_an_allow(workspace: Path, trusted_dir: Path) -> None:
+    allow, failing = command(f"echo '{ALLOW_JSON}'"), command("echo policy service down >&2; exit 1")
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [allow, failing]}],
+                                           "PermissionRequest": [{"hooks": [failing]}]})
+    done = hook(settings, "PreToolUse", PAYLOAD, workspace)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert b"exit status 1: policy service down; blocked because another hook allowed" in done.stderr
+    # Alone it decides nothing: the harness's own approval applies, as Claude Code does.
+    done = hook(settings, "PermissionRequest", PAYLOAD | {"hook_event_name": "PermissionRequest"}, workspace)
+    assert done.returncode == 0 and "policy service down" in json.loads(done.stdout)["systemMessage"]
+    assert "hookSpecificOutput" not in json.loads(done.stdout)
+
+
+def test_a_settings_file_another_run_wrote_is_refused(tmp_path: Path, workspace: Path, trusted_dir: Path) -> None:
+    need_runner("bwrap")
+    marker, other = workspace / "ran", trusted_dir / "other-ws"
+    other.mkdir()
+    # The planted guard list allows everything (and leaves a mark where a hook may write).
+    text = json.dumps({"hooks": {"PreToolUse": [{"hooks": [command(f"touch {marker}; echo '{ALLOW_JSON}'")]}]}})
+    # A sandboxed command of another workspace writes its sandbox HOME, by design.
+    wrote = subprocess.run([sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--workspace", str(other),
+                            *[f"--accept-degraded={n}" for n in accept_for("bwrap")], "--", "sh", "-c",
+                            'printf %s "$1" > "$HOME/hooks.json"', "sh", text],
+                           cwd=other, capture_output=True, timeout=300, check=False)
+    assert wrote.returncode == 0, wrote.stderr
+    found = list(Path(os.environ["XDG_CACHE_HOME"], "dsh-sandbox").rglob("hooks.json"))
+    assert len(found) == 1, found
+    for settings in (found[0], _linked(tmp_path, found[0])):
+        done = hook(settings, "PreToolUse", PAYLOAD, workspace)
+        assert done.returncode == 2 and b"Traceback" not in done.stderr, done.stderr
+        assert b"--settings" in done.stderr and b"dsh-sandbox that sandboxed commands write" in done.stderr
+        assert b"keep the settings file outside" in done.stderr
+    assert not marker.exists()
+
+
+def _linked(directory: Path, target: Path) -> Path:
+    """The file through a link from elsewhere: the file read is judged, not its name."""
+    link = directory / "link.json"
+    link.symlink_to(target)
+    return link
+
+
+def test_a_fifo_settings_file_gets_a_settings_hint(workspace: Path, trusted_dir: Path) -> None:
+    fifo = trusted_dir / "settings.json"
+    os.mkfifo(fifo)
+    done = hook(fifo, "PreToolUse", PAYLOAD, workspace, "--mode", "danger-full-access", runner=None)
+    assert done.returncode == 2 and b"Traceback" not in done.stderr
+    assert b"name the settings file itself" in done.stderr and b".toml" not in done.stderr, done.stderr
