@@ -276,7 +276,7 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
     planner = _Planner(_existing_real_paths(str(p) for p in policy.hidden_paths))
-    covered = _covering_masks(planner.hidden, _roots(policy))
+    covered = _covering_masks(planner.hidden, _roots(policy), _state_parents(policy))
     for real in planner.hidden:
         if os.path.dirname(real) in covered:
             continue
@@ -330,7 +330,33 @@ def _existing_real_paths(paths: Iterable[str]) -> list[str]:
     return out
 
 
-def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tuple[int, list[str]]]:
+def _state_parents(policy: SandboxPolicy) -> frozenset[str]:
+    """The directories of dsh-sandbox's own state that lead to what this run
+    keeps (its HOME, its private /tmp): their other entries are hidden, and
+    so must be any entry made in them after the listing (another session's
+    /tmp, a new workspace's HOME, a spill directory), so each is masked
+    whatever it holds at the start."""
+    from dsh.sandbox.own_state import state_dirs
+
+    kept = [str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None]
+    out: set[str] = set()
+    for base, _holds in state_dirs():
+        top = str(base)
+        for path in kept:
+            if path == top or not is_within(path, top):
+                continue
+            parent = os.path.dirname(path)
+            while is_within(parent, top):
+                out.add(parent)
+                if parent == top:
+                    break
+                parent = os.path.dirname(parent)
+    return frozenset(out)
+
+
+def _covering_masks(
+    hidden: tuple[str, ...], roots: list[str], state_parents: frozenset[str] = frozenset()
+) -> dict[str, tuple[int, list[str]]]:
     """Directories most of whose entries are hidden: one mask over the
     directory, what is not hidden bound again on top (a writable root by the
     roots' rule, anything else read-only here), instead of one mask per entry:
@@ -345,8 +371,10 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tupl
     the masks of its entries, as does one where showing the rest would take
     more mounts than it saves.  Even one hidden entry is worth it: an entry
     removed between the listing and bwrap's mounts (another session ending)
-    made bwrap fail to mount it, and the run with it."""
-    by_parent: dict[str, int] = {}
+    made bwrap fail to mount it, and the run with it.  A directory of
+    ``state_parents`` is masked whatever it holds: what another session
+    makes there later is hidden too."""
+    by_parent: dict[str, int] = dict.fromkeys(state_parents, 0)
     for path in hidden:
         parent = os.path.dirname(path)
         if parent != path:
@@ -369,7 +397,7 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str]) -> dict[str, tupl
         if any(os.path.islink(k) for k in kept):
             continue  # a link cannot be bound over (the mount would follow it)
         shown = [k for k in kept if k not in root_set or not os.path.isdir(k)]
-        if 1 + len(shown) <= count:  # the roots are bound either way
+        if parent in state_parents or 1 + len(shown) <= count:  # the roots are bound either way
             out[parent] = (count, shown)
     return out
 

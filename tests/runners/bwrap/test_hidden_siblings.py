@@ -143,3 +143,35 @@ def test_a_hidden_entry_removed_before_the_mounts_does_not_fail_the_run(
             launch.cleanup()
     assert proc.returncode == 0, err
     assert out.decode().split() == ["own", "ran"]
+
+
+def test_an_entry_made_after_the_start_in_a_state_directory_is_hidden(
+    runner: BwrapRunner, layout: Layout, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-running command (a job, a terminal, an MCP session) must not read
+    the HOME of a workspace, or the private /tmp of a session, made after it
+    started, even when its state directory held nothing else to hide then."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(state))
+    homes = state / "dsh-sandbox" / "home"
+    own = homes / "own-ws"
+    own.mkdir(parents=True)
+    pol = policy(layout.ws, roots=(layout.ws, own))  # nothing else in homes/: nothing listed to hide
+    assert ("mask-dir", str(homes)) in [(m.kind, m.path) for m in plan_mounts(pol).mounts]
+    go = layout.ws / "go"
+    script = (f"while [ ! -e {go} ]; do sleep 0.05; done; cat {homes}/late-ws/.git-credentials 2>/dev/null; "
+              f"ls {homes}; echo mine > {own}/f && echo own-written")
+    launch = runner.prepare(["/bin/sh", "-c", script], pol, cwd=str(layout.ws), env=dict(os.environ))
+    assert isinstance(launch, LocalLaunch)
+    proc = spawn(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        (homes / "late-ws").mkdir()
+        (homes / "late-ws" / ".git-credentials").write_text("SECRET-late\n")
+        go.touch()
+        out, err = proc.communicate(timeout=PATIENCE_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert b"SECRET" not in out and b"late-ws" not in out, out
+    assert b"own-written" in out and (own / "f").read_text() == "mine\n"
