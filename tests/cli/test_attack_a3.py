@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import select
 import subprocess
 import sys
 import termios
@@ -20,6 +19,7 @@ from tests.cli.test_run_approval_changes import Box, box  # noqa: F401  (the fix
 from tests.runners.test_trusted_files import LANDLOCK_ACCEPT, NOBODY, cli
 from tests.support.require import require_runner
 from tests.support.sandboxed import LANDLOCK_DEGRADED
+from tests.support.wait import readable
 
 
 def tool_argv(b: Box, *args: str) -> list[str]:
@@ -70,7 +70,7 @@ def on_terminal(b: Box, argv: list[str], steps: list[tuple[bytes, Callable[[int]
         deadline = time.monotonic() + 180
         pending = list(steps)
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 1.0)
+            ready = readable(master, 1.0)
             if not ready:
                 continue
             try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import select
 import struct
 import sys
 import termios
@@ -16,7 +15,7 @@ import pytest
 from dsh.cli.tty_filter import HostTerminalFilter
 
 from tests.support.sandboxed import accept_for, need_runner
-from tests.support.wait import PATIENCE_S
+from tests.support.wait import PATIENCE_S, readable
 
 
 class Attached:
@@ -43,7 +42,7 @@ class Attached:
         while needle not in self.seen:
             if time.monotonic() > deadline:
                 raise AssertionError(f"never saw {needle!r}; the terminal shows {self.seen[-2000:]!r}")
-            ready, _, _ = select.select([self.fd], [], [], 0.5)
+            ready = readable(self.fd, 0.5)
             if ready:
                 try:
                     chunk = os.read(self.fd, 65536)
@@ -63,7 +62,7 @@ class Attached:
         deadline = time.monotonic() + PATIENCE_S
         while time.monotonic() < deadline:
             try:
-                ready, _, _ = select.select([self.fd], [], [], 0.5)
+                ready = readable(self.fd, 0.5)
                 if ready:
                     self.seen += os.read(self.fd, 65536)
             except OSError:

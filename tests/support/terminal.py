@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-import select
 import time
+
+from tests.support.wait import readable
 
 
 def read_terminal(fd: int, deadline: float, answer: bytes | None = None) -> bytes:
@@ -14,8 +15,7 @@ def read_terminal(fd: int, deadline: float, answer: bytes | None = None) -> byte
     seen = b""
     answered = answer is None
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], 1.0)
-        if not ready:
+        if not readable(fd, 1.0):
             continue
         try:
             chunk = os.read(fd, 4096)

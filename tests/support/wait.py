@@ -46,10 +46,19 @@ def await_line(fd: int, expected: bytes, what: str, timeout: float = PATIENCE_S)
     line = b""
     while not line.endswith(b"\n"):
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        if left <= 0 or not readable(fd, left):
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what} (read so far: {line!r})")
         byte = os.read(fd, 1)
         if not byte:
             raise AssertionError(f"the stream ended before {what} (read so far: {line!r})")
         line += byte
     assert line == expected + b"\n", f"expected {expected!r} as {what}, read {line!r}"
+
+
+def readable(fd: int, timeout_s: float) -> bool:
+    """Whether ``fd`` has something to read within ``timeout_s``.  poll, not
+    select: after a long run this process holds fds above FD_SETSIZE, which
+    select refuses."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout_s * 1000))))
