@@ -33,7 +33,7 @@ from typing import IO
 
 from dsh.runners.e2b.manifest import Entry, content_digest, entry_of
 from dsh.sandbox.errors import DshError
-from dsh.sandbox.protected_scan import DEFAULT_PROTECTED_NAMES
+from dsh.sandbox.protected_scan import DEFAULT_PROTECTED_NAMES, GIT_CONTROL_PARTS
 
 # Names never synced back, in every directory (the policy adds its own canonical
 # paths): a repository, or a config a later host action runs, made or changed
@@ -69,6 +69,7 @@ class SyncPlan:
 def plan_sync_back(
     archive: IO[bytes], workspace: Path, protected: Iterable[Path],
     previous: Mapping[str, Entry] | None = None, synced: Mapping[str, str] | None = None,
+    *, git_commit: bool = False,
 ) -> SyncPlan:
     """Validate every member and destination; return what to write.  Writes nothing.
 
@@ -76,7 +77,10 @@ def plan_sync_back(
     ``synced``: content digests of the sandbox's files as of the last sync; a file
     whose digest is unchanged was not touched by the command, so the host's copy
     stands even if the host changed it meanwhile (without it, every file that
-    differs from the host is written).
+    differs from the host is written).  ``git_commit``: the policy lets git
+    commit (``git = "commit"``): what a commit writes inside a ``.git``
+    directory (objects, refs, index, logs) comes back; its control parts
+    (hooks, config, info, ...) never do.
     """
     protected_paths = tuple(Path(p) for p in protected)
     updates: list[FileUpdate] = []
@@ -111,7 +115,7 @@ def plan_sync_back(
         digest = content_digest(source, bool(member.mode & 0o100)) if source else ""
         if synced is not None and synced.get(rel) == digest:
             continue  # untouched by the command
-        if _is_protected(parts, host, protected_paths):
+        if _is_protected(parts, host, protected_paths, git_commit):
             if _differs(workspace, parts, member, tar):
                 skipped.append(rel)
             continue
@@ -120,13 +124,13 @@ def plan_sync_back(
         if _differs(workspace, parts, member, tar):
             updates.append(FileUpdate(parts, member))
     tar.close()
-    deletions = _deletions(workspace, previous or {}, kinds, protected_paths, skipped)
+    deletions = _deletions(workspace, previous or {}, kinds, protected_paths, skipped, git_commit)
     return SyncPlan(tuple(updates), tuple(skipped), deletions, tuple(digests), tuple(links))
 
 
 def _deletions(workspace: Path, previous: Mapping[str, Entry],
                kinds: Mapping[tuple[str, ...], str], protected: tuple[Path, ...],
-               skipped: list[str]) -> tuple[tuple[str, ...], ...]:
+               skipped: list[str], git_commit: bool) -> tuple[tuple[str, ...], ...]:
     """Files of the last sync that the sandbox no longer has and the host did not touch."""
     gone: list[tuple[str, ...]] = []
     for rel, entry in sorted(previous.items()):
@@ -141,7 +145,7 @@ def _deletions(workspace: Path, previous: Mapping[str, Entry],
             continue  # already gone, or no longer the file we synced
         if now != entry:
             continue  # changed on the host since: the host's version wins
-        if _is_protected(parts, host, protected):
+        if _is_protected(parts, host, protected, git_commit):
             skipped.append(rel)
             continue
         gone.append(parts)
@@ -310,9 +314,17 @@ def _unchanged_symlink(workspace: Path, parts: tuple[str, ...], member: tarfile.
     return host.is_symlink() and os.readlink(host) == member.linkname
 
 
-def _is_protected(parts: tuple[str, ...], host: Path, protected: tuple[Path, ...]) -> bool:
-    if any(part in ALWAYS_PROTECTED_NAMES for part in parts):
-        return True
+def _is_protected(parts: tuple[str, ...], host: Path, protected: tuple[Path, ...], git_commit: bool = False) -> bool:
+    for i, part in enumerate(parts):
+        if part not in ALWAYS_PROTECTED_NAMES:
+            continue
+        # Under ``git = "commit"`` a commit's own files inside a ``.git``
+        # directory come back; a ``.git`` file, the directory's control parts
+        # and anything named ``.git`` deeper stay protected.
+        inside = parts[i + 1:]
+        if not (git_commit and part == ".git" and inside and inside[0] not in GIT_CONTROL_PARTS
+                and ".git" not in inside):
+            return True
     if any(f"{a}/{b}" in ALWAYS_PROTECTED_NAMES for a, b in itertools.pairwise(parts)):
         return True  # a ``dir/file`` name such as ``.cargo/config.toml``
     return any(host == p or p in host.parents for p in protected)

@@ -132,7 +132,7 @@ class WorkspaceSync:
             protected = (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)
             try:
                 plan = archive.plan_sync_back(local, self.workspace, protected, self.manifest,
-                                              self.digests)
+                                              self.digests, git_commit=policy.git == "commit")
                 archive.apply_sync_back(local, self.workspace, plan, root_fd=self.root_fd)
             except archive.SyncBackRefused:
                 # Nothing was written.  The sandbox's copy now holds what the host

@@ -237,3 +237,28 @@ def test_deletions_only_for_files_the_host_did_not_touch(workspace: Path) -> Non
     assert plan.skipped_protected == (".git",)
     apply_sync_back(archive, workspace, plan)
     assert sorted(os.listdir(workspace)) == [".git", "host-edited", "kept"]
+
+
+GIT_MEMBERS = (
+    ("r/.git/objects/ab/cdef", REG, b"obj"), ("r/.git/refs/heads/main", REG, b"sha\n"),
+    ("r/.git/index", REG, b"idx"), ("r/.git/logs/HEAD", REG, b"log"),
+    ("r/.git/hooks/pre-commit", REG, b"#!/bin/sh\n"), ("r/.git/config", REG, b"[core]\n"),
+    ("r/.git/info/attributes", REG, b"* filter=x\n"), ("r/.git/modules/m/config", REG, b"[core]\n"),
+    ("r/.git/objects/x/.git/config", REG, b"[core]\n"), ("s/.git", REG, b"gitdir: /elsewhere\n"),
+)
+
+
+@pytest.mark.parametrize("git_commit", [False, True])
+def test_a_commits_files_come_back_only_under_git_commit(workspace: Path, git_commit: bool) -> None:
+    """``git = "commit"``: objects, refs, the index and logs come back; hooks,
+    config, info, nested repositories and a ``.git`` file never do."""
+    archive = tar_of(*GIT_MEMBERS)
+    plan = plan_sync_back(archive, workspace, (), git_commit=git_commit)
+    apply_sync_back(archive, workspace, plan)
+    committed = {"r/.git/objects/ab/cdef", "r/.git/refs/heads/main", "r/.git/index", "r/.git/logs/HEAD"}
+    control = {name for name, _kind, _data in GIT_MEMBERS} - committed
+    assert set(plan.skipped_protected) == (control if git_commit else control | committed)
+    for name in control:
+        assert not (workspace / name).exists(), name
+    for name in committed:
+        assert (workspace / name).exists() is git_commit, name
