@@ -272,7 +272,15 @@ class GvisorRunner(Runner):
                                          "sandbox could not start a command; run dsh from a Python outside it",
                                          runner=self.name)
         exact, decode = encode_argv(command)
-        environment = text_env({k: v for k, v in env.items() if k != MARKER_VAR})
+        variables = {k: v for k, v in env.items() if k != MARKER_VAR}
+        shown_tmp = next((e.path for e in plan.of_kind("private-tmp")), None)
+        session_tmp = str(policy.private_tmp) if policy.private_tmp is not None else None
+        if shown_tmp is not None and session_tmp is not None and variables.get("TMPDIR") == session_tmp:
+            # The session's directory is mounted there: the short name keeps a
+            # unix socket's path (a multiprocessing Manager, a test server)
+            # under the kernel's 108-byte limit, whatever the HOME's length.
+            variables["TMPDIR"] = shown_tmp
+        environment = text_env(variables)
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise WorkdirError(f"cwd {cwd!r} is not an existing absolute directory")
         state = self._session_state()

@@ -304,3 +304,25 @@ def test_a_placeholder_that_cannot_be_made_is_a_clean_refusal(runner: GvisorRunn
     monkeypatch.setattr(sb.Placeholder, "acquire", staticmethod(refuse))
     with pytest.raises(SandboxUnavailable, match=r"placeholder .*\.dsh.*Permission denied; nothing ran"):
         runner.prepare(["true"], policy(ws), cwd=str(ws), env=ENV)
+
+
+def test_tmpdir_names_the_session_directory_where_it_is_mounted(runner: GvisorRunner, ws: Path) -> None:
+    """The session's directory is shown at /tmp, so TMPDIR says /tmp: its real
+    path under a long HOME would put a unix socket (a multiprocessing Manager)
+    past the kernel's 108-byte limit."""
+    import dataclasses
+
+    from dsh.runners.gvisor.runner import RemoteLaunch
+
+    session = ws.parent / ("session-" + "x" * 80)
+    session.mkdir()
+    pol = dataclasses.replace(policy(ws, roots=(ws, session)), private_tmp=session)
+    script = ('echo "$TMPDIR"; echo x > "$TMPDIR/f"; python3 -c "import socket, tempfile, os; '
+              's = socket.socket(socket.AF_UNIX); '
+              's.bind(os.path.join(tempfile.mkdtemp(), \'l\' * 20)); print(\'bound\')"')
+    launch = runner.prepare(["/bin/sh", "-c", script], pol, cwd=str(ws), env={**ENV, "TMPDIR": str(session)})
+    assert isinstance(launch, RemoteLaunch)
+    ran = finish(launch.start(None, None))
+    assert ran.status.exit_code == 0, ran.text
+    assert ran.out.splitlines()[0] == b"/tmp" and b"bound" in ran.out, ran.text
+    assert (session / "f").read_text() == "x\n"
