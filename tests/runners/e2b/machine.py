@@ -41,7 +41,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 STATE_DIR = ".envd-double"  # the double's own files inside the machine (root-owned)
@@ -267,8 +267,8 @@ class Machine:
             return False
         return host is not None and state not in ("Z", "X")
 
-    def host_pid(self, machine_pid: int) -> int | None:
-        """The host pid of a machine process (tests watch machine processes from here)."""
+    def host_processes(self) -> Iterator[tuple[int, str, str]]:
+        """(host pid, pid inside the machine, command line) of every process of the machine."""
         ns = os.readlink(f"/proc/{self.init_pid}/ns/pid") if self.init_pid else None
         for entry in os.listdir("/proc"):
             if not entry.isdigit():
@@ -277,13 +277,15 @@ class Machine:
                 if os.readlink(f"/proc/{entry}/ns/pid") != ns:
                     continue
                 status = Path(f"/proc/{entry}/status").read_text()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            nspid = next((ln.split()[1:] for ln in status.splitlines() if ln.startswith("NSpid:")), [])
-            if nspid and nspid[-1] == str(machine_pid):
-                return int(entry)
-        return None
+            nspid = next((ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), "")
+            yield int(entry), nspid, cmdline
 
+    def host_pid(self, machine_pid: int) -> int | None:
+        """The host pid of a machine process (tests watch machine processes from here)."""
+        return next((host for host, inside, _cmd in self.host_processes() if inside == str(machine_pid)), None)
 
 def signal_pidfd(pidfd: int, sig: int) -> None:
     try:

@@ -7,7 +7,6 @@ config, and records every ``Start``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,21 +49,7 @@ def machine_processes(envd: Envd) -> list[str]:
     """The command lines of every process in the double's machine but its own two
     (bwrap's pid 1 and the ``sleep infinity`` it runs as pid 2)."""
     machine = envd_double(envd.url).machine
-    ns = os.readlink(f"/proc/{machine.init_pid}/ns/pid")
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.readlink(f"/proc/{entry}/ns/pid") != ns:
-                continue
-            status = Path(f"/proc/{entry}/status").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        nspid = next((ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), "")
-        if nspid not in ("1", "2"):
-            found.append(f"{nspid}: {cmdline}")
+    found = [f"{inside}: {cmdline}" for _host, inside, cmdline in machine.host_processes() if inside not in ("1", "2")]
     return found
 
 
