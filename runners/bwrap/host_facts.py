@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsh.runners.bwrap.filter import SyscallFilter, build_filter
+from dsh.runners.bwrap.init_reaper import read_ready, reap_init, sandbox_init
 from dsh.runners.bwrap.kernel import KernelCover, kernel_cover
 from dsh.runners.bwrap.limits import (
     CgroupSupport,
@@ -126,14 +127,27 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
         version = _run([bwrap, "--version"]).stdout.strip() or None
         true = system_tool("true") or "/bin/true"
         isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
-        if facts["syscalls"].memfd is not None:
-            trial_fd = facts["syscalls"].open_for_launch()
-            try:
-                trial = _run_with([*snapshot, bwrap, *isolation, "--seccomp", str(trial_fd), true], trial_fd)
-            finally:
-                os.close(trial_fd)
-        else:
-            trial = _run([*snapshot, bwrap, *isolation, true])
+        info_read, info_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            isolation += ["--info-fd", str(info_write)]
+            if facts["syscalls"].memfd is not None:
+                trial_fd = facts["syscalls"].open_for_launch()
+                try:
+                    trial = _run_with([*snapshot, bwrap, *isolation, "--seccomp", str(trial_fd), true],
+                                      trial_fd, info_write)
+                finally:
+                    os.close(trial_fd)
+            else:
+                trial = _run_with([*snapshot, bwrap, *isolation, true], info_write)
+            os.close(info_write)
+            info_write = -1
+            # Its pid 1 may outlive the monitor and come back to this process.
+            if (init := sandbox_init(read_ready(info_read))) is not None:
+                reap_init(*init)
+        finally:
+            os.close(info_read)
+            if info_write != -1:
+                os.close(info_write)
     except (OSError, subprocess.SubprocessError) as exc:
         return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
     if trial.returncode != 0:

@@ -10,6 +10,9 @@ pidfd and checked to be an init of a pid namespace, so a recycled pid is never
 signalled.  Where a limits cgroup exists, every process in it is killed too,
 and the cgroup goes back to the runner's session (``release``).
 
+``cleanup`` reaps the sandbox's pid 1 when it came back to the supervisor
+(``init_reaper``).
+
 Whether the command ran at all: bwrap exits 1 both when the command does and
 when it cannot ``execve`` it (``bwrap: execvp X: No such file or directory``).
 Its ``--json-status-fd`` tells them apart: bwrap writes ``{"exit-code": N}``
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import os
 import re
 import select
@@ -31,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from dsh.runners.bwrap.init_reaper import reap_init, sandbox_init
 from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
 from dsh.sandbox.runner import ExitStatus, exec_failure_status
@@ -45,19 +48,6 @@ _BWRAP_FAILED = 1
 #: How long ``kill_tree`` waits for bwrap to report its pid 1 (it does so
 #: during setup, before the command starts; only a broken bwrap makes it wait).
 INFO_WAIT_S = 5.0
-
-
-def _sandbox_init(info: bytes) -> tuple[int, int | None] | None:
-    """``(child-pid, pid-namespace inode)`` from bwrap's complete info JSON."""
-    try:
-        data = json.loads(info.decode())
-        pid = data["child-pid"]
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return None
-    ns = data.get("pid-namespace")
-    if not isinstance(pid, int) or pid <= 1:
-        return None
-    return pid, ns if isinstance(ns, int) else None
 
 
 class SandboxLifecycle:
@@ -134,7 +124,7 @@ class SandboxLifecycle:
         deadline = time.monotonic() + INFO_WAIT_S
         poller = select.poll()
         poller.register(self._info_read, select.POLLIN)
-        while (found := _sandbox_init(self._info)) is None:
+        while (found := sandbox_init(self._info)) is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not poller.poll(int(remaining * 1000) + 1):
                 return None
@@ -170,6 +160,11 @@ class SandboxLifecycle:
             return None
         return fd
 
+    def _reap_init(self) -> None:
+        found = self._sandbox_init()
+        if found is not None:
+            reap_init(*found)
+
     def kill_tree(self, pid: int, sig: int) -> None:
         with self._lock:
             if self._closed:
@@ -195,6 +190,7 @@ class SandboxLifecycle:
             if self._closed:
                 return
             self._closed = True
+        self._reap_init()
         self.opened.close()
         for fd in (self._info_read, self.info_write, self._status_read, self.status_write, self.seccomp_fd,
                    self.env_fd):
