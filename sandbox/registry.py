@@ -115,7 +115,11 @@ def runner_entry_points() -> Mapping[str, EntryPoint]:
 
 
 def _hint_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    # A relative XDG_CACHE_HOME is invalid by the spec: honouring it would
+    # write the hint into whatever directory the caller runs in.
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "dsh-sandbox")
 
 

@@ -89,3 +89,19 @@ def test_a_runner_that_does_not_import_is_not_remembered_as_never_auto(
         with contextlib.suppress(SandboxUnavailable):
             SandboxHost(ctx, SandboxHostConfig()).choose(policy)
     assert not (trusted_dir / "cache" / "dsh-sandbox" / "auto-order.json").exists()
+
+
+def test_a_relative_cache_home_is_ignored_and_nothing_lands_in_the_working_directory(
+    tmp_path: Path, trusted_dir: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = trusted_dir / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", "cache")
+    monkeypatch.chdir(tmp_path)
+    with Context() as ctx:
+        policy = PolicyService(ctx, PolicyConfig(mode="workspace-write", workspace=str(workspace))).resolve()
+        with contextlib.suppress(SandboxUnavailable):
+            SandboxHost(ctx, SandboxHostConfig()).choose(policy)
+    assert not (tmp_path / "cache").exists()
+    assert (home / ".cache" / "dsh-sandbox" / "auto-order.json").is_file()
