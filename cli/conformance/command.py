@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -70,12 +71,18 @@ def conformance(runners: tuple[str, ...], modes: tuple[str, ...], scenario_ids: 
     options = _runner_options(options_path)
 
     current: list[str] = []
+    started = [time.monotonic()]
+
+    def end_line() -> None:
+        # Each cell's time, so a slow runner shows where CI's minutes go.
+        sys.stderr.write(f" {time.monotonic() - started[0]:.0f} s\n")
+        started[0] = time.monotonic()
 
     def progress(r: ScenarioResult) -> None:
         key = f"{r.runner}/{r.mode}"
         if not current or current[0] != key:
             if current:
-                sys.stderr.write("\n")
+                end_line()
             current[:] = [key]
             sys.stderr.write(f"{key:32} ")
         sys.stderr.write(MARK[r.outcome])
@@ -83,7 +90,8 @@ def conformance(runners: tuple[str, ...], modes: tuple[str, ...], scenario_ids: 
 
     harness = Harness(runner_options=options, progress=progress)
     cells = harness.run(names, modes or MODES, chosen)
-    sys.stderr.write("\n")
+    if current:
+        end_line()
     click.echo(matrix(cells))
     text = details(cells)
     if text:
