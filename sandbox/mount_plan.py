@@ -34,9 +34,8 @@ What the plan cannot express comes back as ``PlanGap`` values (a protected
 path reached through a symlink inside a writable root: a mount cannot cover
 the link itself); each runner names them with its own degradation.
 
-The planner reads nothing from the live filesystem: ``gather_facts`` takes
-that snapshot first (``MountFacts``), so the rules are tested on synthetic
-facts and a runner can check, when it mounts, that nothing changed since.
+The planner reads nothing from the live filesystem: ``gather_facts`` takes that snapshot
+first (``MountFacts``), so the rules are tested on synthetic facts.
 """
 
 from __future__ import annotations
@@ -50,6 +49,7 @@ from typing import Literal
 
 from dsh.sandbox.enclosing_repo import enclosing_repository
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.own_state import state_parents
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import fixed_symlink, git_dirs, is_within, system_dir_reason
 from dsh.sandbox.runner import Gap
@@ -141,6 +141,8 @@ class MountFacts:
     enclosing: tuple[str, ...] = ()
     #: That work tree is the home directory or a system directory: never shown whole.
     enclosing_system: bool = False
+    #: dsh-sandbox's state directories that lead to what the run keeps (``own_state.state_parents``).
+    state_parents: tuple[str, ...] = ()
 
     def of(self, path: str) -> PathFact:
         fact = self.paths.get(path)
@@ -265,8 +267,14 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
         return MountPlan(_ordered(planner))
     hidden = [facts.of(str(p)).real for p in policy.hidden_paths]
     planner.hidden = tuple(h for h in hidden if facts.of(h).kind != "missing")
+    kept = _kept(policy)
+    masks = [p for p in facts.state_parents if facts.of(p).kind == "dir" and not planner.hidden_over(p, "state mask")]
     for real in planner.hidden:
+        if any(_within(real, m) for m in masks) and not any(_within(real, k) for k in kept):
+            continue  # the mask of its state directory hides it (and an entry made there later)
         planner.add("mask-dir" if facts.of(real).kind == "dir" else "mask-file", real, "hidden")
+    for mask in masks:
+        planner.add("mask-dir", mask, "dsh-sandbox's state: only what this run keeps is bound again")
     if policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None:
         _private_tmp(planner, policy)
     intents: list[tuple[str, int, str]] = [(r, 0, "root") for r in _roots(policy)]
@@ -280,8 +288,17 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
                 planner.add("writable", path, "writable root")
         else:
             planner.keep_read_only(path, intent)
+    for path in kept:
+        if (any(_within(path, m) for m in masks) and path not in planner.entries
+                and _is_dir(facts.of(path)) and not planner.writable_at(path)):
+            planner.add("read-only", path, "this run's own state, shown again over the mask of its directory")
     _show(planner, policy)
     return MountPlan(_ordered(planner), tuple(dict.fromkeys(planner.gaps)), tuple(dict.fromkeys(planner.overridden)))
+
+
+def _kept(policy: SandboxPolicy) -> list[str]:
+    """What of dsh-sandbox's state a run keeps: its roots, its HOME, its private /tmp."""
+    return [str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None]
 
 
 def _private_tmp(planner: _Planner, policy: SandboxPolicy) -> None:
@@ -369,6 +386,9 @@ def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
     found, system = _enclosing(policy.workspace) if policy.constrained else ((), False)
     enclosing = tuple(str(p) for p in found)
     wanted.update(enclosing)
+    wanted.update(_kept(policy))
+    parents = tuple(sorted(state_parents(_kept(policy)))) if policy.constrained else ()
+    wanted.update(parents)
     paths: dict[str, PathFact] = {}
     for raw in (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths):
         path = os.path.abspath(raw)
@@ -377,4 +397,4 @@ def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
             wanted.update((*ancestors(p), p))
     for path in wanted:
         paths[path] = path_fact(path, uid)
-    return MountFacts(paths, enclosing, system)
+    return MountFacts(paths, enclosing, system, parents)

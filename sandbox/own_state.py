@@ -105,6 +105,28 @@ def run_state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = No
     return tuple(dict.fromkeys(out))
 
 
+def state_parents(kept: Iterable[Path | str], environ: Mapping[str, str] = os.environ) -> frozenset[str]:
+    """The directories of dsh-sandbox's own state that lead to what a run keeps
+    (``kept``: its HOME, its private /tmp, its roots).  Their other entries are
+    hidden, and so must be any entry made in them after the run started
+    (another session's /tmp, a new workspace's HOME, a spill directory): a
+    runner masks each whole, whatever it holds at the start, and binds what the
+    run keeps again on top."""
+    out: set[str] = set()
+    paths = [Path(p) for p in kept]
+    for top, _holds in state_dirs(environ):
+        for path in paths:
+            if path == top or not is_within(path, top):
+                continue
+            parent = path.parent
+            while is_within(parent, top):
+                out.add(str(parent))
+                if parent == top:
+                    break
+                parent = parent.parent
+    return frozenset(out)
+
+
 def state_refusal(root: Path, own: Iterable[Path] = (), environ: Mapping[str, str] = os.environ) -> str | None:
     """Why ``root`` (canonical) overlaps dsh-sandbox's own state, or ``None``.
 

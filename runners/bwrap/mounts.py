@@ -331,27 +331,9 @@ def _existing_real_paths(paths: Iterable[str]) -> list[str]:
 
 
 def _state_parents(policy: SandboxPolicy) -> frozenset[str]:
-    """The directories of dsh-sandbox's own state that lead to what this run
-    keeps (its HOME, its private /tmp): their other entries are hidden, and
-    so must be any entry made in them after the listing (another session's
-    /tmp, a new workspace's HOME, a spill directory), so each is masked
-    whatever it holds at the start."""
-    from dsh.sandbox.own_state import state_dirs
+    from dsh.sandbox.own_state import state_parents
 
-    kept = [str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None]
-    out: set[str] = set()
-    for base, _holds in state_dirs():
-        top = str(base)
-        for path in kept:
-            if path == top or not is_within(path, top):
-                continue
-            parent = os.path.dirname(path)
-            while is_within(parent, top):
-                out.add(parent)
-                if parent == top:
-                    break
-                parent = os.path.dirname(parent)
-    return frozenset(out)
+    return state_parents(p for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None)
 
 
 def _covering_masks(

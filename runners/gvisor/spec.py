@@ -57,6 +57,10 @@ class Identity:
 def oci_mounts(plan: MountPlan) -> list[dict[str, Any]]:
     """The plan's entries as OCI mounts, in order (``show`` entries need nothing: the host is underneath)."""
     mounts: list[dict[str, Any]] = []
+    # A mask with something bound beneath it (a state directory, with this
+    # run's own HOME shown again) must be traversable; it stays empty and read-only.
+    over = {e.path for e in plan.entries if e.kind == "mask-dir"
+            and any(o.path != e.path and o.path.startswith(e.path.rstrip("/") + "/") for o in plan.entries)}
     for entry in plan.entries:
         if entry.kind in ("writable", "pin"):
             mounts.append({"destination": entry.path, "type": "bind", "source": entry.path,
@@ -68,8 +72,9 @@ def oci_mounts(plan: MountPlan) -> list[dict[str, Any]]:
             mounts.append({"destination": entry.path, "type": "bind", "source": entry.path,
                            "options": [*_BIND, "ro"]})
         elif entry.kind == "mask-dir":
+            mode = "mode=555" if entry.path in over else "mode=000"
             mounts.append({"destination": entry.path, "type": "tmpfs", "source": "tmpfs",
-                           "options": ["ro", "nosuid", "nodev", "noexec", "mode=000"]})
+                           "options": ["ro", "nosuid", "nodev", "noexec", mode]})
         elif entry.kind == "mask-file":
             mounts.append({"destination": entry.path, "type": "bind", "source": os.devnull,
                            "options": [*_BIND, "ro"]})

@@ -175,3 +175,36 @@ def test_a_root_holding_tmp_keeps_the_hosts_tmp() -> None:
                         private_tmp=Path("/var/tmp/p"))
     plan = plan_mounts(pol, facts(dirs=(WS, "/tmp", "/var/tmp/p")))
     assert not plan.of_kind("private-tmp")
+
+
+STATE = "/c/dsh-sandbox"
+
+
+def _with_state_parents(found: MountFacts, *parents: str) -> MountFacts:
+    return MountFacts(found.paths, found.enclosing, found.enclosing_system, parents)
+
+
+@pytest.mark.parametrize("mode", [SandboxMode.WORKSPACE_WRITE, SandboxMode.READ_ONLY])
+def test_state_directories_are_masked_whole_and_the_runs_own_home_shown_again(mode: SandboxMode) -> None:
+    """A state directory is masked whatever it holds (an entry made there after
+    the start stays hidden); the hidden entries inside it need no mask of their
+    own; the run's HOME comes back on top: writable as a root, else read-only."""
+    home, other = f"{STATE}/home/ws-1", f"{STATE}/home/ws-2"
+    roots = (WS, home) if mode is SandboxMode.WORKSPACE_WRITE else ()
+    found = _with_state_parents(facts(dirs=(WS, home, other)), STATE, f"{STATE}/home")
+    plan = plan_mounts(policy(mode, roots=roots, hidden=(other,), home=home), found)
+    entries = kinds(plan)
+    assert ("mask-dir", STATE) in entries and ("mask-dir", f"{STATE}/home") in entries
+    assert ("mask-dir", other) not in entries
+    shown = ("writable", home) if mode is SandboxMode.WORKSPACE_WRITE else ("read-only", home)
+    assert shown in entries
+    assert entries.index(("mask-dir", f"{STATE}/home")) < entries.index(shown)
+
+
+def test_a_hidden_path_over_a_state_directory_still_wins() -> None:
+    home = f"{STATE}/home/ws-1"
+    found = _with_state_parents(facts(dirs=(WS, home)), STATE, f"{STATE}/home")
+    plan = plan_mounts(policy(roots=(WS, home), hidden=("/c",), home=home), found)
+    entries = kinds(plan)
+    assert ("mask-dir", "/c") in entries
+    assert not [e for e in entries if e[1].startswith(STATE)]
