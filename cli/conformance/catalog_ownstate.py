@@ -81,21 +81,6 @@ def _sibling_home(env: HostEnv) -> None:
     env.cleanups.append(lambda: shutil.rmtree(home, ignore_errors=True))
 
 
-def _late_home_name(env: HostEnv) -> None:
-    from dsh.sandbox.sandbox_home import homes_dir
-
-    home = homes_dir() / f"dshconf-late-{env.nonce[:12]}"
-    env.extra.update(late_home=home, home_secret=f"dshconf-late-{secrets.token_hex(8)}")
-    env.cleanups.append(lambda: shutil.rmtree(home, ignore_errors=True))
-
-
-def _late_home(env: HostEnv) -> None:
-    """Another workspace's sandbox HOME, made while the command runs."""
-    home = env.extra["late_home"]
-    home.mkdir(mode=0o700, parents=True)
-    (home / ".git-credentials").write_text(f"https://user:{env.extra['home_secret']}@example.invalid\n")
-
-
 def _spill_file(env: HostEnv) -> None:
     """A spill file of another session (this harness's own), holding output it spilled."""
     from dsh.executors.spill import SpillDir
@@ -128,11 +113,6 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("own-other-home", "own-state", "read another workspace's sandbox HOME (its .git-credentials)",
              ("sh", "-c", "cat {other_home}/.git-credentials; ls -a {other_home}"), BLOCKED, setup=_sibling_home,
              check_blocked=_secret_unseen("home_secret", "another workspace's HOME")),
-    Scenario("own-late-home", "own-state", "read a sandbox HOME made in the state directory while the command "
-             "runs (a long job, a terminal, a warm sandbox)",
-             ("sh", "-c", "echo DSH-READY; i=0; while [ ! -e {go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); "
-              "done; cat {late_home}/.git-credentials; ls -a {late_home}"), BLOCKED, setup=_late_home_name,
-             during=_late_home, check_blocked=_secret_unseen("home_secret", "a HOME made during the run")),
     Scenario("own-spill-files", "own-state", "read another session's spill file (its output)",
              ("sh", "-c", "cat {spill_file}; cat {spill_dir}/*/* 2>/dev/null; true"), BLOCKED, setup=_spill_file,
              check_blocked=_secret_unseen("spill_secret", "another session's spill file")),
