@@ -24,11 +24,11 @@ specific rule always lands on top of a broader one:
   finds it); nothing else of the shared ``/tmp`` can be written, or even seen;
 - ``mask-dir`` / ``mask-file``: a hidden path, covered by an empty read-only
   tmpfs or by ``/dev/null``.  Hidden wins over every other rule: nothing is
-  bound at or below a hidden path, and ``overridden`` lists the rules it beat;
-- ``show``: a path that must be visible, read-only, to a runner that does not
-  put the host's filesystem underneath (a container): the workspace when it is
-  not writable, the sandbox HOME, the git repository enclosing the workspace.
-  A runner that starts from the host read-only has them already.
+  bound at or below a hidden path, and ``overridden`` lists the rules it beat.
+  dsh-sandbox's state directories are masked whole, whatever they hold, and
+  what the run keeps there (its HOME) is bound again on top;
+- ``show``: a path a runner without the host underneath (a container) must bind
+  read-only: the read-only workspace, the sandbox HOME, the enclosing repository.
 
 What the plan cannot express comes back as ``PlanGap`` values (a protected
 path reached through a symlink inside a writable root: a mount cannot cover
@@ -268,7 +268,10 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     hidden = [facts.of(str(p)).real for p in policy.hidden_paths]
     planner.hidden = tuple(h for h in hidden if facts.of(h).kind != "missing")
     kept = _kept(policy)
-    masks = [p for p in facts.state_parents if facts.of(p).kind == "dir" and not planner.hidden_over(p, "state mask")]
+    # Beneath a private /tmp the host's state directory is not there to mask.
+    private = policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None
+    masks = [p for p in facts.state_parents if facts.of(p).kind == "dir" and not (private and _within(p, TMP))
+             and not planner.hidden_over(p, "state mask")]
     for real in planner.hidden:
         if any(_within(real, m) for m in masks) and not any(_within(real, k) for k in kept):
             continue  # the mask of its state directory hides it (and an entry made there later)

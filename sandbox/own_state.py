@@ -106,13 +106,15 @@ def run_state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = No
 
 
 def state_parents(kept: Iterable[Path | str], environ: Mapping[str, str] = os.environ) -> frozenset[str]:
-    """The directories of dsh-sandbox's own state that lead to what a run keeps
-    (``kept``: its HOME, its private /tmp, its roots).  Their other entries are
-    hidden, and so must be any entry made in them after the run started
-    (another session's /tmp, a new workspace's HOME, a spill directory): a
-    runner masks each whole, whatever it holds at the start, and binds what the
-    run keeps again on top."""
-    out: set[str] = set()
+    """The directories of dsh-sandbox's run state (each that exists) and those
+    that lead to what a run keeps (``kept``: its HOME, its private /tmp, its
+    roots).  Their other entries are hidden, and so must be any entry made in
+    them after the run started (another session's /tmp, a new workspace's HOME,
+    a spill directory): a runner masks each whole, whatever it holds at the
+    start, and binds what the run keeps again on top."""
+    # Every existing directory of run state is masked, even one that leads to
+    # nothing kept (a spill directory): a session may fill it during the run.
+    out: set[str] = {str(top) for top, _holds in run_state_dirs(environ) if top.is_dir()}
     paths = [Path(p) for p in kept]
     for top, _holds in state_dirs(environ):
         for path in paths:

@@ -276,7 +276,7 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
     planner = _Planner(_existing_real_paths(str(p) for p in policy.hidden_paths))
-    covered = _covering_masks(planner.hidden, _roots(policy), _state_parents(policy))
+    covered = _covering_masks(planner.hidden, _roots(policy), _state_parents(policy), _kept(policy))
     for real in planner.hidden:
         if os.path.dirname(real) in covered:
             continue
@@ -330,14 +330,20 @@ def _existing_real_paths(paths: Iterable[str]) -> list[str]:
     return out
 
 
+def _kept(policy: SandboxPolicy) -> frozenset[str]:
+    """What of dsh-sandbox's state a run keeps: its roots, its HOME, its private /tmp."""
+    return frozenset(str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None)
+
+
 def _state_parents(policy: SandboxPolicy) -> frozenset[str]:
     from dsh.sandbox.own_state import state_parents
 
-    return state_parents(p for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None)
+    return state_parents(_kept(policy))
 
 
 def _covering_masks(
-    hidden: tuple[str, ...], roots: list[str], state_parents: frozenset[str] = frozenset()
+    hidden: tuple[str, ...], roots: list[str], state_parents: frozenset[str] = frozenset(),
+    keep: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[int, list[str]]]:
     """Directories most of whose entries are hidden: one mask over the
     directory, what is not hidden bound again on top (a writable root by the
@@ -355,7 +361,8 @@ def _covering_masks(
     removed between the listing and bwrap's mounts (another session ending)
     made bwrap fail to mount it, and the run with it.  A directory of
     ``state_parents`` is masked whatever it holds: what another session
-    makes there later is hidden too."""
+    makes there later is hidden too; of its entries only those that are or
+    hold what the run keeps (``keep``) are shown again."""
     by_parent: dict[str, int] = dict.fromkeys(state_parents, 0)
     for path in hidden:
         parent = os.path.dirname(path)
@@ -379,6 +386,8 @@ def _covering_masks(
         if any(os.path.islink(k) for k in kept):
             continue  # a link cannot be bound over (the mount would follow it)
         shown = [k for k in kept if k not in root_set or not os.path.isdir(k)]
+        if parent in state_parents:
+            shown = [k for k in shown if any(is_within(x, k) for x in keep)]
         if parent in state_parents or 1 + len(shown) <= count:  # the roots are bound either way
             out[parent] = (count, shown)
     return out

@@ -13,13 +13,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from dsh.runners.bwrap import BwrapRunner
 from dsh.runners.bwrap.mounts import plan_mounts
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import LocalLaunch
 
 from tests.runners.bwrap.helpers import Layout, policy, sh, spawn
@@ -157,21 +158,52 @@ def test_an_entry_made_after_the_start_in_a_state_directory_is_hidden(
     own.mkdir(parents=True)
     pol = policy(layout.ws, roots=(layout.ws, own))  # nothing else in homes/: nothing listed to hide
     assert ("mask-dir", str(homes)) in [(m.kind, m.path) for m in plan_mounts(pol).mounts]
+    def late() -> None:
+        (homes / "late-ws").mkdir()
+        (homes / "late-ws" / ".git-credentials").write_text("SECRET-late\n")
+
+    out = _run_while(runner, layout, pol, f"cat {homes}/late-ws/.git-credentials 2>/dev/null; "
+                     f"ls {homes}; echo mine > {own}/f && echo own-written", late)
+    assert b"SECRET" not in out and b"late-ws" not in out, out
+    assert b"own-written" in out and (own / "f").read_text() == "mine\n"
+
+
+def test_a_spill_directory_empty_at_the_start_stays_hidden_when_a_session_fills_it(
+    runner: BwrapRunner, layout: Layout, state: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A state directory that leads to nothing the run keeps (the spill files'
+    one) and holds nothing to hide at the start is masked all the same: a
+    session that spills during the run must not be readable."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(state))
+    spills = state / "dsh-sandbox"
+    spills.mkdir(mode=0o700)
+    pol = policy(layout.ws, roots=(layout.ws,))
+    assert ("mask-dir", str(spills)) in [(m.kind, m.path) for m in plan_mounts(pol).mounts]
+    def late() -> None:
+        (spills / "session-late").mkdir(mode=0o700)
+        (spills / "session-late" / "stdout.log").write_text("SECRET-output\n")
+
+    out = _run_while(runner, layout, pol, f"cat {spills}/*/* 2>/dev/null; echo done", late)
+    assert b"SECRET" not in out and b"done" in out, out
+
+
+def _run_while(runner: BwrapRunner, layout: Layout, pol: SandboxPolicy, script: str,
+               during: Callable[[], None]) -> bytes:
+    """Run ``script`` once ``during`` (the host's change) is done, started before it; its stdout."""
     go = layout.ws / "go"
-    script = (f"while [ ! -e {go} ]; do sleep 0.05; done; cat {homes}/late-ws/.git-credentials 2>/dev/null; "
-              f"ls {homes}; echo mine > {own}/f && echo own-written")
-    launch = runner.prepare(["/bin/sh", "-c", script], pol, cwd=str(layout.ws), env=dict(os.environ))
+    launch = runner.prepare(["/bin/sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; {script}"], pol,
+                            cwd=str(layout.ws), env=dict(os.environ))
     assert isinstance(launch, LocalLaunch)
     proc = spawn(launch, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        (homes / "late-ws").mkdir()
-        (homes / "late-ws" / ".git-credentials").write_text("SECRET-late\n")
+        during()
         go.touch()
         out, err = proc.communicate(timeout=PATIENCE_S)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if launch.cleanup is not None:
+            launch.cleanup()
     assert proc.returncode == 0, err
-    assert b"SECRET" not in out and b"late-ws" not in out, out
-    assert b"own-written" in out and (own / "f").read_text() == "mine\n"
+    return out

@@ -52,3 +52,25 @@ def test_an_entry_made_after_the_start_in_a_state_directory_is_hidden(
         assert "own-written" in ran.text and (own / "f").read_text() == "mine\n"
     later = sh(runner, f"cd {homes} && echo *; cat {homes}/late-ws/.git-credentials 2>/dev/null", pol)
     assert "SECRET" not in later.text and "late-ws" not in later.text, later.text
+
+
+def test_a_spill_directory_empty_at_the_start_stays_hidden_when_a_session_fills_it(
+    runner: GvisorRunner, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime = tmp_path / "run"
+    spills = runtime / "dsh-sandbox"
+    spills.mkdir(parents=True, mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    pol = policy(ws)
+    assert ("mask-dir", str(spills)) in [(e.kind, e.path) for e in plan_mounts(pol, gather_facts(pol, 0)).entries]
+    go = ws / "go"
+    proc = start(runner, ["/bin/sh", "-c", f"while [ ! -e {go} ]; do sleep 0.05; done; "
+                                           f"cat {spills}/*/* 2>/dev/null; echo done"], pol)
+    (spills / "session-late").mkdir(mode=0o700)
+    (spills / "session-late" / "stdout.log").write_text("SECRET-output\n")
+    go.touch()
+    ran = finish(proc)
+    assert ran.status.exit_code == 0, ran.text
+    assert "SECRET" not in ran.text and "done" in ran.text, ran.text
+    later = sh(runner, f"cat {spills}/*/* 2>/dev/null; echo done", pol)
+    assert "SECRET" not in later.text, later.text
