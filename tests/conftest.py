@@ -18,6 +18,10 @@ import pytest
 # SIGINT, as any Unix program does; its tests run it as a terminal would.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+# Likewise SIGHUP under `nohup`: the CLI keeps it ignored (what nohup asks for),
+# so its hang-up tests need it at its default.
+if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True, scope="session")
