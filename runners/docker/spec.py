@@ -288,10 +288,11 @@ def mount_points_below(roots: list[str], mountinfo: str = "/proc/self/mountinfo"
     return sorted(p for p in points for r in roots if Path(r) in Path(p).parents)
 
 
-#: Docker's init and the keep-alive process count against the container's pids
-#: limit: added to it, so the policy's ``max_processes`` is the command's own,
-#: as on the other runners.
-OWN_PROCESSES = 2
+#: What the container holds besides the command counts against its pids limit:
+#: docker's init, the keep-alive's shell and its ``sleep`` (``pids.current`` is
+#: 4 during a one-process exec).  Added to the limit, so the policy's
+#: ``max_processes`` is the command's own, as on the other runners.
+OWN_PROCESSES = 3
 
 
 def _with_own_processes(limit: int | None) -> int | None:

@@ -143,20 +143,27 @@ def test_limits_the_daemon_refuses_are_named(workspace: Path) -> None:
         with pytest.raises(SandboxUnavailable) as info:
             runner.prepare(["true"], tiny_memory, cwd=str(workspace), env={})
         assert "max_memory = 4096 bytes" in str(info.value) and "[limits]" in str(info.value)
+    # max_processes = 0 is not below the container's own needs (they are added
+    # to the limit): the command starts, and can start nothing more.
     with docker_runner() as runner:
         no_processes = policy(workspace, limits=ResourceLimits(max_processes=0))
-        with pytest.raises(SandboxUnavailable) as info:
-            run(runner, ["true"], no_processes)
-        assert "max_processes = 0" in str(info.value) and "[limits]" in str(info.value)
+        forked = run(runner, ["sh", "-c", "true & wait; echo waited"], no_processes)
+        assert b"fork" in forked.stderr.lower(), (forked.stdout, forked.stderr)
 
 
 def test_max_processes_counts_the_command_only(workspace: Path) -> None:
-    """Docker's init and keep-alive share the pids limit: the smallest limit a
-    profile accepts still lets a shell run a pipeline."""
+    """Docker's init and keep-alive (a shell and its sleep) share the pids
+    limit: the smallest limit a profile accepts still lets a shell run a
+    pipeline, and ``max_processes`` is what the command itself may hold."""
+    limited = policy(workspace, limits=ResourceLimits(max_processes=4))
     with docker_runner() as runner:
-        result = run(runner, ["sh", "-c", "ls / | wc -l"], policy(workspace, limits=ResourceLimits(max_processes=4)))
+        result = run(runner, ["sh", "-c", "ls / | wc -l"], limited)
         assert result.status.exit_code == 0, result.stderr
         assert int(result.stdout) > 3
+        four = run(runner, ["sh", "-c", "sleep 1 & sleep 1 & sleep 1 & wait; echo waited"], limited)
+        assert b"waited" in four.stdout and b"fork" not in four.stderr.lower(), four.stderr
+        five = run(runner, ["sh", "-c", "sleep 1 & sleep 1 & sleep 1 & sleep 1 & wait; echo waited"], limited)
+        assert b"fork" in five.stderr.lower(), (five.stdout, five.stderr)
 
 
 @pytest.mark.parametrize("options, field", [
