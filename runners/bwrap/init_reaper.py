@@ -36,7 +36,7 @@ def sandbox_init(info: bytes) -> tuple[int, int | None] | None:
 
 
 def read_ready(fd: int) -> bytes:
-    """What a finished bwrap left in its (non-blocking) info pipe."""
+    """What bwrap has written so far to one of its (non-blocking) report pipes."""
     data = b""
     while True:
         try:

@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from dsh.runners.bwrap.init_reaper import reap_init, sandbox_init
+from dsh.runners.bwrap.init_reaper import read_ready, reap_init, sandbox_init
 from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
 from dsh.sandbox.runner import ExitStatus, exec_failure_status
@@ -99,16 +99,7 @@ class SandboxLifecycle:
 
     def _command_ran(self) -> bool:
         """Did bwrap report an exit code on its status pipe (written before it exits)?"""
-        data = b""
-        while True:
-            try:
-                chunk = os.read(self._status_read, 4096)
-            except OSError:  # nothing (more) written: EAGAIN
-                break
-            if not chunk:
-                break
-            data += chunk
-        return b'"exit-code"' in data
+        return b'"exit-code"' in read_ready(self._status_read)
 
     def _sandbox_init(self) -> tuple[int, int | None] | None:
         """Host pid of the sandbox's pid 1, waiting (bounded) for bwrap to report it.
