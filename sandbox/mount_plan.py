@@ -267,7 +267,7 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
         return MountPlan(_ordered(planner))
     hidden = [facts.of(str(p)).real for p in policy.hidden_paths]
     planner.hidden = tuple(h for h in hidden if facts.of(h).kind != "missing")
-    kept = _kept(policy)
+    kept = kept_paths(policy)
     # Beneath a private /tmp the host's state directory is not there to mask.
     private = policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None
     masks = [p for p in facts.state_parents if facts.of(p).kind == "dir" and not (private and _within(p, TMP))
@@ -299,7 +299,7 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     return MountPlan(_ordered(planner), tuple(dict.fromkeys(planner.gaps)), tuple(dict.fromkeys(planner.overridden)))
 
 
-def _kept(policy: SandboxPolicy) -> list[str]:
+def kept_paths(policy: SandboxPolicy) -> list[str]:
     """What of dsh-sandbox's state a run keeps: its roots, its HOME, its private /tmp."""
     return [str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None]
 
@@ -389,8 +389,9 @@ def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
     found, system = _enclosing(policy.workspace) if policy.constrained else ((), False)
     enclosing = tuple(str(p) for p in found)
     wanted.update(enclosing)
-    wanted.update(_kept(policy))
-    parents = tuple(sorted(state_parents(_kept(policy)))) if policy.constrained else ()
+    kept = kept_paths(policy)
+    wanted.update(kept)
+    parents = tuple(sorted(state_parents(kept))) if policy.constrained else ()
     wanted.update(parents)
     paths: dict[str, PathFact] = {}
     for raw in (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths):

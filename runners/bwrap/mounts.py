@@ -41,9 +41,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from dsh.sandbox import own_state
 from dsh.sandbox.enclosing_repo import enclosing_repository
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.mount_plan import kept_paths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import canonical, fixed_symlink
 from dsh.sandbox.runner import Gap
@@ -276,7 +278,8 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
     planner = _Planner(_existing_real_paths(str(p) for p in policy.hidden_paths))
-    covered = _covering_masks(planner.hidden, _roots(policy), _state_parents(policy), _kept(policy))
+    kept = frozenset(kept_paths(policy))
+    covered = _covering_masks(planner.hidden, _roots(policy), own_state.state_parents(kept), kept)
     for real in planner.hidden:
         if os.path.dirname(real) in covered:
             continue
@@ -328,17 +331,6 @@ def _existing_real_paths(paths: Iterable[str]) -> list[str]:
         if os.path.lexists(real):
             out.append(real)
     return out
-
-
-def _kept(policy: SandboxPolicy) -> frozenset[str]:
-    """What of dsh-sandbox's state a run keeps: its roots, its HOME, its private /tmp."""
-    return frozenset(str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None)
-
-
-def _state_parents(policy: SandboxPolicy) -> frozenset[str]:
-    from dsh.sandbox.own_state import state_parents
-
-    return state_parents(_kept(policy))
 
 
 def _covering_masks(
