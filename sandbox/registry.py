@@ -115,12 +115,9 @@ def runner_entry_points() -> Mapping[str, EntryPoint]:
 
 
 def _hint_dir() -> str:
-    # A relative XDG_CACHE_HOME is invalid by the spec: honouring it would
-    # write the hint into whatever directory the caller runs in.
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "dsh-sandbox")
+    from dsh.sandbox.sandbox_home import cache_dir
+
+    return str(cache_dir())
 
 
 _HINT = "auto-order.json"

@@ -43,11 +43,18 @@ class HomeUnavailable(ConfigError):
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def homes_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """Where the per-workspace homes live: ``$XDG_CACHE_HOME`` (or ``~/.cache``)/dsh-sandbox/home."""
+def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """dsh-sandbox's cache: ``$XDG_CACHE_HOME`` (or ``~/.cache``)/dsh-sandbox.  A
+    relative ``XDG_CACHE_HOME`` is invalid by the XDG spec: it would name a
+    directory under whatever the caller's current one is."""
     cache = environ.get("XDG_CACHE_HOME", "")
     base = Path(cache) if cache and os.path.isabs(cache) else Path(os.path.expanduser("~")) / ".cache"
-    return base / "dsh-sandbox" / "home"
+    return base / "dsh-sandbox"
+
+
+def homes_dir(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the per-workspace homes live: ``cache_dir()/home``."""
+    return cache_dir(environ) / "home"
 
 
 def workspace_home(workspace: Path, environ: Mapping[str, str] = os.environ) -> Path:
