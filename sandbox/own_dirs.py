@@ -166,28 +166,62 @@ def remove_tree(parent_fd: int, name: str) -> None:
     """Remove ``name`` (a directory under ``parent_fd``) and what it holds,
     by fd: a link met on the way is unlinked, never followed.  Directories a
     command left without rights for their owner (mode 0) get them back
-    through their own fd first (root needs none)."""
-    try:
-        fd = _open_for_removal(parent_fd, name)
-    except FileNotFoundError:
+    through their own fd first (root needs none).  Depth-first with a stack,
+    not recursion: a command can make a tree deeper than Python's recursion
+    limit; one deeper than the open-file limit fails with an ``OSError``."""
+    top = _open_child(parent_fd, name)
+    if top is None:
         return
+    # Each frame: a directory's fd, its name in the frame below, and the
+    # subdirectories still to empty (its files are unlinked on entry).
+    stack: list[tuple[int, str, list[str]]] = []
+
+    def enter(fd: int, entry: str) -> None:
+        stack.append((fd, entry, []))  # on the stack first: closed even if the listing fails
+        stack[-1] = (fd, entry, _unlink_files(fd))
+
+    try:
+        enter(top, name)
+        while stack:
+            fd, current, pending = stack[-1]
+            if pending:
+                child = pending.pop()
+                sub = _open_child(fd, child)
+                if sub is not None:
+                    enter(sub, child)
+                continue
+            stack.pop()
+            os.close(fd)
+            os.rmdir(current, dir_fd=stack[-1][0] if stack else parent_fd)
+    finally:
+        for fd, _current, _pending in stack:
+            os.close(fd)
+
+
+def _open_child(parent_fd: int, name: str) -> int | None:
+    """The directory ``name`` opened for removal; ``None`` when it is gone or
+    was no directory (a planted link: then the entry alone is unlinked)."""
+    try:
+        return _open_for_removal(parent_fd, name)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
         if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
             raise
-        os.unlink(name, dir_fd=parent_fd)  # not a directory (a planted link): just the entry
-        return
-    try:
-        with os.scandir(fd) as entries:
-            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        for child, is_dir in names:
-            if is_dir:
-                remove_tree(fd, child)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    os.rmdir(name, dir_fd=parent_fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=parent_fd)
+        return None
+
+
+def _unlink_files(fd: int) -> list[str]:
+    """Unlink every entry of the directory ``fd`` but its subdirectories; those are returned."""
+    with os.scandir(fd) as entries:
+        found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+    for child, is_dir in found:
+        if not is_dir:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(child, dir_fd=fd)
+    return [child for child, is_dir in found if is_dir]
 
 
 def _open_for_removal(parent_fd: int, name: str) -> int:

@@ -150,6 +150,27 @@ def test_remove_tree_unlinks_links_and_never_follows_them(tmp_path: Path) -> Non
     assert not tree.exists() and (outside / "keep").read_text() == "x"
 
 
+def test_remove_tree_empties_a_tree_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    """A command can nest directories in its private /tmp far deeper than
+    Python's recursion limit; removing them must neither raise nor stop
+    halfway (a leftover session made every later run fail while pruning)."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.mkdir("tree", dir_fd=here)
+        for level in range(3000):  # by fd: the path would pass PATH_MAX
+            nested = os.open("tree" if level == 0 else "d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
+            os.close(here)
+            here = nested
+            os.mkdir("d", dir_fd=here)
+            os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=here))
+        os.close(here)
+        remove_tree(fd, "tree")
+    finally:
+        os.close(fd)
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_escalation_log_is_not_written_through_a_planted_link(
     planted: Planted, monkeypatch: pytest.MonkeyPatch
 ) -> None:
