@@ -7,14 +7,15 @@ so neither a stale environment nor a caller's ``env`` can set or override one.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import ClassVar
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import UsageError
+from dsh.sandbox.own_state import dsh_home
 
 FactValue = str | Callable[[], str | None]
 _NAME_RE = re.compile(r"DSH_[A-Z0-9_]+")
@@ -47,8 +48,8 @@ class ShellEnvRegistry(Service):
     def __init__(self, ctx: Context, config: object = None) -> None:
         super().__init__(ctx, config)
         self._lock = threading.Lock()
-        home = os.environ.get("DSH_HOME") or os.path.join(os.path.expanduser("~"), ".dsh")
-        self._builtin: dict[str, str] = {"DSH_HOME": home}
+        home = dsh_home()
+        self._builtin: dict[str, str] = {"DSH_HOME": str(home if home is not None else Path.home() / ".dsh")}
         self._facts: dict[str, tuple[object, FactValue]] = {}
 
     def register(self, name: str, value: FactValue) -> ShellEnvHandle:

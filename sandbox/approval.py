@@ -58,8 +58,10 @@ class ApprovalConfig:
 
 
 def default_log_file() -> Path:
-    home = os.environ.get("DSH_HOME") or str(Path.home() / ".dsh")
-    return Path(home) / "escalations.jsonl"
+    from dsh.sandbox.own_state import dsh_home
+
+    # The directory every run hides: the two must never disagree.
+    return (dsh_home() or Path.home() / ".dsh") / "escalations.jsonl"
 
 
 class Approval(Service):

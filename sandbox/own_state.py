@@ -40,12 +40,41 @@ INSTALL_FIX = (
 )
 
 
-def _cache_base(environ: Mapping[str, str]) -> Path | None:
+def user_home(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """``$HOME`` when absolute, else this uid's home in the password database
+    (where ``~`` leads without ``HOME``), when absolute.  Every path of
+    dsh-sandbox's state derives from this one answer: the state a run writes
+    and the state every other run hides must be the same directories."""
+    home = environ.get("HOME", "")
+    if os.path.isabs(home):
+        return Path(home)
+    import pwd
+
+    try:
+        entry = pwd.getpwuid(os.geteuid()).pw_dir
+    except KeyError:
+        return None
+    return Path(entry) if os.path.isabs(entry) else None
+
+
+def cache_base(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """``$XDG_CACHE_HOME`` when absolute (a relative one is invalid by the XDG
+    spec), else ``~/.cache``."""
     cache = environ.get("XDG_CACHE_HOME", "")
     if os.path.isabs(cache):
         return Path(cache)
-    home = environ.get("HOME", "")
-    return Path(home) / ".cache" if os.path.isabs(home) else None
+    home = user_home(environ)
+    return home / ".cache" if home is not None else None
+
+
+def dsh_home(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """Where the escalation log lives: ``$DSH_HOME`` (a relative one from the
+    current directory), else ``~/.dsh``."""
+    value = environ.get("DSH_HOME", "")
+    if value:
+        return Path(os.path.abspath(value))
+    home = user_home(environ)
+    return home / ".dsh" if home is not None else None
 
 
 def spill_candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, tuple[str, ...]]]:
@@ -56,7 +85,7 @@ def spill_candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, t
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(runtime):
         out.append((Path(runtime), ("dsh-sandbox", "spill")))
-    cache = _cache_base(environ)
+    cache = cache_base(environ)
     if cache is not None:
         out.append((cache, ("dsh-sandbox", "spill")))
     out.append((Path("/var/tmp"), (f"dsh-sandbox-{uid}",)))
@@ -67,14 +96,10 @@ def _real(path: Path | str) -> Path:
     return Path(os.path.realpath(path))
 
 
-def _dsh_home(environ: Mapping[str, str]) -> str:
-    return environ.get("DSH_HOME") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".dsh")
-
-
 def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
     """Where the sandbox HOMEs and the spill files of every session live."""
     out: list[tuple[Path, str]] = []
-    cache = _cache_base(environ)
+    cache = cache_base(environ)
     if cache is not None:
         out.append((_real(cache / "dsh-sandbox"), "every workspace's sandbox HOME and spill files"))
     runtime = environ.get("XDG_RUNTIME_DIR", "")
@@ -99,9 +124,9 @@ def run_state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = No
     spill files, private ``/tmp``, the escalation log): ``state_dirs`` without
     the user's configuration, which no run may write."""
     out = _run_dirs(environ, os.geteuid() if uid is None else uid)
-    dsh_home = _dsh_home(environ)
-    if os.path.isabs(dsh_home):
-        out.append((_real(dsh_home), "the escalation log"))
+    log_dir = dsh_home(environ)
+    if log_dir is not None:
+        out.append((_real(log_dir), "the escalation log"))
     return tuple(dict.fromkeys(out))
 
 
@@ -152,8 +177,9 @@ def hidden_state(keep: Iterable[Path], environ: Mapping[str, str] = os.environ) 
     the directories leading to them; and the escalation log."""
     # ``canonical``: a root swapped for a link meanwhile is a clean refusal, not realpath's OSError.
     kept = frozenset(str(canonical(p)) for p in keep)
-    dsh_home = _dsh_home(environ)
-    log = os.path.join(dsh_home, "escalations.jsonl") if os.path.isabs(dsh_home) else ""
+    _make_state_dirs(kept, environ)
+    log_dir = dsh_home(environ)
+    log = str(log_dir / "escalations.jsonl") if log_dir is not None else ""
     bases = tuple(str(base) for base, _holds in _run_dirs(environ, os.geteuid()))
     key = (kept, bases, log)
     cached = _LISTED.get(key)
@@ -171,6 +197,25 @@ def hidden_state(keep: Iterable[Path], environ: Mapping[str, str] = os.environ) 
         _LISTED.clear()
     _LISTED[key] = (stamps, result)
     return list(result)
+
+
+def _make_state_dirs(kept: frozenset[str], environ: Mapping[str, str]) -> None:
+    """Each missing directory of run state, made now (empty, 0700): a runner
+    can only mask a directory that exists when the command starts, and another
+    session may fill it during the run (its private /tmp, its spill files, the
+    escalation log).  Never inside or around what the run keeps (a root: that
+    is refused elsewhere); a directory that cannot be made stays unmasked."""
+    from dsh.sandbox.errors import DshError
+    from dsh.sandbox.own_dirs import open_own_dir
+
+    roots = [Path(k) for k in kept]
+    for top, holds in run_state_dirs(environ):
+        if os.path.lexists(top) or any(is_within(top, r) or is_within(r, top) for r in roots):
+            continue
+        try:
+            open_own_dir(top, f"the directory of {holds}", "it is not masked in this run").close()
+        except DshError:
+            continue
 
 
 _Stamp = tuple[int, int, int] | None

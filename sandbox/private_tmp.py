@@ -35,6 +35,7 @@ from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.own_dirs import open_own_dir, remove_tree
+from dsh.sandbox.own_state import cache_base
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import canonical
 
@@ -55,12 +56,9 @@ def candidates(environ: Mapping[str, str], uid: int) -> list[Path]:
     runtime = environ.get("XDG_RUNTIME_DIR", "")
     if os.path.isabs(runtime):
         out.append(Path(runtime) / "dsh-sandbox" / "tmp")
-    cache = environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(cache):
-        home = environ.get("HOME", "")
-        cache = os.path.join(home, ".cache") if os.path.isabs(home) else ""
-    if cache:
-        out.append(Path(cache) / "dsh-sandbox" / "tmp")
+    cache = cache_base(environ)
+    if cache is not None:
+        out.append(cache / "dsh-sandbox" / "tmp")
     out.append(Path("/var/tmp") / f"dsh-sandbox-tmp-{uid}")
     return out
 

@@ -114,10 +114,11 @@ def runner_entry_points() -> Mapping[str, EntryPoint]:
     return entry_points_of(RUNNER_GROUP)
 
 
-def _hint_dir() -> str:
-    from dsh.sandbox.sandbox_home import cache_dir
+def _hint_dir() -> str | None:
+    from dsh.sandbox.own_state import cache_base
 
-    return str(cache_dir())
+    base = cache_base()
+    return None if base is None else str(base / "dsh-sandbox")
 
 
 _HINT = "auto-order.json"
@@ -137,9 +138,12 @@ def read_priorities(points: Mapping[str, EntryPoint]) -> dict[str, int | None] |
     """
     import json
 
+    hint_dir = _hint_dir()
+    if hint_dir is None:
+        return None
     try:
         # Non-blocking and checked on the fd: a FIFO planted there must not hang every start.
-        fd = os.open(os.path.join(_hint_dir(), _HINT), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(os.path.join(hint_dir, _HINT), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(fd, encoding="utf-8") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
@@ -162,11 +166,14 @@ def write_priorities(points: Mapping[str, EntryPoint], priorities: Mapping[str, 
     from dsh.sandbox.own_dirs import open_own_dir
 
     data = json.dumps({"key": _fingerprint(points), "priorities": dict(priorities)}).encode()
+    hint_dir = _hint_dir()
+    if hint_dir is None:
+        return  # no home to keep it in: only costs the imports next time
     try:
         # Written as the caller (often root): the directory is reached without
         # following a link a sandboxed command could have planted, and the file
         # is made and renamed from its fd.
-        own = open_own_dir(Path(_hint_dir()), "runner order hint", "the hint is skipped")
+        own = open_own_dir(Path(hint_dir), "runner order hint", "the hint is skipped")
     except DshError:
         return  # only costs the imports next time
     tmp = f".auto-order-{os.getpid()}-{os.urandom(4).hex()}"

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.own_dirs import OwnDirUnavailable, open_own_dir
+from dsh.sandbox.own_state import cache_base
 from dsh.sandbox.pins import walk
 from dsh.sandbox.policy_paths import expand, is_within
 
@@ -44,11 +45,12 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """dsh-sandbox's cache: ``$XDG_CACHE_HOME`` (or ``~/.cache``)/dsh-sandbox.  A
-    relative ``XDG_CACHE_HOME`` is invalid by the XDG spec: it would name a
-    directory under whatever the caller's current one is."""
-    cache = environ.get("XDG_CACHE_HOME", "")
-    base = Path(cache) if cache and os.path.isabs(cache) else Path(os.path.expanduser("~")) / ".cache"
+    """dsh-sandbox's cache: ``own_state.cache_base()/dsh-sandbox``, the very
+    directory every run hides from the others."""
+    base = cache_base(environ)
+    if base is None:
+        raise HomeUnavailable("no sandbox HOME: neither XDG_CACHE_HOME nor HOME is an absolute path, and this "
+                              "user has no home directory; set HOME (or XDG_CACHE_HOME) to a directory you own")
     return base / "dsh-sandbox"
 
 

@@ -57,3 +57,50 @@ def test_the_installation_inside_a_root_is_refused() -> None:
     with pytest.raises(ConfigError, match="around it"):
         refuse_install_in_roots([("--writable X", site / "some-package")])
     refuse_install_in_roots([("--writable X", Path("/var/tmp/not-the-installation"))])
+
+
+def _inside_run_state(path: Path, environ: dict[str, str]) -> bool:
+    from dsh.sandbox.own_state import run_state_dirs
+
+    return any(path == top or top in path.parents for top, _holds in run_state_dirs(environ))
+
+
+@pytest.mark.parametrize("home", ["rel", None])
+def test_the_homes_are_made_where_every_run_hides_them_whatever_home_says(
+    home: str | None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative or missing HOME: ``~`` used to lead the HOMEs one way (the
+    current directory, the password database) while the state every run hides
+    was looked for another way (nowhere), so other workspaces' HOMEs showed."""
+    import pwd
+
+    from dsh.sandbox.sandbox_home import homes_dir
+
+    monkeypatch.chdir(tmp_path)
+    environ = {"PATH": "/usr/bin:/bin", **({"HOME": home} if home is not None else {})}
+    homes = homes_dir(environ)
+    assert homes.is_absolute() and not str(homes).startswith(str(tmp_path)), homes
+    assert homes == Path(pwd.getpwuid(os.geteuid()).pw_dir) / ".cache" / "dsh-sandbox" / "home"
+    assert _inside_run_state(homes, environ)
+
+
+def test_a_relative_dsh_home_is_the_log_directory_every_run_hides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dsh.sandbox.approval import default_log_file
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DSH_HOME", "reldsh")
+    log = default_log_file()
+    assert log == tmp_path / "reldsh" / "escalations.jsonl"
+    assert _inside_run_state(log, dict(os.environ))
+
+
+def test_missing_state_directories_are_made_before_a_run_so_they_can_be_masked(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(runtime)}
+    hidden_state([], environ)
+    made = runtime / "dsh-sandbox"
+    assert made.is_dir() and (made.stat().st_mode & 0o777) == 0o700 and not any(made.iterdir())
+    assert (tmp_path / "home" / ".dsh").is_dir() and (tmp_path / "home" / ".cache" / "dsh-sandbox").is_dir()

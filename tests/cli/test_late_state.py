@@ -1,0 +1,67 @@
+"""State another session makes while a run is going on stays out of that run's
+reach, even when its directory did not exist when the run started.
+
+A runner can mask only a directory that exists when the command starts.  A
+read-only run makes no private /tmp and spills nothing, so on a fresh login
+(an empty ``$XDG_RUNTIME_DIR``) the first long job, shell or MCP server used to
+see every later session's private /tmp and spill files.  The host now makes
+each missing state directory before the command starts.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+
+import pytest
+
+from tests.cli.test_own_state import Caller, caller
+from tests.runners.test_trusted_files import NOBODY, cli, docker_group
+from tests.support.require import require_runner
+from tests.support.wait import PATIENCE_S, wait_until
+
+__all__ = ["caller"]
+
+
+def _start(who: Caller, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    kwargs: dict[str, object] = {}
+    if who.user == "nobody":
+        kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": docker_group()}
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        [*cli(who.user), *args], cwd=who.ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        encoding="utf-8", errors="replace", **kwargs)
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_a_private_tmp_made_during_a_run_in_a_missing_state_directory_stays_hidden(
+    caller: Caller, runner: str
+) -> None:
+    require_runner(runner)
+    runtime = caller.base / "run"  # a fresh login's runtime directory: no dsh-sandbox/ in it yet
+    runtime.mkdir(mode=0o700)
+    go = caller.base / "go"
+    caller.own(runtime)
+    env = caller.env(XDG_RUNTIME_DIR=str(runtime))
+    flags = ("--profile", caller.profile()) if runner == "landlock" else ()
+    secret = f"dsh-late-tmp-{secrets.token_hex(8)}"
+    reader = _start(caller, env, "run", "--runner", runner, *flags, "--mode", "read-only", "-c",
+                    f"echo ready; while [ ! -e {go} ]; do sleep 0.05; done; "
+                    f"cat {runtime}/dsh-sandbox/tmp/*/late 2>&1; echo reader-done")
+    writer = None
+    try:
+        assert reader.stdout is not None
+        assert reader.stdout.readline() == "ready\n"  # its sandbox is up, and waits on go
+        writer = _start(caller, env, "run", "--runner", runner, *flags, "-c",
+                        f"echo {secret} > \"${{TMPDIR:-/tmp}}/late\"; sleep {PATIENCE_S}")
+        wait_until(lambda: any((runtime / "dsh-sandbox" / "tmp").glob("*/late")))
+        go.touch()
+        rest, err = reader.communicate(timeout=PATIENCE_S)
+        out = "ready\n" + rest
+    finally:
+        go.touch()
+        for proc in (reader, writer):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert "reader-done" in out, out + err
+    assert secret not in out + err, out + err
