@@ -21,6 +21,7 @@ import os
 import platform
 import re
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,6 +37,7 @@ from dsh.runners.docker.spec import (
     container_env,
     limits_hint,
 )
+from dsh.runners.docker.strays import take_back_from
 from dsh.runners.docker.verify import (
     check_container,
     check_sources,
@@ -381,6 +383,7 @@ class DockerRunner(Runner):
             self._discard(warm)
             raise SandboxUnavailable(f"cannot start the keeper that removes container {name} if this "
                                      f"process dies: {exc}; nothing ran", runner=self.name) from None
+        started = time.time()
         try:
             container.start()
         except DockerException as exc:
@@ -388,6 +391,7 @@ class DockerRunner(Runner):
             raise SandboxUnavailable(f"cannot start container {name} from {spec.image}"
                                      f"{limits_hint(spec, exc)}: {exc}", runner=self.name) from None
         if expected:
+            pid = 0
             try:
                 pid = client.api.inspect_container(container.id)["State"]["Pid"]
                 check_container(pid, expected, functools.partial(stat_in, container),
@@ -395,6 +399,16 @@ class DockerRunner(Runner):
             except DockerException as exc:
                 self._discard(warm)
                 raise SandboxUnavailable(f"cannot check the binds of container {name}: {exc}",
+                                         runner=self.name) from None
+            except SandboxUnavailable as exc:
+                # A swapped bind: runc made its nested mount points in the
+                # directory it bound instead, outside every root.
+                left = take_back_from(container, pid, spec, expected, started)
+                self._discard(warm)
+                if not left:
+                    raise
+                raise SandboxUnavailable(f"{exc.reason}; the daemon made mount points in the directory it "
+                                         f"bound instead that could not be removed: {', '.join(left)}",
                                          runner=self.name) from None
             except BaseException:
                 self._discard(warm)

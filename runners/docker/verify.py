@@ -106,11 +106,16 @@ def _check_mount_points(pid: int, expected: Mapping[str, Identity],
 
 
 def mount_points(mountinfo: str) -> set[str]:
-    return {_unescape(line.split()[4]) for line in mountinfo.splitlines() if len(line.split()) > 4}
+    return {unescape_field(line.split()[4]) for line in mountinfo.splitlines() if len(line.split()) > 4}
 
 
 def mounts_in(container: Any) -> set[str]:
-    """The mount points the container's processes see (an exec of ``cat``)."""
+    """The mount points the container's processes see."""
+    return mount_points(mountinfo_in(container))
+
+
+def mountinfo_in(container: Any) -> str:
+    """The container's mount table, as its processes see it (an exec of ``cat``)."""
     from docker.errors import DockerException  # type: ignore[import-untyped]
 
     try:
@@ -119,10 +124,10 @@ def mounts_in(container: Any) -> set[str]:
         raise SandboxUnavailable(f"cannot read the container's mounts: {exc}", runner="docker") from None
     if code != 0:
         raise SandboxUnavailable("cannot read the container's mounts (cat failed)", runner="docker")
-    return mount_points((out or b"").decode("utf-8", "surrogateescape"))
+    return (out or b"").decode("utf-8", "surrogateescape")
 
 
-def _unescape(field: str) -> str:
+def unescape_field(field: str) -> str:
     """A mountinfo path field (octal escapes for space, tab, newline, backslash)."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 

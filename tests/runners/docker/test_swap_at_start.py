@@ -1,0 +1,56 @@
+"""A workspace swapped for a symlink while the container starts leaves
+nothing in the directory the daemon bound instead.
+
+runc makes the mount point of every nested mount (a protected ``.git``, the
+placeholder of a missing ``.dsh``, a hidden path's mask) inside the directory
+it bound above it.  If a concurrent run exchanged the workspace's name with a
+link to a directory outside every root after the daemon's last look, runc
+binds that directory and makes those mount points in it: the runner refuses
+the container, and must also take back what the daemon made there.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from dsh.sandbox.errors import SandboxUnavailable
+
+from tests.runners.docker.helpers import docker_runner, policy, run
+
+
+def test_a_swap_before_the_start_leaves_nothing_outside(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    for top in (workspace, outside):
+        # The daemon checks at start that each bind source exists: the swapped-in
+        # directory has them (a racing command can arrange that, or win the
+        # narrower race after the daemon's check).
+        (top / ".git").mkdir(parents=True)
+        (top / ".dsh").mkdir()
+    (outside / "keep").mkdir()  # an empty directory that was there before stays
+    (workspace / "secret").mkdir()
+    (workspace / "token").write_text("t")
+    before = sorted(os.listdir(outside))
+    aside = tmp_path / "ws.real"
+    swapped: list[bool] = []
+    pol = policy(workspace, hidden_paths=(workspace / "secret", workspace / "token"))
+    with docker_runner() as runner, pytest.MonkeyPatch.context() as patch:
+        real_add = runner._keeper.add
+
+        def add_then_swap(container_id: str) -> None:
+            # Between the daemon's create and its start, where runc binds by name.
+            real_add(container_id)
+            if not swapped:
+                workspace.rename(aside)
+                workspace.symlink_to(outside)
+                swapped.append(True)
+
+        patch.setattr(runner._keeper, "add", add_then_swap)
+        with pytest.raises(SandboxUnavailable, match="changed while the container was being made"):
+            run(runner, ["true"], pol)
+        assert swapped
+        assert sorted(os.listdir(outside)) == before, "the daemon's mount points stayed outside"
+    workspace.unlink()
+    aside.rename(workspace)
