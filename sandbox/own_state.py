@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -40,6 +41,10 @@ INSTALL_FIX = (
 )
 
 
+#: Where the login manager makes each uid's ``XDG_RUNTIME_DIR``.
+LOGIN_RUNTIME = "/run/user"
+
+
 def user_home(environ: Mapping[str, str] = os.environ) -> Path | None:
     """``$HOME`` when absolute, else this uid's home in the password database
     (where ``~`` leads without ``HOME``), when absolute.  Every path of
@@ -48,6 +53,10 @@ def user_home(environ: Mapping[str, str] = os.environ) -> Path | None:
     home = environ.get("HOME", "")
     if os.path.isabs(home):
         return Path(home)
+    return _password_home()
+
+
+def _password_home() -> Path | None:
     import pwd
 
     try:
@@ -55,6 +64,23 @@ def user_home(environ: Mapping[str, str] = os.environ) -> Path | None:
     except KeyError:
         return None
     return Path(entry) if os.path.isabs(entry) else None
+
+
+def runtime_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """``$XDG_RUNTIME_DIR`` when it is what the XDG spec promises: an absolute
+    path to a directory (not a link) this uid owns and no one else may enter
+    (mode 0700).  Anything else (``/``, ``/dev``, a shared directory) is
+    ignored as an unset one is: dsh-sandbox never makes its state there."""
+    value = environ.get("XDG_RUNTIME_DIR", "")
+    return Path(value) if os.path.isabs(value) and _private_dir(value) else None
+
+
+def _private_dir(path: str) -> bool:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid() and not info.st_mode & 0o077
 
 
 def cache_base(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -82,9 +108,9 @@ def spill_candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, t
     path is walked without following a link a command could have planted
     (``own_dirs``); ``parts`` are ours, made 0700 when missing."""
     out: list[tuple[Path, tuple[str, ...]]] = []
-    runtime = environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(runtime):
-        out.append((Path(runtime), ("dsh-sandbox", "spill")))
+    runtime = runtime_dir(environ)
+    if runtime is not None:
+        out.append((runtime, ("dsh-sandbox", "spill")))
     cache = cache_base(environ)
     if cache is not None:
         out.append((cache, ("dsh-sandbox", "spill")))
@@ -97,17 +123,28 @@ def _real(path: Path | str) -> Path:
 
 
 def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
-    """Where the sandbox HOMEs and the spill files of every session live."""
+    """Where the sandbox HOMEs, the spill files and the private ``/tmp`` of
+    every session of this uid may live: not only where this environment puts
+    them, but wherever a session started with another one (a cron job without
+    ``XDG_RUNTIME_DIR``, a shell with another ``HOME``) would, so that each run
+    hides them all."""
     out: list[tuple[Path, str]] = []
-    cache = cache_base(environ)
-    if cache is not None:
-        out.append((_real(cache / "dsh-sandbox"), "every workspace's sandbox HOME and spill files"))
-    runtime = environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(runtime):
-        out.append((_real(Path(runtime) / "dsh-sandbox"), "spill files"))
+    home = user_home(environ)
+    caches = [cache_base(environ), home / ".cache" if home is not None else None, _password_cache()]
+    for cache in dict.fromkeys(c for c in caches if c is not None):
+        out.append((_real(cache / "dsh-sandbox"), "every workspace's sandbox HOME, spill files and private /tmp"))
+    login = f"{LOGIN_RUNTIME}/{uid}"
+    runtimes = [runtime_dir(environ), Path(login) if _private_dir(login) else None]
+    for runtime in dict.fromkeys(r for r in runtimes if r is not None):
+        out.append((_real(runtime / "dsh-sandbox"), "spill files and every session's private /tmp"))
     out.append((_real(f"/var/tmp/dsh-sandbox-{uid}"), "spill files"))
     out.append((_real(f"/var/tmp/dsh-sandbox-tmp-{uid}"), "every session's private /tmp"))
     return out
+
+
+def _password_cache() -> Path | None:
+    home = _password_home()
+    return home / ".cache" if home is not None else None
 
 
 def state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = None) -> tuple[tuple[Path, str], ...]:

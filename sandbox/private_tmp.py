@@ -35,7 +35,7 @@ from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.own_dirs import open_own_dir, remove_tree
-from dsh.sandbox.own_state import cache_base
+from dsh.sandbox.own_state import cache_base, runtime_dir
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import canonical
 
@@ -53,9 +53,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 def candidates(environ: Mapping[str, str], uid: int) -> list[Path]:
     """Where the session directories may live, best first."""
     out: list[Path] = []
-    runtime = environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(runtime):
-        out.append(Path(runtime) / "dsh-sandbox" / "tmp")
+    runtime = runtime_dir(environ)
+    if runtime is not None:
+        out.append(runtime / "dsh-sandbox" / "tmp")
     cache = cache_base(environ)
     if cache is not None:
         out.append(cache / "dsh-sandbox" / "tmp")

@@ -50,6 +50,7 @@ from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
+from dsh.sandbox.own_state import runtime_dir
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
     Baseline,
@@ -244,7 +245,7 @@ class GvisorRunner(Runner):
         with self._lock:
             if self._state is None:
                 base = Path("/run/dsh-gvisor") if self.identity.root else \
-                    Path(os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir())
+                    (runtime_dir() or Path(tempfile.gettempdir()))
                 base.mkdir(mode=0o700, parents=True, exist_ok=True)
                 state = Path(tempfile.mkdtemp(prefix="dsh-gvisor-", dir=base))
                 self._state = state

@@ -65,3 +65,30 @@ def test_a_private_tmp_made_during_a_run_in_a_missing_state_directory_stays_hidd
                 proc.communicate()
     assert "reader-done" in out, out + err
     assert secret not in out + err, out + err
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_a_private_tmp_where_another_environment_puts_it_stays_hidden(caller: Caller, runner: str) -> None:
+    """A session started with another environment (here: without
+    ``XDG_CACHE_HOME``, as a cron job or an agent harness may be) keeps its
+    private /tmp where that environment says; a run with ``XDG_CACHE_HOME`` set
+    hides it all the same."""
+    require_runner(runner)
+    cache = caller.base / "cache"
+    cache.mkdir(mode=0o700)
+    caller.own(cache)
+    flags = ("--profile", caller.profile()) if runner == "landlock" else ()
+    secret = f"dsh-other-env-{secrets.token_hex(8)}"
+    default_tmp = caller.home / ".cache" / "dsh-sandbox" / "tmp"
+    writer = _start(caller, caller.env(), "run", "--runner", runner, *flags, "-c",
+                    f"echo {secret} > \"${{TMPDIR:-/tmp}}/late\"; sleep {PATIENCE_S}")
+    try:
+        wait_until(lambda: any(default_tmp.glob("*/late")))
+        reader = caller.run("run", "--runner", runner, *flags, "--mode", "read-only", "-c",
+                            f"cat {default_tmp}/*/late 2>&1; echo reader-done",
+                            env=caller.env(XDG_CACHE_HOME=str(cache)))
+    finally:
+        writer.kill()
+        writer.communicate()
+    assert "reader-done" in reader.stdout, reader.stdout + reader.stderr
+    assert secret not in reader.stdout + reader.stderr, reader.stdout + reader.stderr

@@ -141,7 +141,11 @@ def test_dsh_sandbox_state_is_never_a_writable_root(caller: Caller, where: str) 
     if where.startswith("run"):
         root = caller.base / where  # $XDG_RUNTIME_DIR's spill directory
     root.mkdir(parents=True, exist_ok=True)
-    caller.own(caller.home, caller.base / "run") if (caller.base / "run").exists() else caller.own(caller.home)
+    if (caller.base / "run").exists():
+        (caller.base / "run").chmod(0o700)  # a runtime directory as the XDG spec has it
+        caller.own(caller.home, caller.base / "run")
+    else:
+        caller.own(caller.home)
     env = caller.env(XDG_RUNTIME_DIR=str(caller.base / "run"))
     for force in ((), ("--force-writable", str(root))):
         done = caller.run("run", "--runner", "bwrap", "--writable", str(root), *force, "--", "touch", "ran",

@@ -34,7 +34,7 @@ def _env(base: Path, **extra: str) -> dict[str, str]:
 
 def test_the_first_candidate_outside_the_roots_is_used(place: Path) -> None:
     runtime = place / "run"
-    runtime.mkdir()
+    runtime.mkdir(mode=0o700)  # what the XDG spec promises: else it is ignored
     env = _env(place, XDG_RUNTIME_DIR=str(runtime))
     spill = SpillDir([place / "ws"], env)  # a root beside it: the runtime dir fits
     try:
@@ -57,6 +57,7 @@ def test_the_first_candidate_outside_the_roots_is_used(place: Path) -> None:
 
 def test_a_planted_link_is_not_followed(place: Path) -> None:
     runtime, elsewhere = place / "run", place / "elsewhere"
+    runtime.mkdir(mode=0o700)
     (runtime / "dsh-sandbox").mkdir(parents=True)
     elsewhere.mkdir()
     (runtime / "dsh-sandbox" / "spill").symlink_to(elsewhere)
@@ -85,6 +86,7 @@ def test_no_candidate_outside_the_roots_fails_closed(place: Path) -> None:
 
 def test_old_sessions_are_expired_by_fd(place: Path) -> None:
     runtime, victim = place / "run", place / "victim"
+    runtime.mkdir(mode=0o700)
     victim.mkdir()
     (victim / "keep").write_text("x")
     base = runtime / "dsh-sandbox" / "spill"
@@ -120,6 +122,7 @@ def test_the_oldest_sessions_go_beyond_the_size_cap(place: Path, monkeypatch: py
 
     monkeypatch.setattr(spill_module, "MAX_TOTAL_BYTES", 250)
     runtime, victim = place / "run", place / "victim"
+    runtime.mkdir(mode=0o700)
     victim.mkdir()
     (victim / "big").write_bytes(b"v" * 10_000)  # behind a link: never counted or removed
     base = runtime / "dsh-sandbox" / "spill"

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.own_state import hidden_state, install_paths, refuse_install_in_roots, state_refusal
+from dsh.sandbox.own_state import (
+    hidden_state,
+    install_paths,
+    refuse_install_in_roots,
+    run_state_dirs,
+    state_refusal,
+)
 
 
 def _env(trusted_dir: Path) -> dict[str, str]:
@@ -104,3 +110,36 @@ def test_missing_state_directories_are_made_before_a_run_so_they_can_be_masked(t
     made = runtime / "dsh-sandbox"
     assert made.is_dir() and (made.stat().st_mode & 0o777) == 0o700 and not any(made.iterdir())
     assert (tmp_path / "home" / ".dsh").is_dir() and (tmp_path / "home" / ".cache" / "dsh-sandbox").is_dir()
+
+
+def test_xdg_runtime_dir_counts_only_when_private_to_this_uid(tmp_path: Path) -> None:
+    from dsh.sandbox.own_state import runtime_dir
+
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    assert runtime_dir({"XDG_RUNTIME_DIR": str(private)}) == private
+    for value in ("/", "/dev", str(shared), str(link), "relative", "", str(tmp_path / "missing")):
+        assert runtime_dir({"XDG_RUNTIME_DIR": value}) is None, value
+
+
+def test_every_place_a_session_of_this_uid_could_use_is_state(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listed whatever this environment says: a session started without
+    ``XDG_RUNTIME_DIR`` or ``XDG_CACHE_HOME`` (cron, an agent harness) puts its
+    private /tmp where the defaults lead, and one started with them elsewhere."""
+    import dsh.sandbox.own_state as own_state
+
+    login = tmp_path / "run-user"
+    (login / str(os.geteuid())).mkdir(parents=True, mode=0o700)
+    (login / str(os.geteuid())).chmod(0o700)
+    monkeypatch.setattr(own_state, "LOGIN_RUNTIME", str(login))
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    bare = {"HOME": str(home)}
+    listed = {p for p, _holds in run_state_dirs(bare)}
+    assert login / str(os.geteuid()) / "dsh-sandbox" in listed  # no XDG_RUNTIME_DIR here
+    with_cache = {p for p, _holds in run_state_dirs({**bare, "XDG_CACHE_HOME": str(cache)})}
+    assert {cache / "dsh-sandbox", home / ".cache" / "dsh-sandbox"} <= with_cache

@@ -58,8 +58,9 @@ def test_a_spill_directory_empty_at_the_start_stays_hidden_when_a_session_fills_
     runner: GvisorRunner, ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
     spills = runtime / "dsh-sandbox"
-    spills.mkdir(parents=True, mode=0o700)
+    spills.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     pol = policy(ws)
     assert ("mask-dir", str(spills)) in [(e.kind, e.path) for e in plan_mounts(pol, gather_facts(pol, 0)).entries]
