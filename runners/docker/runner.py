@@ -41,7 +41,7 @@ from dsh.runners.docker.strays import take_back_from
 from dsh.runners.docker.verify import (
     check_container,
     check_sources,
-    make_placeholder,
+    hold_placeholders,
     mounts_in,
     pinned_binds,
     stat_in,
@@ -320,40 +320,16 @@ class DockerRunner(Runner):
                 pass  # a leftover stays for the next run or runners --prune; this run is unaffected
         # Held (shared) until the container exists: another session's cleanup
         # leaves a placeholder alone while a session is about to bind it.
-        held = self._hold_placeholders(spec, pins)
+        held = hold_placeholders(spec, pins, self._made_placeholder)
         try:
             return self._create_holding(client, image_id, spec, expected)
         finally:
             for fd in held:
                 os.close(fd)
 
-    def _hold_placeholders(self, spec: ContainerSpec, pins: PinnedPaths | None) -> list[int]:
-        held: list[int] = []
-        try:
-            for path in spec.placeholders:
-                for _attempt in range(5):
-                    try:
-                        make_placeholder(path, pins)
-                        with self._lock:
-                            self._placeholders.add(path)
-                    except FileExistsError:
-                        pass  # made meanwhile (another session): it is bound read-only all the same
-                    except OSError as exc:
-                        raise SandboxUnavailable(f"cannot create the read-only placeholder {path} "
-                                                 f"for a missing protected path: {exc}",
-                                                 runner=self.name) from None
-                    fd = dc.hold_placeholder(path)
-                    if fd is not None:
-                        held.append(fd)
-                        break
-                else:
-                    raise SandboxUnavailable(f"the read-only placeholder {path} kept disappearing (another "
-                                             "session's cleanup?); nothing ran, retry", runner=self.name)
-        except BaseException:
-            for fd in held:
-                os.close(fd)
-            raise
-        return held
+    def _made_placeholder(self, path: str) -> None:
+        with self._lock:
+            self._placeholders.add(path)
 
     def _create_holding(self, client: Any, image_id: str, spec: ContainerSpec,
                         expected: dict[str, tuple[int, int]]) -> Warm:
@@ -403,13 +379,9 @@ class DockerRunner(Runner):
             except SandboxUnavailable as exc:
                 # A swapped bind: runc made its nested mount points in the
                 # directory it bound instead, outside every root.
-                left = take_back_from(container, pid, spec, expected, started)
+                refusal = take_back_from(exc, container, pid, spec, expected, started)
                 self._discard(warm)
-                if not left:
-                    raise
-                raise SandboxUnavailable(f"{exc.reason}; the daemon made mount points in the directory it "
-                                         f"bound instead that could not be removed: {', '.join(left)}",
-                                         runner=self.name) from None
+                raise refusal from None
             except BaseException:
                 self._discard(warm)
                 raise

@@ -55,11 +55,21 @@ def mount_entries(mountinfo: str) -> list[MountEntry]:
     return entries
 
 
-def take_back_from(container: Any, pid: int, spec: ContainerSpec, expected: Mapping[str, Identity],
-                   since: float) -> list[str]:
-    """``take_back`` for a running container (its init is ``pid`` here): its
-    mount table and inodes read through ``/proc/<pid>``, or by an exec inside
-    where that is out of reach (another user's container)."""
+def take_back_from(refusal: SandboxUnavailable, container: Any, pid: int, spec: ContainerSpec,
+                   expected: Mapping[str, Identity], since: float) -> SandboxUnavailable:
+    """``take_back`` for a running container (its init is ``pid`` here) that
+    was refused: its mount table and inodes read through ``/proc/<pid>``, or by
+    an exec inside where that is out of reach (another user's container).
+    Returns the refusal to raise, naming what stays."""
+    left = _take_back_from(container, pid, spec, expected, since)
+    if not left:
+        return refusal
+    return SandboxUnavailable(f"{refusal.reason}; the daemon made mount points in the directory it bound "
+                              f"instead that could not be removed: {', '.join(left)}", runner=refusal.runner)
+
+
+def _take_back_from(container: Any, pid: int, spec: ContainerSpec, expected: Mapping[str, Identity],
+                    since: float) -> list[str]:
 
     def identity(target: str) -> Identity | None:
         try:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from dsh.runners.docker import client as dc
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.pins import PinnedPaths, open_beneath
@@ -145,6 +146,37 @@ def stat_in(container: Any, targets: list[str]) -> dict[str, Identity]:
         raise _changed(targets[0], "its bind cannot be checked in the container (stat failed)")
     numbers = [int(x) for x in lines]
     return {t: (numbers[2 * i], numbers[2 * i + 1]) for i, t in enumerate(targets)}
+
+
+def hold_placeholders(spec: ContainerSpec, pins: PinnedPaths | None, made: Callable[[str], None]) -> list[int]:
+    """Make each missing protected path's placeholder and take a shared lock
+    on it (fds to close once the container exists): another session's cleanup
+    leaves a placeholder alone while a session is about to bind it.  ``made``
+    is told of each placeholder this call made or found."""
+    held: list[int] = []
+    try:
+        for path in spec.placeholders:
+            for _attempt in range(5):
+                try:
+                    make_placeholder(path, pins)
+                    made(path)
+                except FileExistsError:
+                    pass  # made meanwhile (another session): it is bound read-only all the same
+                except OSError as exc:
+                    raise SandboxUnavailable(f"cannot create the read-only placeholder {path} "
+                                             f"for a missing protected path: {exc}", runner="docker") from None
+                fd = dc.hold_placeholder(path)
+                if fd is not None:
+                    held.append(fd)
+                    break
+            else:
+                raise SandboxUnavailable(f"the read-only placeholder {path} kept disappearing (another "
+                                         "session's cleanup?); nothing ran, retry", runner="docker")
+    except BaseException:
+        for fd in held:
+            os.close(fd)
+        raise
+    return held
 
 
 def make_placeholder(path: str, pins: PinnedPaths | None) -> None:
