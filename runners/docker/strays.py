@@ -121,11 +121,14 @@ def take_back(spec: ContainerSpec, expected: Mapping[str, Identity], since: floa
         if fd is None:
             left.append(f"{target} (swapped: the directory bound instead could not be found)")
             continue
+        made: list[str] = []
         try:
             for mount in nested:
-                left += _take_back_one(fd, mount, Path(mount.target).relative_to(target).parts, since)
+                made += _take_back_one(fd, mount, Path(mount.target).relative_to(target).parts, since)
         finally:
             os.close(fd)
+        # A directory kept for a sibling's mount point may have gone with that sibling's turn.
+        left += [path for path in dict.fromkeys(made) if os.path.lexists(path)]
     return left
 
 

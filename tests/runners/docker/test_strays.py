@@ -83,3 +83,19 @@ def test_a_bound_directory_that_cannot_be_found_is_named(tmp_path: Path) -> None
         str(tmp_path), str(gone), 1), container_identity=lambda target: (want[0], want[1] + 1),
         host_mounts=_host_mounts())
     assert len(left) == 1 and str(ws) in left[0] and "could not be found" in left[0]
+
+
+def test_a_directory_two_mount_points_share_goes_once_both_are_gone(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    since = time.time()
+    (outside / "a" / "b").mkdir(parents=True)
+    (outside / "a" / "c").mkdir()
+    spec = _spec(str(ws), MountSpec(str(ws / "a" / "b"), "tmpfs", True), MountSpec(str(ws / "a" / "c"), "tmpfs", True))
+    want = (os.stat(ws).st_dev, os.stat(ws).st_ino)
+    seen = (os.stat(outside).st_dev, os.stat(outside).st_ino)
+    left = take_back(spec, {str(ws): want}, since, container_mounts=_bound_line(outside, str(ws)),
+                     container_identity=lambda target: seen, host_mounts=_host_mounts())
+    assert left == [] and os.listdir(outside) == []
