@@ -24,6 +24,7 @@ from dsh.runners.landlock import abi
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.pins import PinnedPaths, open_beneath
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import is_within
 from dsh.sandbox.runner import Gap
 
 ProtectedStrategy = Literal["parent", "siblings"]
@@ -71,32 +72,47 @@ class RulePlan:
         return tuple(lines)
 
 
-def _beneath(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
 def split_tree(root: Path, excluded: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     """Cover ``root`` minus ``excluded``: (paths to grant, ancestors of exclusions).
 
     Every real path beneath ``root`` is either beneath a granted path, an
     ancestor (gets only what is safe), or excluded.  Symlinks get no rule: what
     they point to is covered (or excluded) in its own place.
+
+    Linear in the exclusions: a run hides every other workspace's sandbox HOME,
+    hundreds of siblings in one directory for a long-time user.
     """
-    if any(_beneath(root, ex) for ex in excluded):
+    top = str(root)
+    names = [str(ex) for ex in excluded]
+    if any(top == ex or top.startswith(ex.rstrip("/") + "/") for ex in names):
         return [], []
-    inside = [ex for ex in excluded if root in ex.parents]
+    prefix = top.rstrip("/") + "/"
+    return _split(top, [ex for ex in names if ex.startswith(prefix)])
+
+
+def _split(root: str, inside: list[str]) -> tuple[list[Path], list[Path]]:
+    """``split_tree`` of ``root`` with ``inside`` all strictly beneath it."""
     if not inside:
-        return [root], []
+        return [Path(root)], []
+    prefix = root.rstrip("/") + "/"
+    excluded_here: set[str] = set()
+    deeper: dict[str, list[str]] = {}
+    for ex in inside:
+        name, _, rest = ex[len(prefix):].partition("/")
+        if rest:
+            deeper.setdefault(name, []).append(ex)
+        else:
+            excluded_here.add(name)
     granted: list[Path] = []
-    ancestors: list[Path] = [root]
+    ancestors: list[Path] = [Path(root)]
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except OSError:
         return granted, ancestors  # unlistable: grant nothing beneath (fail safe)
     for entry in entries:
-        if entry.is_symlink():
+        if entry.is_symlink() or entry.name in excluded_here:
             continue
-        sub_granted, sub_ancestors = split_tree(Path(entry.path), inside)
+        sub_granted, sub_ancestors = _split(entry.path, deeper.get(entry.name, []))
         granted += sub_granted
         ancestors += sub_ancestors
     return granted, ancestors
@@ -135,14 +151,15 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
     # So a hidden path inside one of them cannot be excluded: report it instead.
     open_roots = sorted({r for r in (policy.workspace, *policy.writable_roots) if r.is_dir()})
     hidden_all = sorted(set(policy.hidden_paths))
-    hidden_open = [h for h in hidden_all if any(_beneath(h, r) for r in open_roots)]
-    hidden = [h for h in hidden_all if h not in hidden_open]
+    hidden_open = [h for h in hidden_all if any(is_within(h, r) for r in open_roots)]
+    open_hidden = set(hidden_open)
+    hidden = [h for h in hidden_all if h not in open_hidden]
     read_grants, read_ancestors = split_tree(Path("/"), [*hidden, _DEV])
     rules.grant(read_grants, abi.FS_READ | abi.FS_EXECUTE)
     rules.grant([*read_ancestors, _DEV], abi.FS_READ_DIR)
-    rules.grant([r for r in open_roots if not any(_beneath(h, r) for h in hidden)], abi.FS_READ | abi.FS_EXECUTE)
+    rules.grant([r for r in open_roots if not any(is_within(h, r) for h in hidden)], abi.FS_READ | abi.FS_EXECUTE)
     for path in hidden_open:
-        root = next(r for r in open_roots if _beneath(path, r))
+        root = next(r for r in open_roots if is_within(path, r))
         gaps.append(
             Gap(
                 DEGRADE_HIDDEN_IN_ROOT,
@@ -151,7 +168,8 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
             )
         )
     # dsh-sandbox's own state is hidden the same way; its names tell nothing (``state_paths``).
-    named = [h for h in hidden if h not in policy.state_paths]
+    state = set(policy.state_paths)
+    named = [h for h in hidden if h not in state]
     if named:
         gaps.append(
             Gap(
@@ -235,7 +253,7 @@ def _plan_writes(
             notes.append(f"writable root {root} does not exist (or is not a directory): not granted")
     keep_read_only = sorted(set(policy.protected_paths) | set(policy.read_only_paths))
     for root in roots:
-        inside = [path for path in keep_read_only if _beneath(path, root)]
+        inside = [path for path in keep_read_only if is_within(path, root)]
         if not inside:
             rules.grant([root], abi.FS_WRITE)
             continue
@@ -282,7 +300,7 @@ def _open_rule_path(path: Path, pins: PinnedPaths | None) -> int | None:
     if pins is not None:
         if pins.get(path) is not None:
             return pins.dup(path)
-        if any(p.is_dir and _beneath(path, p.path) for p in pins):
+        if any(p.is_dir and is_within(path, p.path) for p in pins):
             return open_beneath(pins, path)
     try:
         path_fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
