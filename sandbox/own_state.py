@@ -124,21 +124,29 @@ def _real(path: Path | str) -> Path:
 
 def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
     """Where the sandbox HOMEs, the spill files and the private ``/tmp`` of
-    every session of this uid may live: not only where this environment puts
-    them, but wherever a session started with another one (a cron job without
-    ``XDG_RUNTIME_DIR``, a shell with another ``HOME``) would, so that each run
-    hides them all."""
+    every session of this uid may live (canonical).  A location whose last
+    part is a link is none of ours: dsh-sandbox never writes through one (a
+    command may have planted it), so it holds nothing to hide, and its target
+    (``/``, ``/etc``) is neither masked nor made."""
+    return [(_real(path), holds) for path, holds in _raw_run_dirs(environ, uid) if not os.path.islink(path)]
+
+
+def _raw_run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
+    """``_run_dirs`` as the environment names them, links not followed: not
+    only where this environment puts them, but wherever a session started with
+    another one (a cron job without ``XDG_RUNTIME_DIR``, a shell with another
+    ``HOME``) would, so that each run hides them all."""
     out: list[tuple[Path, str]] = []
     home = user_home(environ)
     caches = [cache_base(environ), home / ".cache" if home is not None else None, _password_cache()]
     for cache in dict.fromkeys(c for c in caches if c is not None):
-        out.append((_real(cache / "dsh-sandbox"), "every workspace's sandbox HOME, spill files and private /tmp"))
+        out.append((cache / "dsh-sandbox", "every workspace's sandbox HOME, spill files and private /tmp"))
     login = f"{LOGIN_RUNTIME}/{uid}"
     runtimes = [runtime_dir(environ), Path(login) if _private_dir(login) else None]
     for runtime in dict.fromkeys(r for r in runtimes if r is not None):
-        out.append((_real(runtime / "dsh-sandbox"), "spill files and every session's private /tmp"))
-    out.append((_real(f"/var/tmp/dsh-sandbox-{uid}"), "spill files"))
-    out.append((_real(f"/var/tmp/dsh-sandbox-tmp-{uid}"), "every session's private /tmp"))
+        out.append((runtime / "dsh-sandbox", "spill files and every session's private /tmp"))
+    out.append((Path(f"/var/tmp/dsh-sandbox-{uid}"), "spill files"))
+    out.append((Path(f"/var/tmp/dsh-sandbox-tmp-{uid}"), "every session's private /tmp"))
     return out
 
 
@@ -162,7 +170,7 @@ def run_state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = No
     the user's configuration, which no run may write."""
     out = _run_dirs(environ, os.geteuid() if uid is None else uid)
     log_dir = dsh_home(environ)
-    if log_dir is not None:
+    if log_dir is not None and not os.path.islink(log_dir):
         out.append((_real(log_dir), "the escalation log"))
     return tuple(dict.fromkeys(out))
 
@@ -241,13 +249,20 @@ def _make_state_dirs(kept: frozenset[str], environ: Mapping[str, str]) -> None:
     can only mask a directory that exists when the command starts, and another
     session may fill it during the run (its private /tmp, its spill files, the
     escalation log).  Never inside or around what the run keeps (a root: that
-    is refused elsewhere); a directory that cannot be made stays unmasked."""
+    is refused elsewhere); a directory that cannot be made stays unmasked.
+    Made by the names the environment gives, through the walk that refuses a
+    link a command could have planted: never where such a link points."""
     from dsh.sandbox.errors import DshError
     from dsh.sandbox.own_dirs import open_own_dir
 
     roots = [Path(k) for k in kept]
-    for top, holds in run_state_dirs(environ):
-        if os.path.lexists(top) or any(is_within(top, r) or is_within(r, top) for r in roots):
+    wanted = _raw_run_dirs(environ, os.geteuid())
+    log_dir = dsh_home(environ)
+    if log_dir is not None:
+        wanted.append((log_dir, "the escalation log"))
+    for top, holds in wanted:
+        real = _real(top)
+        if os.path.lexists(top) or any(is_within(real, r) or is_within(r, real) for r in roots):
             continue
         try:
             open_own_dir(top, f"the directory of {holds}", "it is not masked in this run").close()

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Literal
 
 from dsh.runners.landlock import abi
+from dsh.sandbox import own_state
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.mount_plan import kept_paths
 from dsh.sandbox.pins import PinnedPaths, open_beneath
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import is_within
@@ -154,7 +156,13 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
     hidden_open = [h for h in hidden_all if any(is_within(h, r) for r in open_roots)]
     open_hidden = set(hidden_open)
     hidden = [h for h in hidden_all if h not in open_hidden]
-    read_grants, read_ancestors = split_tree(Path("/"), [*hidden, _DEV])
+    # dsh-sandbox's state directories are granted per entry, never whole, even
+    # when nothing in them is hidden at the start: another session may make its
+    # HOME, its private /tmp or the escalation log there during the run, and an
+    # entry made later is then not readable.  A name no entry can have (NUL)
+    # marks each as a directory to split.
+    never_whole = [Path(d) / "\0" for d in sorted(own_state.state_parents(kept_paths(policy)))]
+    read_grants, read_ancestors = split_tree(Path("/"), [*hidden, _DEV, *never_whole])
     rules.grant(read_grants, abi.FS_READ | abi.FS_EXECUTE)
     rules.grant([*read_ancestors, _DEV], abi.FS_READ_DIR)
     rules.grant([r for r in open_roots if not any(is_within(h, r) for h in hidden)], abi.FS_READ | abi.FS_EXECUTE)

@@ -92,3 +92,41 @@ def test_a_private_tmp_where_another_environment_puts_it_stays_hidden(caller: Ca
         writer.communicate()
     assert "reader-done" in reader.stdout, reader.stdout + reader.stderr
     assert secret not in reader.stdout + reader.stderr, reader.stdout + reader.stderr
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock"])
+def test_another_workspaces_home_made_during_a_run_stays_hidden(caller: Caller, runner: str) -> None:
+    """On a fresh cache the HOMEs directory holds only the run's own HOME, so
+    nothing in it is hidden at the start; a HOME another workspace's session
+    makes there during the run must not become readable (landlock granted the
+    directory whole)."""
+    require_runner(runner)
+    other = caller.base / "ws2"
+    other.mkdir()
+    caller.own(other)
+    go = caller.base / "go"
+    flags = ("--profile", caller.profile()) if runner == "landlock" else ()
+    secret = f"dsh-late-home-{secrets.token_hex(8)}"
+    env = caller.env()
+    reader = _start(caller, env, "run", "--runner", runner, *flags, "-c",
+                    f"echo ready; while [ ! -e {go} ]; do sleep 0.05; done; "
+                    f"cat \"$HOME\"/../*/late 2>&1; echo reader-done")
+    try:
+        assert reader.stdout is not None
+        assert reader.stdout.readline() == "ready\n"
+        kwargs: dict[str, object] = {}
+        if caller.user == "nobody":
+            kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": docker_group()}
+        done = subprocess.run([*cli(caller.user), "run", "--runner", runner, *flags, "-c",  # type: ignore[call-overload]
+                               f"echo {secret} > \"$HOME/late\""], cwd=other, env=env, capture_output=True,
+                              encoding="utf-8", errors="replace", timeout=PATIENCE_S, check=False, **kwargs)
+        assert done.returncode == 0, done.stdout + done.stderr
+        go.touch()
+        rest, err = reader.communicate(timeout=PATIENCE_S)
+    finally:
+        go.touch()
+        if reader.poll() is None:
+            reader.kill()
+            reader.communicate()
+    assert "reader-done" in rest, rest + err
+    assert secret not in rest + err, rest + err

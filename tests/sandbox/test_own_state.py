@@ -15,6 +15,7 @@ from dsh.sandbox.own_state import (
     run_state_dirs,
     state_refusal,
 )
+from dsh.sandbox.policy_paths import is_within
 
 
 def _env(trusted_dir: Path) -> dict[str, str]:
@@ -143,3 +144,21 @@ def test_every_place_a_session_of_this_uid_could_use_is_state(tmp_path: Path,
     assert login / str(os.geteuid()) / "dsh-sandbox" in listed  # no XDG_RUNTIME_DIR here
     with_cache = {p for p, _holds in run_state_dirs({**bare, "XDG_CACHE_HOME": str(cache)})}
     assert {cache / "dsh-sandbox", home / ".cache" / "dsh-sandbox"} <= with_cache
+
+
+def test_a_planted_state_link_is_never_followed_to_make_or_mask(tmp_path: Path) -> None:
+    """A command whose writable root holds another session's ``XDG_RUNTIME_DIR``
+    or ``DSH_HOME`` plants dangling links there: the host (often root) must not
+    make their targets, nor take the targets for its state."""
+    runtime = tmp_path / "rt"
+    runtime.mkdir(mode=0o700)
+    victim = tmp_path / "victim"  # stands for /etc/nologin, /usr/local/...
+    (runtime / "dsh-sandbox").symlink_to(victim / "deep")
+    (runtime / "dshlog").symlink_to(tmp_path / "victim2")
+    environ = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "XDG_RUNTIME_DIR": str(runtime),
+               "DSH_HOME": str(runtime / "dshlog")}
+    hidden_state([], environ)
+    assert not victim.exists() and not (tmp_path / "victim2").exists()
+    listed = {p for p, _holds in run_state_dirs(environ)}
+    assert not any(is_within(p, victim) or is_within(p, tmp_path / "victim2") for p in listed)
+    assert (tmp_path / "home" / ".cache" / "dsh-sandbox").is_dir()  # the rest is made as before
