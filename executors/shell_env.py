@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import ClassVar
 
 from dsh.sandbox.context import Context, Service
@@ -49,7 +48,8 @@ class ShellEnvRegistry(Service):
         super().__init__(ctx, config)
         self._lock = threading.Lock()
         home = dsh_home()
-        self._builtin: dict[str, str] = {"DSH_HOME": str(home if home is not None else Path.home() / ".dsh")}
+        # No HOME and no password entry (a bare uid): no escalation log to name.
+        self._builtin: dict[str, str] = {"DSH_HOME": str(home)} if home is not None else {}
         self._facts: dict[str, tuple[object, FactValue]] = {}
 
     def register(self, name: str, value: FactValue) -> ShellEnvHandle:

@@ -61,7 +61,11 @@ def default_log_file() -> Path:
     from dsh.sandbox.own_state import dsh_home
 
     # The directory every run hides: the two must never disagree.
-    return (dsh_home() or Path.home() / ".dsh") / "escalations.jsonl"
+    home = dsh_home()
+    if home is None:
+        raise ConfigError("approval: no directory for the escalation log: this user has no HOME and no home "
+                          "directory in the password database; set DSH_HOME (or HOME) to a directory of yours")
+    return home / "escalations.jsonl"
 
 
 class Approval(Service):

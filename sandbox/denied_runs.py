@@ -20,11 +20,13 @@ import dataclasses
 import fcntl
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
 from dsh.sandbox.command_words import simple_argv
+from dsh.sandbox.errors import DshError
 from dsh.sandbox.file_changes import FileChanges
 from dsh.sandbox.input_files import open_private_file
 from dsh.sandbox.own_dirs import open_own_dir
@@ -87,12 +89,25 @@ class DeniedRunStore:
             os.close(fd)
 
     def get(self, owner: str, workdir: str, key: str) -> FileChanges | None:
+        # Read as it is written: its directory reached never through a link (a
+        # command may have planted one where DSH_HOME points), nothing created.
         try:
-            fd = open_private_file(self.path, os.O_RDONLY)
+            own = open_own_dir(self.path.parent, "the record of denied runs", "set DSH_HOME to a directory of yours",
+                               narrow=False)
+        except DshError as exc:
+            return FileChanges.unknown(f"the record of denied runs cannot be read: {exc}")
+        try:
+            fd = os.open(self.path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC | os.O_NONBLOCK,
+                         dir_fd=own.fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
             return FileChanges.unknown(f"the record of denied runs {self.path} cannot be read ({exc.strerror})")
+        finally:
+            own.close()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return FileChanges.unknown(f"the record of denied runs {self.path} is not a regular file")
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             records = self._records(fd, time.time())

@@ -41,6 +41,10 @@ INSTALL_FIX = (
 )
 
 
+#: The files of ``$DSH_HOME`` that runs must not read: the escalation log and
+#: the record of denied runs (what a re-run may be approved on).
+LOG_FILES = ("escalations.jsonl", "denied-runs.jsonl")
+
 #: Where the login manager makes each uid's ``XDG_RUNTIME_DIR``.
 LOGIN_RUNTIME = "/run/user"
 
@@ -219,14 +223,15 @@ def hidden_state(keep: Iterable[Path], environ: Mapping[str, str] = os.environ) 
     """What a run must not read of dsh-sandbox's state: every entry of the
     HOME and spill directories (other workspaces' HOMEs, every session's spill
     files), except the paths in ``keep`` (the run's own HOME and roots) and
-    the directories leading to them; and the escalation log."""
+    the directories leading to them; and the escalation log and the record
+    of denied runs."""
     # ``canonical``: a root swapped for a link meanwhile is a clean refusal, not realpath's OSError.
     kept = frozenset(str(canonical(p)) for p in keep)
     _make_state_dirs(kept, environ)
     log_dir = dsh_home(environ)
-    log = str(log_dir / "escalations.jsonl") if log_dir is not None else ""
+    logs = tuple(str(log_dir / name) for name in LOG_FILES) if log_dir is not None else ()
     bases = tuple(str(base) for base, _holds in _run_dirs(environ, os.geteuid()))
-    key = (kept, bases, log)
+    key = (kept, bases, logs)
     cached = _LISTED.get(key)
     # This runs at every resolve, over as many entries as there are
     # workspaces: a listing is reused while no directory it read has changed.
@@ -234,10 +239,9 @@ def hidden_state(keep: Iterable[Path], environ: Mapping[str, str] = os.environ) 
         return list(cached[1])
     read: list[str] = []
     found = [entry for base in bases for entry in _hide_beneath(base, kept, read)]
-    if log and os.path.lexists(log):
-        found.append(os.path.realpath(log))
+    found += [os.path.realpath(log) for log in logs if os.path.lexists(log) and not os.path.islink(log)]
     result = tuple(dict.fromkeys(map(Path, found)))
-    stamps = tuple((d, _stamp(d)) for d in (*bases, *read, *([log] if log else [])))
+    stamps = tuple((d, _stamp(d)) for d in (*bases, *read, *logs))
     if len(_LISTED) > 64:
         _LISTED.clear()
     _LISTED[key] = (stamps, result)
@@ -271,7 +275,8 @@ def _make_state_dirs(kept: frozenset[str], environ: Mapping[str, str]) -> None:
 
 
 _Stamp = tuple[int, int, int] | None
-_LISTED: dict[tuple[frozenset[str], tuple[str, ...], str], tuple[tuple[tuple[str, _Stamp], ...], tuple[Path, ...]]] = {}
+_ListingKey = tuple[frozenset[str], tuple[str, ...], tuple[str, ...]]
+_LISTED: dict[_ListingKey, tuple[tuple[tuple[str, _Stamp], ...], tuple[Path, ...]]] = {}
 
 
 def _stamp(path: str) -> _Stamp:

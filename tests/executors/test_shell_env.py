@@ -35,6 +35,22 @@ def test_dsh_home_from_env_or_default(monkeypatch: pytest.MonkeyPatch) -> None:
         assert context.require(ShellEnvRegistry).collect() == {"DSH_HOME": os.path.expanduser("~/.dsh")}
 
 
+def test_a_user_without_any_home_gets_no_dsh_home_and_a_clear_log_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare uid (no password entry) run with no HOME: no traceback; the
+    shell is told no DSH_HOME, and the escalation log asks for one."""
+    import dsh.sandbox.own_state as own_state
+    from dsh.sandbox.approval import default_log_file
+    from dsh.sandbox.errors import ConfigError
+
+    for name in ("DSH_HOME", "HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(own_state, "_password_home", lambda: None)
+    with build_context([{"name": "shell-env"}]) as context:
+        assert "DSH_HOME" not in context.require(ShellEnvRegistry).collect()
+    with pytest.raises(ConfigError, match="set DSH_HOME"):
+        default_log_file()
+
+
 def test_register_and_scoped_removal(ctx: Context) -> None:
     registry: ShellEnvRegistry = ctx.require(ShellEnvRegistry)
     handle = registry.register("DSH_AGENT", "agent-1")

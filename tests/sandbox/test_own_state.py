@@ -162,3 +162,14 @@ def test_a_planted_state_link_is_never_followed_to_make_or_mask(tmp_path: Path) 
     listed = {p for p, _holds in run_state_dirs(environ)}
     assert not any(is_within(p, victim) or is_within(p, tmp_path / "victim2") for p in listed)
     assert (tmp_path / "home" / ".cache" / "dsh-sandbox").is_dir()  # the rest is made as before
+
+
+def test_the_record_of_denied_runs_is_hidden_like_the_escalation_log(tmp_path: Path) -> None:
+    """A re-run may be approved on what the record says the denied run
+    changed: no run may read it (nor, where the runner hides by mask, write it)."""
+    log_dir = tmp_path / "dsh"
+    log_dir.mkdir(mode=0o700)
+    for name in ("escalations.jsonl", "denied-runs.jsonl"):
+        (log_dir / name).write_text("{}\n")
+    hidden = hidden_state([], {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "DSH_HOME": str(log_dir)})
+    assert {log_dir / "escalations.jsonl", log_dir / "denied-runs.jsonl"} <= set(hidden)

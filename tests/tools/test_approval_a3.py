@@ -265,8 +265,15 @@ def test_the_store_directory_is_not_reached_through_a_link(tmp_path: Path, monke
     monkeypatch.setenv("DSH_HOME", str(home / "dsh"))
     approver = Deny(Context())
     approver.keep_denied_runs()
+    found = approver.denied_run_changes("cli", "make", "/")  # read: nothing created there either
+    assert found is not None and not found.clean
     approver.remember_denied_run("cli", "make", "/", CHANGED)  # logged, not raised
     assert list(elsewhere.iterdir()) == []
+    # Records a command wrote where the link points are not read as ours.
+    (elsewhere / "denied-runs.jsonl").write_text(
+        '{"changes": {"changed": [], "known": true}, "key": "make", "owner": "cli", "time": 9e9, "workdir": "/"}\n')
+    found = approver.denied_run_changes("cli", "make", "/")
+    assert found is not None and not found.clean
 
 
 def test_a_fifo_store_does_not_hang(dsh_home: Path) -> None:
