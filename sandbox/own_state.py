@@ -188,7 +188,7 @@ def state_parents(kept: Iterable[Path | str], environ: Mapping[str, str] = os.en
     start, and binds what the run keeps again on top."""
     # Every existing directory of run state is masked, even one that leads to
     # nothing kept (a spill directory): a session may fill it during the run.
-    out: set[str] = {str(top) for top, _holds in run_state_dirs(environ) if top.is_dir()}
+    out: set[str] = {str(top) for top, _holds in run_state_dirs(environ) if os.path.isdir(top)}
     paths = [Path(p) for p in kept]
     for top, _holds in state_dirs(environ):
         for path in paths:
