@@ -7,7 +7,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from dsh.runners.docker.spec import OWN_PROCESSES, ContainerSpec, mount_points_below, symlinked_protected
+from dsh.runners.docker.spec import (
+    EXEC_SETUP_PROCESSES,
+    PIDS_OVERHEAD,
+    ContainerSpec,
+    mount_points_below,
+    symlinked_protected,
+)
 from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
@@ -65,8 +71,9 @@ def plan_lines(policy: SandboxPolicy, spec: ContainerSpec) -> tuple[tuple[str, .
     rules += [f"{p}: missing writable root, not mounted" for p in policy.missing_roots]
     network = ("host network (network_mode=host; no bridge is used)"
                if spec.network_mode == "host" else "none (network_mode=none: only lo)")
-    limits = [f"pids {spec.pids_limit - OWN_PROCESSES} for the command (container pids limit "
-              f"{spec.pids_limit}: docker's init and keep-alive count too)"
+    limits = [f"pids {spec.pids_limit - PIDS_OVERHEAD} for the command, {EXEC_SETUP_PROCESSES} more once it "
+              f"runs (container pids limit {spec.pids_limit}: docker's init and keep-alive count too, and "
+              "each exec's setup needs room)"
               if spec.pids_limit else "pids: none",
               f"memory {spec.mem_limit} bytes (no extra swap)" if spec.mem_limit
               else "memory: none"]

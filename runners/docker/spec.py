@@ -293,10 +293,19 @@ def mount_points_below(roots: list[str], mountinfo: str = "/proc/self/mountinfo"
 #: 4 during a one-process exec).  Added to the limit, so the policy's
 #: ``max_processes`` is the command's own, as on the other runners.
 OWN_PROCESSES = 3
+#: Each exec's setup (``runc init`` and the processes it clones) joins the
+#: container's pids cgroup before the command replaces it: with no room for it
+#: an exec under a small limit fails at random ("read init-p: connection reset
+#: by peer": 2 in 40 with ``max_processes = 4``, none in 60 with 2 more).  Once
+#: the command runs the room is free, so on docker a command may hold this
+#: many processes beyond ``max_processes`` (the report says so).
+EXEC_SETUP_PROCESSES = 3
+#: What the container's pids limit adds to ``max_processes``.
+PIDS_OVERHEAD = OWN_PROCESSES + EXEC_SETUP_PROCESSES
 
 
 def _with_own_processes(limit: int | None) -> int | None:
-    return None if limit is None else limit + OWN_PROCESSES
+    return None if limit is None else limit + PIDS_OVERHEAD
 
 
 def limits_hint(spec: ContainerSpec, exc: BaseException) -> str:
@@ -309,7 +318,7 @@ def limits_hint(spec: ContainerSpec, exc: BaseException) -> str:
     if spec.mem_limit is not None and (died or "memory" in text):
         named.append(f"max_memory = {spec.mem_limit} bytes")
     if spec.pids_limit is not None and (died or "pids" in text):
-        named.append(f"max_processes = {spec.pids_limit - OWN_PROCESSES}")
+        named.append(f"max_processes = {spec.pids_limit - PIDS_OVERHEAD}")
     if not named:
         return ""
     return (f" under its limits ({', '.join(named)}): raise them in the profile's [limits] "

@@ -7,7 +7,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from dsh.runners.docker.spec import OWN_PROCESSES
+from dsh.runners.docker.spec import PIDS_OVERHEAD
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits
 
@@ -153,7 +153,7 @@ def test_limits_reach_the_container(workspace: Path) -> None:
     with docker_runner() as runner:
         result = sh(runner, read, policy(workspace, limits=limits))
     lines = result.stdout.decode().split()
-    assert lines[:2] == [str(64 + OWN_PROCESSES), str(256 * 1024 * 1024)]  # docker init + keep-alive count too
+    assert lines[:2] == [str(64 + PIDS_OVERHEAD), str(256 * 1024 * 1024)]  # docker init + keep-alive count too
     assert lines[2] != "rc=0"  # SIGXFSZ or EFBIG at the file size limit
     assert (workspace / "big").stat().st_size == 4096
 

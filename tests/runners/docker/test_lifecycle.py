@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from dsh.runners.docker import DockerRunner, prune_containers
 from dsh.runners.docker.client import connect
-from dsh.runners.docker.spec import OWN_PROCESSES
+from dsh.runners.docker.spec import EXEC_SETUP_PROCESSES, PIDS_OVERHEAD
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.policy import ResourceLimits
 
@@ -48,7 +48,7 @@ def test_container_is_labelled_hardened_and_removed_at_close(workspace: Path) ->
         assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
         assert host["CapDrop"] == ["ALL"] and host["SecurityOpt"][0] == "no-new-privileges"
         assert [opt.split("=", 1)[0] for opt in host["SecurityOpt"]] == ["no-new-privileges", "seccomp"]
-        assert host["PidsLimit"] == 1024 + OWN_PROCESSES and host["Init"] is True  # init and keep-alive too
+        assert host["PidsLimit"] == 1024 + PIDS_OVERHEAD and host["Init"] is True  # init and keep-alive too
         assert info["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
     assert not _exists(cid)
 
@@ -144,10 +144,11 @@ def test_limits_the_daemon_refuses_are_named(workspace: Path) -> None:
             runner.prepare(["true"], tiny_memory, cwd=str(workspace), env={})
         assert "max_memory = 4096 bytes" in str(info.value) and "[limits]" in str(info.value)
     # max_processes = 0 is not below the container's own needs (they are added
-    # to the limit): the command starts, and can start nothing more.
+    # to the limit): the command starts, and can start no more than the room
+    # each exec's setup needs.
     with docker_runner() as runner:
         no_processes = policy(workspace, limits=ResourceLimits(max_processes=0))
-        forked = run(runner, ["sh", "-c", "true & wait; echo waited"], no_processes)
+        forked = run(runner, ["sh", "-c", _sleepers(EXEC_SETUP_PROCESSES + 1)], no_processes)
         assert b"fork" in forked.stderr.lower(), (forked.stdout, forked.stderr)
 
 
@@ -160,10 +161,16 @@ def test_max_processes_counts_the_command_only(workspace: Path) -> None:
         result = run(runner, ["sh", "-c", "ls / | wc -l"], limited)
         assert result.status.exit_code == 0, result.stderr
         assert int(result.stdout) > 3
-        four = run(runner, ["sh", "-c", "sleep 1 & sleep 1 & sleep 1 & wait; echo waited"], limited)
+        # The shell and 3 sleeps: the 4 the policy grants.
+        four = run(runner, ["sh", "-c", _sleepers(3)], limited)
         assert b"waited" in four.stdout and b"fork" not in four.stderr.lower(), four.stderr
-        five = run(runner, ["sh", "-c", "sleep 1 & sleep 1 & sleep 1 & sleep 1 & wait; echo waited"], limited)
-        assert b"fork" in five.stderr.lower(), (five.stdout, five.stderr)
+        # Beyond the room each exec's setup needs (free once the command runs), no more.
+        over = run(runner, ["sh", "-c", _sleepers(3 + EXEC_SETUP_PROCESSES + 1)], limited)
+        assert b"fork" in over.stderr.lower(), (over.stdout, over.stderr)
+
+
+def _sleepers(count: int) -> str:
+    return "sleep 1 & " * count + "wait; echo waited"
 
 
 @pytest.mark.parametrize("options, field", [

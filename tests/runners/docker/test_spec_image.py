@@ -12,7 +12,7 @@ import pytest
 from dsh.runners.docker import DockerRunner
 from dsh.runners.docker.client import connect, find_image
 from dsh.runners.docker.image import plan_rootfs, write_rootfs_tar
-from dsh.runners.docker.spec import OWN_PROCESSES, build_spec, mount_points_below
+from dsh.runners.docker.spec import PIDS_OVERHEAD, build_spec, mount_points_below
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits
@@ -59,7 +59,7 @@ def test_directories_above_deeper_mounts_are_pinned(workspace: Path, tmp_path: P
 def test_limits_prefer_the_profile_over_runner_defaults(workspace: Path) -> None:
     spec = build_spec(policy(workspace, limits=ResourceLimits(max_processes=7)),
                       image="i", user="1:1", pids=99, memory=64 * 2**20)
-    assert spec.pids_limit == 7 + OWN_PROCESSES and spec.mem_limit == 64 * 2**20
+    assert spec.pids_limit == 7 + PIDS_OVERHEAD and spec.mem_limit == 64 * 2**20
 
 
 def test_root_filesystem_cannot_be_a_writable_root(workspace: Path) -> None:
