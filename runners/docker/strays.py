@@ -20,13 +20,13 @@ import os
 import stat
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
-from dsh.runners.docker.verify import mountinfo_in, stat_in, unescape_field
+from dsh.runners.docker.verify import MountEntry, mount_entries, mountinfo_in, stat_in
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.policy_paths import is_within
 
 Identity = tuple[int, int]
 
@@ -34,25 +34,6 @@ _STATX_BTIME = 0x800
 _AT_SYMLINK_NOFOLLOW = 0x100
 #: File times come from the kernel's coarse clock, a tick behind ``time.time()``.
 _CLOCK_SLACK = 0.02
-
-
-@dataclass(frozen=True)
-class MountEntry:
-    """One line of a mount table: the filesystem (``major:minor``), the path of
-    the mounted directory within it, and where it is mounted."""
-
-    device: str
-    root: str
-    point: str
-
-
-def mount_entries(mountinfo: str) -> list[MountEntry]:
-    entries = []
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if len(fields) > 4:
-            entries.append(MountEntry(fields[2], unescape_field(fields[3]), unescape_field(fields[4])))
-    return entries
 
 
 def take_back_from(refusal: SandboxUnavailable, container: Any, pid: int, spec: ContainerSpec,
@@ -135,13 +116,13 @@ def take_back(spec: ContainerSpec, expected: Mapping[str, Identity], since: floa
 def _nested(mounts: Iterable[MountSpec], target: str) -> list[MountSpec]:
     """The mounts whose nearest enclosing bind is ``target``: their mount
     points were made in whatever directory was bound there."""
-    binds = [m.target for m in mounts if m.kind == "bind"]
+    binds = [Path(m.target) for m in mounts if m.kind == "bind"]
     out = []
     for mount in mounts:
         path = Path(mount.target)
-        if path == Path(target) or Path(target) not in path.parents:
+        if path == Path(target) or not is_within(path, Path(target)):
             continue
-        enclosing = max((b for b in binds if Path(b) in path.parents), key=len)
+        enclosing = str(max((b for b in binds if b != path and is_within(path, b)), key=lambda b: len(b.parts)))
         if enclosing == target:
             out.append(mount)
     return out

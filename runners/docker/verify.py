@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,8 +107,27 @@ def _check_mount_points(pid: int, expected: Mapping[str, Identity],
             raise _changed(target, "its bind is not mounted at its own path in the container")
 
 
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of a mount table: the filesystem (``major:minor``), the path of
+    the mounted directory within it, and where it is mounted."""
+
+    device: str
+    root: str
+    point: str
+
+
+def mount_entries(mountinfo: str) -> list[MountEntry]:
+    entries = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            entries.append(MountEntry(fields[2], unescape_field(fields[3]), unescape_field(fields[4])))
+    return entries
+
+
 def mount_points(mountinfo: str) -> set[str]:
-    return {unescape_field(line.split()[4]) for line in mountinfo.splitlines() if len(line.split()) > 4}
+    return {entry.point for entry in mount_entries(mountinfo)}
 
 
 def mounts_in(container: Any) -> set[str]:
