@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Literal
 
 from dsh.sandbox.enclosing_repo import enclosing_repository
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.own_state import state_parents
 from dsh.sandbox.policy import SandboxPolicy
@@ -147,9 +148,12 @@ class MountFacts:
     def of(self, path: str) -> PathFact:
         fact = self.paths.get(path)
         if fact is None:
-            # A path the snapshot did not take is a bug in ``gather_facts``:
-            # guessing "missing" could plan a weaker view.
-            raise KeyError(f"mount plan: no fact gathered for {path}")
+            # The snapshot follows each link it meets; a path it did not take
+            # is one a concurrent swap sent the plan to (a link's target that
+            # changed between two looks), or a bug in ``gather_facts``.  Either
+            # way, guessing "missing" could plan a weaker view: refuse.
+            raise SandboxUnavailable(f"{path} changed while the sandbox was being planned (no fact gathered for "
+                                     "it: a path swapped for a symlink meanwhile?); nothing ran, retry")
         return fact
 
 

@@ -7,10 +7,15 @@ runner whose workspace is that directory and runs a command that writes into
 the outside directory by its real path.  Every victim run must run inside its
 roots or be refused cleanly: nothing may appear outside, nothing may crash.
 In read-only mode the swaps fail and the victims simply run.
+
+Both kinds of link: an absolute one, and a relative one, which a tool that
+mounts by name follows for the source and the mount point alike (its own
+identity check then passes once the directory is swapped back).
 """
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 
@@ -36,6 +41,12 @@ SWAP = (
 def _stage(env: HostEnv) -> None:
     (env.ws / "victim").mkdir(parents=True, exist_ok=True)
     (env.ws / "vlink").symlink_to(env.outside)
+    env.extra["outside_before"] = sorted(p.name for p in env.outside.iterdir())
+
+
+def _stage_relative(env: HostEnv) -> None:
+    (env.ws / "victim").mkdir(parents=True, exist_ok=True)
+    (env.ws / "vlink").symlink_to(os.path.relpath(env.outside, env.ws))
     env.extra["outside_before"] = sorted(p.name for p in env.outside.iterdir())
 
 
@@ -90,5 +101,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("pol-swapped-root-race", "policy",
              "a workspace swapped with a symlink while another run resolves it never redirects that run",
              ("python3", "-c", SWAP), BLOCKED, setup=_stage, during=_victims,
+             check_blocked=_nothing_outside, requires=("python3",), timeout_ms=180_000),
+    Scenario("pol-swapped-root-relative-race", "policy",
+             "a workspace swapped with a relative symlink (followed alike for a mount's source and its "
+             "mount point) while another run starts never redirects that run's writable bind",
+             ("python3", "-c", SWAP), BLOCKED, setup=_stage_relative, during=_victims,
              check_blocked=_nothing_outside, requires=("python3",), timeout_ms=180_000),
 )

@@ -13,6 +13,17 @@ and the cgroup goes back to the runner's session (``release``).
 ``cleanup`` reaps the sandbox's pid 1 when it came back to the supervisor
 (``init_reaper``).
 
+Admission: bwrap binds each ``--bind-fd`` by the name the fd resolves to,
+so a directory swapped for a relative symlink while it mounts can send a
+writable bind elsewhere (``dsh.runners.linux.mount_check``).  bwrap is
+started with ``--block-fd``: its pid 1 waits there once every mount is made,
+before the syscall filter and before the command exists.  ``admit`` waits for
+it to block, checks the sandbox's mount table against the plan, and only
+then writes the byte that lets it go on; otherwise it kills the sandbox and
+nothing ran.  The write end stays open until ``cleanup`` (a close would
+release pid 1 just as the byte does), so a sandbox that failed its check is
+killed before anything could read EOF.
+
 Whether the command ran at all: bwrap exits 1 both when the command does and
 when it cannot ``execve`` it (``bwrap: execvp X: No such file or directory``).
 Its ``--json-status-fd`` tells them apart: bwrap writes ``{"exit-code": N}``
@@ -36,6 +47,8 @@ from collections.abc import Callable
 from dsh.runners.bwrap.init_reaper import read_ready, reap_init, sandbox_init
 from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
+from dsh.runners.linux.mount_check import mount_problem
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.runner import ExitStatus, exec_failure_status
 
 #: bwrap's last words when ``execve`` of the command failed (C locale: bwrap
@@ -48,6 +61,13 @@ _BWRAP_FAILED = 1
 #: How long ``kill_tree`` waits for bwrap to report its pid 1 (it does so
 #: during setup, before the command starts; only a broken bwrap makes it wait).
 INFO_WAIT_S = 5.0
+#: How long ``admit`` waits for bwrap to finish its mounts and block (a
+#: policy with hundreds of protected paths takes a second or two; a loaded
+#: machine more).
+SETUP_WAIT_S = 60.0
+#: ``read``'s syscall number, where it is known: ``/proc/<pid>/syscall``
+#: then shows pid 1 blocked in exactly that call on the block fd.
+_READ_SYSCALL = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "loongarch64": 63}.get(os.uname().machine)
 
 
 class SandboxLifecycle:
@@ -73,17 +93,20 @@ class SandboxLifecycle:
         self.join_fds: list[int] = group.open_procs() if group is not None else []
         self._info_read = self.info_write = -1
         self._status_read = self.status_write = -1
-        if bwrap:  # pipes for bwrap's --info-fd and --json-status-fd
+        self.block_read = self._block_write = -1
+        if bwrap:  # pipes for bwrap's --info-fd, --json-status-fd and --block-fd
             self._info_read, self.info_write = os.pipe2(os.O_CLOEXEC)
             os.set_blocking(self._info_read, False)
             self._status_read, self.status_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            self.block_read, self._block_write = os.pipe2(os.O_CLOEXEC)
         self._info = b""
         self._lock = threading.Lock()
         self._closed = False
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
-        extra = [fd for fd in (self.info_write, self.status_write, self.seccomp_fd, self.env_fd) if fd != -1]
+        extra = [fd for fd in (self.info_write, self.status_write, self.block_read, self.seccomp_fd, self.env_fd)
+                 if fd != -1]
         return (*self.opened.fds, *extra, *self.join_fds)
 
     def exit_status(self, status: ExitStatus, stderr: Callable[[], bytes]) -> ExitStatus:
@@ -101,7 +124,68 @@ class SandboxLifecycle:
         """Did bwrap report an exit code on its status pipe (written before it exits)?"""
         return b'"exit-code"' in read_ready(self._status_read)
 
-    def _sandbox_init(self) -> tuple[int, int | None] | None:
+    def admit(self, pid: int, exited: Callable[[], bool]) -> None:
+        """Let bwrap (spawned as ``pid``; ``exited`` tells whether it has
+        exited) start the command, once its sandbox holds the planned mounts;
+        otherwise kill it and raise: nothing ran."""
+        if self._block_write == -1:
+            return
+        problem: str | None = "the check of the sandbox's mounts did not finish"
+        try:
+            problem = self._mount_problem(exited)
+            if problem is None:
+                os.write(self._block_write, b"\0")
+                os.close(self._block_write)
+                self._block_write = -1
+        finally:
+            if problem is not None:
+                self.kill_tree(pid, signal.SIGKILL)
+        if problem is not None:
+            raise SandboxUnavailable(f"{problem}; nothing ran, retry", runner="bwrap")
+
+    def _mount_problem(self, exited: Callable[[], bool]) -> str | None:
+        deadline = time.monotonic() + SETUP_WAIT_S
+        while True:
+            with self._lock:
+                if self._closed:
+                    return "the sandbox was closed while it was set up"
+                found = self._sandbox_init(0.05)
+                init_fd = self._init_pidfd(0) if found is not None else None
+            if found is not None and init_fd is not None:
+                break
+            if found is not None or exited():
+                return None  # bwrap or its pid 1 died in setup: bwrap's own status says why
+            if time.monotonic() > deadline:
+                return f"bwrap did not report its sandbox's pid 1 within {SETUP_WAIT_S:.0f} s"
+        try:
+            pid = found[0]
+            poller = select.poll()
+            poller.register(init_fd, select.POLLIN)
+            while not self._blocked(pid):
+                if poller.poll(2):
+                    return None  # pid 1 died in setup: bwrap's own status says why
+                if time.monotonic() > deadline:
+                    return f"bwrap did not finish setting up the sandbox within {SETUP_WAIT_S:.0f} s"
+            return mount_problem(pid, self.opened.expected)
+        finally:
+            os.close(init_fd)
+
+    def _blocked(self, pid: int) -> bool:
+        """Is the process ``pid`` waiting in ``read`` on the block fd?"""
+        try:
+            with open(f"/proc/{pid}/syscall") as fh:
+                fields = fh.read().split()
+        except OSError:
+            return False
+        if len(fields) < 2 or fields[0] in ("running", "-1"):
+            return False
+        try:
+            nr, fd = int(fields[0]), int(fields[1], 16)
+        except ValueError:
+            return False
+        return fd == self.block_read and (_READ_SYSCALL is None or nr == _READ_SYSCALL)
+
+    def _sandbox_init(self, wait_s: float = INFO_WAIT_S) -> tuple[int, int | None] | None:
         """Host pid of the sandbox's pid 1, waiting (bounded) for bwrap to report it.
 
         Our copy of the pipe's write end is closed first, so the wait ends at EOF
@@ -112,7 +196,7 @@ class SandboxLifecycle:
         if self.info_write != -1:
             os.close(self.info_write)
             self.info_write = -1
-        deadline = time.monotonic() + INFO_WAIT_S
+        deadline = time.monotonic() + wait_s
         poller = select.poll()
         poller.register(self._info_read, select.POLLIN)
         while (found := sandbox_init(self._info)) is None:
@@ -128,9 +212,9 @@ class SandboxLifecycle:
             self._info += chunk
         return found
 
-    def _init_pidfd(self) -> int | None:
+    def _init_pidfd(self, wait_s: float = INFO_WAIT_S) -> int | None:
         """A pidfd of the sandbox's pid 1, only if that pid still is that process."""
-        found = self._sandbox_init()
+        found = self._sandbox_init(wait_s)
         if found is None:
             return None
         pid, pid_ns = found
@@ -184,11 +268,12 @@ class SandboxLifecycle:
         self._reap_init()
         self.opened.close()
         for fd in (self._info_read, self.info_write, self._status_read, self.status_write, self.seccomp_fd,
-                   self.env_fd):
+                   self.env_fd, self.block_read, self._block_write):
             if fd != -1:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.info_write = self.status_write = self.seccomp_fd = self.env_fd = -1
+        self.info_write = self.status_write = self.seccomp_fd = self.env_fd = self.block_read = -1
+        self._block_write = -1
         for fd in self.join_fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

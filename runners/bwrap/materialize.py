@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dsh.runners.bwrap.mounts import PLACEHOLDER_MODE, Mount, MountPlan, is_placeholder
+from dsh.runners.linux.mount_check import ExpectedMount, identity_of
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.pins import PinnedPaths, open_beneath
 
@@ -119,9 +120,11 @@ def _empty_placeholder(fd: int) -> bool:
 
 @dataclass
 class OpenedMounts:
-    """bwrap mount arguments plus the fds and placeholders they rely on."""
+    """bwrap mount arguments plus the fds and placeholders they rely on, and
+    what each mount must look like in the sandbox (checked before the command starts)."""
 
     args: list[str] = field(default_factory=list)
+    expected: list[ExpectedMount] = field(default_factory=list)
     late_args: list[str] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)
     placeholders: list[Placeholder] = field(default_factory=list)
@@ -174,14 +177,17 @@ def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
         fd = _source(m.path, pins, directory=True)
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
+        opened.expected.append(ExpectedMount(m.path, identity_of(fd)))
     elif m.kind == "private-tmp" and m.source is not None:
         fd = open_checked(m.source, directory=True)
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
+        opened.expected.append(ExpectedMount(m.path, identity_of(fd)))
     elif m.kind == "ro-bind":
         fd = _source(m.path, pins, directory=False)
         opened.fds.append(fd)
         opened.args += ["--ro-bind-fd", str(fd), m.path]
+        opened.expected.append(ExpectedMount(m.path, identity_of(fd), read_only=True))
     elif m.kind == "placeholder":
         parent = _parent_fd(m.path, pins)
         try:
@@ -203,13 +209,17 @@ def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
         opened.placeholders.append(ph)
         opened.fds.append(ph.fd)
         opened.args += ["--ro-bind-fd", str(ph.fd), m.path]
+        opened.expected.append(ExpectedMount(m.path, identity_of(ph.fd), read_only=True))
     elif m.kind == "mask-dir":
         # Read-only only at the end (``open_mounts``): deeper mounts may still
         # need their mount points created in this tmpfs.
         opened.args += ["--tmpfs", m.path]
         opened.late_args += ["--remount-ro", m.path]
+        opened.expected.append(ExpectedMount(m.path, read_only=True, fstype="tmpfs"))
     else:  # mask-file
         opened.args += ["--ro-bind", "/dev/null", m.path]
+        null = os.stat("/dev/null")
+        opened.expected.append(ExpectedMount(m.path, (null.st_dev, null.st_ino), read_only=True))
 
 
 def open_mounts(plan: MountPlan, pins: PinnedPaths | None = None) -> OpenedMounts:

@@ -21,9 +21,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from dsh.runners.bwrap import filter as syscall_filter
@@ -77,6 +78,23 @@ def _runs_here(command: Argv, env: Mapping[str, str], cwd: str) -> bool:
         path = os.path.join(cwd, program)
         return os.path.isfile(path) and os.access(path, os.X_OK)
     return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+
+
+def _admitted(life: SandboxLifecycle) -> Callable[[Callable[[], Any]], Any]:
+    """Spawn bwrap, then hold its command back until the sandbox's mounts are
+    checked (``SandboxLifecycle.admit``); a refused sandbox is reaped here."""
+
+    def spawn_in(spawn: Callable[[], Any]) -> Any:
+        proc = spawn()
+        try:
+            life.admit(proc.pid, lambda: proc.poll() is not None)
+        except BaseException:
+            life.kill_tree(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        return proc
+
+    return spawn_in
 
 
 class BwrapRunner(Runner):
@@ -182,7 +200,12 @@ class BwrapRunner(Runner):
         """The same bwrap argv ``prepare`` builds, spawned bare (no executor around it)."""
         launch = self.prepare(("true",), policy, cwd=cwd, env={})
         assert isinstance(launch, LocalLaunch)
+        # Bare: without the block fd that holds the command until dsh has
+        # checked the mounts (that check is dsh's cost, measured against this).
         argv = list(launch.argv)
+        if "--block-fd" in argv:
+            at = argv.index("--block-fd")
+            del argv[at:at + 2]
 
         def spawn() -> None:
             # A launch is made for one spawn: bwrap reads its --seccomp fd to the
@@ -265,6 +288,8 @@ class BwrapRunner(Runner):
                 str(life.info_write),
                 "--json-status-fd",
                 str(life.status_write),
+                "--block-fd",
+                str(life.block_read),
                 "--args",
                 str(env_fd),
                 *(["--seccomp", str(filter_fd)] if filter_fd != -1 else []),
@@ -293,6 +318,7 @@ class BwrapRunner(Runner):
         helpers = bool(wrappers or inner)
         return LocalLaunch(
             argv=(*wrappers, *inner, *command),
+            spawn_in=_admitted(life) if policy.constrained else None,
             spawn_env=helper_env() if helpers else None,
             pass_fds=life.pass_fds,
             kill_tree=life.kill_tree,

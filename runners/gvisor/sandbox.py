@@ -13,6 +13,13 @@ for a symlink while runsc was starting fails the start instead of redirecting
 a writable bind.  Before every command the same identities are checked again:
 a protected path the host replaced (``rm -rf .git; git init``) makes a new
 sandbox, since a bind holds the old inode, not the name.
+
+A name checked on the host again after the start cannot tell where the gofer
+mounted: a directory swapped for a *relative* symlink while it binds sends
+the source and the mount point through the link alike, and is swapped back
+before the check.  So after ``start`` the gofer's own mount table is checked
+too (``dsh.runners.linux.mount_check``): each pinned bind must be mounted at
+exactly its destination, reached without a symlink, and be the pinned inode.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from dsh.runners.linux.chroot import chroot_reason
+from dsh.runners.linux.mount_check import ExpectedMount, identity_of, mount_problem
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
 
@@ -169,7 +177,8 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
             warm.placeholders.append(ph)
             warm.fds.append(ph.fd)
         held = [p for p in sources if p not in placeholders]
-        warm.fds += [open_checked(p) for p in held]
+        held_fds = [open_checked(p) for p in held]
+        warm.fds += held_fds
         warm.pinned = identities([*held, *placeholders])
         (bundle / "config.json").write_text(json.dumps(config))
         log = bundle / "runsc.log"
@@ -182,10 +191,40 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         if not warm.intact():
             raise _changed(", ".join(p for p, i in identities(list(warm.pinned)).items()
                                      if warm.pinned[p] != i), "a bind source was replaced while runsc started")
+        by_source = {**dict(zip(held, held_fds, strict=True)), **{ph.path: ph.fd for ph in warm.placeholders}}
+        _check_gofer(runsc, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]))
+                                  for m in config.get("mounts", [])
+                                  if m.get("type") == "bind" and m.get("source") in by_source])
     except BaseException:
         warm.destroy()
         raise
     return warm
+
+
+def _check_gofer(runsc: Sequence[str], sid: str, expected: list[ExpectedMount]) -> None:
+    """The gofer serves the sandbox's files from its own mount namespace: its
+    mount table must hold each pinned bind at its destination."""
+    if not expected:
+        return
+    pid = _gofer_pid(runsc, sid)
+    problem = "runsc's file server (the gofer) cannot be found" if pid is None else mount_problem(pid, expected)
+    if problem is not None:
+        raise SandboxUnavailable(f"{problem}; nothing ran, retry", runner="gvisor")
+
+
+def _gofer_pid(runsc: Sequence[str], sid: str) -> int | None:
+    """The gofer's pid, from runsc's state file (``<root>/<id>_sandbox:<id>.state``)."""
+    root = next((arg.split("=", 1)[1] for arg in runsc if arg.startswith(("-root=", "--root="))), None)
+    if root is None and "-root" in runsc:
+        root = runsc[list(runsc).index("-root") + 1]
+    if root is None:
+        return None
+    try:
+        with open(Path(root) / f"{sid}_sandbox:{sid}.state") as fh:
+            pid = json.load(fh).get("goferPid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return pid if isinstance(pid, int) and pid > 0 else None
 
 
 def _start_failure(err: str) -> str:

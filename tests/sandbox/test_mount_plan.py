@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.mount_plan import MountFacts, PathFact, ancestors, plan_mounts
 from dsh.sandbox.policy import SandboxPolicy
@@ -148,7 +149,7 @@ def test_danger_full_access_binds_workspace_and_roots_and_protects_nothing() -> 
 
 
 def test_a_path_the_snapshot_missed_is_an_error_never_a_guess() -> None:
-    with pytest.raises(KeyError, match="no fact gathered"):
+    with pytest.raises(SandboxUnavailable, match="no fact gathered"):
         plan_mounts(policy(protected=(f"{WS}/.git",)), MountFacts({WS: PathFact("dir", WS)}))
 
 

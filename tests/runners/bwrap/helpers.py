@@ -92,14 +92,20 @@ def policy(
 
 
 def spawn(launch: LocalLaunch, **kw: object) -> subprocess.Popen[bytes]:
-    """Spawn as the subprocess service does: the helpers with the launch's own environment."""
-    return subprocess.Popen(
-        launch.argv,
-        pass_fds=launch.pass_fds,
-        env=launch.spawn_env,
-        start_new_session=True,
-        **kw,  # type: ignore[call-overload]
-    )
+    """Spawn as the subprocess service does: the helpers with the launch's own
+    environment, through ``spawn_in`` (which lets the command start)."""
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            launch.argv,
+            pass_fds=launch.pass_fds,
+            env=launch.spawn_env,
+            start_new_session=True,
+            **kw,  # type: ignore[call-overload]
+        )
+
+    proc: subprocess.Popen[bytes] = launch.spawn_in(start) if launch.spawn_in is not None else start()
+    return proc
 
 
 def kill_launch(launch: LocalLaunch, proc: subprocess.Popen[bytes]) -> None:

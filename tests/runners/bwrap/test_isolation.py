@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from dsh.runners.bwrap import BwrapRunner
@@ -163,7 +164,8 @@ except OSError as exc:
 """
 
 
-def _spawn_on_pty(argv: tuple[str | bytes, ...], pass_fds: tuple[int, ...]) -> tuple[str, bytes]:
+def _spawn_on_pty(argv: tuple[str | bytes, ...], pass_fds: tuple[int, ...],
+                  spawn_in: Callable[[Callable[[], Any]], Any] | None = None) -> tuple[str, bytes]:
     """Run ``argv`` with a fresh pty as its controlling terminal; what got injected."""
     import termios
     import tty
@@ -176,8 +178,8 @@ def _spawn_on_pty(argv: tuple[str | bytes, ...], pass_fds: tuple[int, ...]) -> t
 
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-    try:
-        proc = subprocess.Popen(
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             argv,
             stdin=slave,
             stdout=subprocess.PIPE,
@@ -186,6 +188,9 @@ def _spawn_on_pty(argv: tuple[str | bytes, ...], pass_fds: tuple[int, ...]) -> t
             preexec_fn=make_controlling,
             pass_fds=pass_fds,
         )
+
+    try:
+        proc: subprocess.Popen[bytes] = spawn_in(start) if spawn_in is not None else start()
         out, _ = proc.communicate(timeout=120)
         os.set_blocking(slave, False)
         try:
@@ -205,7 +210,7 @@ def test_tiocsti_cannot_inject_into_the_terminal(runner: BwrapRunner, layout: La
     launch = runner.prepare([PY, "-c", TIOCSTI_SNIPPET], policy(layout.ws), cwd=str(layout.ws), env={})
     assert isinstance(launch, LocalLaunch)
     try:
-        out, injected = _spawn_on_pty(launch.argv, launch.pass_fds)
+        out, injected = _spawn_on_pty(launch.argv, launch.pass_fds, launch.spawn_in)
     finally:
         assert launch.cleanup is not None
         launch.cleanup()
