@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from dsh.runners.linux.mount_check import mount_table
 from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.enclosing_repo import enclosing_repository as core_enclosing_repository
 from dsh.sandbox.errors import SandboxUnavailable
@@ -281,8 +282,8 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
 def mount_points_below(roots: list[str], mountinfo: str = "/proc/self/mountinfo") -> list[str]:
     """Host mount points strictly inside ``roots`` (a ro bind does not make them ro)."""
     try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
-            points = [line.split()[4].replace("\\040", " ") for line in fh]
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as fh:
+            points = [entry.point for entry in mount_table(fh.read())]
     except OSError:
         return []
     return sorted(p for p in points for r in roots if Path(r) in Path(p).parents)

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
-from dsh.runners.docker.verify import MountEntry, mount_entries, mountinfo_in, stat_in
+from dsh.runners.docker.verify import mountinfo_in, stat_in
+from dsh.runners.linux.mount_check import MountEntry, mount_table
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy_paths import is_within
 
@@ -85,8 +86,8 @@ def take_back(spec: ContainerSpec, expected: Mapping[str, Identity], since: floa
     the ``(st_dev, st_ino)`` a target has in the container, ``host_mounts``
     this host's mount table, ``since`` the time the container was started.
     """
-    inside = mount_entries(container_mounts)
-    host = mount_entries(host_mounts)
+    inside = mount_table(container_mounts)
+    host = mount_table(host_mounts)
     left: list[str] = []
     for target, want in sorted(expected.items()):
         nested = _nested(spec.mounts, target)

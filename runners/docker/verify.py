@@ -20,14 +20,13 @@ another filesystem view): nothing is checked and the docs say so.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
+from dsh.runners.linux.mount_check import mount_table
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.pins import PinnedPaths, open_beneath
 
@@ -107,27 +106,8 @@ def _check_mount_points(pid: int, expected: Mapping[str, Identity],
             raise _changed(target, "its bind is not mounted at its own path in the container")
 
 
-@dataclass(frozen=True)
-class MountEntry:
-    """One line of a mount table: the filesystem (``major:minor``), the path of
-    the mounted directory within it, and where it is mounted."""
-
-    device: str
-    root: str
-    point: str
-
-
-def mount_entries(mountinfo: str) -> list[MountEntry]:
-    entries = []
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if len(fields) > 4:
-            entries.append(MountEntry(fields[2], unescape_field(fields[3]), unescape_field(fields[4])))
-    return entries
-
-
 def mount_points(mountinfo: str) -> set[str]:
-    return {entry.point for entry in mount_entries(mountinfo)}
+    return {entry.point for entry in mount_table(mountinfo)}
 
 
 def mounts_in(container: Any) -> set[str]:
@@ -146,11 +126,6 @@ def mountinfo_in(container: Any) -> str:
     if code != 0:
         raise SandboxUnavailable("cannot read the container's mounts (cat failed)", runner="docker")
     return (out or b"").decode("utf-8", "surrogateescape")
-
-
-def unescape_field(field: str) -> str:
-    """A mountinfo path field (octal escapes for space, tab, newline, backslash)."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
 def stat_in(container: Any, targets: list[str]) -> dict[str, Identity]:

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
-from dsh.runners.docker.strays import mount_entries, take_back
+from dsh.runners.docker.strays import take_back
+from dsh.runners.linux.mount_check import mount_table
 
 
 def _host_mounts() -> str:
@@ -19,7 +20,7 @@ def _host_mounts() -> str:
 
 def _bound_line(directory: Path, at: str) -> str:
     """A container mount-table line binding host ``directory`` at ``at``."""
-    host = mount_entries(_host_mounts())
+    host = mount_table(_host_mounts())
     holder = max((m for m in host if directory == Path(m.point) or Path(m.point) in directory.parents),
                  key=lambda m: len(m.point))
     inner = Path(holder.root) / directory.relative_to(holder.point)
