@@ -122,6 +122,24 @@ def spill_candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, t
     return out
 
 
+def log_dir_refusal(run_homes: Iterable[Path] = (), environ: Mapping[str, str] = os.environ) -> str | None:
+    """Why ``$DSH_HOME`` (the escalation log and the record of denied runs)
+    may not be used: it lies where sandboxed runs write (a sandbox HOME, a
+    private ``/tmp``, the spill files, or ``run_homes``), so a plain run could
+    forge what a later escalation trusts."""
+    log = dsh_home(environ)
+    if log is None:
+        return None
+    real = _real(log)
+    places = [*_run_dirs(environ, os.geteuid()), *((_real(h), "a sandbox HOME") for h in run_homes)]
+    for path, holds in places:
+        if is_within(real, path):
+            return (f"DSH_HOME {log}: {real} lies inside {path} ({holds}), where sandboxed commands write, so a "
+                    "run could forge the escalation log or the record of denied runs; set DSH_HOME to a "
+                    "directory outside it, e.g. ~/.dsh")
+    return None
+
+
 def _real(path: Path | str) -> Path:
     return Path(os.path.realpath(path))
 

@@ -162,7 +162,7 @@ class SandboxLifecycle:
             poller = select.poll()
             poller.register(init_fd, select.POLLIN)
             while not self._blocked(pid):
-                if poller.poll(2):
+                if poller.poll(1):
                     return None  # pid 1 died in setup: bwrap's own status says why
                 if time.monotonic() > deadline:
                     return f"bwrap did not finish setting up the sandbox within {SETUP_WAIT_S:.0f} s"

@@ -156,6 +156,26 @@ def test_dsh_sandbox_state_is_never_a_writable_root(caller: Caller, where: str) 
         assert not (caller.ws / "ran").exists()
 
 
+# -- the escalation log where runs write ---------------------------------------------------
+@pytest.mark.parametrize("where", [".cache/dsh-sandbox/home/ws-0123456789ab/.dsh", ".cache/dsh-sandbox/x"])
+def test_an_escalation_log_where_runs_write_is_refused(caller: Caller, where: str) -> None:
+    """A sandbox HOME is writable by its runs: a DSH_HOME inside one (or in
+    any of dsh-sandbox's run state) would let a plain run forge the record a
+    later escalation trusts."""
+    require_runner("bwrap")
+    caller.own(caller.home)
+    log_dir = caller.home / where
+    for mode in ("workspace-write", "read-only"):
+        done = caller.run("run", "--runner", "bwrap", "--mode", mode, "--", "touch", "ran",
+                          env=caller.env(DSH_HOME=str(log_dir)))
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert f"DSH_HOME {log_dir}" in done.stderr and "set DSH_HOME to a directory outside it" in done.stderr
+        assert "Traceback" not in done.stderr
+        assert not (caller.ws / "ran").exists()
+    ok = caller.run("run", "--runner", "bwrap", "--", "touch", "ran", env=caller.env(DSH_HOME=str(caller.home / ".dsh")))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+
+
 # -- other runs' state, hidden ---------------------------------------------------------------
 @pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker"])
 def test_other_workspaces_homes_and_spill_files_are_unreadable(caller: Caller, runner: str) -> None:
