@@ -15,18 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dsh.runners.bwrap.mounts import PLACEHOLDER_MODE, Mount, MountPlan, is_placeholder
+from dsh.runners.bwrap.mounts import Mount, MountPlan
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of
+from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.pins import PinnedPaths, open_beneath
-
-_RETRIES = 5
 
 
 def _changed(path: str, detail: str) -> SandboxUnavailable:
@@ -48,74 +45,6 @@ def open_checked(path: str, *, directory: bool) -> int:
         os.close(fd)
         raise _changed(path, f"it now resolves to {actual}")
     return fd
-
-
-@dataclass
-class Placeholder:
-    """A read-only empty directory standing in for a missing protected path.
-
-    Every sandbox using it holds a shared ``flock`` on it; the last one to finish
-    (the one that gets the exclusive lock) removes it, so the workspace is left
-    as it was.  A crash leaves an empty 0555 directory that the next run adopts.
-    """
-
-    path: str
-    fd: int
-
-    @classmethod
-    def acquire(cls, path: str, parent_fd: int | None = None) -> Placeholder | None:
-        """The placeholder at ``path``; ``None`` if a real entry appeared there.
-
-        ``parent_fd``: the directory that holds it, pinned (its name is not
-        followed again: it may be a symlink by now)."""
-        name = os.path.basename(path) if parent_fd is not None else path
-        for _ in range(_RETRIES):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(name, PLACEHOLDER_MODE, dir_fd=parent_fd)
-                os.chmod(name, PLACEHOLDER_MODE, dir_fd=parent_fd)  # the umask may have cleared bits
-            try:
-                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
-            except FileNotFoundError:
-                continue  # a finishing sandbox removed it meanwhile: make a new one
-            except OSError as exc:
-                if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EACCES):
-                    return None  # a real entry: a file, a link, someone else's directory
-                raise
-            if not _empty_placeholder(fd):
-                os.close(fd)
-                return None
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            try:
-                here = os.lstat(name, dir_fd=parent_fd)
-            except OSError:
-                here = None
-            mine = os.fstat(fd)
-            if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
-                return cls(path, fd)
-            os.close(fd)  # a finishing sandbox removed it meanwhile: make a new one
-        raise _changed(path, "a placeholder kept disappearing")
-
-    def release(self) -> None:
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self.fd)  # another sandbox still relies on it
-            return
-        try:
-            here = os.lstat(self.path)
-            mine = os.fstat(self.fd)
-            if (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino) and is_placeholder(self.path):
-                os.rmdir(self.path)
-        except OSError:
-            pass  # already gone or no longer empty: leave it
-        finally:
-            os.close(self.fd)
-
-
-def _empty_placeholder(fd: int) -> bool:
-    """Is the directory open as ``fd`` an empty one with the placeholder mode?"""
-    info = os.fstat(fd)
-    return stat.S_IMODE(info.st_mode) == PLACEHOLDER_MODE and not os.listdir(fd)
 
 
 @dataclass

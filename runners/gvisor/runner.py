@@ -306,8 +306,9 @@ class GvisorRunner(Runner):
             sources = [e.source or e.path for e in plan.entries
                        if e.kind in ("writable", "pin", "private-tmp", "read-only", "placeholder")]
             placeholders = [e.path for e in plan.of_kind("placeholder")]
-            warm = sb.create(self._global_flags(policy.network), state, f"dsh-{os.getpid()}-{uuid.uuid4().hex[:8]}",
-                             config, sources, placeholders)
+            with self.pinned(policy) as pins:
+                warm = sb.create(self._global_flags(policy.network), state,
+                                 f"dsh-{os.getpid()}-{uuid.uuid4().hex[:8]}", config, sources, placeholders, pins)
             with self._lock:
                 self._warm[key] = warm
             return warm

@@ -38,6 +38,8 @@ from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of, mount_problem
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.pins import PinnedPaths, open_beneath
+from dsh.sandbox.policy_paths import is_within
 
 _TIMEOUT_S = 60
 Identities = dict[str, tuple[int, int] | None]
@@ -160,25 +162,37 @@ def _sandbox_pid(runsc: Sequence[str], sid: str) -> int | None:
 
 
 def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, Any],
-           sources: Sequence[str], placeholders: Sequence[str]) -> WarmSandbox:
-    """Make and start the sandbox ``sid`` from ``config``; ``sources``: the bind sources to hold."""
+           sources: Sequence[str], placeholders: Sequence[str], pins: PinnedPaths | None = None) -> WarmSandbox:
+    """Make and start the sandbox ``sid`` from ``config``; ``sources``: the bind
+    sources to hold; ``pins``: the policy's paths as the policy service
+    resolved them (each source it holds must still be that inode, and a
+    placeholder is made from its pinned directory, never through a name)."""
     bundle = state_dir / "bundles" / sid
     bundle.mkdir(parents=True, mode=0o700)
     warm = WarmSandbox(sid, tuple(runsc), bundle)
     try:
         for path in placeholders:
+            parent = _pinned_parent(pins, path)
             try:
-                ph = Placeholder.acquire(path)
+                ph = Placeholder.acquire(path, parent)
             except OSError as exc:
                 raise SandboxUnavailable(f"cannot make the read-only placeholder {path} for a missing protected "
                                          f"path: {exc.strerror or exc}; nothing ran", runner="gvisor") from None
+            finally:
+                if parent is not None:
+                    os.close(parent)
             if ph is None:
                 raise _changed(path, "a real entry appeared where a placeholder was planned")
             warm.placeholders.append(ph)
             warm.fds.append(ph.fd)
         held = [p for p in sources if p not in placeholders]
-        held_fds = [open_checked(p) for p in held]
-        warm.fds += held_fds
+        held_fds = []
+        for path in held:
+            held_fds.append(open_checked(path))
+            warm.fds.append(held_fds[-1])
+            pin = pins.get(path) if pins is not None else None
+            if pin is not None and identity_of(held_fds[-1]) != pin.identity:
+                raise _changed(path, "it is no longer the directory the policy resolved")
         warm.pinned = identities([*held, *placeholders])
         (bundle / "config.json").write_text(json.dumps(config))
         log = bundle / "runsc.log"
@@ -199,6 +213,18 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         warm.destroy()
         raise
     return warm
+
+
+def _pinned_parent(pins: PinnedPaths | None, path: str) -> int | None:
+    """The directory holding ``path``, opened from the pin of the root it lies
+    in; ``None`` when no pinned directory holds it (then it is made by name)."""
+    parent = os.path.dirname(path)
+    if pins is None or not any(p.is_dir and is_within(Path(parent), p.path) for p in pins):
+        return None
+    fd = open_beneath(pins, Path(parent), directory=True)
+    if fd is None:
+        raise _changed(path, "the directory holding it is missing, a symlink, or moved below its root")
+    return fd
 
 
 def _check_gofer(runsc: Sequence[str], sid: str, expected: list[ExpectedMount]) -> None:

@@ -12,8 +12,10 @@ directory, which the mount plan takes for missing and the next run adopts.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
+import stat
 from dataclasses import dataclass
 
 from dsh.sandbox.mount_plan import PLACEHOLDER_MODE, is_placeholder
@@ -31,22 +33,34 @@ class Placeholder:
     fd: int
 
     @classmethod
-    def acquire(cls, path: str) -> Placeholder | None:
+    def acquire(cls, path: str, parent_fd: int | None = None) -> Placeholder | None:
         """The placeholder at ``path``; ``None`` if a real entry appeared there.
 
-        Raises ``OSError`` when it cannot be made (no permission: nor can the
-        command, which runs with the caller's ids and no capability).
+        ``parent_fd``: the directory that holds it, pinned (its name is not
+        followed again: it may be a symlink by now, and the placeholder must
+        not be made wherever that link points).  Raises ``OSError`` when it
+        cannot be made (no permission: nor can the command, which runs with
+        the caller's ids and no capability).
         """
+        name = os.path.basename(path) if parent_fd is not None else path
         for _ in range(_RETRIES):
             with contextlib.suppress(FileExistsError):
-                os.mkdir(path, PLACEHOLDER_MODE)
-                os.chmod(path, PLACEHOLDER_MODE)  # the umask may have cleared bits
-            if not is_placeholder(path):
+                os.mkdir(name, PLACEHOLDER_MODE, dir_fd=parent_fd)
+                os.chmod(name, PLACEHOLDER_MODE, dir_fd=parent_fd)  # the umask may have cleared bits
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+            except FileNotFoundError:
+                continue  # a finishing sandbox removed it meanwhile: make a new one
+            except OSError as exc:
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EACCES):
+                    return None  # a real entry: a file, a link, someone else's directory
+                raise
+            if not _empty_placeholder(fd):
+                os.close(fd)
                 return None
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             fcntl.flock(fd, fcntl.LOCK_SH)
             try:
-                here = os.lstat(path)
+                here = os.lstat(name, dir_fd=parent_fd)
             except OSError:
                 here = None
             mine = os.fstat(fd)
@@ -71,3 +85,9 @@ class Placeholder:
             pass  # already gone or no longer empty: leave it
         finally:
             os.close(self.fd)
+
+
+def _empty_placeholder(fd: int) -> bool:
+    """Is the directory open as ``fd`` an empty one with the placeholder mode?"""
+    info = os.fstat(fd)
+    return stat.S_IMODE(info.st_mode) == PLACEHOLDER_MODE and not os.listdir(fd)

@@ -172,7 +172,8 @@ def test_an_escalation_log_where_runs_write_is_refused(caller: Caller, where: st
         assert f"DSH_HOME {log_dir}" in done.stderr and "set DSH_HOME to a directory outside it" in done.stderr
         assert "Traceback" not in done.stderr
         assert not (caller.ws / "ran").exists()
-    ok = caller.run("run", "--runner", "bwrap", "--", "touch", "ran", env=caller.env(DSH_HOME=str(caller.home / ".dsh")))
+    ok = caller.run("run", "--runner", "bwrap", "--", "touch", "ran",
+                    env=caller.env(DSH_HOME=str(caller.home / ".dsh")))
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 

@@ -298,12 +298,34 @@ def test_a_placeholder_that_cannot_be_made_is_a_clean_refusal(runner: GvisorRunn
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from dsh.runners.gvisor import sandbox as sb
 
-    def refuse(path: str) -> None:
+    def refuse(path: str, parent_fd: int | None = None) -> None:
         raise PermissionError(13, "Permission denied", path)
 
     monkeypatch.setattr(sb.Placeholder, "acquire", staticmethod(refuse))
     with pytest.raises(SandboxUnavailable, match=r"placeholder .*\.dsh.*Permission denied; nothing ran"):
         runner.prepare(["true"], policy(ws), cwd=str(ws), env=ENV)
+
+
+def test_a_placeholder_is_made_in_the_pinned_directory_never_through_its_name(
+        runner: GvisorRunner, ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workspace swapped for a link after it was resolved must not get the
+    placeholder made wherever the link points: it is made from the fd of the
+    directory the policy pinned."""
+    from dsh.runners.gvisor import sandbox as sb
+
+    real_acquire = sb.Placeholder.acquire
+    parents: list[str | None] = []
+
+    def spy(path: str, parent_fd: int | None = None) -> sb.Placeholder | None:
+        parents.append(None if parent_fd is None else os.readlink(f"/proc/self/fd/{parent_fd}"))
+        return real_acquire(path, parent_fd)
+
+    monkeypatch.setattr(sb.Placeholder, "acquire", staticmethod(spy))
+    fresh = ws.parent / "fresh"
+    fresh.mkdir()
+    launch = runner.prepare(["true"], policy(fresh), cwd=str(fresh), env=ENV)
+    assert launch is not None
+    assert parents and all(parent == str(fresh) for parent in parents), parents
 
 
 def test_tmpdir_names_the_session_directory_where_it_is_mounted(runner: GvisorRunner, ws: Path) -> None:
