@@ -31,6 +31,7 @@ import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
+from dsh.sandbox import state_places
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.policy_paths import canonical, is_within
 
@@ -169,7 +170,19 @@ def _raw_run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]
         out.append((runtime / "dsh-sandbox", "spill files and every session's private /tmp"))
     out.append((Path(f"/var/tmp/dsh-sandbox-{uid}"), "spill files"))
     out.append((Path(f"/var/tmp/dsh-sandbox-tmp-{uid}"), "every session's private /tmp"))
+    named = {path for path, _holds in out}
+    for place in state_places.recorded(uid):
+        if place not in named:
+            out.append((place, "the sandbox HOMEs, spill files and private /tmp of a session started with "
+                               "another environment"))
     return out
+
+
+def record_state_places(environ: Mapping[str, str] = os.environ) -> None:
+    """Tell the other sessions of this uid where this environment keeps its state."""
+    uid = os.geteuid()
+    state_places.record([path for path, _holds in _raw_run_dirs(environ, uid)
+                         if path.name == state_places.STATE_NAME], uid)
 
 
 def _password_cache() -> Path | None:

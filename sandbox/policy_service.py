@@ -26,7 +26,7 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.enclosing_repo import enclosing_repository, kept_read_only, named_by_config
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.own_state import hidden_state, log_dir_refusal
+from dsh.sandbox.own_state import hidden_state, log_dir_refusal, record_state_places
 from dsh.sandbox.pins import Pin, PinnedPaths, PinStore, Resolved
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_guard import root_refusal
@@ -115,9 +115,6 @@ class PolicyService(Service):
         for raw in cfg.writable:
             self._check_flag_root(raw)
         self._forced = self._forced_roots()
-        log_refused = log_dir_refusal([self._home] if self._home is not None else [])
-        if log_refused is not None:
-            raise ConfigError(log_refused)
         self._git: GitAccess = "commit" if self._profile.git == "commit" else "read-only"
         # Names kept read-only wherever they exist; the session's index of the
         # writable trees makes every later search cost one lstat per directory.
@@ -133,6 +130,10 @@ class PolicyService(Service):
         # Surface every configuration error now, not at the first command.
         try:
             self._default_policy = self.resolve()
+            log_refused = log_dir_refusal([self._home] if self._home is not None else [])
+            if log_refused is not None:
+                raise ConfigError(log_refused)
+            record_state_places()
         except BaseException:
             self.close()  # the private /tmp made on the way: nobody will close this service
             raise

@@ -130,3 +130,26 @@ def test_another_workspaces_home_made_during_a_run_stays_hidden(caller: Caller, 
             reader.communicate()
     assert "reader-done" in rest, rest + err
     assert secret not in rest + err, rest + err
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "landlock", "gvisor"])
+def test_a_home_kept_by_a_session_with_another_home_stays_hidden(caller: Caller, runner: str) -> None:
+    """A session started with another HOME (an agent harness's) keeps its
+    sandbox HOMEs under that HOME's cache, where no other environment points;
+    a later run with the usual environment must not read what a command left
+    there (the list of state places every session writes)."""
+    require_runner(runner)
+    agent_home = caller.base / "agent-home"
+    agent_home.mkdir()
+    caller.own(agent_home)
+    flags = ("--profile", caller.profile()) if runner == "landlock" else ()
+    secret = f"dsh-agent-home-{secrets.token_hex(8)}"
+    agent_env = {**caller.env(), "HOME": str(agent_home)}
+    wrote = caller.run("run", "--runner", runner, *flags, "-c", f"echo {secret} > \"$HOME/token\"", env=agent_env)
+    assert wrote.returncode == 0, wrote.stdout + wrote.stderr
+    homes = agent_home / ".cache" / "dsh-sandbox" / "home"
+    assert any(homes.glob("*/token")), "the agent's run left no file in its sandbox HOME"
+    reader = caller.run("run", "--runner", runner, *flags, "--mode", "read-only", "-c",
+                        f"cat {homes}/*/token 2>&1; echo reader-done")
+    assert "reader-done" in reader.stdout, reader.stdout + reader.stderr
+    assert secret not in reader.stdout + reader.stderr, reader.stdout + reader.stderr
