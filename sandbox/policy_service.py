@@ -49,7 +49,7 @@ from dsh.sandbox.protected_scan import (
     protected_from,
 )
 from dsh.sandbox.root_checks import add_root, refuse_dangerous_roots, refuse_non_directory, refuse_overlaps
-from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home
+from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home, workspace_home
 from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "system_dir_reason"]
@@ -112,9 +112,13 @@ class PolicyService(Service):
         # The workspace is fixed for the session: resolved and held once.
         self._workspace_pin = self._check_workspace(shown, self._workspace_written)
         self._workspace = self._workspace_pin.path
-        for raw in cfg.writable:
-            self._check_flag_root(raw)
+        flag_roots = [(f"--writable {raw}", self._check_flag_root(raw).path) for raw in cfg.writable]
         self._forced = self._forced_roots()
+        if self._default_mode is SandboxMode.WORKSPACE_WRITE:
+            # Before the sandbox HOME is made: a refused run leaves nothing
+            # behind (a cache inside the workspace would get it otherwise).
+            refuse_dangerous_roots([("workspace", self._workspace), *flag_roots],
+                                   own_home=self._own_home_path(), forced=self._forced)
         self._git: GitAccess = "commit" if self._profile.git == "commit" else "read-only"
         # Names kept read-only wherever they exist; the session's index of the
         # writable trees makes every later search cost one lstat per directory.
@@ -163,6 +167,12 @@ class PolicyService(Service):
         """The command's HOME (``sandbox_home``): made private per workspace, or
         the profile's directory; ``None`` keeps the real one."""
         return resolve_home(self._profile.home, self._workspace, f"profile {self._profile.name}: home")
+
+    def _own_home_path(self) -> tuple[Path, ...]:
+        """``_own_home`` named, not made."""
+        if self._profile.home not in (None, PER_WORKSPACE):
+            return ()
+        return (workspace_home(self._workspace),)
 
     @functools.cached_property
     def _own_home(self) -> tuple[Path, ...]:

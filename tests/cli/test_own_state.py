@@ -156,6 +156,19 @@ def test_dsh_sandbox_state_is_never_a_writable_root(caller: Caller, where: str) 
         assert not (caller.ws / "ran").exists()
 
 
+def test_a_refused_workspace_holding_the_cache_is_left_as_it_was(caller: Caller) -> None:
+    """The refusal comes before the sandbox HOME is made: a cache inside the
+    workspace got the HOMEs directory made in it all the same."""
+    require_runner("bwrap")
+    caller.own(caller.home)
+    before = sorted(p.name for p in caller.ws.iterdir())
+    done = caller.run("run", "--runner", "bwrap", "--", "touch", "ran",
+                      env=caller.env(XDG_CACHE_HOME=str(caller.ws / "cache")))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"workspace: refusing to make {caller.ws} writable" in done.stderr
+    assert sorted(p.name for p in caller.ws.iterdir()) == before
+
+
 # -- the escalation log where runs write ---------------------------------------------------
 @pytest.mark.parametrize("where", [".cache/dsh-sandbox/home/ws-0123456789ab/.dsh", ".cache/dsh-sandbox/x"])
 def test_an_escalation_log_where_runs_write_is_refused(caller: Caller, where: str) -> None:
