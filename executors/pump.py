@@ -195,6 +195,7 @@ class Pump:
                 else:
                     self._close_stdin()  # 0 bytes: EOF at once
             drain_until: float | None = None
+            next_remote_poll = 0.0
             while True:
                 now = time.monotonic()
                 if self.status is not None and (not self._fds or drain_until is None or now >= drain_until):
@@ -204,7 +205,10 @@ class Pump:
                     if self.status is None:
                         self._check_timers(time.monotonic())
                     continue
-                events = sel.select(self._timeout(now, drain_until, remote=exit_fd is None))
+                wait_s = self._timeout(now, drain_until, remote=exit_fd is None)
+                if exit_fd is None and self.status is None:  # the remote leader is polled
+                    wait_s = _REMOTE_POLL_S * 2 if wait_s is None else min(wait_s, _REMOTE_POLL_S * 2)
+                events = sel.select(wait_s)
                 for key, _mask in events:
                     fd = int(key.fd)
                     if fd in self._fds:
@@ -219,6 +223,15 @@ class Pump:
                         drain_until = time.monotonic() + _DRAIN_AFTER_EXIT_S
                     elif fd == self._stdin_fd:
                         self._write_stdin(sel)
+                if self.status is None and exit_fd is None and self._fds:
+                    now = time.monotonic()
+                    if now >= next_remote_poll:
+                        # A remote leader that exited while what it left behind
+                        # still holds the output: end it as a local exit would.
+                        next_remote_poll = now + _REMOTE_POLL_S * 2
+                        if self.target.leader_status() is not None:
+                            self._leader_exited(sel)
+                            drain_until = time.monotonic() + _DRAIN_AFTER_EXIT_S
                 if self.status is None:
                     self._check_timers(time.monotonic())
         finally:
