@@ -251,6 +251,12 @@ class SandboxHost(Service):
             enforcement = runner.enforcement(policy)
         except SandboxUnavailable:
             raise
+        except OSError as exc:  # a policy path changed under the planner (a concurrent rename)
+            where = exc.filename or "a policy path"
+            raise SandboxUnavailable(
+                f"{where} changed while the sandbox was being planned ({exc.strerror or exc}); nothing ran, retry",
+                runner=runner.name,
+            ) from exc
         except Exception as exc:  # cannot tell what it enforces: refuse
             raise SandboxUnavailable(
                 f"cannot report its enforcement: {type(exc).__name__}: {exc}", runner=runner.name

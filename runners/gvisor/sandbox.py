@@ -203,8 +203,9 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
             raise SandboxUnavailable(_start_failure(err or f"exit {code}"), runner="gvisor")
         warm.pid = _sandbox_pid(runsc, sid)
         if not warm.intact():
-            raise _changed(", ".join(p for p, i in identities(list(warm.pinned)).items()
-                                     if warm.pinned[p] != i), "a bind source was replaced while runsc started")
+            # Named again now: a path swapped back meanwhile is not among them.
+            changed = [p for p, i in identities(list(warm.pinned)).items() if warm.pinned[p] != i]
+            raise _changed(", ".join(changed) or "a bind source", "a bind source was replaced while runsc started")
         by_source = {**dict(zip(held, held_fds, strict=True)), **{ph.path: ph.fd for ph in warm.placeholders}}
         _check_gofer(runsc, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]))
                                   for m in config.get("mounts", [])

@@ -98,6 +98,21 @@ def test_a_named_runner_goes_through_the_same_gate(ctx: Context, workspace: Path
     assert info.value.runner == "fake" and info.value.degradations == ("fake-protected-paths",)
 
 
+def test_a_path_that_changes_while_planned_is_a_clean_refusal(ctx: Context, workspace: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A concurrent rename can make the planner's own lstat or readlink fail
+    (EINVAL from a link replaced by a directory): that is a retry, said so."""
+    fake = FakeRunner("fake", auto_priority=1)
+
+    def raced(_policy: SandboxPolicy) -> None:
+        raise OSError(22, "Invalid argument", str(workspace / "P"))
+
+    monkeypatch.setattr(fake, "enforcement", raced)
+    with pytest.raises(SandboxUnavailable, match=r"/P changed while the sandbox was being planned "
+                                                 r"\(Invalid argument\); nothing ran, retry"):
+        host(ctx, fake, runner="fake").choose(policy(ctx, workspace))
+
+
 def test_a_remote_runner_is_only_used_when_named(ctx: Context, workspace: Path) -> None:
     remote = FakeRunner("cloud", remote=True)
     with pytest.raises(SandboxUnavailable):
