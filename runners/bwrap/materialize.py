@@ -106,7 +106,7 @@ def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
         fd = _source(m.path, pins, directory=True)
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
-        opened.expected.append(ExpectedMount(m.path, identity_of(fd)))
+        opened.expected.append(ExpectedMount(m.path, identity_of(fd), onto_itself=True))
     elif m.kind == "private-tmp" and m.source is not None:
         fd = open_checked(m.source, directory=True)
         opened.fds.append(fd)
@@ -116,7 +116,7 @@ def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
         fd = _source(m.path, pins, directory=False)
         opened.fds.append(fd)
         opened.args += ["--ro-bind-fd", str(fd), m.path]
-        opened.expected.append(ExpectedMount(m.path, identity_of(fd), read_only=True))
+        opened.expected.append(ExpectedMount(m.path, identity_of(fd), read_only=True, onto_itself=True))
     elif m.kind == "placeholder":
         parent = _parent_fd(m.path, pins)
         try:
@@ -138,7 +138,7 @@ def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
         opened.placeholders.append(ph)
         opened.fds.append(ph.fd)
         opened.args += ["--ro-bind-fd", str(ph.fd), m.path]
-        opened.expected.append(ExpectedMount(m.path, identity_of(ph.fd), read_only=True))
+        opened.expected.append(ExpectedMount(m.path, identity_of(ph.fd), read_only=True, onto_itself=True))
     elif m.kind == "mask-dir":
         # Read-only only at the end (``open_mounts``): deeper mounts may still
         # need their mount points created in this tmpfs.

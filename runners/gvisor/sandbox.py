@@ -207,7 +207,8 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
             changed = [p for p, i in identities(list(warm.pinned)).items() if warm.pinned[p] != i]
             raise _changed(", ".join(changed) or "a bind source", "a bind source was replaced while runsc started")
         by_source = {**dict(zip(held, held_fds, strict=True)), **{ph.path: ph.fd for ph in warm.placeholders}}
-        _check_gofer(runsc, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]))
+        _check_gofer(runsc, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]),
+                                                onto_itself=m["destination"] == m["source"])
                                   for m in config.get("mounts", [])
                                   if m.get("type") == "bind" and m.get("source") in by_source])
     except BaseException:

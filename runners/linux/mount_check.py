@@ -75,6 +75,9 @@ class ExpectedMount:
     identity: Identity | None = None  # (st_dev, st_ino) of what must be mounted there
     read_only: bool = False
     fstype: str | None = None
+    #: Bound onto itself, and the sandbox shows the host's paths: then the
+    #: host, where nothing is mounted, must see ``identity`` at ``path`` too.
+    onto_itself: bool = False
 
 
 def mount_id(fd: int) -> int | None:
@@ -120,12 +123,27 @@ def mount_problem(pid: int, expected: Iterable[ExpectedMount]) -> str | None:
     except OSError as exc:
         return f"the sandbox's mounts cannot be read ({exc.strerror or exc})"
     try:
+        # The host's view before and after the sandbox's: a bind made on a
+        # decoy that held the name only while the sandbox was looked at (a
+        # directory exchanged in and out by the host) shows there.
+        problem = _host_problem(last.values())
         for want in last.values():
-            problem = _one_problem(root_fd, table, want)
-            if problem is not None:
-                return problem
+            problem = problem or _one_problem(root_fd, table, want)
+        return problem or _host_problem(last.values())
     finally:
         os.close(root_fd)
+
+
+def _host_problem(expected: Iterable[ExpectedMount]) -> str | None:
+    for want in expected:
+        if not want.onto_itself or want.identity is None:
+            continue
+        try:
+            info = os.lstat(want.path)
+        except OSError as exc:
+            return f"{want.path} cannot be found on the host ({exc.strerror or exc})"
+        if (info.st_dev, info.st_ino) != want.identity:
+            return f"{want.path} is another directory on the host than the one the sandbox mounted there"
     return None
 
 

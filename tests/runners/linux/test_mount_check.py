@@ -29,6 +29,7 @@ class Blocked:
     ws: Path
     ro: Path
     other: Path
+    decoy: Path  # the workspace is bound here too: a bind made on a decoy
 
 
 def _identity(path: Path) -> tuple[int, int]:
@@ -41,15 +42,15 @@ def blocked(tmp_path: Path) -> Iterator[Blocked]:
     if BWRAP is None:
         pytest.skip("SANDBOX_UNAVAILABLE: bwrap is not installed")
     base = tmp_path.resolve()
-    ws, ro, other = base / "ws", base / "ro", base / "other"
-    for d in (ws, ro, other):
+    ws, ro, other, decoy = base / "ws", base / "ro", base / "other", base / "decoy"
+    for d in (ws, ro, other, decoy):
         d.mkdir()
     (ws / "link").symlink_to(other)
     block_r, block_w = os.pipe()
     info_r, info_w = os.pipe()
     proc = subprocess.Popen(
         [BWRAP, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--bind", str(ws), str(ws),
-         "--ro-bind", str(ro), str(ro), "--tmpfs", str(other), "--info-fd", str(info_w),
+         "--ro-bind", str(ro), str(ro), "--bind", str(ws), str(decoy), "--tmpfs", str(other), "--info-fd", str(info_w),
          "--block-fd", str(block_r), "--", "true"],
         pass_fds=(block_r, info_w),
     )
@@ -64,7 +65,7 @@ def blocked(tmp_path: Path) -> Iterator[Blocked]:
         pid = int(info.split(b'"child-pid":')[1].split(b",")[0].split(b"}")[0])
         # Blocked once its mount table holds the last mount of the plan.
         wait_until(lambda: any(e.point == str(other) for e in _table(pid)), what="bwrap's mounts")
-        yield Blocked(pid, ws, ro, other)
+        yield Blocked(pid, ws, ro, other, decoy)
     finally:
         os.close(block_r)
         os.write(block_w, b"x")
@@ -115,6 +116,17 @@ def test_the_wrong_filesystem_type_is_refused(blocked: Blocked) -> None:
 def test_a_symlink_on_the_way_is_refused(blocked: Blocked) -> None:
     problem = mount_problem(blocked.pid, [ExpectedMount(str(blocked.ws / "link"), _identity(blocked.other))])
     assert problem is not None and "without a symlink" in problem
+
+
+def test_a_bind_made_on_a_decoy_shows_on_the_host(blocked: Blocked) -> None:
+    """In the sandbox a bind made on a decoy directory (one the host exchanged
+    in and out while bwrap mounted by name) looks right: the pinned inode, at
+    the path.  On the host nothing is mounted there, and the decoy shows."""
+    fooled = ExpectedMount(str(blocked.decoy), _identity(blocked.ws))
+    assert mount_problem(blocked.pid, [fooled]) is None
+    problem = mount_problem(blocked.pid, [ExpectedMount(str(blocked.decoy), _identity(blocked.ws), onto_itself=True)])
+    assert problem is not None and "another directory on the host" in problem
+    assert mount_problem(blocked.pid, [ExpectedMount(str(blocked.ws), _identity(blocked.ws), onto_itself=True)]) is None
 
 
 def test_a_sandbox_that_is_gone_is_refused() -> None:
