@@ -23,6 +23,7 @@ import contextlib
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,13 +36,17 @@ LIST_NAME = "state-places"
 MAX_BYTES = 64 * 1024
 #: A list this long is rewritten without the places that are gone (test
 #: suites make many short-lived caches) when a new one is added.
-PRUNE_AT = 100
+PRUNE_AT = 32
 _LABEL = "the list of dsh-sandbox's state places"
 _FIX = "make /var/tmp writable to you"
 #: The last part of every place a session keeps its state in.
 STATE_NAME = "dsh-sandbox"
 
+#: How long a judged list is trusted for an unchanged file.
+RECHECK_S = 1.0
+
 _cache: dict[int, tuple[tuple[int, int, int, int], tuple[Path, ...]]] = {}
+_judged: dict[int, tuple[tuple[str, ...], float, tuple[Path, ...]]] = {}
 _lock = threading.Lock()
 
 
@@ -51,8 +56,23 @@ def list_path(uid: int) -> Path:
 
 def recorded(uid: int) -> tuple[Path, ...]:
     """The places other sessions of ``uid`` recorded that still are state
-    directories of ``uid`` (canonical, not links)."""
+    directories of ``uid`` (canonical, not links).
+
+    Judged at most once per ``RECHECK_S`` for an unchanged list: a run asks
+    many times while it plans, and each entry costs a walk of its path."""
     lines = _read_lines(uid)
+    now = time.monotonic()
+    with _lock:
+        memo = _judged.get(uid)
+    if memo is not None and memo[0] == lines and now - memo[1] < RECHECK_S:
+        return memo[2]
+    out = _judge(lines, uid)
+    with _lock:
+        _judged[uid] = (lines, now, out)
+    return out
+
+
+def _judge(lines: tuple[str, ...], uid: int) -> tuple[Path, ...]:
     out = []
     for line in lines:
         place = Path(line)
