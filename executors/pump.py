@@ -223,17 +223,18 @@ class Pump:
                         drain_until = time.monotonic() + _DRAIN_AFTER_EXIT_S
                     elif fd == self._stdin_fd:
                         self._write_stdin(sel)
+                if self.status is None:
+                    self._check_timers(time.monotonic())
                 if self.status is None and exit_fd is None and self._fds:
                     now = time.monotonic()
                     if now >= next_remote_poll:
                         # A remote leader that exited while what it left behind
-                        # still holds the output: end it as a local exit would.
+                        # still holds the output: end it as a local exit would
+                        # (after the timers: a deadline that passed still counts).
                         next_remote_poll = now + _REMOTE_POLL_S * 2
                         if self.target.leader_status() is not None:
                             self._leader_exited(sel)
                             drain_until = time.monotonic() + _DRAIN_AFTER_EXIT_S
-                if self.status is None:
-                    self._check_timers(time.monotonic())
         finally:
             sel.close()
 
