@@ -8,9 +8,6 @@ list itself counts only as a regular file of the uid nobody else may write.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +15,9 @@ from dsh.sandbox import own_state, state_places
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
+def base(trusted_dir: Path) -> Path:
     # Outside /tmp: a place in the shared temporary directory is never listed.
-    made = Path(tempfile.mkdtemp(prefix="dsh-state-places-", dir="/var/tmp")).resolve()
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
+    return trusted_dir
 
 
 @pytest.fixture
