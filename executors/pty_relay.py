@@ -344,6 +344,9 @@ def main(args):
                             os.killpg(fg, body[0])
                     except OSError:
                         pass
+                    # A program that was reading answers a signal and reads
+                    # again at once: give it the quiet time an answer takes.
+                    last_out = time.monotonic()
                 elif kind == b"e":
                     to_pty += b"\x04"
                 reported = None
@@ -353,6 +356,10 @@ def main(args):
             except OSError:
                 fg = -1
             reading = 1 if fg > 0 and not _unread(slave) and _reading(fg, tty_rdev, waits) else 0
+            # What it printed before it started reading must be counted first:
+            # the host takes "reading" as "everything it said is on screen".
+            if reading and master in _ready([master], [], 0)[0]:
+                continue
             shell = 1 if fg == pid else 0
             if reported != (out_total, reading, frames, shell):
                 reported = (out_total, reading, frames, shell)

@@ -223,3 +223,26 @@ def test_a_session_works_when_the_host_holds_over_1024_descriptors(workspace: Pa
     finally:
         for fd in filler:
             os.close(fd)
+
+
+_ANSWERS_SIGINT = (
+    "import os, signal\n"
+    "signal.signal(signal.SIGINT, lambda *_: os.write(1, b'interrupted\\n'))\n"
+    "while True:\n"
+    "    os.read(0, 100)\n"
+)
+
+
+@pytest.mark.parametrize("runner", ["landlock"])
+def test_a_signal_settles_on_what_the_program_printed_after_it(workspace: Path, runner: str) -> None:
+    # A reader that answers a signal and goes straight back to reading: the
+    # settle must not end on "waits for input" before the answer is on screen.
+    (workspace / "answers.py").write_text(_ANSWERS_SIGINT)
+    with terminal_ctx(workspace, runner) as ctx:
+        reg = ctx.require(TerminalRegistry)
+        entry = reg.open("me", TerminalOpenRequest())
+        _send(reg, entry.id, "clear; python3 answers.py")
+        for n in range(1, 21):
+            snap = reg.send(entry.id, "me", TerminalSendRequest("", submit=False, signal="SIGINT"), **SETTLE)
+            assert snap.viewport.count("interrupted") == n and snap.wait_reason == "stdin_read", (n, snap)
+        reg.close_session(entry.id, "me")
