@@ -19,9 +19,11 @@ PY = ("python3",)
 # Every command below is Python run with ``python3 -c``; ``{...}`` are HostEnv
 # fields (literal braces are doubled).
 LIBC = "import ctypes, os, socket\nL = ctypes.CDLL(None, use_errno=True)\n"
-# Announce readiness, then wait (bounded) for the host's mid-run object.
-WAIT = ("print('DSH-READY', flush=True)\nimport time\n"
-        "for _ in range(300):\n    if os.path.exists('{go}'): break\n    time.sleep(0.05)\n")
+# Announce readiness, then wait (bounded) for the host's mid-run object: the
+# host writes "go" to the command's stdin once it exists (a file would not
+# reach a sandbox that works on a copy of the workspace).
+WAIT = ("print('DSH-READY', flush=True)\nimport select\n"
+        "if select.select([0], [], [], 15)[0] and os.read(0, 8).startswith(b'go'): print('DSH-GO', flush=True)\n")
 KEYS = ("import platform\nADD, KEYCTL = {{'x86_64': (248, 250), 'aarch64': (217, 219)}}[platform.machine()]\n"
         "L.syscall.restype = ctypes.c_long\nlong = ctypes.c_long\n")
 

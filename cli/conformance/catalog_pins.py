@@ -26,15 +26,16 @@ BLOCKED: dict[str, Expect] = {"read-only": "blocked", "workspace-write": "blocke
 RACE_SECONDS = 5.0
 
 SWAP = (
-    "import ctypes, os, time\n"
+    "import ctypes, os, select, time\n"
     "L = ctypes.CDLL(None, use_errno=True)\n"
     "L.renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]\n"
     "a, b = b'{ws}/victim', b'{ws}/vlink'\n"
     "print('DSH-READY', flush=True)\n"
     "end = time.monotonic() + 120\n"
-    "while not os.path.exists('{go}') and time.monotonic() < end:\n"
+    "while not select.select([0], [], [], 0)[0] and time.monotonic() < end:\n"
     "    for _ in range(200):\n"
     "        L.renameat2(-100, a, -100, b, 2)\n"
+    "if os.read(0, 8).startswith(b'go'): print('DSH-GO', flush=True)\n"
 )
 
 

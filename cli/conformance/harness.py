@@ -24,7 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 from dsh.cli.conformance.catalog import SCENARIOS
 from dsh.cli.conformance.listeners import Listeners
-from dsh.cli.conformance.model import READY_MARKER, HostEnv, RunOutput, Scenario, ScenarioResult, Unavailable
+from dsh.cli.conformance.model import (
+    GO_LINE,
+    GO_MARKER,
+    READY_MARKER,
+    HostEnv,
+    RunOutput,
+    Scenario,
+    ScenarioResult,
+    Unavailable,
+)
 from dsh.sandbox.errors import DshError, SandboxUnavailable
 from dsh.sandbox.runner import Enforcement, Runner
 
@@ -250,12 +259,17 @@ class Harness:
                 raise
             except DshError as exc:
                 return result("fail", f"{exc.code}: {exc}")
-            if scenario.during and not env.go.exists():
+            if scenario.during and not out.went:
                 # Any working sandbox lets the command print: no marker means it never
                 # ran, and a verdict on the host object would be about nothing.
                 tail = out.stderr[-300:].decode("utf-8", "replace")
                 return result("fail", f"the command never printed the ready marker (exit={out.exit_code}, "
                                       f"signal={out.signal}); stderr: {tail!r}", out.elapsed_s)
+            if scenario.during and GO_MARKER not in out.stdout:
+                tail = out.stderr[-300:].decode("utf-8", "replace")
+                return result("fail", f"the command never read the host's go on its stdin (exit={out.exit_code}, "
+                                      f"signal={out.signal}): the runner does not pass stdin on; stderr: "
+                                      f"{tail!r}", out.elapsed_s)
             expect = scenario.expect[mode]
             check = scenario.check_ok if expect == "ok" else scenario.check_blocked
             problem = check(env, out) if check else None
@@ -276,20 +290,29 @@ class Harness:
         from dsh.executors.seam import ShellExecRequest, ShellExecutor, TerminalSize
 
         label = " ".join(a if isinstance(a, str) else a.decode("utf-8", "replace") for a in argv)
-        terminal: dict[str, Any] = {}
-        if tty:
-            from dsh.sandbox.stdin_feed import StdinFeed
+        from dsh.sandbox.stdin_feed import StdinFeed
 
+        terminal: dict[str, Any] = {}
+        go = StdinFeed() if during is not None else None
+        if tty:
             # Left open: the relay takes the end of its input for a hang-up.
             terminal = {"terminal": TerminalSize(), "stdin": StdinFeed()}
+        elif go is not None:
+            terminal = {"stdin": go}
         request = ShellExecRequest(command=label, argv=argv, workdir=str(env.ws), timeout_ms=timeout_ms,
                                    env=dict(caller_env) or None, **terminal)
         start = time.monotonic()
         shell = ctx.require(ShellExecutor)
         execution = shell.execute(shell.resolve(request))
-        if during is not None and _await_ready(execution, start + timeout_ms / 1000):
-            during(env)
-            env.go.touch()
+        went = False
+        if during is not None and go is not None:
+            try:
+                if _await_ready(execution, start + timeout_ms / 1000):
+                    during(env)
+                    went = True
+                    go.write(GO_LINE, timeout=10)
+            finally:
+                go.close()
         res = execution.result()
         elapsed = time.monotonic() - start
         stdout = _read_all(execution, "stdout")
@@ -299,7 +322,7 @@ class Harness:
             stdout_text=res.stdout.text, stdout_total=res.stdout.total_bytes,
             stdout_omitted=res.stdout.omitted_bytes, spill_path=res.stdout.spill_path,
             denied=bool(res.sandbox and res.sandbox.denied), elapsed_s=elapsed,
-            trusted_changed=res.sandbox.trusted_changed if res.sandbox else (),
+            trusted_changed=res.sandbox.trusted_changed if res.sandbox else (), went=went,
         )
 
 

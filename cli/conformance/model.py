@@ -48,11 +48,6 @@ class HostEnv:
     extra: dict[str, Any] = field(default_factory=dict)
     cleanups: list[Callable[[], object]] = field(default_factory=list)  # run after the check
 
-    @property
-    def go(self) -> Path:
-        """Created by the host once its mid-run action is done (see ``Scenario.during``)."""
-        return self.ws / f"go-{self.nonce}"
-
     def fmt(self, text: str) -> str:
         return text.format(
             ws=self.ws, root=self.root, outside=self.outside, nonce=self.nonce,
@@ -60,7 +55,7 @@ class HostEnv:
             udp=self.ports.get("udp", 9), dns=self.ports.get("dns", 9),
             abstract=self.abstract, unix_path=self.unix_path, victim=self.victim_pid,
             suid=self.suid_helper or "/nonexistent", nonce_short=self.nonce[:8],
-            supervisor=self.supervisor_pid, go=self.go, **self.extra,
+            supervisor=self.supervisor_pid, **self.extra,
         )
 
 
@@ -70,6 +65,10 @@ class Unavailable(Exception):
 
 # What a command prints once it is ready for the host's mid-run action.
 READY_MARKER = b"DSH-READY"
+# What the host writes to the command's stdin once its mid-run action is done,
+# and what the command prints once it has read it.
+GO_LINE = b"go\n"
+GO_MARKER = b"DSH-GO"
 
 
 @dataclass(frozen=True)
@@ -88,6 +87,7 @@ class RunOutput:
     denied: bool
     elapsed_s: float
     trusted_changed: tuple[str, ...] = ()  # files a later host action trusts, written by the run
+    went: bool = False  # the host's mid-run action ran (the command printed the ready marker)
 
 
 # A check returns None when the expectation holds, else what went wrong.
@@ -110,8 +110,12 @@ class Scenario:
     timeout_ms: int = 20_000
     env: Mapping[str, str] = field(default_factory=dict)  # caller env (trusted)
     # The hostile host's action while the command runs: once the command prints
-    # READY_MARKER, the host runs this, then creates ``HostEnv.go``, which the
-    # command waits for (bounded) before it attacks what the host just made.
+    # READY_MARKER, the host runs this, then writes GO_LINE to the command's
+    # stdin and closes it; the command waits for that (bounded), prints
+    # GO_MARKER and attacks what the host just made.  Its stdin, not a file in
+    # the workspace: a runner that works on a copy of the workspace (E2B)
+    # would never show the file.  No GO_MARKER: the run fails, since a
+    # verdict on an object the command never waited for is about nothing.
     during: Setup | None = None
     # Judged from what the command saw, not from host state (opening a tunable,
     # creating a socket): meaningless where the command runs on another kernel.

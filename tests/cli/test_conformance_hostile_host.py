@@ -39,8 +39,8 @@ def test_during_happens_after_ready_and_before_the_command_continues() -> None:
     scenario = Scenario(
         "t-during", "test", "the host makes a file once the command is ready",
         ("bash", "-c", "test -e {outside}/made-{nonce} && echo early; echo DSH-READY;"
-                       " for i in $(seq 300); do [ -e {go} ] && break; sleep 0.05; done; cat {outside}/made-{nonce}"),
-        OK, check_ok=c.stdout_is(b"DSH-READY\nmade mid-run\n"), during=during)
+                       " read -t 15 go && echo DSH-GO; cat {outside}/made-{nonce}"),
+        OK, check_ok=c.stdout_is(b"DSH-READY\nDSH-GO\nmade mid-run\n"), during=during)
     assert _run(scenario) == {"t-during": ("pass", "")}
     assert order == ["during"]
 
@@ -52,6 +52,15 @@ def test_a_command_that_never_gets_ready_fails_without_the_host_action() -> None
     outcome, detail = _run(scenario)["t-never"]
     assert outcome == "fail" and "never printed the ready marker (exit=3" in detail and "boom" in detail
     assert calls == []
+
+
+def test_a_command_that_never_reads_the_go_fails_instead_of_passing_on_nothing() -> None:
+    # The check alone would pass: the command never looked at what the host made.
+    scenario = Scenario("t-no-go", "test", "ready, but goes on without the host",
+                        ("sh", "-c", "echo DSH-READY; exec 0</dev/null; sleep 0.2"), OK,
+                        check_ok=c.exit_zero, during=lambda env: None)
+    outcome, detail = _run(scenario)["t-no-go"]
+    assert outcome == "fail" and "never read the host's go on its stdin" in detail, detail
 
 
 def test_unstageable_setup_is_unavailable_and_cleanups_still_run() -> None:
