@@ -73,11 +73,36 @@ def connect(timeout: int = 60) -> Any:
         client = docker.from_env(timeout=timeout)
         client.ping()
     except Exception as exc:  # the SDK raises DockerException, requests and OS errors
+        refused = _socket_refused()
+        if refused is not None:
+            raise SandboxUnavailable(refused, runner="docker") from None
         raise SandboxUnavailable(
             f"Docker daemon not reachable at {docker_host()}: {_first_line(exc)}; {START_HINT}",
             runner="docker",
         ) from None
     return client
+
+
+def _socket_refused() -> str | None:
+    """Why this user may not use a local daemon that is running, if that is why:
+    "start it" is the wrong advice for a socket that exists but is not this user's."""
+    host = docker_host()
+    if not host.startswith("unix://"):
+        return None
+    path = host.removeprefix("unix://")
+    try:
+        os.stat(path)
+    except PermissionError:
+        pass  # a directory on the way is closed to this user
+    except OSError:
+        return None
+    else:
+        if os.access(path, os.R_OK | os.W_OK):
+            return None
+    return (f"the Docker daemon's socket {path} is not open to this user (uid {os.getuid()}): "
+            f"add the user to the socket's group (usually docker: usermod -aG docker USER, then log in "
+            f"again), or point DOCKER_HOST at a daemon this user may use (a rootless daemon's socket); "
+            f"note that a user who can reach the daemon can get root on this machine")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -77,3 +77,33 @@ def test_docker_host_is_read_at_connect(monkeypatch: pytest.MonkeyPatch) -> None
     probe = DockerRunner().probe()
     assert not probe.available and probe.reason is not None
     assert "tcp://127.0.0.1:1" in probe.reason
+
+
+@pytest.mark.parametrize("parent_mode", [0o755, 0o700])
+def test_a_socket_this_user_may_not_use_gets_the_group_advice_not_start_it(trusted_dir: Path,
+                                                                         parent_mode: int) -> None:
+    # The daemon runs; the user is not in its group: "start it" would send them
+    # looking for a problem that is not there.
+    import os
+    import subprocess
+
+    from tests.support.runners import nobody_python
+
+    if os.geteuid() != 0:
+        pytest.skip("SANDBOX_UNAVAILABLE: running as nobody needs root")
+    python = nobody_python()
+    if python is None:
+        pytest.skip("SANDBOX_UNAVAILABLE: DSH_NOBODY_PYTHON is not set (an interpreter nobody can run)")
+    sock = trusted_dir / "private.sock"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(sock))
+        os.chmod(sock, 0o660)
+        os.chmod(trusted_dir, parent_mode)
+        out = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, "-c",
+             "from dsh.runners.docker.client import connect\n"
+             "try:\n    connect(timeout=5)\nexcept Exception as e:\n    print(e)\n"],
+            env={"DOCKER_HOST": f"unix://{sock}", "PATH": os.environ["PATH"]}, capture_output=True, text=True,
+            timeout=60)
+    assert f"socket {sock} is not open to this user" in out.stdout and "docker group" not in out.stdout, out
+    assert "usermod -aG docker" in out.stdout and "start it" not in out.stdout, out
