@@ -17,34 +17,17 @@ import contextlib
 import errno
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from dsh.runners.bwrap.mounts import Mount, MountPlan
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of
+from dsh.runners.linux.pinned_open import changed, open_checked, open_source, pinned_parent
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
-from dsh.sandbox.pins import PinnedPaths, open_beneath
+from dsh.sandbox.pins import PinnedPaths
 
 
 def _changed(path: str, detail: str) -> SandboxUnavailable:
-    return SandboxUnavailable(
-        f"{path} changed while the sandbox was being prepared ({detail}); nothing ran, retry",
-        runner="bwrap",
-    )
-
-
-def open_checked(path: str, *, directory: bool) -> int:
-    """An ``O_PATH`` fd for exactly ``path`` (no symlink anywhere on the way)."""
-    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_DIRECTORY if directory else 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        raise _changed(path, exc.strerror or str(exc)) from None
-    actual = os.readlink(f"/proc/self/fd/{fd}")
-    if actual != path:
-        os.close(fd)
-        raise _changed(path, f"it now resolves to {actual}")
-    return fd
+    return changed(path, detail, "bwrap")
 
 
 @dataclass
@@ -70,55 +53,24 @@ class OpenedMounts:
         self.fds.clear()
 
 
-def _source(path: str, pins: PinnedPaths | None, *, directory: bool) -> int:
-    """An ``O_PATH`` fd of the bind source ``path``: its pin, or opened from the
-    pin of the root it lies in, or opened by name and checked."""
-    if pins is not None:
-        pin = pins.get(path)
-        if pin is not None:
-            if directory and not pin.is_dir:
-                raise _changed(path, "it is no longer a directory")
-            fd = pins.dup(path)
-            assert fd is not None
-            return fd
-        if any(p.is_dir and is_inside(path, str(p.path)) for p in pins):
-            beneath = open_beneath(pins, Path(path), directory=directory)
-            if beneath is None:
-                raise _changed(path, "it is missing, a symlink or moved below its writable root")
-            return beneath
-    return open_checked(path, directory=directory)
-
-
-def is_inside(path: str, root: str) -> bool:
-    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
-
-
-def _parent_fd(path: str, pins: PinnedPaths | None) -> int | None:
-    """The pinned directory holding ``path`` (opened from its root's pin), or
-    ``None`` when no pinned root holds it (then it is made by name)."""
-    if pins is None or not any(p.is_dir and is_inside(path, str(p.path)) and str(p.path) != path for p in pins):
-        return None
-    return _source(os.path.dirname(path), pins, directory=True)
-
-
 def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
     if m.kind in ("bind", "pin"):
-        fd = _source(m.path, pins, directory=True)
+        fd = open_source(m.path, pins, directory=True, runner="bwrap")
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
         opened.expected.append(ExpectedMount(m.path, identity_of(fd), onto_itself=True))
     elif m.kind == "private-tmp" and m.source is not None:
-        fd = open_checked(m.source, directory=True)
+        fd = open_checked(m.source, directory=True, runner="bwrap")
         opened.fds.append(fd)
         opened.args += ["--bind-fd", str(fd), m.path]
         opened.expected.append(ExpectedMount(m.path, identity_of(fd)))
     elif m.kind == "ro-bind":
-        fd = _source(m.path, pins, directory=False)
+        fd = open_source(m.path, pins, directory=False, runner="bwrap")
         opened.fds.append(fd)
         opened.args += ["--ro-bind-fd", str(fd), m.path]
         opened.expected.append(ExpectedMount(m.path, identity_of(fd), read_only=True, onto_itself=True))
     elif m.kind == "placeholder":
-        parent = _parent_fd(m.path, pins)
+        parent = pinned_parent(m.path, pins, runner="bwrap")
         try:
             ph = Placeholder.acquire(m.path, parent)
         except OSError as exc:

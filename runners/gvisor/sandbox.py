@@ -36,31 +36,17 @@ from typing import Any
 
 from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of, mount_problem
+from dsh.runners.linux.pinned_open import changed, open_checked, pinned_parent
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
-from dsh.sandbox.pins import PinnedPaths, open_beneath
-from dsh.sandbox.policy_paths import is_within
+from dsh.sandbox.pins import PinnedPaths
 
 _TIMEOUT_S = 60
 Identities = dict[str, tuple[int, int] | None]
 
 
 def _changed(path: str, detail: str) -> SandboxUnavailable:
-    return SandboxUnavailable(f"{path} changed while the sandbox was being prepared ({detail}); "
-                              "nothing ran, retry", runner="gvisor")
-
-
-def open_checked(path: str) -> int:
-    """An ``O_PATH`` fd for exactly ``path`` (no symlink anywhere on the way)."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _changed(path, exc.strerror or str(exc)) from None
-    actual = os.readlink(f"/proc/self/fd/{fd}")
-    if actual != path:
-        os.close(fd)
-        raise _changed(path, f"it now resolves to {actual}")
-    return fd
+    return changed(path, detail, "gvisor")
 
 
 def identities(paths: Sequence[str]) -> Identities:
@@ -172,7 +158,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
     warm = WarmSandbox(sid, tuple(runsc), bundle)
     try:
         for path in placeholders:
-            parent = _pinned_parent(pins, path)
+            parent = pinned_parent(path, pins, runner="gvisor")
             try:
                 ph = Placeholder.acquire(path, parent)
             except OSError as exc:
@@ -188,7 +174,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         held = [p for p in sources if p not in placeholders]
         held_fds = []
         for path in held:
-            held_fds.append(open_checked(path))
+            held_fds.append(open_checked(path, directory=False, runner="gvisor"))
             warm.fds.append(held_fds[-1])
             pin = pins.get(path) if pins is not None else None
             if pin is not None and identity_of(held_fds[-1]) != pin.identity:
@@ -215,18 +201,6 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         warm.destroy()
         raise
     return warm
-
-
-def _pinned_parent(pins: PinnedPaths | None, path: str) -> int | None:
-    """The directory holding ``path``, opened from the pin of the root it lies
-    in; ``None`` when no pinned directory holds it (then it is made by name)."""
-    parent = os.path.dirname(path)
-    if pins is None or not any(p.is_dir and is_within(Path(parent), p.path) for p in pins):
-        return None
-    fd = open_beneath(pins, Path(parent), directory=True)
-    if fd is None:
-        raise _changed(path, "the directory holding it is missing, a symlink, or moved below its root")
-    return fd
 
 
 def _check_gofer(runsc: Sequence[str], sid: str, expected: list[ExpectedMount]) -> None:
