@@ -148,7 +148,7 @@ class GvisorRunner(Runner):
 
     def _global_flags(self, network: bool) -> list[str]:
         assert self._runsc is not None and self._state is not None
-        flags = [self._runsc, "-root", str(self._state / "runsc"), f"-network={'host' if network else 'none'}",
+        flags = [self._runsc, "-root", str(_runsc_root(self._state)), f"-network={'host' if network else 'none'}",
                  # Host changes between commands must be seen: the root is not the sandbox's alone.
                  "-file-access=shared"]
         if not self.identity.root:
@@ -308,7 +308,8 @@ class GvisorRunner(Runner):
             placeholders = [e.path for e in plan.of_kind("placeholder")]
             with self.pinned(policy) as pins:
                 warm = sb.create(self._global_flags(policy.network), state,
-                                 f"dsh-{os.getpid()}-{uuid.uuid4().hex[:8]}", config, sources, placeholders, pins)
+                                 f"dsh-{os.getpid()}-{uuid.uuid4().hex[:8]}", config, sources, placeholders, pins,
+                                 runsc_root=_runsc_root(state))
             with self._lock:
                 self._warm[key] = warm
             return warm
@@ -367,3 +368,8 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _runsc_root(state: Path) -> Path:
+    """runsc's own state (``-root``) inside the session's directory."""
+    return state / "runsc"

@@ -148,11 +148,13 @@ def _sandbox_pid(runsc: Sequence[str], sid: str) -> int | None:
 
 
 def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, Any],
-           sources: Sequence[str], placeholders: Sequence[str], pins: PinnedPaths | None = None) -> WarmSandbox:
+           sources: Sequence[str], placeholders: Sequence[str], pins: PinnedPaths | None = None, *,
+           runsc_root: Path) -> WarmSandbox:
     """Make and start the sandbox ``sid`` from ``config``; ``sources``: the bind
     sources to hold; ``pins``: the policy's paths as the policy service
     resolved them (each source it holds must still be that inode, and a
-    placeholder is made from its pinned directory, never through a name)."""
+    placeholder is made from its pinned directory, never through a name);
+    ``runsc_root``: runsc's ``-root`` in ``runsc``, where it keeps the sandbox's state."""
     bundle = state_dir / "bundles" / sid
     bundle.mkdir(parents=True, mode=0o700)
     warm = WarmSandbox(sid, tuple(runsc), bundle)
@@ -193,7 +195,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
             changed = [p for p, i in identities(list(warm.pinned)).items() if warm.pinned[p] != i]
             raise _changed(", ".join(changed) or "a bind source", "a bind source was replaced while runsc started")
         by_source = {**dict(zip(held, held_fds, strict=True)), **{ph.path: ph.fd for ph in warm.placeholders}}
-        _check_gofer(runsc, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]),
+        _check_gofer(runsc_root, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]),
                                                 onto_itself=m["destination"] == m["source"])
                                   for m in config.get("mounts", [])
                                   if m.get("type") == "bind" and m.get("source") in by_source])
@@ -203,26 +205,21 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
     return warm
 
 
-def _check_gofer(runsc: Sequence[str], sid: str, expected: list[ExpectedMount]) -> None:
+def _check_gofer(runsc_root: Path, sid: str, expected: list[ExpectedMount]) -> None:
     """The gofer serves the sandbox's files from its own mount namespace: its
     mount table must hold each pinned bind at its destination."""
     if not expected:
         return
-    pid = _gofer_pid(runsc, sid)
+    pid = _gofer_pid(runsc_root, sid)
     problem = "runsc's file server (the gofer) cannot be found" if pid is None else mount_problem(pid, expected)
     if problem is not None:
         raise SandboxUnavailable(f"{problem}; nothing ran, retry", runner="gvisor")
 
 
-def _gofer_pid(runsc: Sequence[str], sid: str) -> int | None:
+def _gofer_pid(runsc_root: Path, sid: str) -> int | None:
     """The gofer's pid, from runsc's state file (``<root>/<id>_sandbox:<id>.state``)."""
-    root = next((arg.split("=", 1)[1] for arg in runsc if arg.startswith(("-root=", "--root="))), None)
-    if root is None and "-root" in runsc:
-        root = runsc[list(runsc).index("-root") + 1]
-    if root is None:
-        return None
     try:
-        with open(Path(root) / f"{sid}_sandbox:{sid}.state") as fh:
+        with open(runsc_root / f"{sid}_sandbox:{sid}.state") as fh:
             pid = json.load(fh).get("goferPid")
     except (OSError, ValueError, AttributeError):
         return None
