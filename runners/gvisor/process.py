@@ -65,6 +65,7 @@ class RunscExec(RemoteProcess):
         finally:
             os.close(out_w)
             os.close(err_w)
+        self._stdin_feed = stdin if isinstance(stdin, StdinFeed) else None
         self._feeder: threading.Thread | None = None
         if stdin is not None:
             self._feeder = threading.Thread(target=self._feed, args=(stdin,), daemon=True)
@@ -158,6 +159,10 @@ class RunscExec(RemoteProcess):
             self.kill(signal.SIGKILL)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(10)
+        if self._stdin_feed is not None:
+            # A feeder waiting for input that will never come (a caller that
+            # keeps the feed open) ends now, instead of holding close 10 s.
+            self._stdin_feed.abandon()
         if self._feeder is not None:
             self._feeder.join(timeout=10)
         self._on_close()

@@ -76,3 +76,21 @@ def test_a_command_that_closes_stdin_frees_the_writer(workspace: Path) -> None:
             for _ in range(10_000):  # more than fits: the writer must be told, not hang
                 feed.write(b"y" * 1024)
         assert execution.result().exit_code == 0
+
+
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "gvisor"])
+def test_a_feed_left_open_does_not_hold_a_command_that_ended(workspace: Path, runner: str) -> None:
+    # A caller that keeps feeding a terminal (or never closes) must not hold
+    # the result of a command that has exited without reading it: the feed is
+    # let go when the command ends (a feeder kept waiting held gVisor's close 10 s).
+    from tests.support.sandboxed import accept_for, need_runner, sandbox_ctx
+
+    need_runner(runner)
+    with sandbox_ctx(workspace, runner=runner, accept_degraded=accept_for(runner)) as ctx:
+        shell = ctx.require(ShellExecutor)
+        shell.execute(shell.resolve(ShellExecRequest(command="true"))).result()  # the sandbox is warm
+        feed = StdinFeed()
+        result = shell.execute(shell.resolve(ShellExecRequest(command="echo done; exit 3", stdin=feed))).result()
+        assert result.exit_code == 3 and result.stdout.text == "done\n", result
+        with pytest.raises(FeedClosed):
+            feed.write(b"late")
