@@ -188,6 +188,12 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         if code == 0:
             code, err = _runsc([*runsc, "start", sid], log)
         if code != 0:
+            # A source swapped while runsc set up makes it fail in ways that
+            # read like "gVisor cannot run here" (a gofer sync file at EOF).
+            moved = [p for p, i in identities(list(warm.pinned)).items() if warm.pinned[p] != i]
+            if moved:
+                said = (err or f"exit {code}").splitlines()[-1][:300]
+                raise _changed(", ".join(moved), f"a bind source was replaced while runsc started; runsc: {said}")
             raise SandboxUnavailable(_start_failure(err or f"exit {code}"), runner="gvisor")
         warm.pid = _sandbox_pid(runsc, sid)
         if not warm.intact():

@@ -54,3 +54,24 @@ def test_a_sandbox_whose_gofer_bound_elsewhere_runs_nothing(runner: GvisorRunner
     with pytest.raises(SandboxUnavailable, match=rf"{outside} is not mounted at its own path.*nothing ran"):
         sh(runner, "echo ran > ran", policy(ws))
     assert not (ws / "ran").exists()
+
+
+def test_a_start_that_fails_under_a_swap_names_the_swap(runner: GvisorRunner, ws: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # runsc fails its start when a source moves under it, with an error that
+    # reads like "gVisor cannot run here": the refusal must name the change.
+    real_runsc = warm_sandbox._runsc
+
+    def swapped_during_create(argv: list[str], log: Path) -> tuple[int, str]:
+        if "create" in argv:
+            (ws / ".git").rename(ws / "git-moved")
+            (ws / ".git").mkdir()
+            return 1, "cannot read client sync file: EOF"
+        return real_runsc(argv, log)
+
+    monkeypatch.setattr(warm_sandbox, "_runsc", swapped_during_create)
+    with pytest.raises(SandboxUnavailable, match=rf"{ws / '.git'} changed while the sandbox was being prepared "
+                                                 r"\(a bind source was replaced while runsc started; runsc: "
+                                                 r"cannot read client sync file: EOF\)"):
+        sh(runner, "echo ran > ran", policy(ws))
+    assert not (ws / "ran").exists()
