@@ -93,9 +93,13 @@ class WarmSandbox:
             return False
         return state not in (b"Z", b"X")
 
+    def moved(self) -> list[str]:
+        """The sources that are no longer the inode the sandbox bound."""
+        return [p for p, i in identities(list(self.pinned)).items() if self.pinned[p] != i]
+
     def intact(self) -> bool:
         """Is every source still the inode the sandbox bound?"""
-        return identities(list(self.pinned)) == self.pinned
+        return not self.moved()
 
     def release(self) -> None:
         for ph in self.placeholders:
@@ -190,16 +194,15 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         if code != 0:
             # A source swapped while runsc set up makes it fail in ways that
             # read like "gVisor cannot run here" (a gofer sync file at EOF).
-            moved = [p for p, i in identities(list(warm.pinned)).items() if warm.pinned[p] != i]
+            moved = warm.moved()
             if moved:
                 said = (err or f"exit {code}").splitlines()[-1][:300]
                 raise _changed(", ".join(moved), f"a bind source was replaced while runsc started; runsc: {said}")
             raise SandboxUnavailable(_start_failure(err or f"exit {code}"), runner="gvisor")
         warm.pid = _sandbox_pid(runsc, sid)
-        if not warm.intact():
-            # Named again now: a path swapped back meanwhile is not among them.
-            changed = [p for p, i in identities(list(warm.pinned)).items() if warm.pinned[p] != i]
-            raise _changed(", ".join(changed) or "a bind source", "a bind source was replaced while runsc started")
+        moved = warm.moved()
+        if moved:
+            raise _changed(", ".join(moved), "a bind source was replaced while runsc started")
         by_source = {**dict(zip(held, held_fds, strict=True)), **{ph.path: ph.fd for ph in warm.placeholders}}
         _check_gofer(runsc_root, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]),
                                                 onto_itself=m["destination"] == m["source"])
