@@ -288,10 +288,9 @@ class Harness:
                  caller_env: Mapping[str, str], during: Callable[[HostEnv], None] | None = None,
                  *, tty: bool = False) -> RunOutput:
         from dsh.executors.seam import ShellExecRequest, ShellExecutor, TerminalSize
-
-        label = " ".join(a if isinstance(a, str) else a.decode("utf-8", "replace") for a in argv)
         from dsh.sandbox.stdin_feed import StdinFeed
 
+        label = " ".join(a if isinstance(a, str) else a.decode("utf-8", "replace") for a in argv)
         terminal: dict[str, Any] = {}
         go = StdinFeed() if during is not None else None
         if tty:
