@@ -114,12 +114,29 @@ install_project() {
 }
 setup "pip install -e .[all,test]" install_project
 
+# The venvs below install the project itself, not a link to the checkout.  Two
+# pip installs of one source tree at once share setuptools' `build/` folder in
+# it and break each other (a file copied by one is gone when the other looks),
+# so the checkout is built into a wheel once, here, and both install that.
+whole=0; [ "$#" = 0 ] && whole=1
+project_wheel=""
+build_project_wheel() {
+  python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" "$root" && chmod -R a+rX "$wheels"
+}
+if { [ "$(id -u)" = 0 ] && [ -z "${DSH_NOBODY_PYTHON:-}" ]; } || [ "$whole" = 1 ]; then
+  # `setup` runs its command in a subshell: the folder is chosen out here.
+  wheels="$(mktemp -d /var/tmp/dsh-wheel.XXXXXX)"
+  on_exit+=('rm -rf "$wheels"')
+  setup "wheel of the checkout" build_project_wheel
+  project_wheel="$(echo "$wheels"/*.whl)"
+fi
+
 # Tests that run the CLI as nobody need an interpreter and an install nobody can
 # read: this python3 may live under /root (mode 0700), a venv too.  A copy in a
 # venv of Debian's own python, outside /root, serves them and the conformance
 # run; it is built while the Docker daemon starts and the static checks run.
 nobody_venv_build() {
-  /usr/bin/python3 -m venv "$nobody_venv" && "$nobody_venv/bin/pip" install -q --disable-pip-version-check "$root[all,test]" \
+  /usr/bin/python3 -m venv "$nobody_venv" && "$nobody_venv/bin/pip" install -q --disable-pip-version-check "$project_wheel[all,test]" \
     && chmod -R a+rX "$nobody_venv"
 }
 if [ "$(id -u)" = 0 ] && [ -z "${DSH_NOBODY_PYTHON:-}" ]; then
@@ -137,7 +154,6 @@ setup "docker daemon and image" bash "$root/.ci/docker-setup.sh"
 export DSH_REQUIRE="${DSH_REQUIRE-landlock,bwrap,docker,e2b,gvisor,cgroup,cgroup-v1,cgroup-v2}"
 
 # -- checks -------------------------------------------------------------------
-whole=0; [ "$#" = 0 ] && whole=1
 # The fresh-machine check copies in `git archive HEAD` and needs root; it is
 # mostly downloads, so it runs beside the other checks.
 if [ "$whole" = 1 ] && [ "${DSH_FRESH_MACHINE:-}" = 1 ]; then
@@ -151,7 +167,7 @@ floor_venv_build() {
   floor="$(python3 -c 'import tomllib, sys; deps = tomllib.load(open(sys.argv[1], "rb"))["project"]["optional-dependencies"]["e2b"]; print(next(d for d in deps if d.startswith("e2b>=")).removeprefix("e2b>="))' "$root/pyproject.toml")" || return
   echo "e2b==$floor"
   # The terminal extra too: the e2b tests drive terminal sessions.
-  python3 -m venv "$floor_venv" && "$floor_venv/bin/pip" install -q --disable-pip-version-check "$root[test,terminal]" "e2b==$floor"
+  python3 -m venv "$floor_venv" && "$floor_venv/bin/pip" install -q --disable-pip-version-check "$project_wheel[test,terminal]" "e2b==$floor"
 }
 if [ "$whole" = 1 ]; then
   floor_venv="$(mktemp -d /var/tmp/dsh-e2b-floor.XXXXXX)"
