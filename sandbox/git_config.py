@@ -264,15 +264,20 @@ def programs_named_in_config(
     ``missing``: paths not there yet too (for a repository above every root,
     where a relative word reaches a root only through its path from the top,
     so a bare word such as ``status`` never names a file in the root)."""
-    own = list(config_chain(repo_config_files(git_dirs)))
+    own_files = repo_config_files(git_dirs)
+    own = list(config_chain(own_files))
     own_values = [kv for _path, found in own for kv in found]
     host_values, _host_files = host if host is not None else host_entries()
     bases = _bases(dot_git, git_dirs, own_values)
     within = list(roots) or [dot_git.parent, canonical(dot_git.parent)]
     out = _named([*own_values, *host_values], bases, within, missing=missing)
+    own_paths = {Path(os.path.abspath(p)) for p in own_files}  # kept by the repository's own protection
     for path, _found in own:
-        if path.parent not in git_dirs and os.path.lexists(path) and _inside(path, within):
-            out.add(path)  # an included file: part of the config
+        # An included file is part of the config, in the git dir too
+        # (``include.path = extra.cfg`` is ``.git/extra.cfg``), which stays
+        # writable under ``git = "commit"``.
+        if path not in own_paths and os.path.lexists(path) and _inside(path, within):
+            out.add(path)
     return out
 
 

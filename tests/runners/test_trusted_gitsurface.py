@@ -157,6 +157,32 @@ def test_include_chain_into_the_working_tree_stays_read_only(name: str, box: Box
     assert not (base / "pwned").exists()
 
 
+@pytest.mark.parametrize("name", [*RUNNERS, "gvisor"])
+def test_an_include_inside_the_git_dir_is_config_too(name: str, box: Box) -> None:
+    """``include.path = extra.cfg`` is ``.git/extra.cfg``, in a git dir that
+    stays writable for commits: an existing one is read-only like the config
+    (landlock reports the write), and one the run creates is reported."""
+    runner = runner_for(name, box)
+    base = box.ws.parent
+    kept, made = repo(box.ws / "kept"), repo(box.ws / "made")
+    for git_dir in (kept, made):
+        with (git_dir / "config").open("a") as config:
+            config.write("[include]\n\tpath = extra.cfg\n")
+    (kept / "extra.cfg").write_text("[user]\n\tname = kept\n")
+    box.own()
+    plant = f"printf '[core]\\n\\tfsmonitor = touch {base}/pwned\\n'"
+    ran = run(box, runner, f"{plant} >> kept/.git/extra.cfg; {plant} > made/.git/extra.cfg; exit 0")
+    reported(ran, made / "extra.cfg")
+    if name == "landlock":
+        reported(ran, kept / "extra.cfg")
+        return
+    assert (kept / "extra.cfg").read_text() == "[user]\n\tname = kept\n"
+    host_git(box, box.ws / "kept", "status")
+    assert not (base / "pwned").exists()
+    host_git(box, box.ws / "made", "status")
+    assert (base / "pwned").exists()  # created, and reported above: the report is what stands between
+
+
 @pytest.mark.parametrize("name", RUNNERS)
 def test_hard_link_into_a_new_repositorys_config_cannot_rewrite_it(name: str, box: Box) -> None:
     """Run 1 makes a repository and a second name for its config; run 2 (the
