@@ -48,5 +48,5 @@ docker version --format 'docker-setup: daemon {{.Server.Version}} (API {{.Server
 if command -v dsh-sandbox >/dev/null 2>&1; then
   dsh-sandbox image build --if-missing --tag "$image"
 else
-  python3 -m dsh.cli image build --if-missing --tag "$image"
+  python3 -P -m dsh.cli image build --if-missing --tag "$image"
 fi

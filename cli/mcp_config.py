@@ -82,11 +82,13 @@ def server_args(params: Mapping[str, Any]) -> list[str]:
 
 def executable() -> list[str]:
     """This program, by absolute path: the console script when run as one,
-    else the interpreter with ``-m dsh.cli``."""
+    else the interpreter with ``-P -m dsh.cli`` (``-P``: the client's working
+    directory, often the project, is not put on the import path, where a
+    sandboxed command could plant a module the server would import)."""
     script = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     if os.path.basename(script).startswith("dsh-sandbox") and os.access(script, os.X_OK):
         return [script]
-    return [os.path.abspath(sys.executable), "-m", "dsh.cli"]
+    return [os.path.abspath(sys.executable), "-P", "-m", "dsh.cli"]
 
 
 def _toml_string(value: str) -> str:

@@ -41,6 +41,16 @@ INSTALL_FIX = (
     "the project such as ~/.local/share/dsh-sandbox/venv) and run that one, or use --mode read-only"
 )
 
+#: An import directory of the running interpreter that is not its installation.
+IMPORT_DIR = "a directory on dsh-sandbox's import path (sys.path)"
+IMPORT_DIR_FIX = (
+    "start dsh-sandbox so that no writable directory is on its import path: run the `dsh-sandbox` script "
+    "(not `python -m dsh.cli` from the project, which puts the working directory there; `python -P -m "
+    "dsh.cli` does not), and give PYTHONPATH only absolute directories outside the writable roots"
+)
+_HOW_INSTALL = "a .pth file in site-packages runs at every start"
+_HOW = {IMPORT_DIR: "a module planted there, such as dsh/__init__.py or sitecustomize.py, "
+                    "is imported at the next start"}
 
 #: The files of ``$DSH_HOME`` that runs must not read: the escalation log and
 #: the record of denied runs (what a re-run may be approved on).
@@ -370,6 +380,18 @@ def install_paths() -> tuple[tuple[Path, str, bool], ...]:
         if os.path.isabs(entry):
             found.append((_real(entry), "a PYTHONPATH entry of dsh-sandbox's interpreter", True))
     found += [(path, what, True) for path, what in _package_paths()]
+    # Every other import directory: ``python -m`` puts the working directory
+    # first, and so do a relative or empty PYTHONPATH entry (made absolute
+    # against it).  A module planted there (``dsh/__init__.py``,
+    # ``sitecustomize.py``) is what the next start imports; a missing one
+    # (``PYTHONPATH=src``) could be made and filled.  Only a directory inside
+    # a root counts: a root below one (``proj`` below the cwd) is a name
+    # nothing imports.
+    known = {path for path, _what, _inner in found}
+    for entry in sys.path:
+        path = _real(os.path.abspath(entry or os.curdir))
+        if path not in known:
+            found.append((path, IMPORT_DIR, False))
     return tuple(dict.fromkeys(found))
 
 
@@ -403,6 +425,6 @@ def refuse_install_in_roots(roots: Iterable[tuple[str, Path]]) -> None:
                 raise ConfigError(
                     f"{label}: refusing to make {root} writable in workspace-write: {path} ({what}) lies "
                     f"{'inside' if inside else 'around'} it, so a sandboxed command could change what the next "
-                    "dsh-sandbox start runs as you, outside any sandbox (a .pth file in site-packages runs at "
-                    f"every start); {INSTALL_FIX}"
+                    f"dsh-sandbox start runs as you, outside any sandbox ({_HOW.get(what, _HOW_INSTALL)}); "
+                    f"{IMPORT_DIR_FIX if what == IMPORT_DIR else INSTALL_FIX}"
                 )

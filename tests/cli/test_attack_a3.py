@@ -213,7 +213,7 @@ def _refused_everywhere(runner: str, ws: Path, rules: Path, home: Path) -> None:
                   "--", "true"],
                  ["tool", "call", "--runner", runner, "--workspace", str(ws), *degraded, "bash",
                   '{"command": "true", "description": "t"}']):
-        done = subprocess.run([sys.executable, "-m", "dsh.cli", *args], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", *args], capture_output=True, text=True,
                               env=env, timeout=120, check=False)
         assert done.returncode == 2, done
         # In the workspace, the policy refuses it first (dsh-sandbox's own state as a writable root).
@@ -240,7 +240,7 @@ def test_tool_call_keeps_the_spill_file_it_names(box: Box) -> None:  # noqa: F81
 @pytest.mark.parametrize("runner", ["bwrap", "landlock"])
 def test_a_full_or_closed_stdout_is_a_one_line_error(runner: str, workspace: Path) -> None:
     require_runner(runner)
-    base = [sys.executable, "-m", "dsh.cli", "run", "--runner", runner, "--workspace", str(workspace)]
+    base = [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", runner, "--workspace", str(workspace)]
     if runner == "landlock":
         base += [word for name in LANDLOCK_DEGRADED for word in ("--accept-degraded", name)]
     with open("/dev/full", "w") as full:

@@ -21,7 +21,7 @@ def prog_dir(tmp_path: Path) -> Path:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     prog = bindir / "dsh-sandbox"
-    prog.write_text(f'#!/bin/sh\nexec {sys.executable} -m dsh.cli "$@"\n')
+    prog.write_text(f'#!/bin/sh\nexec {sys.executable} -P -m dsh.cli "$@"\n')
     prog.chmod(0o755)
     return bindir
 

@@ -26,7 +26,7 @@ PAYLOAD = {"session_id": "abc123", "transcript_path": "/nonexistent/t.jsonl", "c
 
 def hook(settings: Path, event: str, payload: dict[str, Any] | bytes, workspace: Path, *flags: str,
          runner: str | None = "bwrap") -> subprocess.CompletedProcess[bytes]:
-    argv = [sys.executable, "-m", "dsh.cli", "hook", "--settings", str(settings), "--event", event,
+    argv = [sys.executable, "-P", "-m", "dsh.cli", "hook", "--settings", str(settings), "--event", event,
             "--workspace", str(workspace), *flags]
     if runner is not None:
         need_runner(runner)
@@ -235,7 +235,7 @@ def test_as_nobody_the_hooks_stay_in_the_sandbox(trusted_dir: Path, runner: str)
     # As a user, Landlock also cannot keep the command from signalling the user's other processes.
     extra = ("landlock-process-escape",) if runner == "landlock" else ()
     accept = [f"--accept-degraded={n}" for n in (*accept_for(runner), *extra)]
-    done = subprocess.run([python, "-m", "dsh.cli", "hook", "--settings", str(settings), "--event", "PreToolUse",
+    done = subprocess.run([python, "-P", "-m", "dsh.cli", "hook", "--settings", str(settings), "--event", "PreToolUse",
                            "--runner", runner, *accept], input=json.dumps(PAYLOAD).encode(), cwd=workspace,
                           env=env, capture_output=True, timeout=300, check=False, user=NOBODY, group=NOBODY,
                           extra_groups=[])
@@ -301,7 +301,8 @@ def test_a_settings_file_another_run_wrote_is_refused(tmp_path: Path, workspace:
     # The planted guard list allows everything (and leaves a mark where a hook may write).
     text = json.dumps({"hooks": {"PreToolUse": [{"hooks": [command(f"touch {marker}; echo '{ALLOW_JSON}'")]}]}})
     # A sandboxed command of another workspace writes its sandbox HOME, by design.
-    wrote = subprocess.run([sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--workspace", str(other),
+    wrote = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", "bwrap",
+                            "--workspace", str(other),
                             *[f"--accept-degraded={n}" for n in accept_for("bwrap")], "--", "sh", "-c",
                             'printf %s "$1" > "$HOME/hooks.json"', "sh", text],
                            cwd=other, capture_output=True, timeout=300, check=False)

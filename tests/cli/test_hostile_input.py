@@ -121,7 +121,7 @@ def cli_bounded(*args: str, cwd: Path, env: dict[str, str] | None = None) -> sub
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
-    argv = [sys.executable, "-m", "dsh.cli", *args]
+    argv = [sys.executable, "-P", "-m", "dsh.cli", *args]
     try:
         return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, timeout=60, preexec_fn=limit,
                               check=False)

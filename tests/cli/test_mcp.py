@@ -42,7 +42,7 @@ def _flags(runner: str, workspace: Path) -> list[str]:
 
 
 def _server(args: list[str], workspace: Path, tmp_path: Path) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "dsh.cli", "mcp", *args],
+    return StdioServerParameters(command=sys.executable, args=["-P", "-m", "dsh.cli", "mcp", *args],
                                  env=_env(tmp_path), cwd=str(workspace))
 
 
@@ -57,7 +57,7 @@ def with_client(params: StdioServerParameters, scenario: Callable[[Client], Awai
 
 def tool_call(name: str, args: dict[str, Any], flags: list[str], workspace: Path,
               tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsh.cli", "tool", "call", name, json.dumps(args), *flags],
+    return subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "tool", "call", name, json.dumps(args), *flags],
                           capture_output=True, text=True, timeout=120, cwd=workspace, env=_env(tmp_path),
                           check=False)
 
@@ -82,7 +82,7 @@ def test_tools_are_those_tool_spec_prints_for_the_same_session(workspace: Path, 
         - {{id: terminals, name: terminals}}
         - {{id: terminal-bash, name: terminal-bash}}
         """))
-    printed = subprocess.run([sys.executable, "-m", "dsh.cli", "tool", "spec", "--format", "anthropic",
+    printed = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "tool", "spec", "--format", "anthropic",
                               "--composition", str(composition)], capture_output=True, text=True,
                              timeout=120, cwd=workspace, env=_env(tmp_path), check=False)
     assert printed.returncode == 0, printed.stderr
@@ -198,7 +198,7 @@ def test_elicit_denies_when_the_client_cannot_be_asked(workspace: Path, tmp_path
 def test_elicit_is_refused_where_there_is_no_client(workspace: Path, tmp_path: Path) -> None:
     for argv in (["run", "--approval", "elicit", "--", "true"],
                  ["tool", "call", "bash", '{"command": "true", "description": "x"}', "--approval", "elicit"]):
-        done = subprocess.run([sys.executable, "-m", "dsh.cli", *argv], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", *argv], capture_output=True, text=True,
                               timeout=120, cwd=workspace, env=_env(tmp_path), check=False)
         assert done.returncode == 2, (argv, done.stdout, done.stderr)
         assert "--approval elicit: only dsh-sandbox mcp" in done.stderr and "Traceback" not in done.stderr
@@ -311,7 +311,7 @@ def test_the_session_ending_leaves_no_process(how: str, runner: str, workspace: 
     are gone from /proc."""
     need_runner(runner)
     mark = f"9{secrets.randbelow(10**6):06d}.{secrets.randbelow(10**6):06d}"  # a unique sleep length
-    server_argv = ["-m", "dsh.cli", "mcp", *_flags(runner, workspace)]
+    server_argv = ["-P", "-m", "dsh.cli", "mcp", *_flags(runner, workspace)]
 
     def servers() -> list[int]:
         return pids_where(lambda cmdline: cmdline.split(b"\0")[1:] == [os.fsencode(a) for a in server_argv] + [b""])
@@ -352,7 +352,7 @@ def test_the_session_ending_leaves_no_process(how: str, runner: str, workspace: 
 ])
 def test_bad_options_exit_2_without_a_traceback(args: list[str], says: str, workspace: Path,
                                                tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "dsh.cli", "mcp", "--workspace", str(workspace), *args],
+    done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "mcp", "--workspace", str(workspace), *args],
                           capture_output=True, text=True, timeout=120, cwd=workspace, env=_env(tmp_path),
                           stdin=subprocess.DEVNULL, check=False)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -366,13 +366,13 @@ def test_print_config_for_each_client(workspace: Path, tmp_path: Path) -> None:
                 f"rules:{workspace}/rules.toml", "--env", "A=b c"]
 
     def printed(client: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "dsh.cli", "mcp", "--print-config", client, *flags],
+        done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "mcp", "--print-config", client, *flags],
                               capture_output=True, text=True, timeout=120, cwd=workspace, env=_env(tmp_path),
                               check=False)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    command = [sys.executable, "-m", "dsh.cli"]  # run with -m: the interpreter, by absolute path
+    command = [sys.executable, "-P", "-m", "dsh.cli"]  # run with -m: the interpreter, by absolute path
     claude = [line for line in printed("claude").splitlines() if not line.startswith("#")]
     assert shlex.split(claude[0]) == ["claude", "mcp", "add", "dsh-sandbox", "--", *command, *expected]
     codex = tomllib.loads(printed("codex"))["mcp_servers"]["dsh-sandbox"]

@@ -26,7 +26,7 @@ def test_notes_reset_the_terminal_after_the_commands_output(tmp_path: Path) -> N
     """Output ending in 'conceal' (ESC [8m) must not hide the notes that follow it."""
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "run", *DANGER, "--timeout", "0.2", "--",
+        [sys.executable, "-P", "-m", "dsh.cli", "run", *DANGER, "--timeout", "0.2", "--",
          "sh", "-c", "printf 'x\\033[8m' >&2; sleep 30"],
         cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=follower, stderr=follower,
     )

@@ -111,7 +111,7 @@ def _venv_in_workspace(caller: Caller) -> Path:
 def test_dsh_sandbox_installed_in_the_workspace_refuses_workspace_write(caller: Caller) -> None:
     require_runner("bwrap")
     venv = _venv_in_workspace(caller)
-    python = [str(venv / "bin" / "python"), "-m", "dsh.cli"]
+    python = [str(venv / "bin" / "python"), "-P", "-m", "dsh.cli"]
     evil = venv / "lib" / PYVER / "site-packages" / "evil.pth"
     marker = caller.home / "ran-at-start"
     plant = f"echo 'import os; open({str(marker)!r}, \"w\")' > {evil}"
@@ -127,6 +127,40 @@ def test_dsh_sandbox_installed_in_the_workspace_refuses_workspace_write(caller: 
                     python=python)
     assert ro.returncode == 0 and ro.stdout == "refused\n", ro.stdout + ro.stderr
     assert not evil.exists()
+
+
+IMPORT_PATH = {
+    "python -m": ("", None),  # the working directory goes first on the import path
+    "PYTHONPATH=.": ("-P", "."),
+    "PYTHONPATH=src": ("-P", "src"),  # relative, and not there yet: the run could make it
+    "empty PYTHONPATH entry": ("-P", "/var/tmp/dsh-no-such-dir:"),
+}
+
+
+@pytest.mark.parametrize("how", IMPORT_PATH)
+def test_a_workspace_on_the_clis_import_path_refuses_workspace_write(caller: Caller, how: str) -> None:
+    """A module planted in a directory on the CLI's own import path
+    (``sitecustomize.py``, ``dsh/__init__.py``) runs at its next start, as the
+    user, outside any sandbox: the workspace is not made writable then."""
+    require_runner("bwrap")
+    flag, pythonpath = IMPORT_PATH[how]
+    python = [p for p in cli(caller.user) if p != "-P"]
+    if flag:
+        python.insert(1, flag)
+    env = caller.env(**({"PYTHONPATH": pythonpath} if pythonpath else {}))
+    marker = caller.home / "ran-at-start"
+    plant = (f"mkdir -p src && for d in . src; do echo 'open({str(marker)!r}, \"w\")' > $d/sitecustomize.py; "
+             "mkdir -p $d/dsh && cp $d/sitecustomize.py $d/dsh/__init__.py; done")
+    done = caller.run("run", "--runner", "bwrap", "-c", plant, python=python, env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"workspace: refusing to make {caller.ws} writable" in done.stderr, done.stderr
+    assert "import path" in done.stderr and "python -P -m dsh.cli" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (caller.ws / "sitecustomize.py").exists() and not (caller.ws / "src").exists()
+    # The same start with nothing writable on its import path runs.
+    ok = caller.run("run", "--runner", "bwrap", "-c", "echo ran", python=cli(caller.user))
+    assert ok.returncode == 0 and ok.stdout == "ran\n", ok.stdout + ok.stderr
+    assert not marker.exists()
 
 
 # -- dsh-sandbox's state as a writable root ------------------------------------------------
@@ -255,3 +289,4 @@ def test_a_host_process_argv_is_hidden_or_the_gap_is_declared(caller: Caller) ->
     finally:
         victim.kill()
         victim.wait()
+

@@ -27,9 +27,9 @@ PROGRAMS = {"python": ["python3", "a.py"], "node": ["node", "-e", "console.log('
 def nobody_cli() -> list[str]:
     made = nobody_python()
     if made is not None:
-        return [made, "-m", "dsh.cli"]
+        return [made, "-P", "-m", "dsh.cli"]
     if all(os.stat(p).st_mode & 0o001 for p in Path(os.path.realpath(sys.executable)).parents):
-        return [sys.executable, "-m", "dsh.cli"]
+        return [sys.executable, "-P", "-m", "dsh.cli"]
     pytest.skip("SANDBOX_UNAVAILABLE: no interpreter nobody can run (set DSH_NOBODY_PYTHON)")
 
 

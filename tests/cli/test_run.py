@@ -108,7 +108,7 @@ def test_output_streams_before_the_command_ends(workspace: Path, tmp_path: Path,
     go = workspace / "go"
     script = f'echo first; while [ ! -e "{go}" ]; do sleep 0.05; done; echo second'
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "run", *runner_flags(runner),
+        [sys.executable, "-P", "-m", "dsh.cli", "run", *runner_flags(runner),
          "--timeout", "120", "--", "sh", "-c", script],
         cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
@@ -282,7 +282,7 @@ def test_composition_file(workspace: Path, tmp_path: Path) -> None:
 def test_closed_stdout_stops_the_command(workspace: Path) -> None:
     # `dsh-sandbox run -- yes | head -1`: the command is stopped, as SIGPIPE would.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "run", *DANGER, "--", "yes"],
+        [sys.executable, "-P", "-m", "dsh.cli", "run", *DANGER, "--", "yes"],
         cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stderr is not None
@@ -295,7 +295,7 @@ def test_closed_stdout_stops_the_command(workspace: Path) -> None:
 
 def test_interrupt_kills_the_command(workspace: Path) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "run", *DANGER, "--",
+        [sys.executable, "-P", "-m", "dsh.cli", "run", *DANGER, "--",
          "sh", "-c", "echo $$; exec sleep 600"],
         cwd=workspace, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

@@ -29,7 +29,7 @@ class Attached:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
             os.chdir(workspace)
-            os.execv(sys.executable, [sys.executable, "-m", "dsh.cli", command, "--runner", runner, *accept,
+            os.execv(sys.executable, [sys.executable, "-P", "-m", "dsh.cli", command, "--runner", runner, *accept,
                                       "--workspace", str(workspace), *rest])
         self.resize(rows, cols)
         self.seen = b""

@@ -57,7 +57,7 @@ def _stop_cli(args: list[str], sig: int, cwd: Path) -> tuple[int, bytes, list[in
     else:
         args = [*args, "--", "sh", "-c", script]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", *args],
+        [sys.executable, "-P", "-m", "dsh.cli", *args],
         cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
     )
     try:

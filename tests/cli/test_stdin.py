@@ -17,7 +17,7 @@ def _run(workspace: Path, runner: str, argv: list[str], stdin: object) -> subpro
     need_runner(runner)
     accept = [f"--accept-degraded={name}" for name in accept_for(runner)]
     return subprocess.run(
-        [sys.executable, "-m", "dsh.cli", "run", "--runner", runner, *accept, "--workspace", str(workspace),
+        [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", runner, *accept, "--workspace", str(workspace),
          "--", *argv],
         stdin=stdin, capture_output=True, cwd=workspace, timeout=600, check=False,  # type: ignore[arg-type]
     )
@@ -25,7 +25,7 @@ def _run(workspace: Path, runner: str, argv: list[str], stdin: object) -> subpro
 
 @pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "gvisor"])
 def test_a_pipe_reaches_cat(workspace: Path, runner: str) -> None:
-    done = subprocess.run(["sh", "-c", 'echo hi | "$@"', "sh", sys.executable, "-m", "dsh.cli", "run",
+    done = subprocess.run(["sh", "-c", 'echo hi | "$@"', "sh", sys.executable, "-P", "-m", "dsh.cli", "run",
                            "--runner", runner, *[f"--accept-degraded={n}" for n in accept_for(runner)],
                            "--workspace", str(workspace), "--", "cat"],
                           capture_output=True, cwd=workspace, timeout=600, check=False)

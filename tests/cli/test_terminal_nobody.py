@@ -62,7 +62,7 @@ class NobodyAttached(Attached):
         if self.pid == 0:
             _as_nobody()
             os.chdir(workspace)
-            os.execve(python, [python, "-m", "dsh.cli", "run", "--runner", runner, *accept,
+            os.execve(python, [python, "-P", "-m", "dsh.cli", "run", "--runner", runner, *accept,
                                "--workspace", str(workspace), "--", *argv], _env(workspace))
         self.resize(24, 80)
         self.seen = b""
@@ -88,7 +88,7 @@ def test_stdin_and_persistent_bash_as_nobody(nobody_ws: Path, runner: str) -> No
     python = nobody_python()
     assert python is not None
     accept = [f"--accept-degraded={n}" for n in _accept(runner)]
-    piped = subprocess.run([python, "-m", "dsh.cli", "run", "--runner", runner, *accept, "--workspace",
+    piped = subprocess.run([python, "-P", "-m", "dsh.cli", "run", "--runner", runner, *accept, "--workspace",
                             str(nobody_ws), "--", "cat"], input=b"through\n", capture_output=True, cwd=nobody_ws,
                            env=_env(nobody_ws), timeout=300, check=False, preexec_fn=_as_nobody)
     assert (piped.returncode, piped.stdout) == (0, b"through\n"), piped.stderr

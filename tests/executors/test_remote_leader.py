@@ -28,7 +28,8 @@ def test_the_exit_ends_the_run_though_a_background_job_holds_the_output(runner: 
     try:
         started = time.monotonic()
         done = subprocess.run(
-            [sys.executable, "-m", "dsh.cli", "run", "--runner", runner, "--workspace", str(ws), "--timeout", "120",
+            [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", runner, "--workspace", str(ws),
+             "--timeout", "120",
              "--", "sh", "-c", "sleep 600 & echo leader-done"],
             capture_output=True, text=True, timeout=300, cwd=ws, env={**os.environ, "LC_ALL": "C"},
         )

@@ -72,7 +72,7 @@ def _cli(workspace: Path, as_nobody: bool, *args: str, env: dict[str, str] | Non
         return cli(*args, cwd=workspace, env=env)
     python = nobody_python()
     assert python is not None
-    return subprocess.run([python, "-m", "dsh.cli", *args], cwd=workspace, env=env, capture_output=True,
+    return subprocess.run([python, "-P", "-m", "dsh.cli", *args], cwd=workspace, env=env, capture_output=True,
                           timeout=180, check=False, preexec_fn=_drop)
 
 

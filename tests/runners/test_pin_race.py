@@ -154,7 +154,7 @@ def test_the_cli_never_prints_a_traceback_under_swaps(user: str, base: Path) -> 
             # Exit 3: the command ran and its write outside was refused.
             script = f"echo pwned > {race}/outside/p{index} || exit 3"
             proc = subprocess.run(
-                [python, "-m", "dsh.cli", "run", "--runner", "bwrap", "--workspace", str(race / "ws"),
+                [python, "-P", "-m", "dsh.cli", "run", "--runner", "bwrap", "--workspace", str(race / "ws"),
                  "--", "sh", "-c", script],
                 cwd=base, env=env, capture_output=True, text=True, timeout=120, check=False,
                 **kwargs,  # type: ignore[arg-type]

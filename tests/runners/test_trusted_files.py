@@ -67,17 +67,17 @@ def cli(user: str) -> list[str]:
     # the interpreter it links to is) and the file it resolves to.
     if user != "nobody" or (_reachable_by_nobody(sys.executable)
                             and _reachable_by_nobody(os.path.realpath(sys.executable))):
-        return [sys.executable, "-m", "dsh.cli"]
+        return [sys.executable, "-P", "-m", "dsh.cli"]
     made = nobody_python()
     if made is not None:
-        return [made, "-m", "dsh.cli"]
+        return [made, "-P", "-m", "dsh.cli"]
     base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     if not os.path.exists(base):
         pytest.skip(f"SANDBOX_UNAVAILABLE: no interpreter nobody can run ({base})")
     sites = [p for p in sys.path if p.endswith("site-packages")]
     boot = (f"import runpy, site, sys; [site.addsitedir(p) for p in {sites!r}]; "
             "sys.argv[0] = 'dsh-sandbox'; runpy.run_module('dsh.cli', run_name='__main__')")
-    return [base, "-c", boot]
+    return [base, "-P", "-c", boot]
 
 
 def _reachable_by_nobody(path: str) -> bool:

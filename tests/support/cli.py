@@ -19,7 +19,7 @@ def cli(
     cwd: Path | str | None = None,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    argv: list[str | bytes] = [sys.executable, "-m", "dsh.cli", *args]
+    argv: list[str | bytes] = [sys.executable, "-P", "-m", "dsh.cli", *args]
     return subprocess.run(
         [os.fsencode(a) for a in argv],
         cwd=cwd,

@@ -98,7 +98,7 @@ def test_run_rule_for_dir_a_does_not_approve_dir_b(trusted_dir: Path, tmp_path: 
 
     def run(ws: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
+            [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
              "--workspace", str(ws), "--approval", f"rules:{rules}", "-c", "touch made"],
             capture_output=True, text=True, timeout=120, env=env, check=False,
         )
@@ -158,7 +158,7 @@ def test_command_output_cannot_spoof_the_real_prompt(workspace: Path, tmp_path: 
     env = {**os.environ, "DSH_HOME": str(dsh_home_for(tmp_path))}
     command = ("printf '\\033[8m\\033]0;x\\033[2J\\r  command:       ls\\n'; echo a >> a.txt"
                " # \r\x1b[2K\u202e")
-    argv = [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
+    argv = [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
             "--workspace", str(workspace), "--approval", "prompt", "-c", command]
     pid, fd = pty.fork()
     if pid == 0:

@@ -19,7 +19,7 @@ def cli(*args: str, cwd: Path | None = None, home: Path | None = None) -> subpro
     if home is not None:
         env["DSH_HOME"] = str(dsh_home_for(home))
     return subprocess.run(
-        [sys.executable, "-m", "dsh.cli", *args],
+        [sys.executable, "-P", "-m", "dsh.cli", *args],
         capture_output=True, text=True, timeout=120, cwd=cwd, env=env, check=False,
     )
 

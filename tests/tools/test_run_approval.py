@@ -26,7 +26,7 @@ def runner() -> str:
 def run(workspace: Path, home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "DSH_HOME": str(home)}
     return subprocess.run(
-        [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
+        [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode", "read-only",
          "--workspace", str(workspace), *args],
         capture_output=True, text=True, timeout=120, env=env, check=False,
     )
@@ -75,7 +75,7 @@ def test_argv_runs_are_escalated_with_their_exact_argv(workspace: Path, tmp_path
 @pytest.mark.parametrize(("answer", "ran"), [(b"y\n", True), (b"n\n", False), (b"\n", False)])
 def test_prompt_on_the_terminal(workspace: Path, tmp_path: Path, trusted_dir: Path, answer: bytes, ran: bool) -> None:
     env = {**os.environ, "DSH_HOME": str(trusted_dir)}
-    argv = [sys.executable, "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode",
+    argv = [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", "bwrap", "--mode",
             "read-only", "--workspace", str(workspace), "--approval", "prompt",
             "-c", "echo a >> a.txt"]
     pid, fd = pty.fork()

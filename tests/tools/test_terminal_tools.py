@@ -123,7 +123,7 @@ def test_tool_call_refuses_terminal_tools_with_exit_2(workspace: Path) -> None:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "dsh.cli", "tool", "call", "terminal_open", "{}",
+    done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "tool", "call", "terminal_open", "{}",
                            "--workspace", str(workspace)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and "long-lived" not in done.stdout, (done.stdout, done.stderr)
     assert "terminal lives until it is closed" in done.stderr and "Traceback" not in done.stderr
@@ -140,7 +140,7 @@ def test_tool_spec_with_a_composition_lists_the_terminal_tools(workspace: Path, 
         "- {id: sandbox, name: sandbox, config: {runner: bwrap}}\n"
         "- {id: shell, name: bash-sandbox}\n- {id: terminals, name: terminals}\n"
         "- {id: terminal-bash, name: terminal-bash}\n- {id: persistent-shells, name: persistent-shells}\n")
-    done = subprocess.run([sys.executable, "-m", "dsh.cli", "tool", "spec", "--format", "anthropic",
+    done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "tool", "spec", "--format", "anthropic",
                            "--composition", str(comp)], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     names = {tool["name"] for tool in json.loads(done.stdout)}

@@ -63,7 +63,7 @@ def _lines(path: Path) -> int:
 
 def _start_loop(workspace: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "dsh.cli", "run", "--runner", "docker", "--mode", "workspace-write",
+        [sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", "docker", "--mode", "workspace-write",
          "--", "sh", "-c", LOOP],
         cwd=workspace, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         start_new_session=True)

@@ -131,12 +131,12 @@ def test_image_build_command_makes_a_working_image(workspace: Path) -> None:
         pass  # skips (or fails in CI) when the daemon is down
     # The host copy: the Debian rootfs is built once by CI's docker setup and
     # judged by the workload scenarios; its fallback is tested in test_workload_image.
-    built = subprocess.run([sys.executable, "-m", "dsh.cli", "image", "build", "--tag", tag,
+    built = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "image", "build", "--tag", tag,
                             "--method", "host"], capture_output=True, text=True, timeout=600)
     try:
         assert built.returncode == 0, built.stderr
         assert f"built {tag}" in built.stdout
-        again = subprocess.run([sys.executable, "-m", "dsh.cli", "image", "build", "--tag",
+        again = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "image", "build", "--tag",
                                 tag, "--if-missing", "--method", "host"], capture_output=True, text=True,
                                timeout=600)
         assert "nothing to do" in again.stdout
@@ -153,7 +153,7 @@ def test_image_build_command_makes_a_working_image(workspace: Path) -> None:
 
 
 def test_bad_tag_is_a_usage_error() -> None:
-    result = subprocess.run([sys.executable, "-m", "dsh.cli", "image", "build", "--tag",
+    result = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "image", "build", "--tag",
                              "Not A Name"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "--tag" in result.stderr and "Traceback" not in result.stderr

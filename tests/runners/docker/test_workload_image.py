@@ -93,7 +93,7 @@ def test_if_missing_upgrades_only_a_host_copy_and_only_when_debian_can_be_built(
 
 
 def _build(tag: str, *extra: str, mirror: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dsh.cli", "image", "build", "--tag", tag, *extra],
+    return subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "image", "build", "--tag", tag, *extra],
                           capture_output=True, text=True, timeout=900,
                           env={**os.environ, "DSH_DEBIAN_MIRROR": mirror})
 

@@ -24,7 +24,7 @@ root = Path(sys.argv[1])
 url, stop = start_envd_server(root)
 options = root.parent / "options.json"
 options.write_text(json.dumps({"e2b": {"sandbox_url": url}}))
-done = subprocess.run([sys.executable, "-m", "dsh.cli", "conformance", "--runner", "e2b", "--mode", "read-only",
+done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "conformance", "--runner", "e2b", "--mode", "read-only",
                        "--scenario", "key-user", "--scenario", "key-session", "--runner-options", str(options)],
                       capture_output=True, text=True)
 stop()

@@ -23,7 +23,7 @@ def test_the_refusal_in_a_chroot_names_the_chroot(workspace: Path) -> None:
     root = Path(tempfile.mkdtemp(prefix="dsh-chroot-", dir="/var/tmp"))
     try:
         # A private mount namespace: the whole host bound at ROOT, then chroot into it, as schroot does.
-        inner = f"cd {workspace} && exec {sys.executable} -m dsh.cli run --runner gvisor -- true"
+        inner = f"cd {workspace} && exec {sys.executable} -P -m dsh.cli run --runner gvisor -- true"
         done = subprocess.run(
             ["unshare", "--mount", "sh", "-c", 'mount --rbind / "$1" && exec chroot "$1" sh -c "$2"', "sh",
              str(root), inner],
