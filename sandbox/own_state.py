@@ -133,6 +133,14 @@ def spill_candidates(environ: Mapping[str, str], uid: int) -> list[tuple[Path, t
     return out
 
 
+def runner_state_candidates(name: str, environ: Mapping[str, str], uid: int) -> list[tuple[Path, tuple[str, ...]]]:
+    """Where the host may keep a runner's private state for this uid (bundles,
+    a sandbox's own bookkeeping), best first, as ``spill_candidates``: inside
+    dsh-sandbox's state directories, which every run hides and no writable
+    root may hold, so no other sandboxed run can read or rewrite it."""
+    return [(anchor, (*parts[:1], name)) for anchor, parts in spill_candidates(environ, uid)]
+
+
 def log_dir_refusal(run_homes: Iterable[Path] = (), environ: Mapping[str, str] = os.environ) -> str | None:
     """Why ``$DSH_HOME`` (the escalation log and the record of denied runs)
     may not be used: it lies where sandboxed runs write (a sandbox HOME, a

@@ -290,3 +290,55 @@ def test_a_host_process_argv_is_hidden_or_the_gap_is_declared(caller: Caller) ->
         victim.kill()
         victim.wait()
 
+
+# -- a gVisor session's state, out of other runs' reach ------------------------------------------
+def _runsc_roots(uid: int) -> set[Path]:
+    """The ``-root`` of every runsc process of ``uid`` (where it keeps a sandbox's state)."""
+    out: set[Path] = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"runsc") for a in argv[:1]) and b"-root" in argv:
+            out.add(Path(os.fsdecode(argv[argv.index(b"-root") + 1])))
+    return out
+
+
+def test_a_gvisor_sessions_state_is_not_where_other_runs_write(caller: Caller) -> None:
+    """The bundle (``config.json``, the mounts runsc makes) and runsc's state
+    are rewritable by any run that may write where they are: never in
+    ``$TMPDIR`` (here inside the workspace, which runs write), always in
+    dsh-sandbox's own state, which no run can see and no root may hold."""
+    require_runner("gvisor")
+    require_runner("bwrap")
+    tmpdir = caller.ws / ".tmp"
+    tmpdir.mkdir()
+    caller.own(tmpdir)
+    env = caller.env(TMPDIR=str(tmpdir))
+    kwargs: dict[str, object] = {}
+    if caller.user == "nobody":
+        kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": docker_group()}
+    waiting = subprocess.Popen(  # type: ignore[call-overload]
+        [*cli(caller.user), "run", "--runner", "gvisor", "--", "sh", "-c", "echo waiting; read go; echo done"],
+        cwd=caller.ws, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, **kwargs)
+    try:
+        assert waiting.stdout is not None and waiting.stdout.readline() == "waiting\n"
+        roots = _runsc_roots(caller.uid)
+        assert roots, "no runsc process of the caller found while its command waits"
+        assert not list(tmpdir.iterdir()), list(tmpdir.iterdir())
+        for root in roots:
+            state = root.parent  # the session's directory: the bundles beside runsc's state
+            assert not state.is_relative_to(caller.ws) and not state.is_relative_to("/tmp"), state
+            # Another run of the same user can neither make it writable nor see it.
+            wide = caller.run("run", "--runner", "bwrap", "--writable", str(state.parent), "--", "true", env=env)
+            assert wide.returncode == 2 and "refusing" in wide.stderr, wide.stdout + wide.stderr
+            look = caller.run("run", "--runner", "bwrap", "--mode", "read-only", "--", "ls", "-A", str(state),
+                              env=env)
+            assert "bundles" not in look.stdout and "runsc" not in look.stdout, look.stdout + look.stderr
+    finally:
+        out, err = waiting.communicate("go\n", timeout=120)
+    assert waiting.returncode == 0 and out == "done\n", out + err
