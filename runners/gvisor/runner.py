@@ -77,7 +77,8 @@ _PROBE_TIMEOUT_S = 30
 BOUNDARY = ("the command's system calls are served by gVisor's user-space kernel (runsc): none reaches the "
             "host kernel's system-call surface; files are the host's, through runsc's gofer, as mounted below")
 STATX_LIMITATION = ("this runsc refuses AT_NO_AUTOMOUNT in statx and newfstatat with EINVAL (gVisor before "
-                    "2023): coreutils ls -l and stat fail with 'Invalid argument'; install a newer runsc")
+                    "2023): coreutils stat, ls -l, and ls given a path (ls /) fail with 'Invalid argument'; "
+                    "install a newer runsc")
 
 
 SETID_GAP = ("as root, the command (uid 0 without capabilities) may chmod a file it owns in a writable root "
