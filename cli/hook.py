@@ -26,8 +26,10 @@ from typing import Any
 import click
 from dsh.cli.options import settings_options
 from dsh.cli.run_options import RunOptions, apply_to_run, check_session_options
+from dsh.cli.run_output import is_terminal
 from dsh.sandbox.errors import DshError, SandboxUnavailable, UsageError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.terminal_text import printable
 from dsh.tools.hook_config import EVENTS, FORMATS, Handler, HookConfig, HookFormat, event_problem
 from dsh.tools.hook_decision import HookOutcome, Status, combine, render
 
@@ -280,5 +282,7 @@ def hook(**params: Any) -> None:
     code, out, err = bridge(opts, settings, event, fmt)
     sys.stdout.write(out)
     sys.stdout.flush()
-    sys.stderr.write(err)
+    # The blocking reasons are the hooks' own stderr: on a person's terminal
+    # their escape sequences (a clipboard write, a title) are shown escaped.
+    sys.stderr.write(printable(err, keep="\n\t") if is_terminal(sys.stderr) else err)
     raise SystemExit(code)

@@ -38,11 +38,12 @@ def note(text: str) -> None:
     pipe too, so a note never carries an escape sequence of the command's."""
     from dsh.sandbox.terminal_text import printable
 
-    reset = SGR_RESET if _is_terminal_stream(sys.stderr) else ""
+    reset = SGR_RESET if is_terminal(sys.stderr) else ""
     click.echo(f"{reset}dsh-sandbox: {printable(text)}", err=True, color=bool(reset))
 
 
-def _is_terminal_stream(stream: Any) -> bool:
+def is_terminal(stream: Any) -> bool:
+    """Is ``stream`` (a text or byte stream, or ``None``) a terminal?"""
     try:
         return bool(stream is not None and stream.isatty())
     except (OSError, ValueError):
@@ -110,7 +111,7 @@ class LiveStreams:
             "stderr": sys.stderr.buffer,
         }
         self.filters: dict[str, Visible] = {
-            stream: Visible(colours=colours) for stream, sink in self.sinks.items() if not raw and _is_terminal(sink)
+            stream: Visible(colours=colours) for stream, sink in self.sinks.items() if not raw and is_terminal(sink)
         }
 
     def finish(self) -> None:
@@ -197,13 +198,6 @@ class Visible:
 
         held, self._held = self._held + self._decoder.decode(b"", final=True), ""
         return printable(held, keep="\n\t").encode("utf-8")
-
-
-def _is_terminal(sink: IO[bytes]) -> bool:
-    try:
-        return sink.isatty()
-    except (OSError, ValueError):
-        return False
 
 
 def exit_status(result: Any) -> int:

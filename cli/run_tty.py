@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from dsh.cli.tty_filter import RESET, HostTerminalFilter
+from dsh.sandbox.terminal_text import printable
 
 _POLL_S = 0.02
 
@@ -81,7 +82,10 @@ def attach(execution: Any, feed: Any) -> None:
             if text:
                 status.feed(text)
                 if status.other:
-                    os.write(sys.stderr.fileno(), bytes(status.other).replace(b"\n", b"\r\n"))
+                    # The relay's own words, but the program can write there too
+                    # (``/proc/$PPID/fd/2``): shown escaped, never acted on.
+                    shown = printable(bytes(status.other).decode("utf-8", "replace"), keep="\n")
+                    os.write(sys.stderr.fileno(), shown.replace("\n", "\r\n").encode())
                     status.other.clear()
             if done:
                 return

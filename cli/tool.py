@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from dsh.cli.options import keep_spill_files, settings_flags
+from dsh.cli.run_output import is_terminal
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.modes import SandboxMode
@@ -128,13 +129,6 @@ def build_tool_context(*, one_shot: bool = True, **options: Any) -> Context:
         ctx.close()
         raise
     return ctx
-
-
-def _is_terminal(stream: Any) -> bool:
-    try:
-        return bool(stream is not None and stream.isatty())
-    except (OSError, ValueError):
-        return False
 
 
 def refuse_jobs(name: str, args: Any) -> None:
@@ -280,7 +274,7 @@ def call_cmd(name: str, arguments: str, owner: str, as_json: bool, raw_output: b
     if as_json:
         click.echo(json.dumps({"content": result.content, "is_error": result.is_error,
                                "job_id": result.job_id}, ensure_ascii=False))
-    elif not raw_output and _is_terminal(sys.stdout):
+    elif not raw_output and is_terminal(sys.stdout):
         # What the command printed must not act on the terminal (clipboard,
         # title, clear screen): shown, not obeyed, as ``run`` does.
         from dsh.sandbox.terminal_text import printable

@@ -5,13 +5,16 @@ alternate screen and modes, so CSI sequences pass.  What acts beyond the
 screen does not: every string sequence (OSC: clipboard writes, hyperlinks,
 titles that a later report types back; DCS: status reports and terminal
 pass-through; APC, PM, SOS) is dropped whole, and so are the window
-operations (``CSI ... t``: move, resize, report the title).  A sequence split
-across reads is held until its end, up to a bound.
+operations (``CSI ... t``: move, resize, report the title), and the 8-bit
+controls encoded in UTF-8 (U+0080..U+009F), which some terminals take as the
+same sequences.  A sequence split across reads is held until its end, up to
+a bound.
 """
 
 from __future__ import annotations
 
 _ESC = 0x1B
+_C1_LEAD = 0xC2
 _BEL = 0x07
 _STRINGS = frozenset(b"]P_^X")  # OSC, DCS, APC, PM, SOS
 _MAX_CSI = 256
@@ -35,8 +38,16 @@ class HostTerminalFilter:
             if state == "text":
                 if byte == _ESC:
                     self._state, self._held = "esc", bytearray([byte])
+                elif byte == _C1_LEAD:
+                    self._state = "c1"
                 else:
                     out.append(byte)
+            elif state == "c1":
+                # U+0080..U+009F in UTF-8: the 8-bit controls (CSI, OSC, DCS...)
+                # that a terminal such as xterm acts on like their ESC forms.
+                if not 0x80 <= byte <= 0x9F:
+                    out += bytes((_C1_LEAD, byte))
+                self._state = "text"
             elif state == "esc":
                 if byte == ord("["):
                     self._state = "csi"

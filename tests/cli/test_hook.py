@@ -100,6 +100,43 @@ def test_a_blocking_hook_wins_over_an_allow(workspace: Path, trusted_dir: Path) 
     assert done.returncode == 0 and json.loads(done.stdout)["hookSpecificOutput"]["permissionDecision"] == "allow"
 
 
+def test_a_blocking_reason_on_a_terminal_is_shown_escaped(workspace: Path, trusted_dir: Path) -> None:
+    """A person running ``hook`` at a terminal: the hook's reason, which it
+    wrote itself, cannot set the clipboard or the title there.  On a pipe (a
+    harness) it stays byte for byte what the hook wrote."""
+    reason = r"printf 'no\033]52;c;ZXZpbA==\007\033]2;T\007 way\n' >&2; exit 2"
+    settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [command(reason)]}]})
+    piped = hook(settings, "PreToolUse", PAYLOAD, workspace)
+    assert piped.returncode == 2 and piped.stderr.startswith(b"no\x1b]52;c;ZXZpbA==\x07\x1b]2;T\x07 way\n")
+    need_runner("bwrap")
+    main, other = os.openpty()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "dsh.cli", "hook", "--settings", str(settings), "--event", "PreToolUse",
+             "--workspace", str(workspace), "--runner", "bwrap",
+             *[f"--accept-degraded={n}" for n in accept_for("bwrap")]],
+            input=json.dumps(PAYLOAD).encode(), stdout=subprocess.PIPE, stderr=other, cwd=workspace, timeout=300,
+            check=False)
+        os.close(other)
+        other = -1
+        shown = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(main)
+        if other >= 0:
+            os.close(other)
+    assert done.returncode == 2
+    assert b"\x1b" not in shown and b"\x07" not in shown, shown
+    assert b"no\\x1b]52;c;ZXZpbA==\\x07\\x1b]2;T\\x07 way" in shown, shown
+
+
 def test_the_timeout_is_honoured_and_a_gate_blocks(workspace: Path, trusted_dir: Path) -> None:
     allow = json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}})
     settings = settings_file(trusted_dir, {"PreToolUse": [{"hooks": [

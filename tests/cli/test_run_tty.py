@@ -111,10 +111,35 @@ def test_escape_sequences_aimed_at_the_host_terminal_are_dropped(workspace: Path
     assert run.status() == 0
 
 
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "gvisor"])
+def test_sequences_written_past_the_pty_to_the_relays_stderr_are_shown_escaped(workspace: Path, runner: str) -> None:
+    """The relay's stderr is its own channel to the host's terminal; the program
+    can write there too (``/proc/$PPID/fd/2``), where no screen filter stood."""
+    hostile = ("for fd in /proc/$PPID/fd/2; do printf 'X\\033]52;c;ZXZpbA==\\007\\033]2;PWNED\\007Y\\n' > $fd "
+               "2>/dev/null; done; echo done")
+    run = Attached(workspace, runner, "sh", "-c", hostile)
+    shown = run.expect(b"done")
+    assert run.status() == 0
+    shown += run.seen
+    assert b"\x1b]" not in shown and b"\x07" not in shown, shown
+    assert b"X\\x1b]52;c;ZXZpbA==\\x07" in shown, shown  # it reached the terminal, escaped
+
+
 def test_filter_holds_sequences_split_across_reads() -> None:
     filt = HostTerminalFilter()
     out = b"".join(filt(bytes([b])) for b in b"x\x1b]52;c;QQ==\x07y\x1b[2Jz\x1b[8;1;1tw")
     assert out == b"xy\x1b[2Jzw"
+
+
+def test_filter_drops_the_8_bit_controls_and_keeps_other_text() -> None:
+    """U+009D is OSC and U+009B is CSI to a terminal that takes 8-bit controls
+    in UTF-8 (xterm does): dropped like their ESC forms; é (C3 A9) and
+    U+00A0 (C2 A0) are text.  Byte by byte too: a read may split the pair."""
+    hostile = "a\u009d52;c;QQ==\u009cb\u009b2Jc é\u00a0d".encode()
+    for feed in (lambda f: f(hostile), lambda f: b"".join(f(bytes([b])) for b in hostile)):
+        out = feed(HostTerminalFilter())
+        assert "\u009d" not in out.decode() and "\u009b" not in out.decode(), out
+        assert out == "a52;c;QQ==b2Jc é\u00a0d".encode(), out
 
 
 @pytest.mark.parametrize("runner", ["landlock", "bwrap"])
