@@ -396,7 +396,7 @@ def install_paths() -> tuple[tuple[Path, str, bool], ...]:
     # a root counts: a root below one (``proj`` below the cwd) is a name
     # nothing imports.
     known = {path for path, _what, _inner in found}
-    for entry in sys.path:
+    for entry in filter(_names_a_directory, sys.path):
         path = _real(os.path.abspath(entry or os.curdir))
         if path not in known:
             found.append((path, IMPORT_DIR, False))
@@ -409,7 +409,7 @@ def _package_paths() -> list[tuple[Path, str]]:
     import dsh
 
     out: list[tuple[Path, str]] = []
-    for entry in getattr(dsh, "__path__", ()):
+    for entry in filter(_names_a_directory, getattr(dsh, "__path__", ())):
         top = Path(entry)
         out.append((_real(top), "the dsh-sandbox package"))
         try:
@@ -421,6 +421,19 @@ def _package_paths() -> list[tuple[Path, str]]:
             if os.path.islink(init):
                 out.append((_real(init).parent, "the dsh-sandbox sources (linked by its editable install)"))
     return out
+
+
+def _names_a_directory(entry: str) -> bool:
+    """Is this import-path entry a directory (relative ones from the working
+    directory), not a key a path hook claims, such as the
+    ``__editable__.<project>.finder.__path_hook__`` of setuptools' default
+    editable install, which names no file at all?"""
+    import importlib.machinery
+
+    finder = sys.path_importer_cache.get(entry)
+    if finder is not None and not isinstance(finder, importlib.machinery.FileFinder):
+        return False
+    return os.path.isabs(entry) or not (entry.startswith("__editable__") and entry.endswith("__path_hook__"))
 
 
 def refuse_install_in_roots(roots: Iterable[tuple[str, Path]]) -> None:

@@ -66,6 +66,30 @@ def test_the_installation_inside_a_root_is_refused() -> None:
     refuse_install_in_roots([("--writable X", Path("/var/tmp/not-the-installation"))])
 
 
+def test_an_editable_installs_path_hook_is_no_directory_of_the_workspace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """setuptools' default editable install puts a key, not a path, on
+    ``sys.path`` and ``dsh.__path__``: taken as a directory relative to the
+    working directory it refused every workspace-write run started in the
+    workspace.  A real relative entry is still that directory."""
+    import dsh
+
+    hook = "__editable__.dsh_sandbox-0.1.0.finder.__path_hook__"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [hook, *sys.path])
+    monkeypatch.setattr(dsh, "__path__", [*dsh.__path__, hook])
+    install_paths.cache_clear()
+    try:
+        refuse_install_in_roots([("workspace", tmp_path)])
+        monkeypatch.setattr(sys, "path", ["src", *sys.path])
+        install_paths.cache_clear()
+        with pytest.raises(ConfigError, match=r"workspace: refusing .*src \(a directory on dsh-sandbox's import"):
+            refuse_install_in_roots([("workspace", tmp_path)])
+    finally:
+        monkeypatch.undo()
+        install_paths.cache_clear()
+
+
 def _inside_run_state(path: Path, environ: dict[str, str]) -> bool:
     from dsh.sandbox.own_state import run_state_dirs
 
