@@ -10,6 +10,7 @@ one-shot path.
 from __future__ import annotations
 
 import codecs
+import functools
 from typing import Any
 
 from dsh.sandbox.errors import SandboxUnavailable
@@ -25,6 +26,28 @@ def _pyte() -> Any:
     return pyte
 
 
+@functools.cache
+def _screen_class() -> Any:
+    """pyte's ``HistoryScreen`` whose CSI handlers ignore a form they do not
+    take: pyte passes ``private=True`` (``CSI ? 4 m``, which vim sends) and
+    every parameter given (``CSI 1;2 A``) to handlers whose signatures refuse
+    them, and the ``TypeError`` killed the parser for good."""
+    pyte = _pyte()
+    base = pyte.HistoryScreen
+
+    def tolerant(name: str) -> Any:
+        method = getattr(base, name)
+
+        def handler(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except TypeError:
+                return None  # a form this emulator does not know: ignored, as a terminal would
+        return handler
+
+    return type("TolerantScreen", (base,), {name: tolerant(name) for name in set(pyte.Stream.csi.values())})
+
+
 class TerminalScreen:
     """Feed raw pty bytes, read the viewport and the scrollback.  Not thread-safe."""
 
@@ -32,7 +55,7 @@ class TerminalScreen:
         pyte = _pyte()
         self.rows = rows
         self.cols = cols
-        self._screen = pyte.HistoryScreen(cols, rows, history=max(1, scrollback), ratio=0.5)
+        self._screen = _screen_class()(cols, rows, history=max(1, scrollback), ratio=0.5)
         self._stream = pyte.Stream(self._screen)
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self.fed = 0
@@ -41,7 +64,12 @@ class TerminalScreen:
         if not data:
             return
         self.fed += len(data)
-        self._stream.feed(self._decoder.decode(data))
+        try:
+            self._stream.feed(self._decoder.decode(data))
+        except Exception:  # whatever the emulator trips on, the session goes on
+            # An exception inside pyte's parser ends it (a generator): the rest
+            # of this chunk is lost, a new parser takes the next one.
+            self._stream = _pyte().Stream(self._screen)
 
     def resize(self, rows: int, cols: int) -> None:
         self.rows, self.cols = rows, cols

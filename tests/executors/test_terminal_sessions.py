@@ -105,6 +105,19 @@ def test_a_flood_keeps_the_screen_bounded(workspace: Path, runner: str) -> None:
         reg.close_session(entry.id, "me")
 
 
+def test_what_vim_prints_at_start_leaves_the_session_working(workspace: Path) -> None:
+    """vim starts with ``CSI ? 4 m`` (and other forms pyte's handlers refuse):
+    the screen ignores them and the session keeps answering."""
+    with terminal_ctx(workspace, "bwrap") as ctx:
+        reg = ctx.require(TerminalRegistry)
+        entry = reg.open("me", TerminalOpenRequest(rows=10, cols=60))
+        snap = _send(reg, entry.id, r"printf '\033[?4m\033[1;2Aone\n'")
+        assert "one" in snap.viewport, snap.viewport
+        snap = _send(reg, entry.id, "echo two-$((1+1))")
+        assert "two-2" in snap.viewport and snap.wait_reason == "stdin_read", snap
+        reg.close_session(entry.id, "me")
+
+
 @pytest.mark.parametrize("runner", ["bwrap", "landlock"])
 def test_a_program_that_never_reads_cannot_hang_a_send(workspace: Path, runner: str) -> None:
     with terminal_ctx(workspace, runner) as ctx:
