@@ -104,7 +104,7 @@ def test_completing_a_subcommand_name_imports_no_subcommand_module() -> None:
         "print('\\n'.join(sys.modules), file=sys.stderr)\n"
     )
     env = {**os.environ, "_DSH_SANDBOX_COMPLETE": "bash_complete", "COMP_WORDS": "dsh-sandbox ", "COMP_CWORD": "1"}
-    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-P", "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     plugins = plugin_commands()
     assert "image" in plugins  # a runner's command, registered through the entry-point group

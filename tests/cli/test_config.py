@@ -301,7 +301,7 @@ def test_runner_options_come_from_each_runners_declaration(workspace: Path, user
     probe = ("import sys; from pathlib import Path; from dsh.cli.settings import Flags, resolve; "
              "resolve(Flags(), {}, Path(sys.argv[1])); "
              "print(sorted(m for m in sys.modules if m.startswith('dsh.runners')))")
-    done = subprocess.run([sys.executable, "-c", probe, str(workspace)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-P", "-c", probe, str(workspace)], capture_output=True, text=True,
                           env=env_with(user_dir), check=True)
     assert done.stdout.strip() == "[]", done.stdout
 

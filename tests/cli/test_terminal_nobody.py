@@ -111,7 +111,7 @@ def test_stdin_and_persistent_bash_as_nobody(nobody_ws: Path, runner: str) -> No
             print(call_tool(ctx, "bash", {{"command": 'echo "$KEPT $(basename $PWD) $(id -u)"',
                                           "description": "d"}}, owner="a").content)
     """)
-    done = subprocess.run([python, "-c", script], capture_output=True, cwd=nobody_ws, env=_env(nobody_ws),
+    done = subprocess.run([python, "-P", "-c", script], capture_output=True, cwd=nobody_ws, env=_env(nobody_ws),
                           timeout=300, check=False, preexec_fn=_as_nobody)
     assert done.stdout.decode().strip() == "yes sub 65534", (done.stdout, done.stderr[-2000:])
 
@@ -129,7 +129,7 @@ def test_sigkill_of_the_host_process_leaves_nothing_as_nobody(nobody_ws: Path, r
     python = nobody_python()
     assert python is not None
     mark = f"dsh-term-{secrets.token_hex(4)}"
-    holder = subprocess.Popen([python, "-c", _HOLDER, str(nobody_ws), runner, ",".join(_accept(runner)), mark],
+    holder = subprocess.Popen([python, "-P", "-c", _HOLDER, str(nobody_ws), runner, ",".join(_accept(runner)), mark],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=nobody_ws, env=_env(nobody_ws),
                               preexec_fn=_as_nobody)
     try:

@@ -119,7 +119,8 @@ EXECUTOR = textwrap.dedent(
 
 
 def test_executor_sigkill_does_not_leave_the_command_running(tmp_path: Path) -> None:
-    executor = subprocess.Popen([sys.executable, "-c", EXECUTOR, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    executor = subprocess.Popen([sys.executable, "-P", "-c", EXECUTOR, str(tmp_path)], stdout=subprocess.PIPE,
+                                text=True)
     try:
         assert executor.stdout is not None
         pgid = int(executor.stdout.readline())

@@ -185,8 +185,8 @@ def test_sigkill_of_the_host_process_leaves_nothing(workspace: Path, runner: str
 
     need_runner(runner)
     mark = f"dsh-term-{secrets.token_hex(4)}"
-    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(workspace), runner, ",".join(accept_for(runner)),
-                               mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    holder = subprocess.Popen([sys.executable, "-P", "-c", _HOLDER, str(workspace), runner,
+                               ",".join(accept_for(runner)), mark], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == b"ready\n"
         # The holder's own command line names the mark too.

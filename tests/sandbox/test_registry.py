@@ -69,7 +69,7 @@ def test_auto_selection_imports_no_remote_runner_and_no_importlib_metadata(trust
     env = {**os.environ, "XDG_CACHE_HOME": str(trusted_dir / "cache")}
 
     def imported() -> str:
-        done = subprocess.run([sys.executable, "-c", CHILD, str(workspace)], env=env, capture_output=True,
+        done = subprocess.run([sys.executable, "-P", "-c", CHILD, str(workspace)], env=env, capture_output=True,
                               text=True, timeout=120, check=True)
         return done.stdout.strip()
 

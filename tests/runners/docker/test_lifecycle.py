@@ -73,7 +73,7 @@ def test_prune_removes_the_leftovers_of_a_killed_executor(workspace: Path) -> No
     with docker_runner() as runner:
         run(runner, ["true"], policy(workspace))  # a live owner: must survive the prune
         own = container_of(runner)
-        crasher = subprocess.Popen([sys.executable, "-c", CRASHER, str(workspace)],
+        crasher = subprocess.Popen([sys.executable, "-P", "-c", CRASHER, str(workspace)],
                                    stdout=subprocess.PIPE, text=True)
         try:
             assert crasher.stdout is not None
@@ -205,7 +205,7 @@ def test_good_options_are_accepted() -> None:
 
 
 def _python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+    return subprocess.run([sys.executable, "-P", "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, timeout=120)
 
 
