@@ -16,6 +16,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 
 
@@ -46,11 +47,13 @@ class Keeper:
         return cls(process, write_fd)
 
     def stop(self) -> None:
-        """Close the pipe: the keeper deletes what is left and exits (not waited for)."""
+        """Close the pipe: the keeper deletes what is left and exits; a
+        daemon thread reaps it then (the caller does not wait for it)."""
         if self._write_fd != -1:
             with contextlib.suppress(OSError):
                 os.close(self._write_fd)
             self._write_fd = -1
+            threading.Thread(target=self.process.wait, name="dsh-gvisor-keeper-reap", daemon=True).start()
 
 
 #: The keeper's own program, run with ``python -I -c``: it imports nothing of

@@ -36,12 +36,14 @@ from typing import Any
 
 from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of, mount_problem
+from dsh.runners.linux.orphans import process_tree, reap_tree
 from dsh.runners.linux.pinned_open import changed, open_checked, pinned_parent
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.pins import PinnedPaths
 
 _TIMEOUT_S = 60
+_REAP_S = 5  # runsc delete kills the sandbox; its processes end within moments
 Identities = dict[str, tuple[int, int] | None]
 
 
@@ -73,6 +75,7 @@ class WarmSandbox:
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
     pid: int | None = None  # the sandbox's own process (gVisor's kernel)
+    gofer: int | None = None  # its file server
 
     def alive(self) -> bool:
         if self.closed or self.pid is None:
@@ -118,9 +121,13 @@ class WarmSandbox:
             if self.closed:
                 return
             self.closed = True
+        # runsc daemonized these; with this process a subreaper they are its
+        # children by now, and nothing else would reap them.
+        tree = process_tree(p for p in (self.pid, self.gofer) if p is not None)
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([*self.runsc, "delete", "-force", self.id], capture_output=True,
                            timeout=_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        reap_tree(tree, _REAP_S)
         self.release()
         with contextlib.suppress(OSError):
             for name in os.listdir(self.bundle):
@@ -200,6 +207,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
                 raise _changed(", ".join(moved), f"a bind source was replaced while runsc started; runsc: {said}")
             raise SandboxUnavailable(_start_failure(err or f"exit {code}"), runner="gvisor")
         warm.pid = _sandbox_pid(runsc, sid)
+        warm.gofer = _gofer_pid(runsc_root, sid)
         moved = warm.moved()
         if moved:
             raise _changed(", ".join(moved), "a bind source was replaced while runsc started")

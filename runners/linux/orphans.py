@@ -1,0 +1,78 @@
+"""Reaping the processes a helper daemonized that end up as this process's children.
+
+The executor makes this process a child subreaper, so the processes a helper
+daemonizes (runsc's sandbox and gofer, and what they start) become its
+children when the helper exits.  Nothing else waits for them: each one that
+ends stays a zombie, counted against the user's process limit, until this
+process exits.  A long session (a server, a conformance run) that starts many
+sandboxes then runs out of processes.  So whoever tears such a tree down
+snapshots it first and reaps what of it became ours.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+
+#: A process as /proc/<pid>/stat names it: (pid, start time in clock ticks),
+#: so that a pid reused by another process is never taken for it.
+Proc = tuple[int, int]
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time) of ``pid``, or ``None`` once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_tree(roots: Iterable[int]) -> frozenset[Proc]:
+    """``roots`` and every process below them, as they are now."""
+    parents: dict[int, list[int]] = {}
+    started: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        found = _stat(int(name))
+        if found is not None:
+            parents.setdefault(found[1], []).append(int(name))
+            started[int(name)] = found[2]
+    out: set[Proc] = set()
+    frontier = [pid for pid in roots if pid in started]
+    while frontier:
+        pid = frontier.pop()
+        if any(p == pid for p, _ in out):
+            continue
+        out.add((pid, started[pid]))
+        frontier += [c for c in parents.get(pid, ()) if c in started]
+    return frozenset(out)
+
+
+def reap_tree(tree: Iterable[Proc], timeout: float) -> None:
+    """Wait (up to ``timeout`` seconds) for each process of ``tree`` that is
+    or becomes a child of this process, and reap it.  Processes that belong
+    to another parent, or outlive the timeout, are left alone."""
+    left = set(tree)
+    me = os.getpid()
+    deadline = time.monotonic() + timeout
+    while left:
+        for proc in list(left):
+            pid, start = proc
+            found = _stat(pid)
+            if found is None or found[2] != start:
+                left.discard(proc)  # gone (its own parent reaped it), or the pid is another process now
+                continue
+            state, parent, _start = found
+            if parent == me and state in ("Z", "X"):
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+                left.discard(proc)
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.02)

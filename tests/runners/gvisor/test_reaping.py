@@ -1,0 +1,54 @@
+"""A session that starts and ends gVisor sandboxes leaves no zombie behind.
+
+The executor makes the host process a child subreaper, so the processes runsc
+daemonizes (the sandbox, the gofer and what they start) become its children;
+unreaped, each ended sandbox left about eight zombies, and a conformance run
+as ``nobody`` ran out of processes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.require import require_runner
+
+CHILD = """
+import ctypes, os, sys, time
+from pathlib import Path
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER, as the executor does
+from dsh.runners.gvisor import GvisorRunner
+from tests.runners.gvisor.helpers import policy, sh
+
+def zombies():
+    out = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fields = open(f"/proc/{name}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] == "Z" and int(fields[1]) == os.getpid():
+            out.append(int(name))
+    return out
+
+ws = Path(sys.argv[1])
+for _ in range(2):
+    runner = GvisorRunner()
+    assert sh(runner, "echo hi", policy(ws)).out == b"hi\\n"
+    runner.close()
+deadline = time.monotonic() + 10
+while zombies() and time.monotonic() < deadline:
+    time.sleep(0.1)
+print(len(zombies()))
+"""
+
+
+def test_closed_sandboxes_leave_no_zombies(ws: Path) -> None:
+    require_runner("gvisor")
+    checkout = str(Path(__file__).resolve().parents[3])  # for the test helpers
+    done = subprocess.run([sys.executable, "-P", "-c", CHILD, str(ws)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": checkout}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0", done.stdout + done.stderr
