@@ -33,8 +33,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from dsh.sandbox.errors import DshError
-from dsh.sandbox.own_dirs import open_own_dir, remove_tree
+from dsh.sandbox.own_dirs import first_own_dir, remove_tree
 from dsh.sandbox.own_state import spill_candidates
 
 MAX_AGE_S = 24 * 3600
@@ -93,21 +92,13 @@ class SpillDir:
             root = _overlaps(base, excluded)
             return None if root is None else f"overlaps the writable root {root}"
 
-        tried: list[str] = []
-        for anchor, parts in candidates(env, uid):
-            candidate = anchor.joinpath(*parts)
-            try:
-                own = open_own_dir(candidate, "spill directory", _FIX, refuse)
-            except DshError as exc:  # a planted link, another user's directory, a path that keeps moving
-                tried.append(str(exc).removeprefix("spill directory: ").removesuffix("; " + _FIX))
-                continue
-            self.base, self._base_fd = own.path, own.fd
-            break
-        else:
+        own, tried = first_own_dir(candidates(env, uid), "spill directory", _FIX, refuse)
+        if own is None:
             raise SpillUnavailable(
                 errno.ENOENT,
                 "no private spill directory outside the writable roots: tried " + "; ".join(tried) + "; " + _FIX,
             )
+        self.base, self._base_fd = own.path, own.fd
         base = self.base
         self._expire()
         name = f"{_SESSION_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"

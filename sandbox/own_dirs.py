@@ -27,11 +27,11 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.errors import ConfigError, DshError
 from dsh.sandbox.pins import PathRaced, walk
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -85,6 +85,23 @@ def open_own_dir(
         os.close(fd)
         raise
     return OwnDir(target, fd)
+
+
+def first_own_dir(
+    candidates: Iterable[tuple[Path, tuple[str, ...]]], label: str, fix: str,
+    refuse: Callable[[Path], str | None] | None = None,
+) -> tuple[OwnDir | None, list[str]]:
+    """The first of ``candidates`` (``(anchor, parts)``, best first) that
+    ``open_own_dir`` accepts, or ``None``; and why each one before it was
+    refused (a planted link, another user's directory, a path that keeps
+    moving), without the label and the fix, for the caller's own error."""
+    tried: list[str] = []
+    for anchor, parts in candidates:
+        try:
+            return open_own_dir(anchor.joinpath(*parts), label, fix, refuse), tried
+        except DshError as exc:
+            tried.append(str(exc).removeprefix(f"{label}: ").removesuffix(f"; {fix}"))
+    return None, tried
 
 
 def _open_creating(path: Path, target: Path, label: str, fix: str) -> tuple[int, bool]:

@@ -48,9 +48,10 @@ IMPORT_DIR_FIX = (
     "(not `python -m dsh.cli` from the project, which puts the working directory there; `python -P -m "
     "dsh.cli` does not), and give PYTHONPATH only absolute directories outside the writable roots"
 )
-_HOW_INSTALL = "a .pth file in site-packages runs at every start"
-_HOW = {IMPORT_DIR: "a module planted there, such as dsh/__init__.py or sitecustomize.py, "
-                    "is imported at the next start"}
+#: What a planted file does, and the fix: for the installation, and for another import directory.
+_INSTALL_WORDS = ("a .pth file in site-packages runs at every start", INSTALL_FIX)
+_IMPORT_DIR_WORDS = ("a module planted there, such as dsh/__init__.py or sitecustomize.py, is imported at "
+                     "the next start", IMPORT_DIR_FIX)
 
 #: The files of ``$DSH_HOME`` that runs must not read: the escalation log and
 #: the record of denied runs (what a re-run may be approved on).
@@ -443,9 +444,9 @@ def refuse_install_in_roots(roots: Iterable[tuple[str, Path]]) -> None:
         for path, what, inner in paths:
             inside = is_within(path, root)
             if inside or (inner and is_within(root, path)):
+                how, fix = _IMPORT_DIR_WORDS if what == IMPORT_DIR else _INSTALL_WORDS
                 raise ConfigError(
                     f"{label}: refusing to make {root} writable in workspace-write: {path} ({what}) lies "
                     f"{'inside' if inside else 'around'} it, so a sandboxed command could change what the next "
-                    f"dsh-sandbox start runs as you, outside any sandbox ({_HOW.get(what, _HOW_INSTALL)}); "
-                    f"{IMPORT_DIR_FIX if what == IMPORT_DIR else INSTALL_FIX}"
+                    f"dsh-sandbox start runs as you, outside any sandbox ({how}); {fix}"
                 )

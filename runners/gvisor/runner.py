@@ -47,10 +47,10 @@ from dsh.runners.gvisor.spec import Identity, build_config, process
 from dsh.runners.gvisor.syscalls import LAUNCHER, filter_hex
 from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.sandbox import capability as cap
-from dsh.sandbox.errors import ConfigError, DshError, SandboxUnavailable, WorkdirError
+from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
-from dsh.sandbox.own_dirs import open_own_dir
+from dsh.sandbox.own_dirs import first_own_dir
 from dsh.sandbox.own_state import runner_state_candidates
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
@@ -377,17 +377,13 @@ def _state_base() -> Path:
     write there (``--writable $TMPDIR``, a shared ``/tmp``) could otherwise
     rewrite a bundle's ``config.json`` between its writing and ``runsc
     create`` and add a writable mount of its choosing."""
-    tried: list[str] = []
-    for anchor, parts in runner_state_candidates("gvisor", os.environ, os.geteuid()):
-        try:
-            own = open_own_dir(anchor.joinpath(*parts), "gVisor state directory", _STATE_FIX)
-        except DshError as exc:  # a planted link, another user's directory, a path that keeps moving
-            tried.append(str(exc).removeprefix("gVisor state directory: ").removesuffix("; " + _STATE_FIX))
-            continue
-        os.close(own.fd)
-        return own.path
-    raise SandboxUnavailable("no private directory for the gVisor sessions' state: tried " + "; ".join(tried)
-                             + "; " + _STATE_FIX, runner="gvisor")
+    own, tried = first_own_dir(runner_state_candidates("gvisor", os.environ, os.geteuid()),
+                               "gVisor state directory", _STATE_FIX)
+    if own is None:
+        raise SandboxUnavailable("no private directory for the gVisor sessions' state: tried " + "; ".join(tried)
+                                 + "; " + _STATE_FIX, runner="gvisor")
+    own.close()
+    return own.path
 
 
 _STATE_FIX = "set XDG_RUNTIME_DIR to a private directory (mode 0700) of yours"

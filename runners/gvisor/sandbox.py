@@ -212,7 +212,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         if moved:
             raise _changed(", ".join(moved), "a bind source was replaced while runsc started")
         by_source = {**dict(zip(held, held_fds, strict=True)), **{ph.path: ph.fd for ph in warm.placeholders}}
-        _check_gofer(runsc_root, sid, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]),
+        _check_gofer(warm.gofer, [ExpectedMount(m["destination"], identity_of(by_source[m["source"]]),
                                                 onto_itself=m["destination"] == m["source"])
                                   for m in config.get("mounts", [])
                                   if m.get("type") == "bind" and m.get("source") in by_source])
@@ -222,12 +222,11 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
     return warm
 
 
-def _check_gofer(runsc_root: Path, sid: str, expected: list[ExpectedMount]) -> None:
-    """The gofer serves the sandbox's files from its own mount namespace: its
-    mount table must hold each pinned bind at its destination."""
+def _check_gofer(pid: int | None, expected: list[ExpectedMount]) -> None:
+    """The gofer (``pid``) serves the sandbox's files from its own mount
+    namespace: its mount table must hold each pinned bind at its destination."""
     if not expected:
         return
-    pid = _gofer_pid(runsc_root, sid)
     problem = "runsc's file server (the gofer) cannot be found" if pid is None else mount_problem(pid, expected)
     if problem is not None:
         raise SandboxUnavailable(f"{problem}; nothing ran, retry", runner="gvisor")

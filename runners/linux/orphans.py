@@ -41,15 +41,15 @@ def process_tree(roots: Iterable[int]) -> frozenset[Proc]:
         if found is not None:
             parents.setdefault(found[1], []).append(int(name))
             started[int(name)] = found[2]
-    out: set[Proc] = set()
+    seen: set[int] = set()
     frontier = [pid for pid in roots if pid in started]
     while frontier:
         pid = frontier.pop()
-        if any(p == pid for p, _ in out):
+        if pid in seen:
             continue
-        out.add((pid, started[pid]))
+        seen.add(pid)
         frontier += [c for c in parents.get(pid, ()) if c in started]
-    return frozenset(out)
+    return frozenset((pid, started[pid]) for pid in seen)
 
 
 def reap_tree(tree: Iterable[Proc], timeout: float) -> None:
