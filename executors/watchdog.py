@@ -12,6 +12,8 @@ seen before the EOF.
 
 from __future__ import annotations
 
+import os
+import select
 import subprocess
 import sys
 import threading
@@ -78,6 +80,7 @@ class OrphanKiller:
     def __init__(self) -> None:
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
+        self._registered: set[int] = set()
 
     def _send(self, line: str) -> None:
         with self._lock:
@@ -97,9 +100,13 @@ class OrphanKiller:
                 pass  # it died: processes still get killed by close()
 
     def register(self, pgid: int) -> None:
+        with self._lock:
+            self._registered.add(pgid)
         self._send(str(pgid))
 
     def unregister(self, pgid: int) -> None:
+        with self._lock:
+            self._registered.discard(pgid)
         self._send(f"-{pgid}")
 
     @property
@@ -109,6 +116,7 @@ class OrphanKiller:
     def close(self) -> None:
         with self._lock:
             proc, self._proc = self._proc, None
+            pending = bool(self._registered)
         if proc is None:
             return
         assert proc.stdin is not None
@@ -116,8 +124,29 @@ class OrphanKiller:
             proc.stdin.close()  # EOF: it kills what is still registered and exits
         except OSError:
             pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
+        if not pending:
+            # Nothing left to kill: it only exits.  Waiting for that cost every
+            # CLI run its interpreter's shutdown; a thread reaps it instead.
+            threading.Thread(target=proc.wait, name="dsh-orphan-killer-reap", daemon=True).start()
+            return
+        if not _exited_within(proc, 10.0):
             proc.kill()
-            proc.wait()
+        proc.wait()
+
+
+def _exited_within(proc: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Whether ``proc`` exits within ``timeout_s``, woken by its exit itself:
+    ``Popen.wait(timeout=...)`` polls with sleeps, which every CLI run paid on
+    its way out."""
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd (macOS, old kernels), or reaped already
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout_s)[0])
+    finally:
+        os.close(fd)

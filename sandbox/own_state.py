@@ -170,7 +170,12 @@ def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
     part is a link is none of ours: dsh-sandbox never writes through one (a
     command may have planted it), so it holds nothing to hide, and its target
     (``/``, ``/etc``) is neither masked nor made."""
-    return [(_real(path), holds) for path, holds in _raw_run_dirs(environ, uid) if not os.path.islink(path)]
+    # The recorded places were judged canonical directories of this uid a
+    # moment ago (``state_places.recorded``): walking each again, on every
+    # call of a run's planning, was most of the cost of a short run.
+    judged = set(state_places.recorded(uid))
+    return [(path if path in judged else _real(path), holds) for path, holds in _raw_run_dirs(environ, uid)
+            if path in judged or not os.path.islink(path)]
 
 
 def _raw_run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
