@@ -178,7 +178,7 @@ def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
             if path in judged or not os.path.islink(path)]
 
 
-def _raw_run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
+def _raw_run_dirs(environ: Mapping[str, str], uid: int, *, recorded: bool = True) -> list[tuple[Path, str]]:
     """``_run_dirs`` as the environment names them, links not followed: not
     only where this environment puts them, but wherever a session started with
     another one (a cron job without ``XDG_RUNTIME_DIR``, a shell with another
@@ -194,6 +194,8 @@ def _raw_run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]
         out.append((runtime / "dsh-sandbox", "spill files and every session's private /tmp"))
     out.append((Path(f"/var/tmp/dsh-sandbox-{uid}"), "spill files"))
     out.append((Path(f"/var/tmp/dsh-sandbox-tmp-{uid}"), "every session's private /tmp"))
+    if not recorded:
+        return out
     named = {path for path, _holds in out}
     for place in state_places.recorded(uid):
         if place not in named:
@@ -205,7 +207,7 @@ def _raw_run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]
 def record_state_places(environ: Mapping[str, str] = os.environ) -> None:
     """Tell the other sessions of this uid where this environment keeps its state."""
     uid = os.geteuid()
-    state_places.record([path for path, _holds in _raw_run_dirs(environ, uid)
+    state_places.record([path for path, _holds in _raw_run_dirs(environ, uid, recorded=False)
                          if path.name == state_places.STATE_NAME], uid)
 
 
@@ -315,7 +317,11 @@ def _make_state_dirs(kept: frozenset[str], environ: Mapping[str, str]) -> None:
     from dsh.sandbox.own_dirs import open_own_dir
 
     roots = [Path(k) for k in kept]
-    wanted = _raw_run_dirs(environ, os.geteuid())
+    # Only the places this environment names: a place another session
+    # recorded is hidden while it exists, never made again once it is gone
+    # (the list is judged at most once a second, so it may still name a
+    # place removed a moment ago).
+    wanted = _raw_run_dirs(environ, os.geteuid(), recorded=False)
     log_dir = dsh_home(environ)
     if log_dir is not None:
         wanted.append((log_dir, "the escalation log"))

@@ -8,6 +8,7 @@ list itself counts only as a regular file of the uid nobody else may write.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,19 @@ def test_a_long_list_loses_the_places_that_are_gone(base: Path, listed: Path) ->
     state_places.record([new])
     assert listed.read_text().splitlines() == [str(kept), str(new)]
     assert oct(listed.stat().st_mode & 0o777) == oct(0o600)
+
+
+def test_a_recorded_place_removed_is_not_made_again(base: Path, listed: Path) -> None:
+    """A session's recorded place, removed (its HOME deleted with it), stays
+    gone: a run hides the places others recorded while they exist and makes
+    only its own.  The list is judged at most once a second, so a run right
+    after the removal still names the place; it made it again, parents and
+    all, which left dead sessions' directories behind."""
+    place = _place(base / "agent" / "home" / ".cache")
+    state_places.record([place])
+    me = {"HOME": str(base / "me"), "XDG_CACHE_HOME": str(base / "me" / ".cache")}
+    assert place in set(own_state.hidden_state([], me)) | {p for p, _h in own_state.run_state_dirs(me)}
+    shutil.rmtree(base / "agent")
+    own_state.hidden_state([], me)  # what every run does while it plans
+    assert not (base / "agent").exists()
+    assert (base / "me" / ".cache" / "dsh-sandbox").is_dir()  # its own places are still made
