@@ -199,6 +199,9 @@ def _outcome(handler: Handler, result: Any, spec: Any) -> HookOutcome:
         notes.append(facts.refusal_note)
     if facts is not None and facts.trusted_changed:
         notes.append("it changed files a later host action trusts: " + ", ".join(facts.trusted_changed[:10]))
+    if facts is not None and facts.removed_from_git:
+        notes.append("links it made inside a git directory were removed (git would have written through them): "
+                     + ", ".join(facts.removed_from_git[:10]))
     note = printable("; ".join(notes))
     fields: dict[str, Any] = {"exit_code": result.exit_code, "stdout": result.stdout.text,
                               "stderr": result.stderr.text, "output_cut": result.stdout.truncated}

@@ -306,6 +306,10 @@ def report(result: Any, spec: Any) -> None:
         from dsh.tools.render import trusted_changed_note
 
         note(trusted_changed_note(facts.trusted_changed, shown=20))
+    if facts is not None and facts.removed_from_git:
+        from dsh.tools.render import removed_from_git_note
+
+        note(removed_from_git_note(facts.removed_from_git, shown=20))
     if facts is not None and facts.trusted_unsearched:
         from dsh.tools.render import trusted_unsearched_note
 

@@ -243,6 +243,7 @@ class SandboxedExecutor(_MixinBase):
             runner=runner,
             trusted_changed=tuple(map(str, changed.paths)),
             trusted_unsearched=tuple(map(str, changed.unsearched)),
+            removed_from_git=tuple(map(str, changed.removed)),
         )
 
     def _refusal_note(

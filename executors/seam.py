@@ -183,6 +183,9 @@ class SandboxFacts:
     #: Directories where those files could not be searched for (unreadable,
     #: too deep, too many entries): anything there is unreported, not absent.
     trusted_unsearched: tuple[str, ...] = ()
+    #: Links and special files the run made inside a git dir (git writes
+    #: through them, to files outside the sandbox), removed after the run.
+    removed_from_git: tuple[str, ...] = ()
     #: One line on what the run was refused beyond ``denied`` (which a wider mode
     #: would allow): a connection under network-off, a runner's limitation, a
     #: read, git on a read-only ``.git``; or the profile key a denied write needs.

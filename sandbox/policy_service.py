@@ -18,13 +18,14 @@ import functools
 import os
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.enclosing_repo import enclosing_repository, kept_read_only, named_by_config
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.git_dir_links import remove_planted
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.own_state import hidden_state, log_dir_refusal, record_state_places
 from dsh.sandbox.pins import Pin, PinnedPaths, PinStore, Resolved
@@ -46,11 +47,12 @@ from dsh.sandbox.protected_scan import (
     Found,
     GitAccess,
     TreeIndex,
+    git_dirs_of,
     protected_from,
 )
 from dsh.sandbox.root_checks import add_root, refuse_dangerous_roots, refuse_non_directory, refuse_overlaps
 from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home, workspace_home
-from dsh.sandbox.trusted_changes import Baseline, Changes, run_started_ns, trusted_changes
+from dsh.sandbox.trusted_changes import Baseline, Changes, git_dirs_since, run_started_ns, trusted_changes
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "system_dir_reason"]
 
@@ -358,7 +360,18 @@ class PolicyService(Service):
         ``policy``'s writable roots, and where they could not be searched for."""
         if policy.mode is not SandboxMode.WORKSPACE_WRITE:
             return Changes()
-        return trusted_changes(before, self._find(list(policy.writable_roots)))
+        after = self._find(list(policy.writable_roots))
+        removed = remove_planted(git_dirs_since(before, after), after.roots)
+        return replace(trusted_changes(before, after), removed=removed)
+
+    def remove_git_links(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
+        """``changed_files``' removal alone, for a command of a session that
+        lives on (a persistent shell): the links made in a git dir since
+        ``since_ns``.  The session's own end removes the rest."""
+        if policy.mode is not SandboxMode.WORKSPACE_WRITE:
+            return ()
+        after = self._find(list(policy.writable_roots))
+        return remove_planted({d: since_ns for dot_git in after.repos for d in git_dirs_of(dot_git)}, after.roots)
 
     def _writable_roots(
         self, *, refuse: bool

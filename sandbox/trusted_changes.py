@@ -41,6 +41,9 @@ class Changes:
 
     paths: tuple[Path, ...] = ()
     unsearched: tuple[Path, ...] = ()
+    #: Links and special files the run made inside a git dir, removed after it
+    #: (``git_dir_links``): git would have written through them.
+    removed: tuple[Path, ...] = ()
 
 
 def run_started_ns() -> int:
@@ -149,6 +152,19 @@ def _links_out_of_the_search(after: Found, since_ns: int) -> list[Path]:
         if not target.is_dir() or not any(r == target or r in target.parents for r in after.shallow):
             continue
         out.append(link)
+    return out
+
+
+def git_dirs_since(before: Baseline, after: Found) -> dict[Path, int]:
+    """Each git dir found after the run, with the time to judge its entries
+    from: the run's start, or 0 for a repository that was not there before."""
+    known = set(before.found.identity)
+    inode = dict(after.identity)
+    out: dict[Path, int] = {}
+    for dot_git in after.repos:
+        since = before.since_ns if (dot_git, inode.get(dot_git, -1)) in known else 0
+        for git_dir in git_dirs_of(dot_git):
+            out[git_dir] = min(out.get(git_dir, since), since)
     return out
 
 

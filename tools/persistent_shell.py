@@ -21,6 +21,7 @@ import re
 import secrets
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from dsh.executors.seam import DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS
@@ -28,8 +29,10 @@ from dsh.executors.terminal_registry import TerminalRegistry, TerminalSession
 from dsh.executors.terminal_seam import Dialect, TerminalError, TerminalOpenRequest, TerminalSendRequest
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import DshError
+from dsh.sandbox.policy_service import PolicyService
+from dsh.sandbox.trusted_changes import run_started_ns
 from dsh.tools.base import Tool, ToolResult
-from dsh.tools.render import join_rendered, status_marker, timeout_marker
+from dsh.tools.render import join_rendered, removed_from_git_note, sandbox_marker, status_marker, timeout_marker
 from dsh.tools.shell_tool import BASH, PWSH, ShellTool
 from dsh.tools.spec import ToolSpec, object_schema
 
@@ -207,6 +210,7 @@ class PersistentShellTool(Tool):
         session: Any = entry.session
         nonce = secrets.token_hex(8)
         budget = shells.config.max_output_chars
+        started_ns = run_started_ns()
         session.start_capture(budget * 4 + 4096)
         prompts = session.prompts
         snap = registry.send(entry.id, owner, TerminalSendRequest(marker_line(args["command"], nonce, self.dialect)),
@@ -233,6 +237,9 @@ class PersistentShellTool(Tool):
                 shells.discard(owner, self.dialect)
         elif got.exit_code != 0:
             trailer.append(status_marker(got.exit_code, None) or "")
+        removed = _remove_git_links(ctx, started_ns)
+        if removed:
+            trailer.append(sandbox_marker(removed_from_git_note(tuple(map(str, removed)))))
         if len(output) > budget or got.omitted_bytes:
             cut = max(0, len(output) - budget)
             output = output[cut:]
@@ -242,3 +249,13 @@ class PersistentShellTool(Tool):
 
 PERSISTENT_BASH_TOOL = PersistentShellTool("bash")
 PERSISTENT_PWSH_TOOL = PersistentShellTool("pwsh")
+
+
+def _remove_git_links(ctx: Context, since_ns: int) -> tuple[Path, ...]:
+    """What a one-shot command's end does for links planted in a git dir
+    (the host's git writes through them), after each command of the
+    persistent shell: the shell lives on, the user's git does not wait."""
+    service = ctx.get(PolicyService)
+    if service is None:
+        return ()
+    return service.remove_git_links(service.resolve(None), since_ns)

@@ -224,6 +224,14 @@ def trusted_unsearched_note(paths: tuple[str, ...], shown: int = 5) -> str:
     )
 
 
+def removed_from_git_note(paths: tuple[str, ...], shown: int = 5) -> str:
+    """One line naming the links and special files removed from git dirs."""
+    return (
+        f"removed {len(paths)} link(s) or special file(s) the command made inside a git directory, which "
+        f"git would have written through to files outside the sandbox: {_first(paths, shown)}"
+    )
+
+
 def _first(paths: tuple[str, ...], shown: int) -> str:
     """The first ``shown`` paths on one line each, and how many more there are."""
     names = ", ".join(_one_line(p) for p in paths[:shown])
@@ -247,6 +255,8 @@ def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
         lines.append(sandbox_marker(trusted_changed_note(facts.trusted_changed)))
     if facts.trusted_unsearched:
         lines.append(sandbox_marker(trusted_unsearched_note(facts.trusted_unsearched)))
+    if facts.removed_from_git:
+        lines.append(sandbox_marker(removed_from_git_note(facts.removed_from_git)))
     return lines
 
 

@@ -67,6 +67,15 @@ def _no_planted_git(env: HostEnv, out: RunOutput) -> str | None:
     return f"planted for the host's next git command, unreported: {unreported}" if unreported else None
 
 
+def _no_link_in_git_dir(env: HostEnv, out: RunOutput) -> str | None:
+    """No link or FIFO is left in the nested repository's git dir: git writes
+    through ``COMMIT_EDITMSG``, ``FETCH_HEAD``, ``logs/HEAD`` and ``refs/*``
+    by name, so the host's next commit would write where they point."""
+    git_dir = Path(env.fmt(REPO)) / ".git"
+    left = [str(p) for p in git_dir.rglob("*") if p.is_symlink() or p.is_fifo()]
+    return f"left in the git dir for the host's next git command: {left}" if left else None
+
+
 def _later_policy_refuses(env: HostEnv, out: RunOutput) -> str | None:
     """A later run naming the planted link as a writable root must not write outside through it."""
     from dsh.sandbox.errors import DshError
@@ -136,6 +145,11 @@ SCENARIOS: tuple[Scenario, ...] = (
              ("bash", "-c", "printf '[core]\\n\\tfsmonitor = touch /tmp/pwn\\n' >> " + REPO + "/.git/config; true"),
              BLOCKED, setup=_nested_repo, check_blocked=c.file_is(REPO + "/.git/config", PROTECTED_CONFIG),
              covers=("protected-paths",), requires=("git",)),
+    Scenario("git-dir-links", "git", "point the files git writes by name (commit message, reflog, refs) outside",
+             ("bash", "-c", "cd " + REPO + "/.git && ln -sfn {outside}/msg COMMIT_EDITMSG;"
+                            " ln -sfn {outside}/fetch FETCH_HEAD; mkdir -p logs && ln -sfn {outside}/log logs/HEAD;"
+                            " rm -rf refs/tags && ln -s {outside} refs/tags; mkfifo ORIG_HEAD; true"), BLOCKED,
+             setup=_nested_repo, check_blocked=_no_link_in_git_dir, covers=("protected-paths",), requires=("git",)),
     Scenario("git-new-repo-hooks", "git", "a repository the command creates runs nothing on the host unreported",
              ("bash", "-c", "mkdir -p {ws}/n/x && cd {ws}/n/x && git init -q .;"
                             " printf '#!/bin/sh\\necho pwn\\n' > .git/hooks/post-checkout;"

@@ -45,6 +45,31 @@ def test_persistent_bash_keeps_cd_and_export(workspace: Path, runner: str) -> No
         assert text.content.rstrip("\n") == "a'b\n__DSH_PERSISTENT_BASH_END_x:3\ntwo", text.content
 
 
+@pytest.mark.parametrize("runner", TERMINAL_RUNNERS)
+def test_a_link_a_persistent_shell_plants_in_a_git_dir_is_removed_after_the_command(
+    workspace: Path, trusted_dir: Path, runner: str
+) -> None:
+    """The shell lives on after a command, and so would a link it made at a
+    name git writes through (``COMMIT_EDITMSG`` pointing outside): the host's
+    next commit must not find it, so it goes when the command ends."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(workspace / "r")], check=True)
+    target = trusted_dir / "outside"
+    target.write_text("ORIGINAL\n")
+    with terminal_ctx(workspace, runner, extra=PERSISTENT) as ctx:
+        got = call_tool(ctx, "bash", {"command": f"ln -s {target} r/.git/COMMIT_EDITMSG; echo planted",
+                                      "description": "d"}, owner="a")
+        link = workspace / "r" / ".git" / "COMMIT_EDITMSG"
+        assert got.content.startswith("planted\n"), got.content
+        assert "removed 1 link(s)" in got.content and str(link) in got.content, got.content
+        assert not link.is_symlink()
+        kept = call_tool(ctx, "bash", {"command": "ln -s x r/notgit; echo ok", "description": "d"}, owner="a")
+        assert kept.content.rstrip("\n") == "ok", kept.content  # links elsewhere are the command's business
+        assert (workspace / "r" / "notgit").is_symlink()
+    assert target.read_text() == "ORIGINAL\n"
+
+
 def test_persistent_bash_exit_and_timeout_start_fresh(workspace: Path) -> None:
     with terminal_ctx(workspace, "bwrap", extra=PERSISTENT) as ctx:
         call_tool(ctx, "bash", {"command": "export GONE=1", "description": "d"}, owner="a")
