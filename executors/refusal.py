@@ -27,7 +27,7 @@ from dsh.executors.denial import ERROR_TEXTS, MAX_SCAN_LINES, Denial, find_path_
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.profiles import builtin_profile_names
 
-RefusalKind = Literal["network", "unix-socket", "socket", "ipc", "path", "git"]
+RefusalKind = Literal["network", "unix-socket", "socket", "ipc", "path", "git", "file-status"]
 
 #: A failed name lookup, an unreachable network or a refused connection, in the
 #: common styles (glibc, curl, wget, Python/pip, Node, Go, git).  A refused
@@ -53,6 +53,9 @@ _SOCKET_RE = re.compile(
 _IPC_RE = re.compile(
     r"/synchronize\.py\"|/shared_memory\.py\"|\bSemLock\b|\bsem_open\b|\bshm_open\b|/dev/shm\b|\bmq_open\b"
 )
+#: coreutils' words when ``statx`` itself fails with EINVAL (a runner's kernel
+#: that refuses a flag glibc passes): no file was refused, the call was.
+_STAT_EINVAL_RE = re.compile(r"cannot (?:statx|stat|access) .*: Invalid argument\s*$")
 #: git dir entries that stay read-only even with ``git = "commit"``.
 _GIT_EXECUTION = ("hooks", "config", "config.lock", "info", "modules", "worktrees")
 _GIT_WORD = re.compile(r"(?:^|[\s;&|(`])(?:\S*/)?git(?:\s|$)")
@@ -84,6 +87,8 @@ def find_refusal(
         for index, line in enumerate(lines):
             if not policy.network and _NETWORK_RE.search(line):
                 return Refusal("network", line)
+            if _STAT_EINVAL_RE.search(line):
+                return Refusal("file-status", line)
             if not _DENIED_RE.search(line):
                 continue
             # bash reports a refused /dev/tcp as ``socket: ...`` and then the path.
@@ -169,6 +174,11 @@ def describe(
         if network_off:
             why.append(f"the network is off under {profile} (--network allows it)")
         return f"{what[kind]} was refused, not a file: " + "; ".join(why)
+    if refusal.kind == "file-status":
+        why = limitations.get("file-status")
+        if why is None:
+            return None
+        return f"'Invalid argument' from stat is the {runner or 'chosen'} runner's limitation file-status: {why}"
     if refusal.kind == "path" and refusal.path is not None:
         return hint(refusal.path, mode)
     if refusal.kind == "git":

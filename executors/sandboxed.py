@@ -267,7 +267,7 @@ class SandboxedExecutor(_MixinBase):
         if refusal is None:
             return None
         limitations: Mapping[str, str] = {}
-        if refusal.kind in ("unix-socket", "socket", "ipc") and runner is not None:
+        if refusal.kind in ("unix-socket", "socket", "ipc", "file-status") and runner is not None:
             chosen = self.host.runner(runner)
             limitations = chosen.limitations(policy) if chosen is not None else {}
         return describe_refusal(refusal, policy, runner=runner, limitations=limitations)

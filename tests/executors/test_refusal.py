@@ -166,3 +166,19 @@ def test_nothing_on_success_or_unconstrained(workspace: Path) -> None:
     assert find_refusal(p, exit_code=0, outputs=(PIP_OFFLINE,), workdir=str(workspace)) is None
     full = policy(workspace, SandboxMode.DANGER_FULL_ACCESS)
     assert find_refusal(full, exit_code=1, outputs=(PIP_OFFLINE,), workdir=str(workspace)) is None
+
+
+@pytest.mark.parametrize("text", ["ls: cannot access '.': Invalid argument\n",
+                                  "stat: cannot statx '/etc/hostname': Invalid argument\n"])
+def test_stat_failing_with_invalid_argument_names_the_runners_limitation(workspace: Path, text: str) -> None:
+    """A runner whose kernel refuses a flag glibc passes to ``statx`` (an old
+    runsc): no file was refused, the call was; the line says so when the
+    runner declares the limitation, and claims nothing when it does not."""
+    p = policy(workspace)
+    why = "this runsc refuses AT_NO_AUTOMOUNT in statx"
+    line = refusal_line(p, text, limitations={"file-status": why}, runner="gvisor")
+    assert line is not None and "limitation file-status" in line and why in line, line
+    assert "denied" not in line and "--mode" not in line
+    assert refusal_line(p, text, runner="bwrap") is None
+    assert refusal_line(p, "ls: cannot access 'x': No such file or directory\n",
+                        limitations={"file-status": why}) is None

@@ -224,6 +224,17 @@ def test_explain_states_the_boundary_and_this_runscs_statx(runner: GvisorRunner,
         assert b"Invalid argument" in sh(runner, "ls -l /etc/passwd", policy(ws)).err
 
 
+def test_ls_failing_on_this_runscs_statx_gets_a_line_naming_the_limitation(ws: Path) -> None:
+    """Through the CLI: ``ls -la`` fails on this runsc; the person is told why."""
+    import sys
+
+    ran = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "run", "--runner", "gvisor", "--", "ls", "-la"],
+                         cwd=ws, capture_output=True, text=True, timeout=180, check=False)
+    if "Invalid argument" not in ran.stderr:
+        pytest.skip("SANDBOX_UNAVAILABLE: this runsc answers statx (no limitation to name)")
+    assert "limitation file-status" in ran.stderr and "install a newer runsc" in ran.stderr, ran.stderr
+
+
 def test_a_sandbox_that_died_is_made_anew(runner: GvisorRunner, ws: Path) -> None:
     pol = policy(ws)
     assert sh(runner, "true", pol).status.exit_code == 0
