@@ -1,4 +1,4 @@
-"""``dsh-sandbox mcp``: serve the model-facing tools to an MCP client over stdio.
+"""``dsh-sandbox mcp``: serve the model-facing tools to an MCP client over stdio (or HTTP).
 
 One process is one client and one session: the session is built once, from
 the same flags and config files as ``tool call`` (``build_tool_context``,
@@ -6,6 +6,9 @@ hence ``build_session``), with the job registry and the terminals mounted, so
 the runner stays warm and jobs and terminals live as long as the client is
 connected.  When the client goes (stdin closes), or the server gets SIGTERM,
 SIGHUP or SIGINT, the session is closed and everything it started is killed.
+
+``--http ADDR`` serves streamable HTTP instead (``mcp_http``): one session
+per client, each with its own jobs and terminals, behind a bearer token.
 
 ``--print-config claude|codex|cursor`` prints what registers this server with
 that client instead, with the same flags and the absolute path of this
@@ -67,8 +70,18 @@ def _refuse_terminal_prompt(ctx: Any) -> None:
     "--max-concurrent-calls", type=click.IntRange(1, 64), default=8, show_default=True,
     help="Tool calls that run at once; further calls wait.",
 )
+@click.option(
+    "--http", "http", metavar="ADDR",
+    help="Serve streamable HTTP on ADDR ([HOST:]PORT, loopback unless a host is given) instead of stdio; "
+         "clients send Authorization: Bearer $DSH_MCP_TOKEN (a token is made and printed if unset).",
+)
+@click.option(
+    "--idle-timeout", type=click.FloatRange(1, 86400), default=600, show_default=True, metavar="SECONDS",
+    help="With --http: a client session with no request for this long ends, and so does all it started.",
+)
 @context_options
-def mcp(print_config: str | None, persistent: bool, max_concurrent_calls: int, **context: Any) -> None:
+def mcp(print_config: str | None, persistent: bool, max_concurrent_calls: int, http: str | None,
+        idle_timeout: float, **context: Any) -> None:
     """Serve the sandboxed tools (bash, pwsh, jobs, terminals) to an MCP client over stdio.
 
     The tools, their schemas and what they print are those of ``tool call``,
@@ -97,9 +110,20 @@ def mcp(print_config: str | None, persistent: bool, max_concurrent_calls: int, *
                          "composition file, or drop --composition")
     from dsh.cli.signals import Stopped
 
+    listening = None
+    if http is not None:
+        from dsh.cli import mcp_http
+
+        token = _http_token()
+        listening = mcp_http.bind(*mcp_http.parse_address(http))
     ctx = build_tool_context(one_shot=False, **context)
     try:
         _refuse_terminal_prompt(ctx)
+        if listening is not None:
+            _announce(listening, token)
+            mcp_http.serve_http(ctx, owner=OWNER, max_concurrent=max_concurrent_calls, sock=listening,
+                                token=token, idle_s=idle_timeout)
+            return
         from dsh.cli.mcp_server import serve_stdio
 
         serve_stdio(ctx, owner=OWNER, max_concurrent=max_concurrent_calls)
@@ -115,6 +139,42 @@ def mcp(print_config: str | None, persistent: bool, max_concurrent_calls: int, *
         _exit_now(first)
     finally:
         ctx.close()
+        if listening is not None:
+            listening.close()
+
+
+#: Where ``--http`` takes its bearer token from.
+TOKEN_VARIABLE = "DSH_MCP_TOKEN"
+
+
+def _http_token() -> str:
+    """The token clients must send: ``$DSH_MCP_TOKEN``, or a new random one."""
+    import os
+    import secrets
+
+    from dsh.cli.mcp_http import MIN_TOKEN_CHARS
+
+    given = os.environ.get(TOKEN_VARIABLE)
+    if given is None:
+        return secrets.token_urlsafe(32)
+    if len(given) < MIN_TOKEN_CHARS or not given.isascii() or not given.isprintable() or " " in given:
+        raise UsageError(f"{TOKEN_VARIABLE}: the token must be at least {MIN_TOKEN_CHARS} printable ASCII "
+                         "characters without spaces; unset it to have one made, or use e.g. "
+                         "`python3 -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+    return given
+
+
+def _announce(sock: Any, token: str) -> None:
+    """Where clients connect, on stderr (stdout stays free); a token that was
+    made here is printed once, since no client could know it otherwise."""
+    import os
+
+    from dsh.cli.mcp_http import ENDPOINT
+
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    made = "" if os.environ.get(TOKEN_VARIABLE) else f"; bearer token: {token}"
+    click.echo(f"dsh-sandbox: MCP over HTTP at http://{shown}:{port}{ENDPOINT}{made}", err=True)
 
 
 def _first(group: BaseExceptionGroup[Any]) -> BaseException:

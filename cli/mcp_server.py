@@ -68,7 +68,7 @@ def build_server(ctx: Context, *, owner: str, max_concurrent: int) -> Any:
     async def call(request: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         arguments = params.arguments if params.arguments is not None else {}
         _CALLER.set((request.session, request.request_id))
-        run = functools.partial(call_tool, ctx, params.name, arguments, owner=owner)
+        run = functools.partial(call_tool, ctx, params.name, arguments, owner=client_owner(owner, request))
         # abandon_on_cancel: a call the client cancels, or the session ending,
         # does not wait for the command; closing the session kills it.
         result = await anyio.to_thread.run_sync(run, limiter=limiter, abandon_on_cancel=True)
@@ -81,6 +81,24 @@ def build_server(ctx: Context, *, owner: str, max_concurrent: int) -> Any:
         "dsh-sandbox", version=__version__, instructions=_instructions(ctx),
         on_list_tools=list_tools, on_call_tool=call,
     )
+
+
+def client_owner(owner: str, request: Any) -> str:
+    """Who owns what a call starts: over stdio the one client of the process;
+    over HTTP each MCP session (its ``mcp-session-id``), so that one client can
+    neither read nor kill another's jobs and terminals, and a session's end
+    ends only what it started."""
+    http = getattr(request, "request", None)
+    if http is None:
+        return owner
+    session = http.headers.get(SESSION_HEADER)
+    # The transport refuses a call without a session; an empty owner of its
+    # own keeps such a call away from every session's jobs all the same.
+    return f"{owner}:{session or '-'}"
+
+
+#: The header that names a client's MCP session over streamable HTTP.
+SESSION_HEADER = "mcp-session-id"
 
 
 #: The session and request id of the tool call a worker thread runs (copied

@@ -65,3 +65,22 @@ def call_tool(ctx: Context, name: str, args: Any, *, owner: str) -> ToolResult:
     except Exception as exc:  # a bug must still reach the model as a result
         log.exception("tool %s failed", name)
         return ToolResult.error(f"internal error in the {name} tool: {type(exc).__name__}: {exc}")
+
+
+def release_owner(ctx: Context, owner: str) -> int:
+    """``owner`` went away (an MCP client's session ended): kill its jobs and
+    close its terminals (its persistent shells among them), and refuse it new
+    terminals.  How many jobs and terminals were ended."""
+    from dsh.executors.terminal_registry import TerminalRegistry
+    from dsh.tools.jobs import JobRegistry
+
+    ended = 0
+    jobs = ctx.get(JobRegistry)
+    if jobs is not None:
+        for job in jobs.owned_by(owner):
+            jobs.kill(job.id, owner, wait_s=5.0)
+            ended += 1
+    terminals = ctx.get(TerminalRegistry)
+    if terminals is not None:
+        ended += terminals.retire_owner(owner)
+    return ended
