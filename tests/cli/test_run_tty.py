@@ -5,6 +5,8 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import random
+import re
 import struct
 import sys
 import termios
@@ -100,14 +102,19 @@ def test_tty_prints_a_pts_path(workspace: Path) -> None:
     assert run.status() == 0
 
 
-def test_escape_sequences_aimed_at_the_host_terminal_are_dropped(workspace: Path) -> None:
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker", "gvisor"])
+def test_escape_sequences_aimed_at_the_host_terminal_are_dropped(workspace: Path, runner: str) -> None:
+    # Plain forms, then the ones an attack got through a filter that did not
+    # parse as terminals do: ESC ESC, an ESC inside a CSI, inside half a
+    # UTF-8 character.
     hostile = ("printf 'A\\033]52;c;ZXZpbA==\\007B\\033]0;title\\033\\\\C\\033[21tD\\033P$q\"p\\033\\\\E"
-               "\\033[31mred\\033[0m\\n'")
-    run = Attached(workspace, "bwrap", "sh", "-c", hostile)
+               "\\033\\033]52;c;ZXZpbA==\\007\\033[\\033]2;PWNED\\007\\302\\033]52;c;ZXZpbA==\\007"
+               "\\033\\033P$q\"p\\033\\\\\\033[31mred\\033[0m\\n'")
+    run = Attached(workspace, runner, "sh", "-c", hostile)
     shown = run.expect(b"red")
     assert b"ABCD" in shown and b"E\x1b[31m" in shown, shown
-    for bad in (b"\x1b]", b"\x1b[21t", b"\x1bP"):
-        assert bad not in shown
+    for bad in (b"\x1b]", b"\x1b[21t", b"\x1bP", b"PWNED", b"ZXZpbA", b"$q"):
+        assert bad not in shown, (bad, shown)
     assert run.status() == 0
 
 
@@ -140,6 +147,72 @@ def test_filter_drops_the_8_bit_controls_and_keeps_other_text() -> None:
         out = feed(HostTerminalFilter())
         assert "\u009d" not in out.decode() and "\u009b" not in out.decode(), out
         assert out == "a52;c;QQ==b2Jc é\u00a0d".encode(), out
+
+
+#: What a terminal may still be sent: text, C0 controls, CSI sequences other
+#: than window operations, and ESC sequences that open no string.  Parsed here
+#: independently of the filter.
+_ALLOWED_SEQUENCE = re.compile(rb"\x1b\[[\x30-\x3f]*[\x20-\x2f]*[\x40-\x73\x75-\x7e]"
+                               rb"|\x1b[\x20-\x2f]+[\x30-\x7e]|\x1b[\x30-\x4f\x51-\x57\x59-\x5a\x5c\x60-\x7e]")
+
+
+def _only_allowed(out: bytes) -> str | None:
+    """Why ``out`` could act beyond the screen, or None."""
+    try:
+        text = out.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"not valid UTF-8: {exc}"
+    if any(0x80 <= ord(ch) <= 0x9F for ch in text):
+        return "an 8-bit control"
+    rest = _ALLOWED_SEQUENCE.sub(b"", out)
+    if b"\x1b" in rest or b"\x18" in rest or b"\x1a" in rest:
+        return f"an ESC, CAN or SUB outside a whole allowed sequence: {rest!r}"
+    return None
+
+
+@pytest.mark.parametrize("hostile", [
+    b"\x1b\x1b]52;c;QQ==\x07",  # ESC ESC: the second one starts the sequence
+    b"\x1b[\x1b]52;c;QQ==\x07",  # an ESC inside a CSI starts a new sequence
+    b"\xc2\x1b]52;c;QQ==\x07",  # an ESC inside half a UTF-8 character
+    b"\xe2\x80\x1b]2;PWNED\x07",
+    b"\x1b\x1bP$q\"p\x1b\\",  # DCS the same way
+    b"\x1b[\x1b[21t",  # a title report through an aborted CSI
+    b"\x1b]52;c;QQ==\x18\x1b]52;c;QQ==\x07",  # CAN aborts, the next OSC is dropped too
+    b"\x9d52;c;QQ==\x9c\x9b21t",  # raw 8-bit controls (a terminal not in UTF-8 mode)
+    b"\x1b[1\x1b]0;t\x07",
+    b"\x1b(\x1b]52;c;QQ==\x07",  # an ESC inside an ESC sequence's intermediates
+])
+def test_filter_parses_as_a_terminal_does(hostile: bytes) -> None:
+    """Forms an attack got past the filter to the host terminal's clipboard and
+    title: each OSC, DCS and window operation is gone, whole or byte by byte."""
+    framed = b"A" + hostile + b"B\x1b[31mC"
+    for feed in (lambda f: f(framed), lambda f: b"".join(f(bytes([b])) for b in framed)):
+        out = feed(HostTerminalFilter())
+        assert _only_allowed(out) is None, (out, _only_allowed(out))
+        assert out.startswith(b"A") and out.endswith(b"B\x1b[31mC"), out
+        assert b"PWNED" not in out and b"$q" not in out, out
+
+
+def test_filter_output_is_always_safe_for_random_input() -> None:
+    """Random mixes of the bytes that start, end and abort sequences: the output
+    never holds more than the allowed forms, and no way of splitting the input
+    into reads changes it."""
+    rng = random.Random(1234)
+    alphabet = [b"\x1b", b"[", b"]", b"P", b"X", b"^", b"_", b"5", b";", b"c", b"t", b"?", b"(", b" ", b"\x07",
+                b"\\", b"\x9b", b"\x9d", b"\x9c", b"\xc2", b"\xe2\x80", b"\x18", b"\x1a", b"\x7f", b"\n", b"a",
+                "\u00e9".encode(), "\u009b".encode()]
+    for _ in range(3000):
+        data = b"".join(rng.choice(alphabet) for _ in range(rng.randint(1, 24)))
+        whole = HostTerminalFilter()(data) + HostTerminalFilter()(b"")
+        cut = rng.randint(0, len(data))
+        filt = HostTerminalFilter()
+        split = filt(data[:cut]) + filt(data[cut:])
+        assert whole == split, (data, cut)
+        # What is held at the end (an unfinished sequence) is never written:
+        # judge the output followed by plain text.
+        follower = HostTerminalFilter()
+        checked = follower(data) + follower(b"\x18zz")
+        assert _only_allowed(checked) is None, (data, checked, _only_allowed(checked))
 
 
 @pytest.mark.parametrize("runner", ["landlock", "bwrap"])
