@@ -36,7 +36,7 @@ from typing import Any
 
 from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of, mount_problem
-from dsh.runners.linux.orphans import process_tree, reap_tree
+from dsh.runners.linux.orphans import kill_tree, process_tree, reap_tree
 from dsh.runners.linux.pinned_open import changed, open_checked, pinned_parent
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
@@ -127,6 +127,10 @@ class WarmSandbox:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([*self.runsc, "delete", "-force", self.id], capture_output=True,
                            timeout=_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        # runsc finds the sandbox by its state directory; with that gone (its
+        # cache removed during the session) it deletes nothing, and the
+        # sandbox and gofer would run on, orphaned: what still runs is killed.
+        kill_tree(tree)
         reap_tree(tree, _REAP_S)
         self.release()
         with contextlib.suppress(OSError):

@@ -76,3 +76,24 @@ def reap_tree(tree: Iterable[Proc], timeout: float) -> None:
         if not left or time.monotonic() > deadline:
             return
         time.sleep(0.02)
+
+
+def kill_tree(tree: Iterable[Proc]) -> None:
+    """SIGKILL each process of ``tree`` that still runs.  Through a pidfd taken
+    before its start time is checked, so a pid that another process took
+    meanwhile is never signalled."""
+    import signal
+
+    for pid, start in tree:
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue  # gone
+        try:
+            found = _stat(pid)
+            if found is not None and found[2] == start and found[0] not in ("Z", "X"):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)

@@ -52,3 +52,32 @@ def test_closed_sandboxes_leave_no_zombies(ws: Path) -> None:
                           timeout=300, env={**os.environ, "PYTHONPATH": checkout}, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0", done.stdout + done.stderr
+
+
+def test_a_sandbox_whose_state_was_removed_is_still_killed(ws: Path) -> None:
+    """runsc finds a sandbox by its state directory; removed during the session
+    (the user's cache cleaned, a test's scratch directory gone), ``runsc
+    delete`` found nothing and the sandbox and gofer ran on, orphaned."""
+    require_runner("gvisor")
+    import shutil
+
+    from dsh.runners.gvisor import GvisorRunner
+
+    from tests.runners.gvisor.helpers import policy, sh
+
+    runner = GvisorRunner()
+    try:
+        assert sh(runner, "echo hi", policy(ws)).out == b"hi\n"
+        warm = next(iter(runner._warm.values()))
+        pids = [p for p in (warm.pid, warm.gofer) if p is not None]
+        assert pids and all(Path(f"/proc/{p}").exists() for p in pids)
+        shutil.rmtree(warm.runsc[warm.runsc.index("-root") + 1])  # runsc's state of the session
+    finally:
+        runner.close()
+    from tests.support.wait import wait_until
+
+    def running() -> list[int]:
+        return [p for p in pids if Path(f"/proc/{p}").exists()
+                and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")]
+
+    wait_until(lambda: not running(), lambda: f"still running: {running()}")
