@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
-import json
 import os
 import re
 import signal as signal_mod
@@ -228,6 +227,8 @@ def result_json(result: Any) -> str:
         if isinstance(value, SandboxMode):
             return value.value
         return str(value)
+
+    import json  # only for --json
 
     return json.dumps(dataclasses.asdict(result), default=default, indent=2)
 

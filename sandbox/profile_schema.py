@@ -9,7 +9,6 @@ same format for editors; a test keeps the two in step.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -122,6 +121,8 @@ def known_degradations() -> dict[str, str]:
 
 
 def suggest(word: str, choices: Collection[str]) -> str | None:
+    import difflib  # only for a misspelled word
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return close[0] if close else None
 

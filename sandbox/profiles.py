@@ -100,10 +100,14 @@ class Profile:
 
 # -- finding files -------------------------------------------------------------------
 def _builtin_dir() -> Path:
-    # The profiles ship as plain files in the package (editable or wheel install).
-    from importlib import resources  # only when a built-in profile is looked up
+    # The profiles ship as plain files in the package (editable or wheel
+    # install), a regular package: its directory is where its __init__ is
+    # (importlib.resources would cost every run tempfile's and random's imports).
+    import importlib
 
-    return Path(str(resources.files(PROFILE_PACKAGE)))
+    init = importlib.import_module(PROFILE_PACKAGE).__file__
+    assert init is not None, f"{PROFILE_PACKAGE} is a regular package"
+    return Path(init).parent
 
 
 def _is_builtin_file(path: Path) -> bool:

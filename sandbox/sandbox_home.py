@@ -62,10 +62,8 @@ def homes_dir(environ: Mapping[str, str] = os.environ) -> Path:
 def workspace_home(workspace: Path, environ: Mapping[str, str] = os.environ) -> Path:
     """The home of ``workspace``: its name (readable in ``ls``) plus a hash of its full path
     (two checkouts called ``app`` never share one)."""
-    import hashlib  # not on danger-full-access's path, which never gets here
-
     name = _UNSAFE.sub("_", workspace.name)[:40] or "root"
-    digest = hashlib.sha256(os.fsencode(workspace)).hexdigest()[:12]
+    digest = _sha256_hex(os.fsencode(workspace))[:12]
     return homes_dir(environ) / f"{name}-{digest}"
 
 
@@ -143,3 +141,20 @@ def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()
         if usable and name not in environ and visible(path):
             env[name] = str(path)
     return env
+
+
+
+def _sha256_hex(data: bytes) -> str:
+    """SHA-256 from CPython's own module where there is one (``_sha2`` from
+    3.12, ``_sha256`` before): ``hashlib`` loads OpenSSL first, a few
+    milliseconds of every sandboxed run."""
+    import importlib
+
+    for name in ("_sha2", "_sha256"):
+        try:
+            return str(importlib.import_module(name).sha256(data).hexdigest())
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()

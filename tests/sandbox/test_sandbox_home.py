@@ -132,3 +132,13 @@ def test_mode_is_reported(workspace: Path, cache: Path) -> None:
     policy = service(workspace).resolve()
     assert policy.mode is SandboxMode.WORKSPACE_WRITE
     assert policy.to_dict()["home"] == str(policy.home)
+
+
+def test_a_workspaces_home_is_named_by_the_sha256_of_its_path() -> None:
+    """The name must not change between versions (a HOME would be lost): the
+    digest is SHA-256 whichever module computes it."""
+    import hashlib
+
+    ws = Path("/srv/some project/app")
+    expected = hashlib.sha256(os.fsencode(ws)).hexdigest()[:12]
+    assert workspace_home(ws, {"XDG_CACHE_HOME": "/c"}) == Path(f"/c/dsh-sandbox/home/app-{expected}")
