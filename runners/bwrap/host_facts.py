@@ -85,10 +85,6 @@ def namespace_args(*, network: bool, is_root: bool) -> list[str]:
 BASE_MOUNTS = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
 
 
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return _run_with(argv)
-
-
 def _run_with(argv: list[str], *pass_fds: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv,
@@ -123,8 +119,11 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
         why = "unshare not found (it gives bwrap a private mount table); install util-linux"
         return HostFacts(bwrap, None, False, why, **facts)
     snapshot = snapshot_args(facts["unshare"], is_root=is_root)
+    asked: subprocess.Popen[str] | None = None
     try:
-        version = _run([bwrap, "--version"]).stdout.strip() or None
+        # Asked while the trial sandbox runs: each is a process start of its own.
+        asked = subprocess.Popen([bwrap, "--version"], env=helper_env(), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
         true = system_tool("true") or "/bin/true"
         isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
         info_read, info_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -148,8 +147,13 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
             os.close(info_read)
             if info_write != -1:
                 os.close(info_write)
+        version = _version(asked)
     except (OSError, subprocess.SubprocessError) as exc:
         return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
+    finally:
+        if asked is not None and asked.poll() is None:
+            asked.kill()
+            asked.wait()
     if trial.returncode != 0:
         err = trial.stderr.strip() or f"exit {trial.returncode}"
         chrooted = chroot_reason() if "namespace" in err else None
@@ -163,6 +167,11 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
         )
         return HostFacts(bwrap, version, False, reason, **facts)
     return HostFacts(bwrap, version, True, None, **facts)
+
+
+def _version(asked: subprocess.Popen[str]) -> str | None:
+    out, _err = asked.communicate(timeout=_PROBE_TIMEOUT_S)
+    return out.strip() or None
 
 
 def limit_gaps(limits: ResourceLimits, facts: HostFacts) -> list[Gap]:

@@ -24,8 +24,9 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from dsh.runners.bwrap import filter as syscall_filter
 from dsh.runners.bwrap.environ import env_args_fd
@@ -45,7 +46,7 @@ from dsh.runners.bwrap.limits import (
     timeout_args,
 )
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
-from dsh.runners.bwrap.mounts import plan_mounts
+from dsh.runners.bwrap.mounts import MountPlan, plan_mounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.runners.linux.ipc import namespaced_limitations
@@ -68,6 +69,9 @@ from dsh.sandbox.runner import (
     SpeedTargets,
     address_space_limitation,
 )
+
+#: How long a plan made for the gate stays good for the launch right after it.
+PLAN_REUSE_S = 1.0
 
 
 def _runs_here(command: Argv, env: Mapping[str, str], cwd: str) -> bool:
@@ -119,6 +123,10 @@ class BwrapRunner(Runner):
         self._lock = threading.Lock()
         self._facts: HostFacts | None = None
         self._session: CgroupSession | None = None
+        # The plan ``enforcement`` judged, for the ``wrap`` that follows it on
+        # the same thread: planning walks the policy's paths, and doing it twice
+        # was a tenth of a short run.
+        self._planned = threading.local()
 
     # -- probe ----------------------------------------------------------------------
     def facts(self) -> HostFacts:
@@ -151,6 +159,7 @@ class BwrapRunner(Runner):
         if not policy.constrained:
             return Enforcement.full()
         plan = plan_mounts(policy)
+        self._planned.last = (policy, time.monotonic(), plan)
         facts = self.facts()
         gaps = [*plan.degradations, *limit_gaps(policy.limits, facts)]
         if facts.works and facts.syscalls.memfd is None:
@@ -234,6 +243,15 @@ class BwrapRunner(Runner):
             "(its monitor exits; it cannot die by the same signal)"
         }
 
+    def _plan_for_launch(self, policy: SandboxPolicy) -> MountPlan:
+        """The plan ``enforcement`` just made for this very policy on this
+        thread (what was gated is what is mounted), else a new one.  Taken
+        once, and only while fresh: a later launch plans anew."""
+        last, self._planned.last = getattr(self._planned, "last", None), None
+        if last is not None and last[0] is policy and time.monotonic() - last[1] < PLAN_REUSE_S:
+            return cast(MountPlan, last[2])
+        return plan_mounts(policy)
+
     # -- launch --------------------------------------------------------------------------
     def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
              env: Mapping[str, str]) -> Launch:
@@ -257,7 +275,7 @@ class BwrapRunner(Runner):
             group = self._cgroup(policy.limits, facts)
             if policy.constrained:
                 with self.pinned(policy) as pins:
-                    opened = open_mounts(plan_mounts(policy), pins)
+                    opened = open_mounts(self._plan_for_launch(policy), pins)
                 # The mounts go with the environment, through bwrap's --args:
                 # no argv limit applies however many there are.
                 try:
