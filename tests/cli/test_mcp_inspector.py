@@ -103,15 +103,19 @@ def http_server(workspace: Path, tmp_path: Path) -> Iterator[str]:
         proc.wait()
 
 
+def _target(transport: str, workspace: Path, request: pytest.FixtureRequest) -> list[str]:
+    """What the Inspector is pointed at: the server's command line, or its URL and the token."""
+    need_runner("bwrap")
+    if transport == "stdio":
+        return _server(workspace)
+    return [request.getfixturevalue("http_server"), "--header", f"Authorization: Bearer {TOKEN}"]
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_the_inspector_lists_the_tools_and_gets_the_denial_marker(
     transport: str, inspector: Path, workspace: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    need_runner("bwrap")
-    if transport == "stdio":
-        target = _server(workspace)
-    else:
-        target = [request.getfixturevalue("http_server"), "--header", f"Authorization: Bearer {TOKEN}"]
+    target = _target(transport, workspace, request)
     env = _env(tmp_path)
     listed = call(inspector, target, "tools/list", env=env, cwd=workspace)
     names = {tool["name"] for tool in listed["tools"]}
@@ -137,11 +141,7 @@ def test_the_inspector_without_the_token_gets_nothing(inspector: Path, http_serv
 def test_a_job_and_a_terminal_end_with_the_inspectors_session(
     transport: str, inspector: Path, workspace: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    need_runner("bwrap")
-    if transport == "stdio":
-        target = _server(workspace)
-    else:
-        target = [request.getfixturevalue("http_server"), "--header", f"Authorization: Bearer {TOKEN}"]
+    target = _target(transport, workspace, request)
     env = _env(tmp_path)
     mark = f"9{secrets.randbelow(10**6):06d}.{secrets.randbelow(10**6):06d}"
     job = call(inspector, target, "tools/call", "--tool-name", "bash",
