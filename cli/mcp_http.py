@@ -29,6 +29,9 @@ from dsh.sandbox.errors import UsageError
 
 #: The path the MCP endpoint is served at (the SDK's default).
 ENDPOINT = "/mcp"
+#: Ended sessions remembered (a request naming one is refused); the SDK
+#: answers any older or made-up one with 404 all the same.
+ENDED_KEPT = 10_000
 #: Shortest token accepted from the environment: a guessable one is no lock.
 MIN_TOKEN_CHARS = 16
 
@@ -57,13 +60,35 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+#: The header naming a request's protocol version.
+VERSION_HEADER = "mcp-protocol-version"
+
+
+def session_versions() -> tuple[str, ...]:
+    """The protocol versions whose clients open an MCP session (the handshake era)."""
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    return tuple(HANDSHAKE_PROTOCOL_VERSIONS)
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(host)
     except ValueError:
         return False
+    # ::ffff:127.0.0.1 is loopback too (Python says so only from 3.13).
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def loopback_names(host: str, port: int) -> tuple[list[str], list[str]]:
+    """The Host and Origin values a loopback server accepts: the loopback
+    names and the address it is bound to, on its port."""
+    names = ["127.0.0.1", "localhost", "[::1]", f"[{host}]" if ":" in host else host]
+    hosts = list(dict.fromkeys(f"{name}:{port}" for name in names))
+    return hosts, [f"http://{h}" for h in hosts]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -99,7 +124,7 @@ class Sessions:
         self._lock = threading.Lock()
         self._busy: dict[str, int] = {}
         self._last: dict[str, float] = {}
-        self._ended: set[str] = set()
+        self._ended: dict[str, None] = {}  # oldest first, at most ENDED_KEPT
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sweep, name="dsh-mcp-idle", daemon=True)
         self._thread.start()
@@ -122,7 +147,9 @@ class Sessions:
         with self._lock:
             if session in self._ended:
                 return
-            self._ended.add(session)
+            self._ended[session] = None
+            while len(self._ended) > ENDED_KEPT:
+                del self._ended[next(iter(self._ended))]
             self._busy.pop(session, None)
             self._last.pop(session, None)
         self._release(session)
@@ -141,15 +168,26 @@ class Sessions:
 
 def guard(inner: App, token: str, sessions: Sessions) -> App:
     """The bearer-token check and the session bookkeeping around ``inner``."""
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await inner(scope, receive, send)  # lifespan: the SDK's session manager starts there
             return
         headers = dict(scope.get("headers") or [])
-        if not hmac.compare_digest(headers.get(b"authorization", b""), expected):
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+        # The scheme is case-insensitive (RFC 9110); the token is compared in constant time.
+        if not (hmac.compare_digest(given, expected) and scheme.lower() == b"bearer"):
             await _refuse(send, 401, b"missing or wrong bearer token (Authorization: Bearer <token>)")
+            return
+        version = headers.get(VERSION_HEADER.encode(), b"").decode("latin-1")
+        if version and version not in session_versions():
+            # Such requests carry no MCP session, and a client's jobs,
+            # terminals and shell are its session's: all of them would share
+            # one owner, and any client could name another's.
+            await _refuse(send, 400, (f"protocol {version} has no MCP session, which this server keeps each "
+                                      "client's jobs and terminals in; use one of "
+                                      f"{', '.join(session_versions())}").encode("latin-1", "replace"))
             return
         session = headers.get(SESSION_HEADER.encode(), b"").decode("latin-1")
         if session and not sessions.begin(session):
@@ -183,11 +221,17 @@ def serve_http(ctx: Context, *, owner: str, max_concurrent: int, sock: socket.so
     from dsh.tools.toolbox import release_owner
     from mcp.server.transport_security import TransportSecuritySettings
 
-    host = sock.getsockname()[0]
+    host, port = sock.getsockname()[:2]
     server = build_server(ctx, owner=owner, max_concurrent=max_concurrent)
-    # Loopback: the SDK's default check of Host and Origin (DNS rebinding).
-    # Elsewhere the names clients use are unknown here; the token guards it.
-    security = None if is_loopback(host) else TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    # Loopback: Host and Origin must name it (DNS rebinding: a page whose own
+    # name now resolves to 127.0.0.1).  Elsewhere the names clients use are
+    # unknown here; the token guards it.
+    if is_loopback(host):
+        hosts, origins = loopback_names(host, port)
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                             allowed_origins=origins)
+    else:
+        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
     inner = server.streamable_http_app(streamable_http_path=ENDPOINT, host=host, session_idle_timeout=idle_s,
                                        transport_security=security)
 

@@ -26,9 +26,18 @@ _BEL = 0x07
 _STRINGS = frozenset(b"]P_^X")  # OSC, DCS, APC, PM, SOS
 _MAX_SEQUENCE = 256
 
-#: Written when the session ends: leave the alternate screen, show the cursor,
-#: and turn off mouse reporting, bracketed paste and attributes a program left on.
-RESET = b"\x1b[?1049l\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[0m"
+#: Written when the session ends, so the person's shell gets the terminal as
+#: it was: the main screen; a soft reset (DECSTR: insert and origin modes off,
+#: wrapping on, normal cursor keys and keypad, no scroll region, ASCII,
+#: attributes off, cursor shown), and the same one by one for terminals without
+#: it; every mouse, focus and paste report off; the keyboard protocols back to
+#: the default (xterm's modifyOtherKeys, kitty's stack).
+RESET = (
+    b"\x1b[?1049l\x1b[!p"
+    b"\x1b[4l\x1b[?6l\x1b[?7h\x1b[?1l\x1b>\x1b[r\x1b(B\x0f\x1b[0m\x1b[?25h"
+    b"\x1b[?9l\x1b[?1000l\x1b[?1001l\x1b[?1002l\x1b[?1003l\x1b[?1004l\x1b[?1005l\x1b[?1006l\x1b[?1015l"
+    b"\x1b[?1016l\x1b[?2004l\x1b[>4m\x1b[<999u"
+)
 
 
 def _utf8_length(lead: int) -> int:

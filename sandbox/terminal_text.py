@@ -32,10 +32,11 @@ def _escape(c: str) -> str:
 #: the prompt), then attributes off (no invisible text), the main screen (a
 #: fake prompt drawn on the alternate screen disappears), no scroll region,
 #: the ASCII character set, a visible cursor, line wrapping back on (a long
-#: ``command:`` line is not cut at the margin) and the default foreground,
+#: ``command:`` line is not cut at the margin), insert and origin modes off
+#: (text typed over, the prompt where it is written) and the default foreground,
 #: background and cursor colours (OSC 110/111/112: resets, never queries).
 TERMINAL_RESET = (
-    "\x18\x1b\\\x1b[0m\x1b[?1049l\x1b[r\x1b(B\x0f\x1b[?25h\x1b[?7h"
+    "\x18\x1b\\\x1b[0m\x1b[?1049l\x1b[r\x1b(B\x0f\x1b[?25h\x1b[?7h\x1b[4l\x1b[?6l"
     "\x1b]110\x1b\\\x1b]111\x1b\\\x1b]112\x1b\\"
 )
 

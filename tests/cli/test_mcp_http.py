@@ -6,6 +6,7 @@ the server stopping."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -41,17 +42,17 @@ class Server:
 def server(workspace: Path, tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[subprocess.Popen[str]] = []
 
-    def start(*extra: str, runner: str = "bwrap") -> Server:
+    def start(*extra: str, runner: str = "bwrap", address: str = "127.0.0.1:0") -> Server:
         need_runner(runner)
         env = {**os.environ, "DSH_HOME": str(dsh_home_for(tmp_path)), "DSH_MCP_TOKEN": TOKEN}
-        proc = subprocess.Popen([sys.executable, "-P", "-m", "dsh.cli", "mcp", "--http", "127.0.0.1:0",
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "dsh.cli", "mcp", "--http", address,
                                  "--runner", runner, "--workspace", str(workspace), *extra],
                                 cwd=workspace, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         started.append(proc)
         assert proc.stderr is not None
         line = proc.stderr.readline()
-        found = re.search(r"http://127\.0\.0\.1:\d+/mcp", line)
+        found = re.search(r"http://\S+:\d+/mcp", line)
         assert found, line + (proc.stderr.read() if proc.poll() is not None else "")
         assert "bearer token" not in line  # given in the environment: never printed
         return Server(proc, found.group(0))
@@ -80,14 +81,18 @@ def text_of(result: Any) -> str:
     return str(result.content[0].text)
 
 
-def post(url: str, headers: dict[str, str]) -> int:
-    request = urllib.request.Request(url, data=b"{}", method="POST",
-                                     headers={"Content-Type": "application/json", **headers})
+def post(url: str, headers: dict[str, str], body: bytes = b"{}") -> int:
+    return exchange(url, headers, body)[0]
+
+
+def exchange(url: str, headers: dict[str, str], body: bytes = b"{}") -> tuple[int, str]:
+    request = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
     try:
         with urllib.request.urlopen(request, timeout=30) as answer:
-            return int(answer.status)
+            return int(answer.status), answer.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
-        return exc.code
+        return exc.code, exc.read().decode("utf-8", "replace")
 
 
 def test_tools_calls_and_a_denial_over_http(server: Callable[..., Server], workspace: Path) -> None:
@@ -219,3 +224,31 @@ def test_a_token_made_here_is_printed_once(workspace: Path, tmp_path: Path) -> N
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_request_without_an_mcp_session_is_refused(server: Callable[..., Server]) -> None:
+    """Protocol 2026-07-28 requests carry no MCP session, in which this server
+    keeps each client's jobs and terminals: taken, every such client would
+    share one owner (and could name another's), so they are refused; a
+    made-up session id is refused by the SDK."""
+    running = server()
+    call = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "bash", "arguments": {"command": "echo started", "description": "d", "run_in_background": True}}})
+    status, text = exchange(running.url, {"Authorization": f"Bearer {TOKEN}", "MCP-Protocol-Version": "2026-07-28"},
+                            call.encode())
+    assert status == 400 and "has no MCP session" in text, (status, text)
+    status, text = exchange(running.url, {"Authorization": f"Bearer {TOKEN}", "Mcp-Session-Id": "made-up",
+                                          "MCP-Protocol-Version": "2025-11-25"}, call.encode())
+    assert status == 404, (status, text)
+    # The scheme is case-insensitive: a client sending "bearer" is let in.
+    assert post(running.url, {"Authorization": f"bearer {TOKEN}"}) != 401
+
+
+def test_a_mapped_loopback_address_still_checks_the_host_name(server: Callable[..., Server]) -> None:
+    from dsh.cli.mcp_http import is_loopback
+
+    assert is_loopback("::ffff:127.0.0.1") and is_loopback("127.0.0.2") and is_loopback("::1")
+    assert not is_loopback("::ffff:10.0.0.1") and not is_loopback("0.0.0.0")
+    running = server(address="[::ffff:127.0.0.1]:0")
+    assert post(running.url, {"Authorization": f"Bearer {TOKEN}", "Host": "evil.example"}) == 421
+    assert post(running.url, {"Authorization": f"Bearer {TOKEN}"}) != 421

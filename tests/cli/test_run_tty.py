@@ -223,3 +223,28 @@ def test_shell_is_an_interactive_bash_in_the_sandbox(workspace: Path, runner: st
     run.expect(b"in-ws-/dev/pts/")
     assert run.status() == 4
     assert not Path("/etc/dsh-shell-escape").exists()
+
+
+def test_the_reset_at_the_end_gives_the_shell_its_terminal_back() -> None:
+    """A program that leaves insert and origin modes on, wrapping off, a scroll
+    region, line drawing as the character set (SO) and the cursor hidden
+    garbles the person's shell after it; what ``run -t`` writes at the end
+    undoes each, on a real terminal emulator."""
+    import pyte
+    from dsh.cli.tty_filter import RESET
+
+    screen = pyte.Screen(80, 24)
+    stream = pyte.ByteStream(screen)
+    left_on = b"\x1b[4h\x1b[?6h\x1b[?7l\x1b[3;5r\x1b)0\x0e\x1b[?25l\x1b[1;31m"
+    stream.feed(HostTerminalFilter()(left_on))  # the modes pass the filter: programs need them
+    assert pyte.modes.IRM in screen.mode and pyte.modes.DECOM in screen.mode and screen.margins is not None
+    stream.feed(RESET)
+    assert pyte.modes.IRM not in screen.mode and pyte.modes.DECOM not in screen.mode
+    assert pyte.modes.DECAWM in screen.mode and pyte.modes.DECTCEM in screen.mode
+    assert screen.margins is None
+    stream.feed(b"q")  # SI is back: ASCII, not a line-drawing glyph
+    assert screen.buffer[screen.cursor.y][screen.cursor.x - 1].data == "q"
+    assert screen.cursor.attrs.fg == "default" and not screen.cursor.attrs.bold
+    for mode in (b"?1l", b"?1004l", b"?1006l", b"?2004l", b"?1049l"):
+        assert b"\x1b[" + mode in RESET  # what pyte does not model: cursor keys, reports, paste
+    assert b"\x1b>" in RESET

@@ -94,7 +94,12 @@ def test_the_reset_restores_wrapping_and_default_colours() -> None:
     assert "\x1b[?7h" in TERMINAL_RESET  # a command's \e[?7l would cut the command: line
     for osc in ("110", "111", "112"):  # OSC 10/11/12 colours a command set, reset
         assert f"\x1b]{osc}\x1b\\" in TERMINAL_RESET
-    assert "?" not in TERMINAL_RESET.replace("\x1b[?1049l", "").replace("\x1b[?25h", "").replace("\x1b[?7h", "")
+    assert "\x1b[4l" in TERMINAL_RESET and "\x1b[?6l" in TERMINAL_RESET  # insert and origin modes off
+    # No query (whose answer the terminal would type back): only these private modes.
+    rest = TERMINAL_RESET
+    for mode in ("\x1b[?1049l", "\x1b[?25h", "\x1b[?7h", "\x1b[?6l"):
+        rest = rest.replace(mode, "")
+    assert "?" not in rest
 
 
 # -- BAD-1: the log is ASCII: bytes that are no UTF-8 and control characters -------------------------
