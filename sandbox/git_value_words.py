@@ -22,6 +22,9 @@ _IMPLIED = {
     "npm": ("package.json",), "pnpm": ("package.json", ".pnpmfile.cjs"), "yarn": ("package.json",),
     "npx": ("package.json",), "just": ("justfile", "Justfile", ".justfile"), "rake": ("Rakefile",),
     "tox": ("tox.ini",), "nox": ("noxfile.py",), "invoke": ("tasks.py",), "inv": ("tasks.py",),
+    "ninja": ("build.ninja",), "cmake": ("CMakeLists.txt",), "meson": ("meson.build",),
+    "cargo": ("Cargo.toml", "build.rs"), "mvn": ("pom.xml",), "gradle": ("build.gradle", "build.gradle.kts"),
+    "task": ("Taskfile.yml", "Taskfile.yaml"), "bazel": ("BUILD", "BUILD.bazel", "WORKSPACE", "MODULE.bazel"),
 }  # fmt: skip
 _OPERATORS = frozenset(";&|()<>")
 

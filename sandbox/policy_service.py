@@ -52,7 +52,14 @@ from dsh.sandbox.protected_scan import (
 )
 from dsh.sandbox.root_checks import add_root, refuse_dangerous_roots, refuse_non_directory, refuse_overlaps
 from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home, workspace_home
-from dsh.sandbox.trusted_changes import Baseline, Changes, git_dirs_since, run_started_ns, trusted_changes
+from dsh.sandbox.trusted_changes import (
+    Baseline,
+    Changes,
+    git_dir_identities,
+    git_dirs_since,
+    run_started_ns,
+    trusted_changes,
+)
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "system_dir_reason"]
 
@@ -353,7 +360,8 @@ class PolicyService(Service):
         roots = list(policy.writable_roots)
         with self._latest_lock:
             found = self._latest.get(frozenset(roots))
-        return Baseline(since, found if found is not None else self._find(roots))
+        found = found if found is not None else self._find(roots)
+        return Baseline(since, found, git_dir_identities(found.repos))
 
     def changed_files(self, policy: SandboxPolicy, before: Baseline) -> Changes:
         """Git control files and protected names the run created or changed under
@@ -361,15 +369,17 @@ class PolicyService(Service):
         if policy.mode is not SandboxMode.WORKSPACE_WRITE:
             return Changes()
         after = self._find(list(policy.writable_roots))
-        removed = remove_planted(git_dirs_since(before, after), after.roots)
-        return replace(trusted_changes(before, after), removed=removed)
+        removed, too_large = remove_planted(git_dirs_since(before, after), after.roots)
+        changes = trusted_changes(before, after)
+        return replace(changes, removed=removed, unsearched=tuple(dict.fromkeys((*changes.unsearched, *too_large))))
 
-    def remove_git_links(self, policy: SandboxPolicy, since_ns: int) -> tuple[Path, ...]:
+    def remove_git_links(self, policy: SandboxPolicy, since_ns: int) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
         """``changed_files``' removal alone, for a command of a session that
         lives on (a persistent shell): the links made in a git dir since
-        ``since_ns``.  The session's own end removes the rest."""
+        ``since_ns``, and the git dirs too large to look through whole.  The
+        session's own end removes the rest."""
         if policy.mode is not SandboxMode.WORKSPACE_WRITE:
-            return ()
+            return (), ()
         after = self._find(list(policy.writable_roots))
         return remove_planted({d: since_ns for dot_git in after.repos for d in git_dirs_of(dot_git)}, after.roots)
 

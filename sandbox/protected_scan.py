@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal
 
 from dsh.sandbox.git_config import host_entries, host_missing_dirs, host_named_paths, programs_named_in_config
-from dsh.sandbox.policy_paths import canonical, git_dirs
+from dsh.sandbox.policy_paths import canonical, git_dirs, read_small_file
 from dsh.sandbox.protected_links import other_names
 
 GitAccess = Literal["read-only", "commit"]
@@ -254,9 +254,13 @@ def _is_real_dir(path: Path) -> bool:
 
 
 def git_dirs_of(dot_git: Path) -> list[Path]:
-    """The git dir(s) behind a ``.git`` entry: itself, or where a ``.git`` file points."""
+    """The git dir(s) behind a ``.git`` entry: itself, or where a ``.git`` file
+    points; and the common dir its ``commondir`` names, where git reads the
+    config and hooks (a worktree's own git dir has one; so may a ``.git`` a
+    command wrote, naming a directory it moves into place later)."""
     if _is_real_dir(dot_git):
-        return [dot_git]
+        common = (read_small_file(dot_git / "commondir") or "").strip()
+        return [dot_git, canonical(common.splitlines()[0], dot_git)] if common else [dot_git]
     out = [canonical(dot_git)] if os.path.isdir(dot_git) else []
     return out + git_dirs(dot_git)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +33,25 @@ class Baseline:
 
     since_ns: int
     found: Found
+    #: (st_dev, st_ino) of every git dir behind a repository found then (the
+    #: ones a ``.git`` file or a ``commondir`` names included).  A git dir
+    #: that is not there, or is another directory now, was made or moved into
+    #: place by the run: all of it is the run's, whatever its ctimes say.
+    #: ``None``: not recorded (every git dir is judged by ctime).
+    git_dirs: Mapping[Path, tuple[int, int]] | None = None
+
+
+def git_dir_identities(repos: Iterable[Path]) -> dict[Path, tuple[int, int]]:
+    """``Baseline.git_dirs`` for the repositories ``repos``."""
+    out: dict[Path, tuple[int, int]] = {}
+    for dot_git in repos:
+        for git_dir in git_dirs_of(dot_git):
+            try:
+                info = os.lstat(git_dir)
+            except OSError:
+                continue
+            out[git_dir] = (info.st_dev, info.st_ino)
+    return out
 
 
 @dataclass(frozen=True)
@@ -156,16 +175,30 @@ def _links_out_of_the_search(after: Found, since_ns: int) -> list[Path]:
 
 
 def git_dirs_since(before: Baseline, after: Found) -> dict[Path, int]:
-    """Each git dir found after the run, with the time to judge its entries
-    from: the run's start, or 0 for a repository that was not there before."""
+    """Each git dir of the repositories found before or after the run (a
+    search that stopped early after it still names the ones from before),
+    with the time to judge its entries from: the run's start, or 0 for a
+    repository or git dir that is new or another one now."""
     known = set(before.found.identity)
     inode = dict(after.identity)
     out: dict[Path, int] = {}
-    for dot_git in after.repos:
-        since = before.since_ns if (dot_git, inode.get(dot_git, -1)) in known else 0
+    for dot_git in dict.fromkeys((*before.found.repos, *after.repos)):
+        since = before.since_ns if (dot_git, inode.get(dot_git, -1)) in known or dot_git not in inode else 0
         for git_dir in git_dirs_of(dot_git):
-            out[git_dir] = min(out.get(git_dir, since), since)
+            mine = since if _same_git_dir(before, git_dir) else 0
+            out[git_dir] = min(out.get(git_dir, mine), mine)
     return out
+
+
+def _same_git_dir(before: Baseline, git_dir: Path) -> bool:
+    """Is ``git_dir`` the directory that was there when the run started?"""
+    if before.git_dirs is None:
+        return True
+    try:
+        info = os.lstat(git_dir)
+    except OSError:
+        return True  # gone: nothing in it to judge
+    return before.git_dirs.get(git_dir) == (info.st_dev, info.st_ino)
 
 
 def trusted_changes(before: Baseline, after: Found) -> Changes:
@@ -185,8 +218,9 @@ def trusted_changes(before: Baseline, after: Found) -> Changes:
             _collect(str(dot_git), since, hits)  # a .git file or link: a new pointer to a git dir
         targets = git_dirs_of(dot_git)
         for git_dir in targets:
+            mine = since if _same_git_dir(before, git_dir) else 0
             for part in GIT_CONTROL_PARTS:
-                _collect(os.path.join(git_dir, part), since, hits, roots)
+                _collect(os.path.join(git_dir, part), mine, hits, roots)
         for program in programs_named_in_config(dot_git, targets, roots, host):
             moved = _moved_in(program, dot_git.parent, since_ns)
             _collect(str(program), 0 if moved else since, hits, roots)

@@ -32,7 +32,14 @@ from dsh.sandbox.errors import DshError
 from dsh.sandbox.policy_service import PolicyService
 from dsh.sandbox.trusted_changes import run_started_ns
 from dsh.tools.base import Tool, ToolResult
-from dsh.tools.render import join_rendered, removed_from_git_note, sandbox_marker, status_marker, timeout_marker
+from dsh.tools.render import (
+    join_rendered,
+    removed_from_git_note,
+    sandbox_marker,
+    status_marker,
+    timeout_marker,
+    trusted_unsearched_note,
+)
 from dsh.tools.shell_tool import BASH, PWSH, ShellTool
 from dsh.tools.spec import ToolSpec, object_schema
 
@@ -64,6 +71,7 @@ class PersistentShells(Service):
     def __init__(self, ctx: Context, config: PersistentShellsConfig | None = None) -> None:
         super().__init__(ctx, config)
         self._sessions: dict[tuple[str, str], str] = {}
+        self._opened_ns: dict[str, int] = {}  # session id -> when it was opened
         self._busy: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -89,12 +97,19 @@ class PersistentShells(Service):
                 registry.close_session(known, owner)
             except TerminalError:
                 pass
+        opened_ns = run_started_ns()
         entry = registry.open(owner, TerminalOpenRequest(
             name=f"persistent-{dialect}-{secrets.token_hex(3)}", dialect=dialect,
             rows=self.config.rows, cols=self.config.cols))
         with self._lock:
             self._sessions[(owner, dialect)] = entry.id
+            self._opened_ns[entry.id] = opened_ns
         return entry
+
+    def opened_ns(self, session_id: str) -> int:
+        """When the shell ``session_id`` was opened (0 if unknown: everything counts)."""
+        with self._lock:
+            return self._opened_ns.get(session_id, 0)
 
     def discard(self, owner: str, dialect: str) -> None:
         with self._lock:
@@ -210,7 +225,10 @@ class PersistentShellTool(Tool):
         session: Any = entry.session
         nonce = secrets.token_hex(8)
         budget = shells.config.max_output_chars
-        started_ns = run_started_ns()
+        # Since the shell opened, not since this command: what it left running
+        # may plant between two commands, and a git dir may be completed by a
+        # later command than the one that made its links.
+        started_ns = shells.opened_ns(entry.id)
         session.start_capture(budget * 4 + 4096)
         prompts = session.prompts
         snap = registry.send(entry.id, owner, TerminalSendRequest(marker_line(args["command"], nonce, self.dialect)),
@@ -237,9 +255,11 @@ class PersistentShellTool(Tool):
                 shells.discard(owner, self.dialect)
         elif got.exit_code != 0:
             trailer.append(status_marker(got.exit_code, None) or "")
-        removed = _remove_git_links(ctx, started_ns)
+        removed, too_large = _remove_git_links(ctx, started_ns)
         if removed:
             trailer.append(sandbox_marker(removed_from_git_note(tuple(map(str, removed)))))
+        if too_large:
+            trailer.append(sandbox_marker(trusted_unsearched_note(tuple(map(str, too_large)))))
         if len(output) > budget or got.omitted_bytes:
             cut = max(0, len(output) - budget)
             output = output[cut:]
@@ -251,11 +271,11 @@ PERSISTENT_BASH_TOOL = PersistentShellTool("bash")
 PERSISTENT_PWSH_TOOL = PersistentShellTool("pwsh")
 
 
-def _remove_git_links(ctx: Context, since_ns: int) -> tuple[Path, ...]:
+def _remove_git_links(ctx: Context, since_ns: int) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
     """What a one-shot command's end does for links planted in a git dir
     (the host's git writes through them), after each command of the
     persistent shell: the shell lives on, the user's git does not wait."""
     service = ctx.get(PolicyService)
     if service is None:
-        return ()
+        return (), ()
     return service.remove_git_links(service.resolve(None), since_ns)

@@ -392,6 +392,7 @@ def write(path: Path, text: str = "#!/bin/sh\n") -> Path:
         ("[core]\n\tpager = perl --script=pager.pl\n", ["pager.pl"]),
         ('[diff "pdf"]\n\ttextconv = conv\n', ["conv"]),
         ("[credential]\n\thelper = !$(cat helper.sh)\n", ["helper.sh"]),
+        ("[alias]\n\tb = !ninja\n\tc = !cmake -S . -B out\n", ["build.ninja", "CMakeLists.txt"]),
     ],
 )
 def test_bare_file_names_in_config_values_are_protected(
@@ -533,6 +534,7 @@ NEW_TOOL_NAMES = [
     ".gemini/settings.json", ".zed/tasks.json", ".kiro/hooks/h.json", ".amazonq/mcp.json",
     ".continue/config.yaml", ".roo/mcp.json", ".windsurf/rules.md", "opencode.json", ".aider.conf.yml",
     ".vimrc", ".nvimrc", "lefthook.yml", ".lefthook.yml", ".bazelrc", ".lfsconfig", "mise.toml", ".mise.toml",
+    "rust-toolchain.toml", "rust-toolchain", ".pdbrc", ".Rprofile", ".irbrc", ".pryrc", "bunfig.toml",
 ]  # fmt: skip
 
 

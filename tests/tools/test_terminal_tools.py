@@ -67,6 +67,13 @@ def test_a_link_a_persistent_shell_plants_in_a_git_dir_is_removed_after_the_comm
         kept = call_tool(ctx, "bash", {"command": "ln -s x r/notgit; echo ok", "description": "d"}, owner="a")
         assert kept.content.rstrip("\n") == "ok", kept.content  # links elsewhere are the command's business
         assert (workspace / "r" / "notgit").is_symlink()
+        # What the shell left running plants after its command returned: the
+        # next command's end removes it (judged since the shell opened).
+        call_tool(ctx, "bash", {"command": f"(sleep 1; ln -s {target} r/.git/FETCH_HEAD) & echo bg",
+                                "description": "d"}, owner="a")
+        late = call_tool(ctx, "bash", {"command": "sleep 3; echo later", "description": "d"}, owner="a")
+        assert "removed 1 link(s)" in late.content and "FETCH_HEAD" in late.content, late.content
+        assert not (workspace / "r" / ".git" / "FETCH_HEAD").is_symlink()
     assert target.read_text() == "ORIGINAL\n"
 
 
