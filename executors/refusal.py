@@ -175,10 +175,10 @@ def describe(
             why.append(f"the network is off under {profile} (--network allows it)")
         return f"{what[kind]} was refused, not a file: " + "; ".join(why)
     if refusal.kind == "file-status":
-        why = limitations.get("file-status")
-        if why is None:
+        reason = limitations.get("file-status")
+        if reason is None:
             return None
-        return f"'Invalid argument' from stat is the {runner or 'chosen'} runner's limitation file-status: {why}"
+        return f"'Invalid argument' from stat is the {runner or 'chosen'} runner's limitation file-status: {reason}"
     if refusal.kind == "path" and refusal.path is not None:
         return hint(refusal.path, mode)
     if refusal.kind == "git":
