@@ -96,9 +96,21 @@ def test_json_shape(workspace: Path, tmp_path: Path, runner: str) -> None:
         "runner_error": None,
         "trusted_changed": [],
         "trusted_unsearched": [],
+        "removed_from_git": [],  # links the run planted in a git dir, removed after it
         "refusal_note": None,  # a refusal no wider mode would lift (socket, network off, ...)
     }
     assert data["sandbox"]["enforcement"].startswith(("full", "partial"))
+
+
+def test_json_names_the_links_removed_from_a_git_dir(workspace: Path, tmp_path: Path,
+                                                     runner: str) -> None:
+    plant = "git init -q r && ln -s /etc/passwd r/.git/COMMIT_EDITMSG"
+    done = cli("run", *runner_flags(runner), "--json", "--", "sh", "-c", plant, cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    link = workspace / "r" / ".git" / "COMMIT_EDITMSG"
+    assert data["sandbox"]["removed_from_git"] == [str(link)]
+    assert not link.is_symlink()
 
 
 def test_output_streams_before_the_command_ends(workspace: Path, tmp_path: Path,
