@@ -9,7 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError, ConfigErrors
-from dsh.sandbox.own_state import refuse_install_in_roots, state_refusal
+from dsh.sandbox.own_install import refuse_install_in_roots
+from dsh.sandbox.own_state import state_refusal
 from dsh.sandbox.pins import Resolved
 from dsh.sandbox.policy_guard import root_refusal
 from dsh.sandbox.policy_paths import is_within

@@ -1,4 +1,4 @@
-"""dsh-sandbox's own state and installation (``own_state``): what is hidden, what is refused."""
+"""dsh-sandbox's own state and installation (``own_state``, ``own_install``): what is hidden, what is refused."""
 
 from __future__ import annotations
 
@@ -8,13 +8,8 @@ from pathlib import Path
 
 import pytest
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.own_state import (
-    hidden_state,
-    install_paths,
-    refuse_install_in_roots,
-    run_state_dirs,
-    state_refusal,
-)
+from dsh.sandbox.own_install import install_paths, refuse_install_in_roots
+from dsh.sandbox.own_state import hidden_state, run_state_dirs, state_refusal
 from dsh.sandbox.policy_paths import is_within
 
 
