@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,20 @@ def test_version() -> None:
     done = cli("--version")
     assert done.returncode == 0
     assert done.stdout.startswith(b"dsh-sandbox, version ")
+
+
+def test_version_alone_loads_no_command_line_library() -> None:
+    """``--version`` alone is answered before click is imported; with
+    anything else it goes through click, and both say the same."""
+    probe = ("import sys\nfrom dsh.cli import main\ntry:\n    code = main(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    code = e.code\nprint('exit', code, 'click' in sys.modules)\n")
+    alone = subprocess.run([sys.executable, "-P", "-c", probe, "--version"], capture_output=True, text=True,
+                           check=False, timeout=60)
+    assert alone.stdout == "dsh-sandbox, version 0.1.0\nexit 0 False\n", alone
+    # With another option first (``-h`` is eager too: the version must come first to win).
+    grouped = subprocess.run([sys.executable, "-P", "-c", probe, "--version", "-h"], capture_output=True,
+                             text=True, check=False, timeout=60)
+    assert grouped.stdout == "dsh-sandbox, version 0.1.0\nexit 0 True\n", grouped
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "top")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from dsh.cli import COMMANDS, plugin_commands
+from dsh.cli.app import COMMANDS, plugin_commands
 
 from tests.support.cli import cli
 
