@@ -52,7 +52,7 @@ from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.own_state import state_parents
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_paths import fixed_symlink, git_dirs, is_within, system_dir_reason
+from dsh.sandbox.policy_paths import fixed_symlink, git_dirs, is_within, path_within, system_dir_reason
 from dsh.sandbox.runner import Gap
 
 MountKind = Literal["writable", "pin", "private-tmp", "read-only", "placeholder", "mask-dir", "mask-file", "show"]
@@ -167,8 +167,7 @@ def ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _within(path: str, root: str) -> bool:
-    return is_within(Path(path), Path(root))
+_within = path_within
 
 
 class _Planner:

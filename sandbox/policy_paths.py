@@ -84,6 +84,12 @@ def is_within(path: Path, root: Path) -> bool:
     return path.parts[: len(top)] == top
 
 
+def path_within(path: str, root: str) -> bool:
+    """``is_within`` for normalized absolute paths given as strings (what the
+    mount planners hold): no ``Path`` built per test."""
+    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
+
+
 def home_dir() -> Path | None:
     try:
         return canonical(Path.home())

@@ -45,9 +45,10 @@ from dsh.sandbox import own_state
 from dsh.sandbox.enclosing_repo import enclosing_repository
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.mount_plan import kept_paths
+from dsh.sandbox.mount_plan import TMP, ancestors, depth, is_placeholder, kept_paths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import canonical, fixed_symlink
+from dsh.sandbox.policy_paths import path_within as is_within
 from dsh.sandbox.runner import Gap
 
 MountKind = Literal["bind", "pin", "private-tmp", "ro-bind", "placeholder", "mask-dir", "mask-file"]
@@ -63,12 +64,6 @@ _RANK: dict[MountKind, int] = {
     "mask-file": 2,
 }
 _WRITABLE_KINDS = ("bind", "pin")
-
-#: Where a runner with a mount namespace shows the session's private temporary directory.
-TMP = "/tmp"
-
-#: Mode that marks an empty directory as a dsh placeholder (nobody may write in it).
-PLACEHOLDER_MODE = 0o555
 
 #: How deep (directories below ``/``) a path kept read-only may lie: a bwrap
 #: setup with this many nested mounts takes a second or two.
@@ -101,20 +96,6 @@ class MountPlan:
     degradations: tuple[Gap, ...] = ()
     #: Rules a hidden path overrides, for ``explain``.
     overridden: tuple[str, ...] = ()
-
-
-def depth(path: str) -> int:
-    return 0 if path == "/" else path.count("/")
-
-
-def is_within(path: str, root: str) -> bool:
-    return path == root or root == "/" or path.startswith(root.rstrip("/") + "/")
-
-
-def ancestors(path: str) -> list[str]:
-    """Strict ancestors of an absolute path, shallowest first (``/`` excluded)."""
-    parts = path.strip("/").split("/")
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 class _Planner:
@@ -241,15 +222,6 @@ def _refuse_too_deep(path: str, why: str) -> None:
             "(--runner landlock)",
             runner="bwrap",
         )
-
-
-def is_placeholder(path: str) -> bool:
-    """An empty directory with the placeholder mode (left by this runner)."""
-    try:
-        st = os.lstat(path)
-        return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and not os.listdir(path)
-    except OSError:
-        return False
 
 
 def absent(path: str) -> bool:
