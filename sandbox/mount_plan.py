@@ -26,7 +26,10 @@ specific rule always lands on top of a broader one:
   tmpfs or by ``/dev/null``.  Hidden wins over every other rule: nothing is
   bound at or below a hidden path, and ``overridden`` lists the rules it beat.
   dsh-sandbox's state directories are masked whole, whatever they hold, and
-  what the run keeps there (its HOME) is bound again on top;
+  what the run keeps there (its HOME) is bound again on top; a directory most
+  of whose entries are hidden gets one mask too, its other entries bound
+  again read-only (fewer mounts: each costs a namespace sandbox a pass over
+  the mount table);
 - ``show``: a path a runner without the host underneath (a container) must bind
   read-only: the read-only workspace, the sandbox HOME, the enclosing repository.
 
@@ -34,29 +37,44 @@ What the plan cannot express comes back as ``PlanGap`` values (a protected
 path reached through a symlink inside a writable root: a mount cannot cover
 the link itself); each runner names them with its own degradation.
 
-The planner reads nothing from the live filesystem: ``gather_facts`` takes that snapshot
-first (``MountFacts``), so the rules are tested on synthetic facts.
+The planner reads nothing from the live filesystem: ``gather_facts``
+(``mount_facts``) takes that snapshot first (``MountFacts``), so the rules are
+tested on synthetic facts.  Every lookup is by path, one per directory above
+it, never a pass over every entry or hidden path: a run hides hundreds of
+other workspaces' HOMEs.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
-from dsh.sandbox.enclosing_repo import enclosing_repository
-from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
-from dsh.sandbox.own_state import state_parents
+from dsh.sandbox.mount_facts import (
+    PLACEHOLDER_MODE,
+    TMP,
+    MountFacts,
+    PathFact,
+    PathKind,
+    ancestors,
+    depth,
+    gather_facts,
+    is_placeholder,
+    kept_paths,
+    plan_roots,
+)
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_paths import fixed_symlink, git_dirs, is_within, path_within, system_dir_reason
+from dsh.sandbox.policy_paths import path_within
 from dsh.sandbox.runner import Gap
 
+__all__ = [
+    "PLACEHOLDER_MODE", "TMP", "MountEntry", "MountFacts", "MountKind", "MountPlan", "PathFact", "PathKind",
+    "PlanGap", "ancestors", "depth", "gather_facts", "is_placeholder", "kept_paths", "plan_mounts",
+]
+
 MountKind = Literal["writable", "pin", "private-tmp", "read-only", "placeholder", "mask-dir", "mask-file", "show"]
-PathKind = Literal["dir", "file", "symlink", "other", "missing", "placeholder"]
 
 #: Same depth, same path: writable first, then read-only, then hidden on top.
 _RANK: dict[MountKind, int] = {
@@ -64,12 +82,6 @@ _RANK: dict[MountKind, int] = {
     "mask-dir": 2, "mask-file": 2,
 }
 _WRITABLE: frozenset[MountKind] = frozenset(("writable", "pin"))
-
-#: Where a runner with a mount namespace shows the session's private temporary directory.
-TMP = "/tmp"
-
-#: Mode that marks an empty directory as a dsh placeholder (nobody may write in it).
-PLACEHOLDER_MODE = 0o555
 
 
 @dataclass(frozen=True)
@@ -118,56 +130,8 @@ class MountPlan:
                      if e.kind in ("writable", "pin", "private-tmp", "read-only", "show"))
 
 
-@dataclass(frozen=True)
-class PathFact:
-    """One path as ``lstat`` saw it, its canonical target, and whether a
-    symlink there is fixed for the command (``fixed_symlink``)."""
-
-    kind: PathKind
-    real: str
-    fixed_link: bool = False
-
-    @property
-    def absent(self) -> bool:
-        """Missing, or only a placeholder left by a sandbox that did not clean up."""
-        return self.kind in ("missing", "placeholder")
-
-
-@dataclass(frozen=True)
-class MountFacts:
-    """The snapshot of the live filesystem the planner works from."""
-
-    paths: Mapping[str, PathFact] = field(default_factory=dict)
-    #: The work tree of the repository enclosing the workspace and its git dirs outside it.
-    enclosing: tuple[str, ...] = ()
-    #: That work tree is the home directory or a system directory: never shown whole.
-    enclosing_system: bool = False
-    #: dsh-sandbox's state directories that lead to what the run keeps (``own_state.state_parents``).
-    state_parents: tuple[str, ...] = ()
-
-    def of(self, path: str) -> PathFact:
-        fact = self.paths.get(path)
-        if fact is None:
-            # The snapshot follows each link it meets; a path it did not take
-            # is one a concurrent swap sent the plan to (a link's target that
-            # changed between two looks), or a bug in ``gather_facts``.  Either
-            # way, guessing "missing" could plan a weaker view: refuse.
-            raise SandboxUnavailable(f"{path} changed while the sandbox was being planned (no fact gathered for "
-                                     "it: a path swapped for a symlink meanwhile?); nothing ran, retry")
-        return fact
-
-
-def depth(path: str) -> int:
-    return 0 if path == "/" else path.count("/")
-
-
-def ancestors(path: str) -> list[str]:
-    """Strict ancestors of an absolute path, shallowest first (``/`` excluded)."""
-    parts = path.strip("/").split("/")
-    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
-
-
-_within = path_within
+def _within(path: str, root: str) -> bool:
+    return path_within(path, root)
 
 
 class _Planner:
@@ -175,17 +139,40 @@ class _Planner:
         self.facts = facts
         self.entries: dict[str, MountEntry] = {}
         self.gaps: list[PlanGap] = []
-        self.hidden = tuple(hidden)
         self.overridden: list[str] = []
+        self.set_hidden(hidden)
+
+    def set_hidden(self, hidden: Iterable[str]) -> None:
+        self.hidden = tuple(hidden)
+        # Each hidden path's place in ``hidden``: ``hidden_cover`` looks up a
+        # path's ancestors here, not every hidden path.
+        self._hidden_at = {h: i for i, h in reversed(list(enumerate(self.hidden)))}
+
+    def hidden_cover(self, path: str) -> str | None:
+        """The first hidden path (in the policy's order) that is ``path`` or holds it."""
+        if not path.startswith("/") or os.path.normpath(path) != path:
+            return next((h for h in self.hidden if _within(path, h)), None)
+        found = [self._hidden_at[a] for a in ("/", *ancestors(path), path) if a in self._hidden_at]
+        return self.hidden[min(found)] if found else None
 
     def hidden_over(self, path: str, intent: str) -> bool:
         """Is ``path`` a hidden path or inside one?  Binding anything there
         would put its contents back on top of the mask."""
-        cover = next((h for h in self.hidden if _within(path, h)), None)
+        cover = self.hidden_cover(path)
         if cover is None:
             return False
         self.overridden.append(f"{intent} {path}: inside hidden {cover} (hidden wins: not mounted)")
         return True
+
+    def _deepest_at(self, path: str) -> MountEntry | None:
+        """The deepest planned entry at or above ``path`` (``show`` entries
+        aside: they come last and never make a path writable)."""
+        at = path
+        while True:
+            found = self.entries.get(at)
+            if (found is not None and found.kind != "show") or at == "/":
+                return found if found is not None and found.kind != "show" else None
+            at = os.path.dirname(at)
 
     def writable_at(self, path: str) -> bool:
         """Is the host's ``path`` writable under the entries planned so far (deepest wins)?
@@ -193,10 +180,7 @@ class _Planner:
         Beneath the private ``/tmp`` the host's path is not there at all: it
         needs a bind of its own to be written, or seen.
         """
-        best: MountEntry | None = None
-        for e in self.entries.values():
-            if e.kind != "show" and _within(path, e.path) and (best is None or depth(e.path) > depth(best.path)):
-                best = e
+        best = self._deepest_at(path)
         return best is not None and best.writable
 
     def add(self, kind: MountKind, path: str, why: str) -> None:
@@ -206,9 +190,19 @@ class _Planner:
             self.entries[path] = MountEntry(kind, path, why)
 
     def pin_ancestors(self, path: str, why: str) -> None:
+        """Make every writable ancestor of ``path`` a mount point (not renamable).
+
+        Shallowest first, carrying the deepest entry seen down the chain: one
+        lookup per ancestor, so a deep tree costs its depth, not its square."""
+        best = self._deepest_at("/")
         for anc in ancestors(path):
-            if anc not in self.entries and self.writable_at(anc):
-                self.add("pin", anc, f"keeps {why} from being renamed away")
+            here = self.entries.get(anc)
+            if here is not None and here.kind != "show":
+                best = here
+                continue
+            if best is not None and best.writable:
+                best = MountEntry("pin", anc, f"keeps {why} from being renamed away")
+                self.entries[anc] = best
 
     def first_missing(self, path: str) -> str:
         for candidate in [*ancestors(path), path]:
@@ -248,14 +242,6 @@ def _is_dir(fact: PathFact) -> bool:
     return fact.kind in ("dir", "placeholder")
 
 
-def _roots(policy: SandboxPolicy) -> list[str]:
-    if policy.mode is SandboxMode.READ_ONLY:
-        return []
-    if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
-        return [str(p) for p in dict.fromkeys((policy.workspace, *policy.writable_roots))]
-    return [str(p) for p in policy.writable_roots]
-
-
 def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     """The mounts on top of the host's read-only filesystem for ``policy``.
 
@@ -264,26 +250,33 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     """
     planner = _Planner(facts, ())
     if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
-        for root in _roots(policy):
+        for root in plan_roots(policy):
             if _is_dir(facts.of(root)) and not planner.writable_at(root):
                 planner.add("writable", root, "writable root")
         return MountPlan(_ordered(planner))
     hidden = [facts.of(str(p)).real for p in policy.hidden_paths]
-    planner.hidden = tuple(h for h in hidden if facts.of(h).kind != "missing")
+    planner.set_hidden(h for h in hidden if facts.of(h).kind != "missing")
     kept = kept_paths(policy)
     # Beneath a private /tmp the host's state directory is not there to mask.
     private = policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None
     masks = [p for p in facts.state_parents if facts.of(p).kind == "dir" and not (private and _within(p, TMP))
              and not planner.hidden_over(p, "state mask")]
+    covered = _covering_masks(planner.hidden, plan_roots(policy), facts, frozenset(masks))
     for real in planner.hidden:
         if any(_within(real, m) for m in masks) and not any(_within(real, k) for k in kept):
             continue  # the mask of its state directory hides it (and an entry made there later)
+        if os.path.dirname(real) in covered:
+            continue  # the mask of its directory hides it
         planner.add("mask-dir" if facts.of(real).kind == "dir" else "mask-file", real, "hidden")
     for mask in masks:
         planner.add("mask-dir", mask, "dsh-sandbox's state: only what this run keeps is bound again")
-    if policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None:
+    for parent, (count, shown) in covered.items():
+        planner.add("mask-dir", parent, f"hidden: its {count} entries; what else it holds is bound again")
+        for path in shown:
+            planner.add("read-only", path, "not hidden: shown again over the mask of its directory")
+    if private:
         _private_tmp(planner, policy)
-    intents: list[tuple[str, int, str]] = [(r, 0, "root") for r in _roots(policy)]
+    intents: list[tuple[str, int, str]] = [(r, 0, "root") for r in plan_roots(policy)]
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
     for path, _rank, intent in sorted(intents, key=lambda i: (depth(i[0]), i[1], i[0])):
@@ -302,9 +295,39 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     return MountPlan(_ordered(planner), tuple(dict.fromkeys(planner.gaps)), tuple(dict.fromkeys(planner.overridden)))
 
 
-def kept_paths(policy: SandboxPolicy) -> list[str]:
-    """What of dsh-sandbox's state a run keeps: its roots, its HOME, its private /tmp."""
-    return [str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None]
+def _covering_masks(hidden: tuple[str, ...], roots: list[str], facts: MountFacts,
+                    masked: frozenset[str]) -> dict[str, tuple[int, list[str]]]:
+    """Directories most of whose entries are hidden: one mask over the
+    directory, what is not hidden bound again on top (a writable root by the
+    roots' rule, anything else read-only here), instead of one mask per entry:
+    ``{directory: (hidden entries, entries to show read-only)}``.
+
+    The mask hides at least what the entries' masks did (an entry made after
+    the listing too).  Only directories ``facts.listings`` has (canonical,
+    outside ``/tmp``, the roots and the state directories, which ``masked``
+    covers whole); one with a link among its other entries keeps the masks
+    of its entries (a mount cannot cover a link), as does one where showing
+    the rest would take more mounts than it saves.  Even one hidden entry is
+    worth it: an entry removed between the listing and the mounts (another
+    session ending) would make a namespace sandbox fail to mount it."""
+    by_parent: dict[str, int] = {}
+    for path in hidden:
+        parent = os.path.dirname(path)
+        if parent in facts.listings and parent not in masked:
+            by_parent[parent] = by_parent.get(parent, 0) + 1
+    hidden_set, root_set = frozenset(hidden), frozenset(roots)
+    out: dict[str, tuple[int, list[str]]] = {}
+    for parent, count in by_parent.items():
+        if any(_within(parent, r) for r in roots):
+            continue
+        others = [os.path.join(parent, n) for n in facts.listings[parent]]
+        others = [k for k in others if k not in hidden_set]
+        if any(facts.of(k).kind == "symlink" for k in others):
+            continue
+        shown = [k for k in others if k not in root_set or not _is_dir(facts.of(k))]
+        if 1 + len(shown) <= count:  # the roots are bound either way
+            out[parent] = (count, shown)
+    return out
 
 
 def _private_tmp(planner: _Planner, policy: SandboxPolicy) -> None:
@@ -342,66 +365,3 @@ def _show(planner: _Planner, policy: SandboxPolicy) -> None:
 
 def _ordered(planner: _Planner) -> tuple[MountEntry, ...]:
     return tuple(sorted(planner.entries.values(), key=lambda e: (depth(e.path), _RANK[e.kind], e.path)))
-
-
-# -- the snapshot ----------------------------------------------------------------------
-def is_placeholder(path: str) -> bool:
-    """An empty directory with the placeholder mode (left by a sandbox)."""
-    try:
-        st = os.lstat(path)
-        return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and not os.listdir(path)
-    except OSError:
-        return False
-
-
-def path_fact(path: str, uid: int) -> PathFact:
-    real = os.path.realpath(path)
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return PathFact("missing", real)
-    if stat.S_ISLNK(st.st_mode):
-        return PathFact("symlink", real, fixed_symlink(path, uid))
-    if stat.S_ISDIR(st.st_mode):
-        return PathFact("placeholder" if is_placeholder(path) else "dir", real)
-    if stat.S_ISREG(st.st_mode):
-        return PathFact("file", real)
-    return PathFact("other", real)
-
-
-def _enclosing(workspace: Path) -> tuple[tuple[Path, ...], bool]:
-    """What of the repository the workspace lies in must be visible (its work
-    tree strictly above the workspace and its git dirs outside it; or, for a
-    workspace that is a repository's top, its git dirs elsewhere), and whether
-    that work tree is the home directory or a system directory (a dotfiles
-    repository would show all of ``~``)."""
-    repo = enclosing_repository(workspace)
-    if repo is not None:
-        return repo.paths(), system_dir_reason(repo.top) is not None
-    return tuple(d for d in git_dirs(workspace / ".git") if not is_within(d, workspace)), False
-
-
-def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
-    """Everything ``plan_mounts`` will ask about ``policy``'s paths, as it is now.
-
-    ``uid`` is the command's: a symlink it cannot replace is no gap.
-    """
-    wanted: set[str] = {str(policy.workspace), *(str(r) for r in policy.writable_roots)}
-    if policy.home is not None:
-        wanted.add(str(policy.home))
-    found, system = _enclosing(policy.workspace) if policy.constrained else ((), False)
-    enclosing = tuple(str(p) for p in found)
-    wanted.update(enclosing)
-    kept = kept_paths(policy)
-    wanted.update(kept)
-    parents = tuple(sorted(state_parents(kept))) if policy.constrained else ()
-    wanted.update(parents)
-    paths: dict[str, PathFact] = {}
-    for raw in (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths):
-        path = os.path.abspath(raw)
-        real = os.path.realpath(path)
-        for p in (path, real):
-            wanted.update((*ancestors(p), p))
-    for path in wanted:
-        paths[path] = path_fact(path, uid)
-    return MountFacts(paths, enclosing, system, parents)

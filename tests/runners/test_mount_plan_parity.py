@@ -1,10 +1,7 @@
-"""One mount plan for every runner: the core plan against bwrap's own planner,
-docker's container spec and gVisor's translation, on the same live layouts.
-
-bwrap and docker still plan for themselves; until they are moved onto the
-core plan this test holds them to the same mounts, so a fix in one that the
-others lack fails here.  The gVisor translator is fed the core plan and must
-mount exactly it.
+"""One mount plan for every runner: bwrap's and gVisor's translations are fed
+the same core plan and must mount exactly it, in its order; docker's container
+spec, which still plans for itself, is held to the same mounts on the same
+live layouts, so a fix the core plan has and docker lacks fails here.
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from dsh.runners.bwrap.mounts import plan_mounts as bwrap_plan
+from dsh.runners.bwrap.mounts import translate as bwrap_translate
 from dsh.runners.gvisor.spec import oci_mounts
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.mount_plan import gather_facts, plan_mounts
@@ -87,18 +85,26 @@ LAYOUTS = ["existing", "missing", "symlinked", "hidden", "nested", "read_only", 
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_core_plan_mounts_what_bwrap_plans(tmp_path: Path, layout: str) -> None:
+def test_bwrap_and_gvisor_mount_exactly_the_one_plan(tmp_path: Path, layout: str) -> None:
+    """One plan fed to both translators: the same paths, in the same order,
+    writable where the plan says so, the same gaps under each runner's name."""
     base = Path(os.path.realpath(tmp_path))
     policy = _layouts(base)[layout]()
+    plan = plan_mounts(policy, gather_facts(policy, os.geteuid()))
     if layout.startswith("private_tmp"):
-        assert any(m.kind == "private-tmp" for m in bwrap_plan(policy).mounts), "the layout must exercise it"
-    core = plan_mounts(policy, gather_facts(policy, os.geteuid()))
-    own = bwrap_plan(policy)
-    assert [(_BWRAP_KIND.get(e.kind, e.kind), e.path, e.source) for e in core.entries if e.kind != "show"] == \
-        [(m.kind, m.path, m.source) for m in own.mounts]
-    assert [g.reason.split(" is reached")[0] for g in core.gaps_for("bwrap")] == \
-        [g.reason.split(" is reached")[0] for g in own.degradations]
-    assert {g.degradation for g in core.gaps_for("bwrap")} == {g.degradation for g in own.degradations}
+        assert plan.of_kind("private-tmp"), "the layout must exercise it"
+    expected = [(e.path, e.kind in ("writable", "pin", "private-tmp")) for e in plan.entries if e.kind != "show"]
+    bwrap = bwrap_translate(plan)
+    assert [(m.path, m.writable or m.kind == "private-tmp") for m in bwrap.mounts] == expected
+    assert [(m.source or m.path) for m in bwrap.mounts] == [e.source or e.path for e in plan.entries
+                                                             if e.kind != "show"]
+    gvisor = oci_mounts(plan)
+    assert [(m["destination"], "rw" in m.get("options", [])) for m in gvisor] == expected
+    assert [g.reason for g in bwrap.degradations] == [g.reason for g in plan.gaps_for("gvisor")]
+    assert {g.degradation for g in bwrap.degradations} == ({"bwrap-protected-symlink"} if layout == "symlinked"
+                                                           else set())
+    # What the runner plans for itself is that translation of the live filesystem.
+    assert bwrap_plan(policy) == bwrap
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

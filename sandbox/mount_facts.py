@@ -1,0 +1,224 @@
+"""The snapshot of the live filesystem a mount plan is computed from.
+
+``gather_facts(policy, uid)`` looks once at every path ``mount_plan`` will ask
+about (each kept, hidden or writable path, every directory above it, where a
+symlink on the way leads) and at the entries of the directories whose
+entries are mostly hidden; the planner then reads nothing else, so its rules
+are tested on synthetic ``MountFacts``.
+
+Looking is the cost of every run: one run hides every other workspace's
+sandbox HOME (hundreds of siblings on a long-used machine).  So a path's
+canonical form is its parent's plus its own name unless it is a symlink
+(one ``lstat``, not a ``realpath`` walk of every level), and the hidden
+paths' parents are listed once.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from dsh.sandbox.enclosing_repo import enclosing_repository
+from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.own_state import state_parents
+from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import canonical, fixed_symlink, git_dirs, is_within, path_within, system_dir_reason
+
+PathKind = Literal["dir", "file", "symlink", "other", "missing", "placeholder"]
+
+#: Where a runner with a mount namespace shows the session's private temporary directory.
+TMP = "/tmp"
+
+#: Mode that marks an empty directory as a dsh placeholder (nobody may write in it).
+PLACEHOLDER_MODE = 0o555
+
+
+def depth(path: str) -> int:
+    return 0 if path == "/" else path.count("/")
+
+
+def ancestors(path: str) -> list[str]:
+    """Strict ancestors of an absolute path, shallowest first (``/`` excluded)."""
+    parts = path.strip("/").split("/")
+    return ["/" + "/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+@dataclass(frozen=True)
+class PathFact:
+    """One path as ``lstat`` saw it, its canonical target, and whether a
+    symlink there is fixed for the command (``fixed_symlink``)."""
+
+    kind: PathKind
+    real: str
+    fixed_link: bool = False
+
+    @property
+    def absent(self) -> bool:
+        """Missing, or only a placeholder left by a sandbox that did not clean up."""
+        return self.kind in ("missing", "placeholder")
+
+
+@dataclass(frozen=True)
+class MountFacts:
+    """The snapshot of the live filesystem the planner works from."""
+
+    paths: Mapping[str, PathFact] = field(default_factory=dict)
+    #: The work tree of the repository enclosing the workspace and its git dirs outside it.
+    enclosing: tuple[str, ...] = ()
+    #: That work tree is the home directory or a system directory: never shown whole.
+    enclosing_system: bool = False
+    #: dsh-sandbox's state directories that lead to what the run keeps (``own_state.state_parents``).
+    state_parents: tuple[str, ...] = ()
+    #: The entry names of each directory holding hidden paths that one mask
+    #: over the whole directory could serve (a canonical directory outside
+    #: the roots and ``/tmp``); the facts of its other entries are in ``paths``.
+    listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def of(self, path: str) -> PathFact:
+        fact = self.paths.get(path)
+        if fact is None:
+            # The snapshot follows each link it meets; a path it did not take
+            # is one a concurrent swap sent the plan to (a link's target that
+            # changed between two looks), or a bug in ``gather_facts``.  Either
+            # way, guessing "missing" could plan a weaker view: refuse.
+            raise SandboxUnavailable(f"{path} changed while the sandbox was being planned (no fact gathered for "
+                                     "it: a path swapped for a symlink meanwhile?); nothing ran, retry")
+        return fact
+
+
+def is_placeholder(path: str) -> bool:
+    """An empty directory with the placeholder mode (left by a sandbox)."""
+    try:
+        st = os.lstat(path)
+        return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and not os.listdir(path)
+    except OSError:
+        return False
+
+
+def path_fact(path: str, uid: int, parent_real: str | None = None) -> PathFact:
+    """``path`` as it is now.  ``parent_real``: its directory's canonical
+    form, when known: then only a symlink here needs a full resolve."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        # A link swapped back and forth meanwhile: a clean refusal, not EINVAL.
+        return PathFact("symlink", str(canonical(path)), fixed_symlink(path, uid))
+    if parent_real is None or path == "/":
+        real = str(canonical(path))
+    else:
+        real = os.path.join(parent_real, os.path.basename(path))
+    if st is None:
+        return PathFact("missing", real)
+    if stat.S_ISDIR(st.st_mode):
+        placeholder = stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and is_placeholder(path)
+        return PathFact("placeholder" if placeholder else "dir", real)
+    return PathFact("file" if stat.S_ISREG(st.st_mode) else "other", real)
+
+
+def _facts_of(wanted: Iterable[str], uid: int, into: dict[str, PathFact]) -> None:
+    """Facts of every path in ``wanted`` and of each directory above it,
+    shallowest first, so each path's canonical form builds on its parent's."""
+    todo: set[str] = set()
+    for path in wanted:
+        if path not in into:
+            todo.add(path)
+            todo.update(a for a in ancestors(path) if a not in into)
+    for path in sorted(todo, key=depth):
+        parent = into.get(os.path.dirname(path))
+        into[path] = path_fact(path, uid, parent.real if parent is not None else None)
+
+
+def _enclosing(workspace: Path) -> tuple[tuple[Path, ...], bool]:
+    """What of the repository the workspace lies in must be visible (its work
+    tree strictly above the workspace and its git dirs outside it; or, for a
+    workspace that is a repository's top, its git dirs elsewhere), and whether
+    that work tree is the home directory or a system directory (a dotfiles
+    repository would show all of ``~``)."""
+    repo = enclosing_repository(workspace)
+    if repo is not None:
+        return repo.paths(), system_dir_reason(repo.top) is not None
+    return tuple(d for d in git_dirs(workspace / ".git") if not is_within(d, workspace)), False
+
+
+def kept_paths(policy: SandboxPolicy) -> list[str]:
+    """What of dsh-sandbox's state a run keeps: its roots, its HOME, its private /tmp."""
+    return [str(p) for p in (*policy.writable_roots, policy.home, policy.private_tmp) if p is not None]
+
+
+def plan_roots(policy: SandboxPolicy) -> list[str]:
+    """The roots the plan binds writable (danger-full-access: the workspace too)."""
+    if policy.mode is SandboxMode.READ_ONLY:
+        return []
+    if policy.mode is SandboxMode.DANGER_FULL_ACCESS:
+        return [str(p) for p in dict.fromkeys((policy.workspace, *policy.writable_roots))]
+    return [str(p) for p in policy.writable_roots]
+
+
+def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
+    """Everything ``plan_mounts`` will ask about ``policy``'s paths, as it is now.
+
+    ``uid`` is the command's: a symlink it cannot replace is no gap.
+    """
+    paths: dict[str, PathFact] = {}
+    wanted: set[str] = {str(policy.workspace), *(str(r) for r in policy.writable_roots)}
+    if policy.home is not None:
+        wanted.add(str(policy.home))
+    found, system = _enclosing(policy.workspace) if policy.constrained else ((), False)
+    enclosing = tuple(str(p) for p in found)
+    wanted.update(enclosing)
+    kept = kept_paths(policy)
+    wanted.update(kept)
+    parents = tuple(sorted(state_parents(kept))) if policy.constrained else ()
+    wanted.update(parents)
+    named = [os.path.abspath(raw) for raw in (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)]
+    wanted.update(named)
+    _facts_of(wanted, uid, paths)
+    # Where a link on the way leads: that path and the directories above it.
+    _facts_of((paths[p].real for p in named if paths[p].real != p), uid, paths)
+    listings = _listings(policy, paths, frozenset(parents)) if policy.constrained else {}
+    _facts_of((os.path.join(d, n) for d, names in listings.items() for n in names), uid, paths)
+    return MountFacts(paths, enclosing, system, parents, listings)
+
+
+def _listings(policy: SandboxPolicy, paths: Mapping[str, PathFact],
+              masked: frozenset[str]) -> dict[str, tuple[str, ...]]:
+    """The entries of each canonical directory that holds hidden paths, outside
+    ``/tmp``, the roots and the state directories (``masked`` whole anyway):
+    where one mask over it could serve them all."""
+    roots = [str(r) for r in policy.writable_roots]
+    reals = (paths[os.path.abspath(p)].real for p in policy.hidden_paths)
+    hidden = {real for real in reals if paths[real].kind != "missing"}
+    counts: dict[str, int] = {}
+    for path in hidden:
+        parent = os.path.dirname(path)
+        if parent != path:
+            counts[parent] = counts.get(parent, 0) + 1
+    out: dict[str, tuple[str, ...]] = {}
+    for parent, count in counts.items():
+        if parent in masked or parent == "/" or path_within(parent, TMP):
+            continue
+        if any(path_within(parent, r) for r in roots) or any(a in hidden for a in ("/", *ancestors(parent))):
+            continue
+        fact = paths.get(parent)
+        if fact is None or fact.kind != "dir" or fact.real != parent:
+            continue
+        try:
+            with os.scandir(parent) as entries:
+                names = tuple(e.name for e in entries)
+        except OSError:
+            continue
+        # One mask pays only when it and what it must show again are fewer
+        # mounts than the hidden entries (a root there is bound anyway):
+        # a directory that cannot qualify is not looked into further.
+        others = sum(1 for n in names if os.path.join(parent, n) not in hidden)
+        held_roots = sum(1 for r in roots if os.path.dirname(r) == parent)
+        if 1 + others - held_roots <= count:
+            out[parent] = names
+    return out
