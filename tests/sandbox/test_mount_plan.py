@@ -209,3 +209,45 @@ def test_a_hidden_path_over_a_state_directory_still_wins() -> None:
     entries = kinds(plan)
     assert ("mask-dir", "/c") in entries
     assert not [e for e in entries if e[1].startswith(STATE)]
+
+
+def _listed(found: MountFacts, listings: dict[str, tuple[str, ...]]) -> MountFacts:
+    return MountFacts(found.paths, found.enclosing, found.enclosing_system, found.state_parents, listings)
+
+
+def test_a_directory_of_mostly_hidden_entries_gets_one_mask_and_the_rest_shown_again() -> None:
+    """Three hidden siblings and one other entry: one mask over their
+    directory (an entry made there later is hidden too) and the other entry
+    bound again read-only, two mounts instead of three."""
+    homes = "/h/homes"
+    hidden = tuple(f"{homes}/ws-{i}" for i in range(3))
+    found = _listed(facts(dirs=(WS, *hidden, f"{homes}/notes")), {homes: ("ws-0", "ws-1", "ws-2", "notes")})
+    entries = kinds(plan_mounts(policy(hidden=hidden), found))
+    assert ("mask-dir", homes) in entries and ("read-only", f"{homes}/notes") in entries
+    assert not [e for e in entries if e[0].startswith("mask") and e[1] != homes]
+    assert entries.index(("mask-dir", homes)) < entries.index(("read-only", f"{homes}/notes"))
+
+
+@pytest.mark.parametrize("case", ["a link among the others", "more to show than hidden", "not listed"])
+def test_hidden_siblings_keep_their_own_masks_where_one_mask_would_not_do(case: str) -> None:
+    homes = "/h/homes"
+    hidden = (f"{homes}/ws-0", f"{homes}/ws-1")
+    others = ("a", "b", "c") if case == "more to show than hidden" else ("a",)
+    links = {f"{homes}/a": "/elsewhere"} if case == "a link among the others" else None
+    dirs = (WS, *hidden, *(f"{homes}/{n}" for n in others if links is None))
+    found = facts(dirs=dirs, links=links)
+    if case != "not listed":
+        found = _listed(found, {homes: ("ws-0", "ws-1", *others)})
+    entries = kinds(plan_mounts(policy(hidden=hidden), found))
+    assert [e for e in entries if e[0].startswith("mask")] == [("mask-dir", h) for h in hidden]
+    assert not [e for e in entries if e[1].startswith(f"{homes}/") and e[0] == "read-only"]
+
+
+def test_a_root_among_the_others_is_bound_writable_not_shown_read_only() -> None:
+    homes = "/h/homes"
+    hidden = (f"{homes}/ws-0", f"{homes}/ws-1")
+    own = f"{homes}/mine"
+    found = _listed(facts(dirs=(WS, *hidden, own)), {homes: ("ws-0", "ws-1", "mine")})
+    entries = kinds(plan_mounts(policy(roots=(WS, own), hidden=hidden), found))
+    assert ("mask-dir", homes) in entries and ("writable", own) in entries
+    assert ("read-only", own) not in entries
