@@ -94,10 +94,30 @@ class MountFacts:
 def is_placeholder(path: str) -> bool:
     """An empty directory with the placeholder mode (left by a sandbox)."""
     try:
-        st = os.lstat(path)
-        return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and not os.listdir(path)
+        return _is_placeholder(path, os.lstat(path))
     except OSError:
         return False
+
+
+def _is_placeholder(path: str, st: os.stat_result) -> bool:
+    return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and not os.listdir(path)
+
+
+def hidden_per_directory(hidden: Iterable[str]) -> dict[str, int]:
+    """How many of the canonical ``hidden`` paths each directory holds directly."""
+    counts: dict[str, int] = {}
+    for path in hidden:
+        parent = os.path.dirname(path)
+        if parent != path:
+            counts[parent] = counts.get(parent, 0) + 1
+    return counts
+
+
+def one_mask_pays(hidden: int, shown: int) -> bool:
+    """One mask over a directory with ``hidden`` hidden entries, and the
+    ``shown`` entries bound again on top of it, are no more mounts than a
+    mask per hidden entry."""
+    return 1 + shown <= hidden
 
 
 def path_fact(path: str, uid: int, parent_real: str | None = None) -> PathFact:
@@ -117,7 +137,10 @@ def path_fact(path: str, uid: int, parent_real: str | None = None) -> PathFact:
     if st is None:
         return PathFact("missing", real)
     if stat.S_ISDIR(st.st_mode):
-        placeholder = stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and is_placeholder(path)
+        try:
+            placeholder = _is_placeholder(path, st)
+        except OSError:
+            placeholder = False
         return PathFact("placeholder" if placeholder else "dir", real)
     return PathFact("file" if stat.S_ISREG(st.st_mode) else "other", real)
 
@@ -195,13 +218,8 @@ def _listings(policy: SandboxPolicy, paths: Mapping[str, PathFact],
     roots = [str(r) for r in policy.writable_roots]
     reals = (paths[os.path.abspath(p)].real for p in policy.hidden_paths)
     hidden = {real for real in reals if paths[real].kind != "missing"}
-    counts: dict[str, int] = {}
-    for path in hidden:
-        parent = os.path.dirname(path)
-        if parent != path:
-            counts[parent] = counts.get(parent, 0) + 1
     out: dict[str, tuple[str, ...]] = {}
-    for parent, count in counts.items():
+    for parent, count in hidden_per_directory(hidden).items():
         if parent in masked or parent == "/" or path_within(parent, TMP):
             continue
         if any(path_within(parent, r) for r in roots) or any(a in hidden for a in ("/", *ancestors(parent))):
@@ -214,11 +232,10 @@ def _listings(policy: SandboxPolicy, paths: Mapping[str, PathFact],
                 names = tuple(e.name for e in entries)
         except OSError:
             continue
-        # One mask pays only when it and what it must show again are fewer
-        # mounts than the hidden entries (a root there is bound anyway):
-        # a directory that cannot qualify is not looked into further.
+        # A directory where one mask cannot pay even if every root there is
+        # a directory (bound anyway) is not looked into further.
         others = sum(1 for n in names if os.path.join(parent, n) not in hidden)
         held_roots = sum(1 for r in roots if os.path.dirname(r) == parent)
-        if 1 + others - held_roots <= count:
+        if one_mask_pays(count, others - held_roots):
             out[parent] = names
     return out

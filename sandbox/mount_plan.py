@@ -61,8 +61,10 @@ from dsh.sandbox.mount_facts import (
     ancestors,
     depth,
     gather_facts,
+    hidden_per_directory,
     is_placeholder,
     kept_paths,
+    one_mask_pays,
     plan_roots,
 )
 from dsh.sandbox.policy import SandboxPolicy
@@ -130,10 +132,6 @@ class MountPlan:
                      if e.kind in ("writable", "pin", "private-tmp", "read-only", "show"))
 
 
-def _within(path: str, root: str) -> bool:
-    return path_within(path, root)
-
-
 class _Planner:
     def __init__(self, facts: MountFacts, hidden: Iterable[str]) -> None:
         self.facts = facts
@@ -151,7 +149,7 @@ class _Planner:
     def hidden_cover(self, path: str) -> str | None:
         """The first hidden path (in the policy's order) that is ``path`` or holds it."""
         if not path.startswith("/") or os.path.normpath(path) != path:
-            return next((h for h in self.hidden if _within(path, h)), None)
+            return next((h for h in self.hidden if path_within(path, h)), None)
         found = [self._hidden_at[a] for a in ("/", *ancestors(path), path) if a in self._hidden_at]
         return self.hidden[min(found)] if found else None
 
@@ -170,8 +168,10 @@ class _Planner:
         at = path
         while True:
             found = self.entries.get(at)
-            if (found is not None and found.kind != "show") or at == "/":
-                return found if found is not None and found.kind != "show" else None
+            if found is not None and found.kind != "show":
+                return found
+            if at == "/":
+                return None
             at = os.path.dirname(at)
 
     def writable_at(self, path: str) -> bool:
@@ -259,11 +259,12 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
     kept = kept_paths(policy)
     # Beneath a private /tmp the host's state directory is not there to mask.
     private = policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None
-    masks = [p for p in facts.state_parents if facts.of(p).kind == "dir" and not (private and _within(p, TMP))
+    roots = plan_roots(policy)
+    masks = [p for p in facts.state_parents if facts.of(p).kind == "dir" and not (private and path_within(p, TMP))
              and not planner.hidden_over(p, "state mask")]
-    covered = _covering_masks(planner.hidden, plan_roots(policy), facts, frozenset(masks))
+    covered = _covering_masks(planner.hidden, roots, facts, frozenset(masks))
     for real in planner.hidden:
-        if any(_within(real, m) for m in masks) and not any(_within(real, k) for k in kept):
+        if any(path_within(real, m) for m in masks) and not any(path_within(real, k) for k in kept):
             continue  # the mask of its state directory hides it (and an entry made there later)
         if os.path.dirname(real) in covered:
             continue  # the mask of its directory hides it
@@ -276,7 +277,7 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
             planner.add("read-only", path, "not hidden: shown again over the mask of its directory")
     if private:
         _private_tmp(planner, policy)
-    intents: list[tuple[str, int, str]] = [(r, 0, "root") for r in plan_roots(policy)]
+    intents: list[tuple[str, int, str]] = [(r, 0, "root") for r in roots]
     intents += [(str(p), 1, "read-only") for p in policy.read_only_paths]
     intents += [(str(p), 1, "protected") for p in policy.protected_paths]
     for path, _rank, intent in sorted(intents, key=lambda i: (depth(i[0]), i[1], i[0])):
@@ -288,7 +289,7 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
         else:
             planner.keep_read_only(path, intent)
     for path in kept:
-        if (any(_within(path, m) for m in masks) and path not in planner.entries
+        if (any(path_within(path, m) for m in masks) and path not in planner.entries
                 and _is_dir(facts.of(path)) and not planner.writable_at(path)):
             planner.add("read-only", path, "this run's own state, shown again over the mask of its directory")
     _show(planner, policy)
@@ -310,22 +311,19 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str], facts: MountFacts
     the rest would take more mounts than it saves.  Even one hidden entry is
     worth it: an entry removed between the listing and the mounts (another
     session ending) would make a namespace sandbox fail to mount it."""
-    by_parent: dict[str, int] = {}
-    for path in hidden:
-        parent = os.path.dirname(path)
-        if parent in facts.listings and parent not in masked:
-            by_parent[parent] = by_parent.get(parent, 0) + 1
+    by_parent = {parent: count for parent, count in hidden_per_directory(hidden).items()
+                 if parent in facts.listings and parent not in masked}
     hidden_set, root_set = frozenset(hidden), frozenset(roots)
     out: dict[str, tuple[int, list[str]]] = {}
     for parent, count in by_parent.items():
-        if any(_within(parent, r) for r in roots):
+        if any(path_within(parent, r) for r in roots):
             continue
         others = [os.path.join(parent, n) for n in facts.listings[parent]]
         others = [k for k in others if k not in hidden_set]
         if any(facts.of(k).kind == "symlink" for k in others):
             continue
         shown = [k for k in others if k not in root_set or not _is_dir(facts.of(k))]
-        if 1 + len(shown) <= count:  # the roots are bound either way
+        if one_mask_pays(count, len(shown)):  # the roots are bound either way
             out[parent] = (count, shown)
     return out
 
@@ -333,14 +331,14 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str], facts: MountFacts
 def _private_tmp(planner: _Planner, policy: SandboxPolicy) -> None:
     """The session's directory at ``/tmp``, and the host's repository the
     workspace lies in shown again beneath it, read-only (git must find it)."""
-    if any(_within(TMP, str(r)) for r in policy.writable_roots) or planner.hidden_over(TMP, "private /tmp"):
+    if any(path_within(TMP, str(r)) for r in policy.writable_roots) or planner.hidden_over(TMP, "private /tmp"):
         return  # a root that holds /tmp is writable as the host's, searched like any root
     planner.entries[TMP] = MountEntry("private-tmp", TMP, "the session's private /tmp; the host's is not visible",
                                       str(policy.private_tmp))
     for shown in planner.facts.enclosing:
-        if depth(shown) <= depth(TMP) or not _within(shown, TMP):
+        if depth(shown) <= depth(TMP) or not path_within(shown, TMP):
             continue  # outside /tmp: visible (read-only) already
-        if any(_within(shown, str(r)) for r in policy.writable_roots):
+        if any(path_within(shown, str(r)) for r in policy.writable_roots):
             continue  # bound with its root, its git dir kept read-only by the protected paths
         if not planner.hidden_over(shown, "enclosing repository"):
             planner.add("read-only", shown, "the repository enclosing the workspace, read-only")
@@ -356,9 +354,9 @@ def _show(planner: _Planner, policy: SandboxPolicy) -> None:
     for path, why in wanted:
         if path in planner.entries or not _is_dir(planner.facts.of(path)):
             continue
-        if any(_within(path, h) for h in planner.hidden):
+        if any(path_within(path, h) for h in planner.hidden):
             continue  # hidden wins
-        if any(e.writable and _within(path, e.path) for e in planner.entries.values()):
+        if any(e.writable and path_within(path, e.path) for e in planner.entries.values()):
             continue  # visible through a writable bind already
         planner.add("show", path, why)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.policy_paths import is_within
+from dsh.sandbox.policy_paths import canonical, is_within
 
 #: The fix for an installation inside a writable root.
 INSTALL_FIX = (
@@ -39,10 +39,6 @@ _IMPORT_DIR_WORDS = ("a module planted there, such as dsh/__init__.py or sitecus
                      "the next start", IMPORT_DIR_FIX)
 
 
-def _real(path: Path | str) -> Path:
-    return Path(os.path.realpath(path))
-
-
 @functools.cache
 def install_paths() -> tuple[tuple[Path, str, bool], ...]:
     """Where this dsh-sandbox and its interpreter live (canonical): each path,
@@ -53,23 +49,23 @@ def install_paths() -> tuple[tuple[Path, str, bool], ...]:
     check runs at every workspace-write resolve.
     """
     found: list[tuple[Path, str, bool]] = [
-        (_real(sys.executable), "the Python interpreter running dsh-sandbox", False),
-        (_real(sys.prefix), "the Python environment (sys.prefix) of dsh-sandbox", False),
-        (_real(sys.base_prefix), "the Python installation (sys.base_prefix) of dsh-sandbox", False),
-        (_real(os.path.dirname(os.__file__)), "the standard library of dsh-sandbox's interpreter", True),
+        (canonical(sys.executable), "the Python interpreter running dsh-sandbox", False),
+        (canonical(sys.prefix), "the Python environment (sys.prefix) of dsh-sandbox", False),
+        (canonical(sys.base_prefix), "the Python installation (sys.base_prefix) of dsh-sandbox", False),
+        (canonical(os.path.dirname(os.__file__)), "the standard library of dsh-sandbox's interpreter", True),
     ]
     if sys.prefix != sys.base_prefix:
-        found.append((_real(Path(sys.prefix) / "bin"), "the scripts of dsh-sandbox's environment", True))
+        found.append((canonical(Path(sys.prefix) / "bin"), "the scripts of dsh-sandbox's environment", True))
     import site  # imported at start-up already: no cost
 
     sites = list(site.getsitepackages()) if hasattr(site, "getsitepackages") else []
     if site.ENABLE_USER_SITE and site.USER_SITE:
         sites.append(site.USER_SITE)
-    found += [(_real(p), "site-packages of dsh-sandbox's interpreter (.pth files there run at every start)", True)
+    found += [(canonical(p), "site-packages of dsh-sandbox's interpreter (.pth files there run at every start)", True)
               for p in sites]
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
         if os.path.isabs(entry):
-            found.append((_real(entry), "a PYTHONPATH entry of dsh-sandbox's interpreter", True))
+            found.append((canonical(entry), "a PYTHONPATH entry of dsh-sandbox's interpreter", True))
     found += [(path, what, True) for path, what in _package_paths()]
     # Every other import directory: ``python -m`` puts the working directory
     # first, and so do a relative or empty PYTHONPATH entry (made absolute
@@ -80,7 +76,7 @@ def install_paths() -> tuple[tuple[Path, str, bool], ...]:
     # nothing imports.
     known = {path for path, _what, _inner in found}
     for entry in filter(_names_a_directory, sys.path):
-        path = _real(os.path.abspath(entry or os.curdir))
+        path = canonical(os.path.abspath(entry or os.curdir))
         if path not in known:
             found.append((path, IMPORT_DIR, False))
     return tuple(dict.fromkeys(found))
@@ -94,7 +90,7 @@ def _package_paths() -> list[tuple[Path, str]]:
     out: list[tuple[Path, str]] = []
     for entry in filter(_names_a_directory, getattr(dsh, "__path__", ())):
         top = Path(entry)
-        out.append((_real(top), "the dsh-sandbox package"))
+        out.append((canonical(top), "the dsh-sandbox package"))
         try:
             subpackages = [Path(e.path) for e in os.scandir(top) if e.is_dir() and not e.name.startswith("__")]
         except OSError:
@@ -102,7 +98,7 @@ def _package_paths() -> list[tuple[Path, str]]:
         for sub in subpackages:
             init = sub / "__init__.py"
             if os.path.islink(init):
-                out.append((_real(init).parent, "the dsh-sandbox sources (linked by its editable install)"))
+                out.append((canonical(init).parent, "the dsh-sandbox sources (linked by its editable install)"))
     return out
 
 

@@ -123,18 +123,14 @@ def log_dir_refusal(run_homes: Iterable[Path] = (), environ: Mapping[str, str] =
     log = dsh_home(environ)
     if log is None:
         return None
-    real = _real(log)
-    places = [*_run_dirs(environ, os.geteuid()), *((_real(h), "a sandbox HOME") for h in run_homes)]
+    real = canonical(log)
+    places = [*_run_dirs(environ, os.geteuid()), *((canonical(h), "a sandbox HOME") for h in run_homes)]
     for path, holds in places:
         if is_within(real, path):
             return (f"DSH_HOME {log}: {real} lies inside {path} ({holds}), where sandboxed commands write, so a "
                     "run could forge the escalation log or the record of denied runs; set DSH_HOME to a "
                     "directory outside it, e.g. ~/.dsh")
     return None
-
-
-def _real(path: Path | str) -> Path:
-    return Path(os.path.realpath(path))
 
 
 def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
@@ -147,7 +143,7 @@ def _run_dirs(environ: Mapping[str, str], uid: int) -> list[tuple[Path, str]]:
     # moment ago (``state_places.recorded``): walking each again, on every
     # call of a run's planning, was most of the cost of a short run.
     judged = set(state_places.recorded(uid))
-    return [(path if path in judged else _real(path), holds) for path, holds in _raw_run_dirs(environ, uid)
+    return [(path if path in judged else canonical(path), holds) for path, holds in _raw_run_dirs(environ, uid)
             if path in judged or not os.path.islink(path)]
 
 
@@ -194,7 +190,7 @@ def state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = None) 
     out = list(run_state_dirs(environ, uid))
     for base in (environ.get("XDG_CONFIG_HOME", ""), os.path.join(environ.get("HOME", ""), ".config")):
         if os.path.isabs(base):
-            out.append((_real(Path(base) / "dsh-sandbox"), "the configuration"))
+            out.append((canonical(Path(base) / "dsh-sandbox"), "the configuration"))
     return tuple(dict.fromkeys(out))
 
 
@@ -205,7 +201,7 @@ def run_state_dirs(environ: Mapping[str, str] = os.environ, uid: int | None = No
     out = _run_dirs(environ, os.geteuid() if uid is None else uid)
     log_dir = dsh_home(environ)
     if log_dir is not None and not os.path.islink(log_dir):
-        out.append((_real(log_dir), "the escalation log"))
+        out.append((canonical(log_dir), "the escalation log"))
     return tuple(dict.fromkeys(out))
 
 
@@ -299,7 +295,7 @@ def _make_state_dirs(kept: frozenset[str], environ: Mapping[str, str]) -> None:
     if log_dir is not None:
         wanted.append((log_dir, "the escalation log"))
     for top, holds in wanted:
-        real = _real(top)
+        real = canonical(top)
         if os.path.lexists(top) or any(is_within(real, r) or is_within(r, real) for r in roots):
             continue
         try:

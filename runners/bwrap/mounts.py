@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NoReturn
 
 from dsh.sandbox import mount_plan
 from dsh.sandbox.errors import SandboxUnavailable
@@ -103,17 +103,19 @@ def _refuse_too_deep(entries: list[MountEntry]) -> None:
     the depth (400 levels: seconds; 1500: minutes), and past ``PATH_MAX`` the
     kernel refuses the mount.  A command can make such a tree; the next run
     says so and runs nothing, rather than stalling or failing midway."""
-    if not entries:
-        return
-    deepest = max(entries, key=lambda e: (depth(e.path), len(e.path)))
-    levels, size = depth(deepest.path), len(os.fsencode(deepest.path))
-    if levels > MAX_DEPTH or size >= _PATH_MAX:
-        path = deepest.path
-        shown = path if len(path) <= 160 else f"{path[:80]}...{path[-60:]}"
-        raise SandboxUnavailable(
-            f"the path {shown} ({deepest.why}) lies {levels} directories deep ({size} bytes); "
-            f"bwrap mounts every directory above a path it keeps read-only, and more than {MAX_DEPTH} levels "
-            f"(or {_PATH_MAX} bytes) would stall it for minutes; nothing ran: remove or flatten that tree, or run "
-            "with another runner (--runner landlock)",
-            runner="bwrap",
-        )
+    for entry in entries:
+        levels, size = depth(entry.path), len(os.fsencode(entry.path))
+        if levels > MAX_DEPTH or size >= _PATH_MAX:
+            _refuse(entry, levels, size)
+
+
+def _refuse(entry: MountEntry, levels: int, size: int) -> NoReturn:
+    path = entry.path
+    shown = path if len(path) <= 160 else f"{path[:80]}...{path[-60:]}"
+    raise SandboxUnavailable(
+        f"the path {shown} ({entry.why}) lies {levels} directories deep ({size} bytes); "
+        f"bwrap mounts every directory above a path it keeps read-only, and more than {MAX_DEPTH} levels "
+        f"(or {_PATH_MAX} bytes) would stall it for minutes; nothing ran: remove or flatten that tree, or run "
+        "with another runner (--runner landlock)",
+        runner="bwrap",
+    )

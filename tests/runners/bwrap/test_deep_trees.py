@@ -101,3 +101,24 @@ def test_the_mounts_travel_by_fd_not_by_argv(base: Path) -> None:
     finally:
         launch.cleanup()
         ctx.close()
+
+
+def test_every_kept_path_is_held_to_both_limits_not_only_the_deepest() -> None:
+    # A shallow path of PATH_MAX bytes beside a deeper, shorter one: the
+    # refusal must name the long one, not let bwrap fail on its mount.
+    from dsh.runners.bwrap.mounts import translate
+    from dsh.sandbox.errors import SandboxUnavailable
+    from dsh.sandbox.mount_plan import MountEntry, MountPlan
+
+    deep = "/w" + "/d" * 120
+    long = "/w/" + "/".join(["n" * 250] * 17)
+    assert len(long) >= 4096 and deep.count("/") > long.count("/")
+    ok = MountPlan((MountEntry("writable", "/w", "workspace"), MountEntry("read-only", deep, "protected")))
+    assert [m.path for m in translate(ok).mounts] == ["/w", deep]
+    for entries in ([deep, long], [long, deep]):
+        plan = MountPlan((MountEntry("writable", "/w", "workspace"),
+                          *(MountEntry("read-only", p, "protected") for p in entries)))
+        with pytest.raises(SandboxUnavailable, match="directories deep") as refused:
+            translate(plan)
+        assert "4" in str(refused.value) and "bytes" in str(refused.value)
+        assert "nnnn...nnnn" in str(refused.value)
