@@ -120,16 +120,17 @@ def one_mask_pays(hidden: int, shown: int) -> bool:
     return 1 + shown <= hidden
 
 
-def path_fact(path: str, uid: int, parent_real: str | None = None) -> PathFact:
+def path_fact(path: str, uid: int | None, parent_real: str | None = None) -> PathFact:
     """``path`` as it is now.  ``parent_real``: its directory's canonical
-    form, when known: then only a symlink here needs a full resolve."""
+    form, when known: then only a symlink here needs a full resolve.
+    ``uid``: the command's, ``None`` when unknown (then no link is fixed)."""
     try:
         st = os.lstat(path)
     except OSError:
         st = None
     if st is not None and stat.S_ISLNK(st.st_mode):
         # A link swapped back and forth meanwhile: a clean refusal, not EINVAL.
-        return PathFact("symlink", str(canonical(path)), fixed_symlink(path, uid))
+        return PathFact("symlink", str(canonical(path)), uid is not None and fixed_symlink(path, uid))
     if parent_real is None or path == "/":
         real = str(canonical(path))
     else:
@@ -145,7 +146,7 @@ def path_fact(path: str, uid: int, parent_real: str | None = None) -> PathFact:
     return PathFact("file" if stat.S_ISREG(st.st_mode) else "other", real)
 
 
-def _facts_of(wanted: Iterable[str], uid: int, into: dict[str, PathFact]) -> None:
+def _facts_of(wanted: Iterable[str], uid: int | None, into: dict[str, PathFact]) -> None:
     """Facts of every path in ``wanted`` and of each directory above it,
     shallowest first, so each path's canonical form builds on its parent's."""
     todo: set[str] = set()
@@ -184,10 +185,11 @@ def plan_roots(policy: SandboxPolicy) -> list[str]:
     return [str(p) for p in policy.writable_roots]
 
 
-def gather_facts(policy: SandboxPolicy, uid: int) -> MountFacts:
+def gather_facts(policy: SandboxPolicy, uid: int | None) -> MountFacts:
     """Everything ``plan_mounts`` will ask about ``policy``'s paths, as it is now.
 
-    ``uid`` is the command's: a symlink it cannot replace is no gap.
+    ``uid`` is the command's: a symlink it cannot replace is no gap
+    (``None``, unknown: every symlink it could reach is one).
     """
     paths: dict[str, PathFact] = {}
     wanted: set[str] = {str(policy.workspace), *(str(r) for r in policy.writable_roots)}

@@ -39,6 +39,7 @@ from dsh.sandbox.policy_paths import (
     sorted_paths,
     system_dir_reason,
 )
+from dsh.sandbox.policy_roots import flag_root, gather_roots, profile_paths
 from dsh.sandbox.private_tmp import SHARED, PrivateTmp
 from dsh.sandbox.profile_schema import degradation_problem
 from dsh.sandbox.profiles import Profile, load_profile
@@ -50,7 +51,7 @@ from dsh.sandbox.protected_scan import (
     git_dirs_of,
     protected_from,
 )
-from dsh.sandbox.root_checks import add_root, refuse_dangerous_roots, refuse_non_directory, refuse_overlaps
+from dsh.sandbox.root_checks import refuse_dangerous_roots, refuse_overlaps
 from dsh.sandbox.sandbox_home import PER_WORKSPACE, resolve_home, workspace_home
 from dsh.sandbox.trusted_changes import (
     Baseline,
@@ -121,7 +122,7 @@ class PolicyService(Service):
         # The workspace is fixed for the session: resolved and held once.
         self._workspace_pin = self._check_workspace(shown, self._workspace_written)
         self._workspace = self._workspace_pin.path
-        flag_roots = [(f"--writable {raw}", self._check_flag_root(raw).path) for raw in cfg.writable]
+        flag_roots = [(f"--writable {raw}", flag_root(self._pins, raw).path) for raw in cfg.writable]
         self._forced = self._forced_roots()
         if self._default_mode is SandboxMode.WORKSPACE_WRITE:
             # Before the sandbox HOME is made: a refused run leaves nothing
@@ -159,17 +160,6 @@ class PolicyService(Service):
         if not pin.is_dir:
             raise ConfigError(f"workspace: {shown} is a file, not a directory; pass --workspace DIR")
         return pin
-
-    def _check_flag_root(self, raw: str) -> Resolved:
-        expanded = expand(raw)
-        if expanded is None:
-            raise ConfigError(
-                f"--writable {raw}: names an unset environment variable; set it or pass the directory itself"
-            )
-        # Relative to the cwd, as a shell user means it.
-        resolved = self._pins.walk(f"--writable {raw}", raw, Path.cwd() / expanded)
-        refuse_non_directory(f"--writable {raw}", resolved)
-        return resolved
 
     @functools.cached_property
     def _home(self) -> Path | None:
@@ -305,10 +295,12 @@ class PolicyService(Service):
         if enclosing is not None:
             protected |= kept_read_only(enclosing, [path for _label, path in roots])
             protected |= named_by_config(enclosing, [path for _label, path in roots])
-        read_only_resolved = self._paths("read_only_paths", profile.read_only_paths)
+        read_only_resolved = profile_paths(self._pins, profile, "read_only_paths", profile.read_only_paths,
+                                           self._workspace_pin)
         read_only = [r.path for r in read_only_resolved]
         # A missing hidden path holds nothing to hide (runners mask what exists).
-        hidden_resolved = [r for r in self._paths("hidden_paths", profile.hidden_paths) if r.pin is not None]
+        hidden_resolved = [r for r in profile_paths(self._pins, profile, "hidden_paths", profile.hidden_paths,
+                                                    self._workspace_pin) if r.pin is not None]
         hidden = [r.path for r in hidden_resolved]
         pins += [r.pin for r in (*read_only_resolved, *hidden_resolved) if r.pin is not None]
         # Other workspaces' HOMEs and every session's spill files: never this run's to read.
@@ -386,41 +378,14 @@ class PolicyService(Service):
     def _writable_roots(
         self, *, refuse: bool
     ) -> tuple[list[tuple[str, Path]], list[Path], list[Path], list[Pin]]:
-        """Workspace, profile roots, flag roots, the sandbox HOME, and /tmp +
-        $TMPDIR when shared.
+        """``policy_roots.gather_roots`` for this profile, refusing dangerous roots when ``refuse``.
 
         Returns the roots with a label naming where each came from (for errors),
         the missing ones, the roots links are checked against, and the pins of
-        the roots.  Each root is resolved by one walk (``pins.walk``) that
-        refuses a symlink on the way that a sandboxed command could have
-        planted (whatever the roots of the run that planted it were, unless it
-        lies in a system directory), and ends holding the directory it checked.
-        Refuses dangerous roots (when ``refuse``).
+        the roots.
         """
-        written: list[tuple[str, Resolved]] = [("workspace", Resolved(self._workspace, self._workspace_pin))]
-        missing: list[Path] = []
-        for raw in self._profile.writable_roots:
-            expanded = expand(raw)
-            if expanded is None:
-                missing.append(Path(raw))  # an unset variable: reported, never guessed
-                continue
-            label = f"profile {self._profile.name}: writable_roots entry {raw!r}"
-            # Relative to the workspace: from the directory held, not its name.
-            resolved = self._pins.walk(label, raw, Path(expanded), base=self._workspace_pin)
-            refuse_non_directory(label, resolved)
-            add_root(written, missing, label, resolved)
-        if self._home is not None:
-            label = f"profile {self._profile.name}: home"
-            home_raw = self._profile.home or str(self._home)
-            add_root(written, missing, label, self._pins.walk(label, home_raw, self._home))
-        for raw in self.config.writable:
-            # As a profile's entry: a missing one is reported, never created.
-            add_root(written, missing, f"--writable {raw}", self._check_flag_root(raw))
-        if not self._profile.exclude_tmp and self._profile.tmp == SHARED:
-            for name, raw_tmp in (("/tmp", "/tmp"), ("$TMPDIR", os.environ.get("TMPDIR"))):
-                if raw_tmp:
-                    label = f"{name} ({raw_tmp})"
-                    add_root(written, missing, label, self._pins.walk(label, raw_tmp, Path.cwd() / raw_tmp))
+        workspace = Resolved(self._workspace, self._workspace_pin)
+        written, missing = gather_roots(self._pins, self._profile, workspace, self._home, self.config.writable)
         roots = [(label, resolved.path) for label, resolved in written]
         if refuse:
             refuse_dangerous_roots(roots, own_home=self._own_home, forced=self._forced)
@@ -428,17 +393,3 @@ class PolicyService(Service):
         # A system directory never becomes a root (refused above in
         # workspace-write): what lies under it is not the command's doing.
         return roots, missing, [path for _label, path in roots if root_refusal(path)[1]], pins
-
-    def _paths(self, key: str, raws: Iterable[str]) -> list[Resolved]:
-        out: list[Resolved] = []
-        for raw in raws:
-            expanded = expand(raw)
-            if expanded is None:
-                # Failing closed: a path we cannot name cannot be hidden or kept read-only.
-                raise ConfigError(
-                    f"profile {self._profile.name}: {key} entry {raw!r} names an unset "
-                    "environment variable; set it or change the profile"
-                )
-            label = f"profile {self._profile.name}: {key} entry {raw!r}"
-            out.append(self._pins.walk(label, raw, Path(expanded), base=self._workspace_pin))
-        return out

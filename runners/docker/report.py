@@ -3,7 +3,6 @@ and the plan ``profile explain`` prints.  Pure: values in, text out."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,7 +11,6 @@ from dsh.runners.docker.spec import (
     PIDS_OVERHEAD,
     ContainerSpec,
     mount_points_below,
-    symlinked_protected,
 )
 from dsh.runners.linux.seccomp import FILE_RULES_TEXT
 from dsh.sandbox.modes import SandboxMode
@@ -41,11 +39,7 @@ def daemon_gaps(policy: SandboxPolicy, spec: ContainerSpec, *, user: str, info: 
     if below:
         gaps.append(Gap("docker-ro-submounts", "host mounts inside read-only binds stay "
                      f"writable (daemon API < 1.44 has no recursive read-only): {below[:3]}"))
-    uid = user.split(":")[0]
-    for path in symlinked_protected(policy, int(uid) if uid.isdigit() else None):
-        gaps.append(Gap("docker-protected-symlink", f"protected path {path} is a symlink (or goes "
-                     f"through one) inside a writable root: its target {os.path.realpath(path)} "
-                     "is read-only, but the link can be replaced (a bind cannot cover a symlink)"))
+    gaps += spec.gaps
     if spec.seccomp_profile is None:
         gaps.append(Gap("docker-syscall-filter", f"no seccomp table for the daemon's machine "
                      f"{spec.syscall_machine}: keyrings, io_uring, AF_VSOCK, netlink and unix "

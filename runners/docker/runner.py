@@ -35,7 +35,9 @@ from dsh.runners.docker.spec import (
     ContainerSpec,
     build_spec,
     container_env,
+    create_error,
     limits_hint,
+    parse_size,
 )
 from dsh.runners.docker.strays import take_back_from
 from dsh.runners.docker.verify import (
@@ -50,7 +52,7 @@ from dsh.runners.docker.warm import Warm, daemon_is_local, identities, pin_binds
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
-from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count, processes
+from dsh.sandbox.numeric import processes
 from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import (
@@ -71,28 +73,6 @@ OPTIONS = ("image", "memory", "pids", "user")
 DEFAULT_MEMORY = "2g"
 DEFAULT_PIDS = 1024
 KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 86400; done"]
-_SIZE = re.compile(r"^(\d+)\s*([kmg]?)i?b?$", re.IGNORECASE)
-
-
-def parse_size(value: object, *, field: str) -> int | None:
-    if value is None:
-        return None
-    text = str(value).strip()
-    match = _SIZE.match(text) if not isinstance(value, bool) else None
-    if match is None:
-        raise ConfigError(f"docker runner {field}: {value!r} is not a size; use bytes or e.g. 512m, 2g")
-    size: int = int(match.group(1)) * 1024 ** " kmg".index((match.group(2) or " ").lower())
-    return byte_count(f"docker runner {field}", size, low=MIN_MEMORY_BYTES)
-
-
-def _create_error(spec: ContainerSpec, exc: Exception) -> str:
-    """Our message for the daemon's refusal to create a container."""
-    text = str(exc)
-    if "bind source path does not exist" in text:
-        path = text.split("bind source path does not exist:", 1)[-1].strip().rstrip(")\"' ")
-        return (f"cannot create the container: the path {path} it binds disappeared while it was made "
-                "(removed by another session's cleanup, or by you); nothing ran, retry")
-    return f"cannot create the container{limits_hint(spec, exc)}: {exc}"
 
 
 class DockerRunner(Runner):
@@ -335,13 +315,12 @@ class DockerRunner(Runner):
                         expected: dict[str, tuple[int, int]]) -> Warm:
         from docker.errors import DockerException
 
-        protected = [m.target for m in spec.mounts if m.why.startswith("protected")]
         # Label every placeholder of this runner the container binds, so a prune
         # after a crash removes them even if an earlier container made them.
         with self._lock:
-            ours = sorted(t for t in protected if t in self._placeholders)
+            ours = sorted(t for t in spec.placeholders if t in self._placeholders)
         labels = {**dc.owner_labels(), dc.LABEL_PLACEHOLDERS: json.dumps(ours),
-                  dc.LABEL_PROTECTED: json.dumps(protected)}
+                  dc.LABEL_PROTECTED: json.dumps([m.target for m in spec.mounts if m.kind == "bind" and m.read_only])}
         name = f"dsh-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         check_sources(spec, expected)
         pinned, pin_fds = pin_binds(spec)
@@ -351,7 +330,7 @@ class DockerRunner(Runner):
         except DockerException as exc:
             for fd in pin_fds:
                 os.close(fd)
-            raise SandboxUnavailable(_create_error(spec, exc), runner=self.name) from None
+            raise SandboxUnavailable(create_error(spec, exc), runner=self.name) from None
         warm = Warm(container.id, name, spec, pinned, pin_fds, dict(expected))
         try:
             self._keeper.add(container.id)

@@ -1,55 +1,31 @@
-"""From a ``SandboxPolicy`` to the shape of the warm container (pure, no daemon).
+"""From a ``SandboxPolicy`` to the shape of the warm container (no daemon).
 
 The container is what enforces the mode, so everything that shapes it (mode,
-roots, protected and hidden paths, network, limits) is decided here, once per
-distinct shape; ``ContainerSpec`` doubles as the key the runner caches its
-containers by.
-
-Paths: binds keep the host path (the workspace is at the same path inside),
-so cwd and absolute paths mean the same thing on both sides.  Only the
-workspace, the writable roots (the session's private temporary directory
-among them: ``$TMPDIR`` names it) and, read-only, the git repository
-enclosing the workspace and the user's ``~/.gitconfig`` (which
-``GIT_CONFIG_GLOBAL`` names) are visible; the rest of the host does not exist
-in the container, which is stricter than the local runners' read-only.  The
-container's ``/tmp`` is its own tmpfs, never the host's.
+mounts, network, limits) is decided here, once per distinct shape;
+``ContainerSpec`` doubles as the key the runner caches its containers by.
+Its mounts are the core mount plan translated (``mounts``): only what the
+container binds exists in it, which is stricter than the local runners'
+read-only host.
 """
 
 from __future__ import annotations
 
-import os
 import platform
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from dsh.runners.docker.mounts import CONTROL_DIR, MountSpec, container_view, placeholders
 from dsh.runners.linux.mount_check import mount_table
 from dsh.runners.linux.seccomp_docker import container_profile
-from dsh.sandbox.enclosing_repo import enclosing_repository as core_enclosing_repository
-from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_paths import fixed_symlink, git_dirs, system_dir_reason
+from dsh.sandbox.runner import Gap
 
-PRIVATE_TMP = Path("/tmp")
-# Where each exec's wrapper records its pid for the kill script (a tmpfs).
-CONTROL_DIR = "/run/dsh-sandbox"
-_RESERVED = (Path("/"), Path("/proc"), Path("/sys"), Path("/dev"), Path(CONTROL_DIR))
-
-
-@dataclass(frozen=True)
-class MountSpec:
-    target: str
-    kind: Literal["bind", "tmpfs"]
-    read_only: bool
-    source: str | None = None  # bind only
-    why: str = ""
-    exec_ok: bool = False  # tmpfs only: Docker mounts a tmpfs noexec unless told otherwise
-
-    def describe(self) -> str:
-        access = "ro" if self.read_only else "rw"
-        what = f"bind {self.source}" if self.kind == "bind" else "tmpfs"
-        return f"{self.target}: {what} ({access}){' - ' + self.why if self.why else ''}"
+__all__ = ["CONTROL_DIR", "ContainerSpec", "MountSpec", "build_spec", "container_env", "mount_points_below"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +44,9 @@ class ContainerSpec:
     # The daemon's machine (``uname -m``) for the seccomp profile of a
     # constrained mode; ``None``: Docker's default profile (danger-full-access).
     syscall_machine: str | None = None
+    #: What of the policy no bind can hold (a protected path behind a link the
+    #: command can replace); not part of the container's shape.
+    gaps: tuple[Gap, ...] = field(default=(), compare=False)
 
     @property
     def seccomp_profile(self) -> str | None:
@@ -108,69 +87,6 @@ class ContainerSpec:
         return kwargs
 
 
-def _under(path: Path, root: Path) -> bool:
-    return path == root or root in path.parents
-
-
-def _highest_missing(path: Path, root: Path) -> Path:
-    """The outermost missing ancestor of ``path`` strictly inside ``root``."""
-    missing = path
-    for parent in path.parents:
-        if parent == root or not _under(parent, root) or parent.exists():
-            break
-        missing = parent
-    return missing
-
-
-def _pin_ancestors(mounts: dict[str, MountSpec], rw_roots: list[Path]) -> None:
-    """Bind every directory between a writable root and a deeper mount onto itself.
-
-    A mount point cannot be renamed (EBUSY), but the directories above it can,
-    and the mount moves with them: ``mv sub sub2 && mkdir -p sub/.git/hooks``
-    would leave the host a fresh, unprotected ``sub/.git`` where the protected
-    one was, and a workspace bound inside a writable root could be moved aside
-    the same way.  Pinned, none of them can.
-    """
-    for target in [Path(t) for t in list(mounts)]:
-        root = next((r for r in rw_roots if target != r and _under(target, r)), None)
-        if root is None:
-            continue
-        for parent in target.parents:
-            if parent == root or not _under(parent, root):
-                break
-            key = str(parent)
-            if key not in mounts and parent.is_dir() and not parent.is_symlink():
-                mounts[key] = MountSpec(key, "bind", False, key, f"pin: keeps {target} from being renamed away")
-
-
-def enclosing_repository(workspace: Path) -> list[Path]:
-    """The work tree of the git repository the workspace lies in (strictly above
-    it), and the git dirs its ``.git`` file points to outside it: bound
-    read-only, so ``git status`` and ``git log`` work in a workspace that is a
-    subdirectory of a checkout.  Never the home directory or a system
-    directory (a dotfiles repository would put all of ``~`` in the container).
-    """
-    repo = core_enclosing_repository(workspace)
-    if repo is not None:
-        if repo.top in _RESERVED or system_dir_reason(repo.top) is not None:
-            return []
-        return list(repo.paths())
-    # The workspace is a repository's top itself: only a git dir elsewhere is missing.
-    return [d for d in git_dirs(workspace / ".git") if not _under(d, workspace)]
-
-
-def global_git_config(policy: SandboxPolicy) -> Path | None:
-    """The user's ``~/.gitconfig`` that ``GIT_CONFIG_GLOBAL`` names when the
-    command has a sandbox HOME (``sandbox_home.home_env``): bound read-only so
-    git finds the user's name and settings, as on the local runners."""
-    if policy.home is None or policy.mode is SandboxMode.DANGER_FULL_ACCESS:
-        return None
-    path = Path(os.path.expanduser("~")) / ".gitconfig"
-    if not path.is_file() or any(_under(path, h) for h in policy.hidden_paths):
-        return None
-    return path
-
-
 def container_env(env: dict[str, str], spec: ContainerSpec) -> dict[str, str]:
     """``env`` without a ``GIT_CONFIG_GLOBAL`` the container cannot read
     (git would then fail on it rather than fall back to HOME's)."""
@@ -180,102 +96,24 @@ def container_env(env: dict[str, str], spec: ContainerSpec) -> dict[str, str]:
     return env
 
 
-def symlinked_protected(policy: SandboxPolicy, uid: int | None) -> list[Path]:
-    """Protected paths inside a writable root reached through a symlink there: the
-    target is bound read-only, but the link itself can be replaced (a bind
-    cannot be placed on a symlink) unless the container's ``uid`` (``None``:
-    a user name, unknown here) cannot touch it (``fixed_symlink``)."""
-    if policy.mode is not SandboxMode.WORKSPACE_WRITE:
-        return []
-    roots = [policy.workspace, *policy.writable_roots]
-    out: list[Path] = []
-    for path in (*policy.protected_paths, *policy.read_only_paths):
-        root = next((r for r in roots if path != r and _under(path, r)), None)
-        if root is not None and os.path.realpath(path) != str(path) and os.path.lexists(path):
-            if uid is None or not fixed_symlink(path, uid):
-                out.append(path)
-    return out
-
-
 def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
                memory: int | None, machine: str | None = None) -> ContainerSpec:
-    mode = policy.mode
-    writable = mode is not SandboxMode.READ_ONLY
-    mounts: dict[str, MountSpec] = {
-        CONTROL_DIR: MountSpec(CONTROL_DIR, "tmpfs", False, why="exec pid files for kill"),
-        # Read-only means no writes anywhere, the container's own /tmp included.
-        # Builds and test suites run what they write to /tmp, as on the host.
-        str(PRIVATE_TMP): MountSpec("/tmp", "tmpfs", not writable, exec_ok=True,
-                                    why="private, not the host's /tmp"),
-    }
-    roots: list[Path] = [policy.workspace]
-    if writable:
-        roots += [r for r in policy.writable_roots if r not in roots]
-    elif policy.home is not None:
-        roots.append(policy.home)  # HOME names it: visible, read-only like the workspace
-    # Hidden wins over every other rule: nothing is bound at or below a hidden
-    # path, or the bind would put its contents back on top of the mask.
-    hidden = list(policy.hidden_paths) if mode is not SandboxMode.DANGER_FULL_ACCESS else []
-    roots = [r for r in roots if not any(_under(r, h) for h in hidden)]
-    rw_roots: list[Path] = []
-    for root in roots:
-        if root in _RESERVED:
-            raise SandboxUnavailable(f"{root} cannot be bind-mounted into a container; "
-                                     "remove it from the profile's writable roots", runner="docker")
-        if root == PRIVATE_TMP:
-            continue  # served by the container's private /tmp tmpfs
-        if not root.exists():
-            if root == policy.workspace:
-                raise SandboxUnavailable(f"workspace {root} does not exist", runner="docker")
-            continue
-        if any(_under(root, other) for other in rw_roots):
-            continue  # already visible through an enclosing writable root
-        if writable:
-            rw_roots.append(root)
-        why = "workspace" if root == policy.workspace else "sandbox home" if root == policy.home else "writable root"
-        mounts[str(root)] = MountSpec(str(root), "bind", not writable, str(root), why)
-    for repo in enclosing_repository(policy.workspace):
-        if str(repo) not in mounts and not any(_under(repo, h) for h in hidden) and repo.is_dir():
-            # Read-only under the workspace's own (deeper, writable) bind.
-            mounts[str(repo)] = MountSpec(str(repo), "bind", True, str(repo), "the enclosing git repository")
-    config = global_git_config(policy)
-    if config is not None and str(config) not in mounts:
-        mounts[str(config)] = MountSpec(str(config), "bind", True, str(config),
-                                        "GIT_CONFIG_GLOBAL: the user's git settings")
-    placeholders: list[str] = []
-    if mode is not SandboxMode.DANGER_FULL_ACCESS:
-        for path in (*policy.protected_paths, *policy.read_only_paths):
-            enclosing = next((r for r in rw_roots if _under(path, r)), None)
-            if enclosing is None or any(_under(path, h) for h in hidden):
-                continue  # read-only, hidden or invisible already
-            target = path
-            why = "protected path"
-            if not path.exists():
-                target = _highest_missing(path, enclosing)
-                placeholders.append(str(target))
-                why = f"protected path (missing: an empty read-only placeholder blocks {path.name})"
-            mounts[str(target)] = MountSpec(str(target), "bind", True, str(target), why)
-        for path in hidden:
-            if not any(_under(path, Path(m.target)) for m in mounts.values() if m.kind == "bind"):
-                continue  # not mounted at all: invisible
-            if path.is_dir():
-                mounts[str(path)] = MountSpec(str(path), "tmpfs", True, why="hidden (empty tmpfs)")
-            elif path.exists():
-                mounts[str(path)] = MountSpec(str(path), "bind", True, os.devnull, "hidden (/dev/null)")
-        _pin_ancestors(mounts, rw_roots)
+    """The container for ``policy``: the core mount plan of the filesystem as it is now, translated."""
+    mounts, plan = container_view(policy, user)
     limits = policy.limits
-    full = mode is SandboxMode.DANGER_FULL_ACCESS
+    full = policy.mode is SandboxMode.DANGER_FULL_ACCESS
     return ContainerSpec(
         image=image,
         user=user,
-        mounts=tuple(sorted(mounts.values(), key=lambda m: (m.target.count("/"), m.target))),
+        mounts=mounts,
         network_mode="host" if policy.network or full else "none",
         read_only_root=not full,
         pids_limit=_with_own_processes(limits.max_processes if limits.max_processes is not None else pids),
         mem_limit=limits.max_memory_bytes if limits.max_memory_bytes is not None else memory,
         fsize_limit=limits.max_file_size_bytes,
-        placeholders=tuple(sorted(set(placeholders))),
+        placeholders=placeholders(mounts),
         syscall_machine=None if full else machine or platform.machine(),
+        gaps=plan.gaps_for("docker"),
     )
 
 
@@ -324,3 +162,27 @@ def limits_hint(spec: ContainerSpec, exc: BaseException) -> str:
         return ""
     return (f" under its limits ({', '.join(named)}): raise them in the profile's [limits] "
             "or the docker runner's memory/pids options")
+
+
+_SIZE = re.compile(r"^(\d+)\s*([kmg]?)i?b?$", re.IGNORECASE)
+
+
+def parse_size(value: object, *, field: str) -> int | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    match = _SIZE.match(text) if not isinstance(value, bool) else None
+    if match is None:
+        raise ConfigError(f"docker runner {field}: {value!r} is not a size; use bytes or e.g. 512m, 2g")
+    size: int = int(match.group(1)) * 1024 ** " kmg".index((match.group(2) or " ").lower())
+    return byte_count(f"docker runner {field}", size, low=MIN_MEMORY_BYTES)
+
+
+def create_error(spec: ContainerSpec, exc: Exception) -> str:
+    """Our message for the daemon's refusal to create a container."""
+    text = str(exc)
+    if "bind source path does not exist" in text:
+        path = text.split("bind source path does not exist:", 1)[-1].strip().rstrip(")\"' ")
+        return (f"cannot create the container: the path {path} it binds disappeared while it was made "
+                "(removed by another session's cleanup, or by you); nothing ran, retry")
+    return f"cannot create the container{limits_hint(spec, exc)}: {exc}"

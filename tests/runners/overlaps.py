@@ -43,25 +43,21 @@ def cases() -> list[Case]:
     return [*nested, *missing, *same]
 
 
-def effective(case: Case, *, nested_roots: bool) -> list[tuple[str, int]]:
-    """(kind, depth) of each rule that applies; a missing inner hidden or writable path is no rule.
-
-    ``nested_roots=False``: a writable root inside a protected or read-only path
-    stays read-only (docker; the policy service refuses such a root anyway).
-    """
+def effective(case: Case) -> list[tuple[str, int]]:
+    """(kind, depth) of each rule that applies; a missing inner hidden or writable path is no rule."""
     out = [(case.outer, 1)]
     if case.same_path:
         out.append((case.inner, 1))
     elif case.inner_missing and case.inner in ("H", "W"):
         pass
-    elif nested_roots or not (case.inner == "W" and case.outer in ("P", "R")):
+    else:
         out.append((case.inner, 2))
     return out
 
 
-def expected(case: Case, target_depth: int, *, nested_roots: bool = True) -> str:
+def expected(case: Case, target_depth: int) -> str:
     """``hidden``, ``ro`` or ``rw`` for the file at depth 1 (``a/g``) or 2 (``a/b/f``)."""
-    covering = [(k, d) for k, d in effective(case, nested_roots=nested_roots) if d <= target_depth]
+    covering = [(k, d) for k, d in effective(case) if d <= target_depth]
     if any(k == "H" for k, _ in covering):
         return "hidden"
     if not covering:
@@ -110,11 +106,11 @@ exit 0
 """
 
 
-def check_host(case: Case, outer: Path, inner: Path, stdout: str, *, nested_roots: bool = True) -> list[str]:
+def check_host(case: Case, outer: Path, inner: Path, stdout: str) -> list[str]:
     """What differs from the model, judged from the host after the run."""
     problems: list[str] = []
     for depth, directory, name in ((1, outer, "g"), (2, inner, "f")):
-        want = expected(case, depth, nested_roots=nested_roots)
+        want = expected(case, depth)
         existed = depth == 1 or not case.inner_missing
         if existed:
             content = (directory / name).read_text()
@@ -129,7 +125,7 @@ def check_host(case: Case, outer: Path, inner: Path, stdout: str, *, nested_root
     visible = sum(
         1
         for depth in (1, 2)
-        if expected(case, depth, nested_roots=nested_roots) != "hidden" and (depth == 1 or not case.inner_missing)
+        if expected(case, depth) != "hidden" and (depth == 1 or not case.inner_missing)
     )
     if readable != visible:
         problems.append(f"{readable} secret files read, {visible} expected visible")

@@ -1,14 +1,15 @@
 """One mount plan for every runner: bwrap's and gVisor's translations are fed
 the same core plan and must mount exactly it, in its order; docker's container
-spec, which still plans for itself, is held to the same mounts on the same
-live layouts, so a fix the core plan has and docker lacks fails here.
+spec translates the same plan into binds inside what a container shows.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dsh.runners.bwrap.mounts import plan_mounts as bwrap_plan
@@ -125,35 +126,71 @@ def test_gvisor_mounts_exactly_the_core_plan(tmp_path: Path, layout: str) -> Non
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_core_plan_mounts_what_docker_binds(tmp_path: Path, layout: str) -> None:
-    """Docker shows only what it binds: every writable, read-only and hidden
-    entry of the core plan is a bind or mask of the container, and nothing
-    read-only beyond the plan's ``show`` entries.  Two differences are its own
-    and deliberate: a protected path behind a symlink is bound at the link's
-    path (the daemon resolves it inside the container), and ``/tmp`` is the
-    container's own tmpfs (read-only in read-only mode; the session's private
-    directory is bound at its own path, ``$TMPDIR``), not a ``private-tmp`` bind.
-    The masks of dsh-sandbox's state directories are for runners that put the
-    host underneath: a container never mounts them."""
-    from dsh.runners.docker.spec import build_spec
+def test_docker_mounts_exactly_the_one_plan_inside_what_it_shows(tmp_path: Path, layout: str) -> None:
+    """The same plan fed to docker's translation: a container has no host
+    underneath, so every writable, pinned and shown entry is a bind, and every
+    read-only path, placeholder and mask is mounted exactly where it lies
+    inside what the container shows; what lies outside is not in the
+    container at all, so it is left out.  ``/tmp`` is the container's own
+    tmpfs; the only mounts of docker's own are that, its control directory and
+    the user's git config."""
+    from dsh.runners.docker.mounts import CONTROL_DIR, translate
 
     base = Path(os.path.realpath(tmp_path))
     policy = _layouts(base)[layout]()
     facts = gather_facts(policy, os.geteuid())
     plan = plan_mounts(policy, facts)
-    state = set(facts.state_parents)
-    assert not any(e.path in state for e in plan.entries if not e.kind.startswith("mask")), plan.entries
-    spec = build_spec(policy, image="img", user="0:0", pids=None, memory=None, machine="x86_64")
-    binds = {(m.target, m.read_only) for m in spec.mounts if m.kind == "bind" and m.source != os.devnull}
-    masks = {m.target for m in spec.mounts if (m.kind == "tmpfs" and m.read_only) or m.source == os.devnull}
-    linked = {os.path.realpath(t): t for t, ro in binds if ro and os.path.realpath(t) != t}
+    mounts = {m.target: m for m in translate(policy, plan, facts)}
+    tops = [str(policy.workspace), *(str(r) for r in policy.writable_roots),
+            *([str(policy.home)] if policy.home else []), *facts.enclosing]
+    if plan.of_kind("private-tmp"):
+        tops.append("/tmp")
+    expected = {}
     for e in plan.entries:
-        if e.kind in ("writable", "pin"):
-            assert (e.path, False) in binds, e
-        elif e.kind in ("read-only", "placeholder", "show"):
-            assert (e.path, True) in binds or e.path in linked, e
-        elif e.kind in ("mask-dir", "mask-file") and e.path not in state:
-            assert e.path in masks, e
-    core_ro = {e.path for e in plan.entries if e.kind in ("read-only", "placeholder", "show")}
-    assert {t for t, ro in binds if ro} - core_ro - set(linked.values()) == set()
-    assert masks - {e.path for e in plan.entries if e.kind.startswith("mask")} <= {"/tmp"}
+        inside = any(e.path == t or e.path.startswith(t + "/") for t in tops)
+        if e.path == "/tmp" or (e.kind not in ("writable", "pin", "show") and not inside):
+            continue
+        expected[e.path] = e.kind
+    assert set(mounts) - set(expected) <= {CONTROL_DIR, "/tmp", os.path.expanduser("~/.gitconfig")}
+    for path, kind in expected.items():
+        m = mounts[path]
+        if kind in ("writable", "pin"):
+            assert (m.kind, m.read_only, m.source) == ("bind", False, path), m
+        elif kind in ("read-only", "placeholder", "show"):
+            assert (m.kind, m.read_only, m.source) == ("bind", True, path), m
+        elif kind == "mask-dir":
+            assert (m.kind, m.read_only) == ("tmpfs", True), m
+        else:
+            assert (m.kind, m.read_only, m.source) == ("bind", True, os.devnull), m
+    assert mounts["/tmp"].kind == "tmpfs" and mounts["/tmp"].read_only == (policy.mode is SandboxMode.READ_ONLY)
+    # Nothing is dropped that the command could otherwise reach: each left
+    # out entry lies outside every bind the container has.
+    binds = [m.target for m in mounts.values() if m.kind == "bind" and m.source == m.target]
+    for e in plan.entries:
+        if e.path not in mounts and e.path != "/tmp":
+            assert not any(e.path.startswith(b + "/") for b in binds), e
+
+
+def test_docker_leaves_out_what_a_mask_over_a_mostly_hidden_directory_shows_again() -> None:
+    """A mask over a directory whose entries are mostly hidden binds the rest
+    again read-only on runners with the host underneath; a container must not
+    get those host paths at all."""
+    from dsh.runners.docker.mounts import translate
+
+    # Outside /tmp: the plan never puts such a mask beneath it.
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as made:
+        _leaves_out_the_shown_again(Path(os.path.realpath(made)), translate)
+
+
+def _leaves_out_the_shown_again(base: Path, translate: Callable[..., tuple[Any, ...]]) -> None:
+    ws, homes = base / "ws", base / "homes"
+    ws.mkdir()
+    for name in ("a", "b", "c", "d", "visible"):
+        (homes / name).mkdir(parents=True)
+    policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws,),
+                           hidden_paths=tuple(homes / n for n in "abcd"))
+    facts = gather_facts(policy, os.geteuid())
+    plan = plan_mounts(policy, facts)
+    assert ("read-only", str(homes / "visible")) in [(e.kind, e.path) for e in plan.entries]
+    targets = {m.target for m in translate(policy, plan, facts)}
+    assert not any(t == str(homes) or t.startswith(str(homes) + "/") for t in targets), targets

@@ -133,7 +133,7 @@ def test_a_shared_sticky_temp_dir_link_is_judged_by_who_can_replace_it(sticky: P
     protected name there cannot be replaced by the command (no degradation); the
     caller's own could be (the runners' symlink degradation, refused by default)."""
     from dsh.runners.bwrap.mounts import SYMLINK_DEGRADATION, plan_mounts
-    from dsh.runners.docker.spec import symlinked_protected
+    from dsh.runners.docker.spec import build_spec
     from dsh.sandbox.modes import SandboxMode
     from dsh.sandbox.policy import SandboxPolicy
 
@@ -151,7 +151,11 @@ def test_a_shared_sticky_temp_dir_link_is_judged_by_who_can_replace_it(sticky: P
         planned = {g.degradation for g in plan_mounts(policy).degradations}
         replaceable = owner == "the caller"
         assert (SYMLINK_DEGRADATION in planned) == replaceable
-        assert bool(symlinked_protected(policy, 0)) == replaceable
+        docker = build_spec(policy, image="i", user="0:0", pids=None, memory=None, machine="x86_64")
+        assert ("docker-protected-symlink" in {g.degradation for g in docker.gaps}) == replaceable
+        # A container user given by name is not known here: every such link is a gap.
+        named = build_spec(policy, image="i", user="root", pids=None, memory=None, machine="x86_64")
+        assert {g.degradation for g in named.gaps} == {"docker-protected-symlink"}
     finally:
         shutil.rmtree(target, ignore_errors=True)
         shutil.rmtree(ws, ignore_errors=True)

@@ -17,4 +17,4 @@ def test_overlapping_rules(workspace: Path, case: overlaps.Case) -> None:
     with docker_runner() as runner:
         result = sh(runner, overlaps.SCRIPT, pol)
     assert result.status.exit_code == 0, result.stderr
-    assert overlaps.check_host(case, outer, inner, result.stdout.decode(), nested_roots=False) == []
+    assert overlaps.check_host(case, outer, inner, result.stdout.decode()) == []

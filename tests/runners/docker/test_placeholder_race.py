@@ -13,8 +13,7 @@ import os
 from pathlib import Path
 
 from dsh.runners.docker import client as dc
-from dsh.runners.docker.runner import _create_error
-from dsh.runners.docker.spec import ContainerSpec
+from dsh.runners.docker.spec import ContainerSpec, create_error
 
 from tests.runners.docker.helpers import docker_runner
 
@@ -38,5 +37,5 @@ def test_a_placeholder_held_by_a_session_survives_a_cleanup(workspace: Path) -> 
 def test_a_vanished_bind_source_is_our_message() -> None:
     raw = Exception('400 Client Error for http+docker://localhost/v1.47/containers/create: Bad Request '
                     '("invalid mount config for type "bind": bind source path does not exist: /w/ws/.dsh")')
-    message = _create_error(ContainerSpec.__new__(ContainerSpec), raw)
+    message = create_error(ContainerSpec.__new__(ContainerSpec), raw)
     assert "/w/ws/.dsh" in message and "retry" in message and "400" not in message
