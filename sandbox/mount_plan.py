@@ -51,6 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.mount_facts import (
     PLACEHOLDER_MODE,
@@ -84,6 +85,10 @@ _RANK: dict[MountKind, int] = {
     "mask-dir": 2, "mask-file": 2,
 }
 _WRITABLE: frozenset[MountKind] = frozenset(("writable", "pin"))
+
+#: How deep (directories below ``/``) a mounted path may lie, and how long.
+MAX_DEPTH = 200
+PATH_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -254,8 +259,7 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
             if _is_dir(facts.of(root)) and not planner.writable_at(root):
                 planner.add("writable", root, "writable root")
         return MountPlan(_ordered(planner))
-    hidden = [facts.of(str(p)).real for p in policy.hidden_paths]
-    planner.set_hidden(h for h in hidden if facts.of(h).kind != "missing")
+    planner.set_hidden(h for h in _hidden_reals(policy, facts) if facts.of(h).kind != "missing")
     kept = kept_paths(policy)
     # Beneath a private /tmp the host's state directory is not there to mask.
     private = policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None
@@ -292,8 +296,49 @@ def plan_mounts(policy: SandboxPolicy, facts: MountFacts) -> MountPlan:
         if (any(path_within(path, m) for m in masks) and path not in planner.entries
                 and _is_dir(facts.of(path)) and not planner.writable_at(path)):
             planner.add("read-only", path, "this run's own state, shown again over the mask of its directory")
+    # A mask moves with a directory above it that is renamed: pinned, a run
+    # cannot ``mv`` a hidden path aside for the next run to read.
+    for entry in [e for e in planner.entries.values() if e.kind in ("mask-dir", "mask-file")]:
+        planner.pin_ancestors(entry.path, f"hidden {entry.path}")
     _show(planner, policy)
     return MountPlan(_ordered(planner), tuple(dict.fromkeys(planner.gaps)), tuple(dict.fromkeys(planner.overridden)))
+
+
+def _hidden_reals(policy: SandboxPolicy, facts: MountFacts) -> list[str]:
+    """The hidden paths as they are now.  The policy holds each in its
+    canonical form; one that resolves elsewhere now went through a link
+    swapped in since (a concurrent run exchanging a directory above it for a
+    link): masking where it leads would leave the real one shown."""
+    reals = []
+    for path in map(str, policy.hidden_paths):
+        real = facts.of(path).real
+        if real != path and os.path.normpath(path) == path and os.path.isabs(path):
+            raise SandboxUnavailable(f"the hidden path {path} now resolves to {real} (a directory above it was "
+                                     "replaced by a symlink after the policy was resolved); nothing ran, retry")
+        reals.append(real)
+    return reals
+
+
+def refuse_too_deep(plan: MountPlan, runner: str) -> None:
+    """A path kept read-only that lies too deep to mount: a clean refusal.
+
+    Every writable directory above it becomes a mount point; bwrap reads the
+    whole mount table after each bind (its setup grows with the cube of the
+    depth: 400 levels take seconds, 1500 minutes), runsc's start fails past a
+    couple of hundred, and past ``PATH_MAX`` the kernel refuses the mount.  A
+    command can make such a tree; the next run says so and runs nothing,
+    rather than stalling or failing midway.  Every entry is held to both limits."""
+    for entry in plan.entries:
+        levels, size = depth(entry.path), len(os.fsencode(entry.path))
+        if entry.kind != "show" and (levels > MAX_DEPTH or size >= PATH_MAX):
+            shown = entry.path if len(entry.path) <= 160 else f"{entry.path[:80]}...{entry.path[-60:]}"
+            raise SandboxUnavailable(
+                f"the path {shown} ({entry.why}) lies {levels} directories deep ({size} bytes); {runner} mounts "
+                f"every directory above a path it keeps read-only, and more than {MAX_DEPTH} levels (or {PATH_MAX} "
+                "bytes) would stall it or fail its start; nothing ran: remove or flatten that tree, or run with "
+                "another runner (--runner landlock)",
+                runner=runner,
+            )
 
 
 def _covering_masks(hidden: tuple[str, ...], roots: list[str], facts: MountFacts,
@@ -306,8 +351,10 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str], facts: MountFacts
     The mask hides at least what the entries' masks did (an entry made after
     the listing too).  Only directories ``facts.listings`` has (canonical,
     outside ``/tmp``, the roots and the state directories, which ``masked``
-    covers whole); one with a link among its other entries keeps the masks
-    of its entries (a mount cannot cover a link), as does one where showing
+    covers whole); one with a link, a FIFO, a socket or a device among its
+    other entries keeps the masks of its entries (a mount cannot cover a
+    link, and a runtime that opens what it binds (runsc's gofer) blocks on a
+    FIFO and cannot bind a socket), as does one where showing
     the rest would take more mounts than it saves.  Even one hidden entry is
     worth it: an entry removed between the listing and the mounts (another
     session ending) would make a namespace sandbox fail to mount it."""
@@ -320,7 +367,7 @@ def _covering_masks(hidden: tuple[str, ...], roots: list[str], facts: MountFacts
             continue
         others = [os.path.join(parent, n) for n in facts.listings[parent]]
         others = [k for k in others if k not in hidden_set]
-        if any(facts.of(k).kind == "symlink" for k in others):
+        if any(facts.of(k).kind not in ("dir", "file", "placeholder") for k in others):
             continue
         shown = [k for k in others if k not in root_set or not _is_dir(facts.of(k))]
         if one_mask_pays(count, len(shown)):  # the roots are bound either way

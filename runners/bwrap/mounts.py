@@ -14,8 +14,8 @@ of ``--ro-bind / /``, ``--dev`` and ``--proc``:
 - ``mask-dir`` / ``mask-file``: an empty read-only tmpfs, or ``/dev/null``.
 
 The plan's ``show`` entries are for runners without the host underneath and
-are dropped here.  What bwrap adds is one limit: a kept path so deep that
-pinning every directory above it would stall bwrap is a clean refusal.
+are dropped here, and a kept path so deep that pinning every directory above
+it would stall bwrap is a clean refusal (``mount_plan.refuse_too_deep``).
 
 A read-only view does not stop ``connect()`` to a unix socket: host sockets
 are kept out of reach by the syscall filter (``filter``), not by mounts, so
@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Literal, NoReturn
+from typing import Literal
 
 from dsh.sandbox import mount_plan
-from dsh.sandbox.errors import SandboxUnavailable
-from dsh.sandbox.mount_plan import MountEntry, depth, gather_facts
+from dsh.sandbox.mount_plan import gather_facts
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import Gap
 
@@ -47,11 +46,6 @@ _KIND: dict[str, MountKind] = {
     "placeholder": "placeholder", "mask-dir": "mask-dir", "mask-file": "mask-file",
 }
 _WRITABLE_KINDS = ("bind", "pin")
-
-#: How deep (directories below ``/``) a path kept read-only may lie: a bwrap
-#: setup with this many nested mounts takes a second or two.
-MAX_DEPTH = 200
-_PATH_MAX = 4096
 
 #: Degradation name a profile lists in ``accept_degraded`` to accept it.
 SYMLINK_DEGRADATION = "bwrap-protected-symlink"
@@ -89,33 +83,7 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
 
 def translate(plan: mount_plan.MountPlan) -> MountPlan:
     """The core plan in bwrap's terms; ``SandboxUnavailable`` when it is too deep for bwrap."""
+    mount_plan.refuse_too_deep(plan, "bwrap")
     entries = [e for e in plan.entries if e.kind != "show"]
-    _refuse_too_deep(entries)
     mounts = tuple(Mount(_KIND[e.kind], e.path, e.why, e.source) for e in entries)
     return MountPlan(mounts, plan.gaps_for("bwrap"), plan.overridden)
-
-
-def _refuse_too_deep(entries: list[MountEntry]) -> None:
-    """A path kept read-only that lies too deep to mount: a clean refusal.
-
-    Every writable directory above it becomes a mount point, and bwrap reads
-    the whole mount table after each bind: its setup grows with the cube of
-    the depth (400 levels: seconds; 1500: minutes), and past ``PATH_MAX`` the
-    kernel refuses the mount.  A command can make such a tree; the next run
-    says so and runs nothing, rather than stalling or failing midway."""
-    for entry in entries:
-        levels, size = depth(entry.path), len(os.fsencode(entry.path))
-        if levels > MAX_DEPTH or size >= _PATH_MAX:
-            _refuse(entry, levels, size)
-
-
-def _refuse(entry: MountEntry, levels: int, size: int) -> NoReturn:
-    path = entry.path
-    shown = path if len(path) <= 160 else f"{path[:80]}...{path[-60:]}"
-    raise SandboxUnavailable(
-        f"the path {shown} ({entry.why}) lies {levels} directories deep ({size} bytes); "
-        f"bwrap mounts every directory above a path it keeps read-only, and more than {MAX_DEPTH} levels "
-        f"(or {_PATH_MAX} bytes) would stall it for minutes; nothing ran: remove or flatten that tree, or run "
-        "with another runner (--runner landlock)",
-        runner="bwrap",
-    )

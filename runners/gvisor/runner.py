@@ -49,7 +49,7 @@ from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.host_tools import system_tool
-from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
+from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts, refuse_too_deep
 from dsh.sandbox.own_dirs import first_own_dir
 from dsh.sandbox.own_state import runner_state_candidates
 from dsh.sandbox.policy import SandboxPolicy
@@ -159,7 +159,9 @@ class GvisorRunner(Runner):
 
     # -- policy ----------------------------------------------------------------------
     def _plan(self, policy: SandboxPolicy) -> MountPlan:
-        return plan_mounts(policy, gather_facts(policy, self.identity.uid))
+        plan = plan_mounts(policy, gather_facts(policy, self.identity.uid))
+        refuse_too_deep(plan, self.name)
+        return plan
 
     def _gaps(self, policy: SandboxPolicy, plan: MountPlan) -> list[Gap]:
         if not policy.constrained:

@@ -43,10 +43,15 @@ class MountEntry:
 
 
 def mount_table(mountinfo: str) -> list[MountEntry]:
-    """Parse ``/proc/<pid>/mountinfo`` (lines it cannot read are skipped)."""
+    """Parse ``/proc/<pid>/mountinfo`` (lines it cannot read are skipped).
+
+    The kernel escapes only space, tab, newline and backslash in a path, so a
+    line is split on those bytes alone: ``str.split()`` and ``splitlines()``
+    also split on characters a file name may hold (0x1c, U+0085, U+2028),
+    which would cut a mount point short."""
     entries = []
-    for line in mountinfo.splitlines():
-        fields = line.split()
+    for line in mountinfo.split("\n"):
+        fields = [f for f in line.split(" ") if f]
         try:
             dash = fields.index("-", 6)
             entries.append(MountEntry(

@@ -228,7 +228,8 @@ def test_a_directory_of_mostly_hidden_entries_gets_one_mask_and_the_rest_shown_a
     assert entries.index(("mask-dir", homes)) < entries.index(("read-only", f"{homes}/notes"))
 
 
-@pytest.mark.parametrize("case", ["a link among the others", "more to show than hidden", "not listed"])
+@pytest.mark.parametrize("case", ["a link among the others", "a FIFO or socket among the others",
+                                  "more to show than hidden", "not listed"])
 def test_hidden_siblings_keep_their_own_masks_where_one_mask_would_not_do(case: str) -> None:
     homes = "/h/homes"
     hidden = (f"{homes}/ws-0", f"{homes}/ws-1")
@@ -236,6 +237,9 @@ def test_hidden_siblings_keep_their_own_masks_where_one_mask_would_not_do(case: 
     links = {f"{homes}/a": "/elsewhere"} if case == "a link among the others" else None
     dirs = (WS, *hidden, *(f"{homes}/{n}" for n in others if links is None))
     found = facts(dirs=dirs, links=links)
+    if case == "a FIFO or socket among the others":
+        # A runtime that opens what it binds (runsc's gofer) blocks on a FIFO.
+        found = MountFacts({**found.paths, f"{homes}/a": PathFact("other", f"{homes}/a")}, found.enclosing)
     if case != "not listed":
         found = _listed(found, {homes: ("ws-0", "ws-1", *others)})
     entries = kinds(plan_mounts(policy(hidden=hidden), found))
@@ -251,3 +255,25 @@ def test_a_root_among_the_others_is_bound_writable_not_shown_read_only() -> None
     entries = kinds(plan_mounts(policy(roots=(WS, own), hidden=hidden), found))
     assert ("mask-dir", homes) in entries and ("writable", own) in entries
     assert ("read-only", own) not in entries
+
+
+def test_a_hidden_path_in_a_writable_root_cannot_be_moved_aside() -> None:
+    """A mask moves with a directory above it that is renamed: every writable
+    directory above a hidden path is pinned (a mount point cannot be
+    renamed), so ``mv config config2`` cannot carry the secret out of its
+    mask for the next run to read."""
+    secret, outside = f"{WS}/config/deep/secret", "/srv/keys"
+    entries = kinds(plan_mounts(policy(hidden=(secret, outside)), facts(files=(secret,), dirs=(outside,))))
+    assert ("pin", f"{WS}/config") in entries and ("pin", f"{WS}/config/deep") in entries
+    assert ("mask-file", secret) in entries and ("mask-dir", outside) in entries
+    assert not [e for e in entries if e[0] == "pin" and not e[1].startswith(WS + "/")]
+
+
+def test_a_hidden_path_that_now_resolves_elsewhere_refuses_the_run() -> None:
+    """The policy holds each hidden path canonical; a directory above it
+    exchanged for a link since then would send the mask to the link's target
+    and leave the real one shown."""
+    secret = f"{WS}/config/secret"
+    swapped = facts(files=(secret, f"{WS}/decoy/secret"), links={f"{WS}/config": f"{WS}/decoy"})
+    with pytest.raises(SandboxUnavailable, match=r"now resolves to .*decoy/secret.*retry"):
+        plan_mounts(policy(hidden=(secret,)), swapped)

@@ -141,3 +141,14 @@ def test_the_table_parser_reads_escapes_and_flags() -> None:
     (entry,) = mount_table(line + "\nnot a mount line\n")
     assert (entry.mount_id, entry.device, entry.root, entry.point) == (36, "98:0", "/mnt dir", "/a b")
     assert entry.read_only and entry.fstype == "ext3"
+
+
+@pytest.mark.parametrize("odd", ["\x1c", "\x1f", "\x85", "\xa0", "\u2028", "\u3000", "\x0b", "\x0c"])
+def test_a_name_with_what_python_calls_whitespace_is_one_field(odd: str) -> None:
+    # The kernel escapes only space, tab, newline and backslash: anything
+    # else a name holds is in the line as it is.
+    point = f"/w/a{odd}b/.git"
+    line = f"36 35 98:0 {point} {point} ro,relatime shared:2 - ext4 /dev/root rw"
+    (entry,) = mount_table(line + "\n" + line.replace("36 35", "37 35").replace(point, "/x") + "\n")[:1]
+    assert entry.point == point and entry.root == point and entry.fstype == "ext4"
+    assert [e.point for e in mount_table(line + "\n" + line)] == [point, point]

@@ -1,0 +1,122 @@
+"""Attacks on the one mount plan, through the real CLI and the real runners,
+each judged from the host: a hidden path moved aside by one run for the next
+to read; names whose bytes Python calls whitespace (mount checks that cut
+them short refused every later run); a FIFO or a socket beside hidden
+entries (a runtime that opens what it binds blocked or failed); a tree too
+deep for gVisor to start (a clean refusal, as on bwrap)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import cli
+from tests.support.require import require_runner
+
+PLAN_RUNNERS = ["bwrap", "gvisor", "docker"]
+
+
+@pytest.fixture
+def base() -> Iterator[Path]:
+    # Outside /tmp, which is a writable root of every run (and no covering
+    # mask is ever planned beneath it).
+    made = Path(tempfile.mkdtemp(prefix="dsh-view-", dir="/var/tmp")).resolve()
+    os.chmod(made, 0o755)
+    (made / "ws").mkdir()
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+def _run(base: Path, runner: str, *argv: str, profile: str | None = None) -> tuple[int, str, str]:
+    args = ["run", "--runner", runner]
+    if profile is not None:
+        (base / "prof.toml").write_text(profile)
+        args += ["--profile", str(base / "prof.toml")]
+    done = cli(*args, "--", *argv, cwd=base / "ws", env={**os.environ, "HOME": str(base)})
+    return done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+
+
+@pytest.mark.parametrize("runner", PLAN_RUNNERS)
+def test_a_hidden_path_cannot_be_moved_aside_for_the_next_run(base: Path, runner: str) -> None:
+    require_runner(runner)
+    ws = base / "ws"
+    (ws / "config").mkdir()
+    (ws / "config" / "secret").write_text("TOPSECRET\n")
+    profile = 'extends = "workspace-write"\nhidden_paths = ["config/secret"]\n'
+    code, out, err = _run(base, runner, "sh", "-c",
+                          "mv config config2 && mkdir config && echo decoy > config/secret; echo tried",
+                          profile=profile)
+    assert code == 0 and "tried" in out, err
+    assert (ws / "config" / "secret").read_text() == "TOPSECRET\n" and not (ws / "config2").exists()
+    code, out, err = _run(base, runner, "sh", "-c", "cat config/secret config2/secret; true", profile=profile)
+    assert code == 0, err
+    assert "TOPSECRET" not in out
+
+
+@pytest.mark.parametrize("odd", ["\x1c", "\u2028", "\xa0"])
+@pytest.mark.parametrize("runner", ["bwrap", "gvisor"])
+def test_a_repository_under_a_name_python_calls_whitespace_leaves_the_workspace_usable(
+        base: Path, runner: str, odd: str) -> None:
+    require_runner(runner)
+    repo = base / "ws" / f"a{odd}b"
+    (repo / ".git" / "hooks").mkdir(parents=True)
+    code, out, err = _run(base, runner, "sh", "-c", f'echo x > "{repo}/.git/hooks/pre-commit" || echo refused')
+    assert code == 0 and "refused" in out, err
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+@pytest.mark.parametrize("runner", ["bwrap", "gvisor"])
+def test_a_fifo_or_socket_beside_hidden_entries_is_no_false_denial(base: Path, runner: str, kind: str) -> None:
+    require_runner(runner)
+    data = base / "data"
+    data.mkdir()
+    for name in ("s1", "s2", "s3"):
+        (data / name).write_text(f"SECRET-{name}\n")
+    held = None
+    if kind == "fifo":
+        os.mkfifo(data / "other")
+    else:
+        held = socket.socket(socket.AF_UNIX)
+        held.bind(str(data / "other"))
+        held.listen()
+    try:
+        profile = 'extends = "workspace-write"\nhidden_paths = [' + ", ".join(
+            f'"{data / n}"' for n in ("s1", "s2", "s3")) + "]\n"
+        code, out, err = _run(base, runner, "sh", "-c", f'cat "{data}"/s1 "{data}"/s2; echo "{data}"/*; echo ran',
+                              profile=profile)
+        assert code == 0 and "ran" in out, err
+        assert "SECRET" not in out and f"{data}/other" in out
+    finally:
+        if held is not None:
+            held.close()
+
+
+def test_a_tree_too_deep_for_gvisor_is_a_clean_refusal(base: Path) -> None:
+    require_runner("gvisor")
+    fd = os.open(base / "ws", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in ["d"] * 230 + [".git"]:
+            os.mkdir(name, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.mkdir("hooks", dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        code, _out, err = _run(base, "gvisor", "true")
+        assert code == 125, err
+        assert "directories deep" in err and "--runner landlock" in err and "cannot start a sandbox here" not in err
+    finally:
+        # Deeper than shutil's recursion likes.
+        subprocess.run(["rm", "-rf", "--one-file-system", str(base / "ws")], check=False, timeout=120)
