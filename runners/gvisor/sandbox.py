@@ -36,7 +36,7 @@ from typing import Any
 
 from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of, mount_problem
-from dsh.runners.linux.orphans import kill_tree, process_tree, reap_tree
+from dsh.runners.linux.orphans import kill_tree, process_tree, processes_naming, reap_tree
 from dsh.runners.linux.pinned_open import changed, open_checked, pinned_parent
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
@@ -123,7 +123,10 @@ class WarmSandbox:
             self.closed = True
         # runsc daemonized these; with this process a subreaper they are its
         # children by now, and nothing else would reap them.
-        tree = process_tree(p for p in (self.pid, self.gofer) if p is not None)
+        # A start that failed or timed out may not have said who it started:
+        # what names this sandbox's bundle is its too.
+        tree = process_tree([*(p for p in (self.pid, self.gofer) if p is not None),
+                             *processes_naming(str(self.bundle))])
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([*self.runsc, "delete", "-force", self.id], capture_output=True,
                            timeout=_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)

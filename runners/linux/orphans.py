@@ -30,6 +30,26 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def processes_naming(word: str) -> list[int]:
+    """The processes of this uid with ``word`` as one of their arguments: what
+    a helper daemonized before saying who it started (a ``runsc create`` that
+    timed out leaves a sandbox and a gofer naming its bundle)."""
+    wanted, uid, found = os.fsencode(word), os.getuid(), []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a == wanted or a.endswith(b"=" + wanted) for a in args):
+            found.append(int(name))
+    return found
+
+
 def process_tree(roots: Iterable[int]) -> frozenset[Proc]:
     """``roots`` and every process below them, as they are now."""
     parents: dict[int, list[int]] = {}

@@ -81,3 +81,28 @@ def test_a_sandbox_whose_state_was_removed_is_still_killed(ws: Path) -> None:
                 and Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")]
 
     wait_until(lambda: not running(), lambda: f"still running: {running()}")
+
+
+def test_what_a_failed_start_left_naming_the_bundle_is_killed(tmp_path: Path) -> None:
+    """A ``runsc create`` that timed out says nothing of the sandbox and gofer
+    it daemonized; they name the bundle in their arguments (``--bundle X``,
+    ``--bundle=X``), and tearing the sandbox down kills them."""
+    from dsh.runners.gvisor.sandbox import WarmSandbox
+
+    bundle = tmp_path / "bundles" / "dsh-1-abc"
+    bundle.mkdir(parents=True)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)"]
+    left = [subprocess.Popen([*sleeper, "gofer", "--bundle", str(bundle)]),
+            subprocess.Popen([*sleeper, "boot", f"--bundle={bundle}"])]
+    other = subprocess.Popen([*sleeper, "--bundle", f"{bundle}-other"])
+    try:
+        WarmSandbox("dsh-1-abc", ("/bin/false",), bundle).destroy()
+        for p in left:
+            p.wait(timeout=10)  # killed (and reaped by the teardown: its status is gone)
+            assert not os.path.exists(f"/proc/{p.pid}")
+        assert other.poll() is None
+        assert not bundle.exists()
+    finally:
+        for p in (*left, other):
+            p.kill()
+            p.wait()
