@@ -19,6 +19,9 @@ import pytest
 
 from tests.support.cli import cli
 from tests.support.require import require_runner
+from tests.support.runners import nobody_python
+
+NOBODY = 65534
 
 PLAN_RUNNERS = ["bwrap", "gvisor", "docker"]
 
@@ -36,28 +39,53 @@ def base() -> Iterator[Path]:
         shutil.rmtree(made, ignore_errors=True)
 
 
-def _run(base: Path, runner: str, *argv: str, profile: str | None = None) -> tuple[int, str, str]:
+def _drop() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
+def _run(base: Path, runner: str, *argv: str, profile: str | None = None, as_nobody: bool = False
+         ) -> tuple[int, str, str]:
     args = ["run", "--runner", runner]
     if profile is not None:
         (base / "prof.toml").write_text(profile)
         args += ["--profile", str(base / "prof.toml")]
-    done = cli(*args, "--", *argv, cwd=base / "ws", env={**os.environ, "HOME": str(base)})
+    env = {**os.environ, "HOME": str(base)}
+    if as_nobody:
+        python = nobody_python()
+        assert python is not None
+        env.pop("XDG_RUNTIME_DIR", None)
+        env.pop("XDG_CACHE_HOME", None)
+        done = subprocess.run([python, "-P", "-m", "dsh.cli", *args, "--", *argv], cwd=base / "ws", env=env,
+                              capture_output=True, timeout=180, check=False, preexec_fn=_drop)
+    else:
+        done = cli(*args, "--", *argv, cwd=base / "ws", env=env)
     return done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
 
 
-@pytest.mark.parametrize("runner", PLAN_RUNNERS)
-def test_a_hidden_path_cannot_be_moved_aside_for_the_next_run(base: Path, runner: str) -> None:
+# Docker as nobody translates the same plan; its own tests run it so.
+@pytest.mark.parametrize(("runner", "who"), [(r, w) for r in PLAN_RUNNERS for w in ("root", "nobody")
+                                             if (r, w) != ("docker", "nobody")])
+def test_a_hidden_path_cannot_be_moved_aside_for_the_next_run(base: Path, runner: str, who: str) -> None:
     require_runner(runner)
+    nobody = who == "nobody"
+    if nobody:
+        if os.geteuid() != 0 or nobody_python() is None:
+            pytest.skip("SANDBOX_UNAVAILABLE: DSH_NOBODY_PYTHON is not set (an interpreter nobody can run)")
     ws = base / "ws"
     (ws / "config").mkdir()
     (ws / "config" / "secret").write_text("TOPSECRET\n")
+    if nobody:
+        subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(base)], check=True)
     profile = 'extends = "workspace-write"\nhidden_paths = ["config/secret"]\n'
     code, out, err = _run(base, runner, "sh", "-c",
                           "mv config config2 && mkdir config && echo decoy > config/secret; echo tried",
-                          profile=profile)
+                          profile=profile, as_nobody=nobody)
     assert code == 0 and "tried" in out, err
     assert (ws / "config" / "secret").read_text() == "TOPSECRET\n" and not (ws / "config2").exists()
-    code, out, err = _run(base, runner, "sh", "-c", "cat config/secret config2/secret; true", profile=profile)
+    code, out, err = _run(base, runner, "sh", "-c", "cat config/secret config2/secret; true", profile=profile,
+                          as_nobody=nobody)
     assert code == 0, err
     assert "TOPSECRET" not in out
 
