@@ -21,7 +21,7 @@ from pathlib import Path
 from dsh.sandbox.git_config import programs_named_in_config
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_paths import canonical, git_dirs, is_within
+from dsh.sandbox.policy_paths import canonical, git_dirs, is_within, read_small_file
 from dsh.sandbox.protected_scan import protected_in_repo
 
 
@@ -36,8 +36,54 @@ class EnclosingRepository:
         return self.dot_git == self.top
 
     def paths(self) -> tuple[Path, ...]:
-        """The work tree's top and every git dir outside it: what must be visible."""
-        return (self.top, *(d for d in self.git_dirs if not is_within(d, self.top)))
+        """The work tree's top and every git dir outside it that points back
+        to it (``vouched_git_dirs``): what a runner that hides the host shows."""
+        return (self.top, *vouched_git_dirs(self.dot_git, self.top))
+
+
+def vouched_git_dirs(dot_git: Path, top: Path) -> list[Path]:
+    """The git dirs outside ``top`` that its ``.git`` file leads to and that
+    point back to it, as git itself records them.
+
+    A ``.git`` file (``gitdir: <path>``) is written by whoever could write the
+    work tree, a sandboxed run among them; a runner that hides the host must
+    not show what such a file names (``gitdir: /root``).  So a git dir counts
+    only when it names this ``.git`` in return, where a run could not have
+    written it: a worktree's ``<git dir>/gitdir`` holds the ``.git`` file's
+    path; a submodule's ``<git dir>/config`` sets ``core.worktree`` to its work
+    tree; and a worktree's common dir is the directory two levels above its
+    git dir (``<common>/worktrees/<name>``).  A symlinked ``.git`` leads
+    nowhere here: nothing in the target names the link."""
+    if os.path.islink(dot_git) or not os.path.isfile(dot_git):
+        return []
+    found = git_dirs(dot_git)
+    if not found:
+        return []
+    first, common = found[0], found[1:]
+    vouched = [c for c in common if first.parent.name == "worktrees" and first.parent.parent == c]
+    if not is_within(first, top):
+        me = canonical(dot_git)
+        back = (read_small_file(first / "gitdir") or "").strip()
+        worktree = _core_worktree(first)
+        if not ((back and canonical(back.splitlines()[0], first) == me)
+                or (worktree is not None and canonical(worktree, first) == me.parent)):
+            return []
+        vouched.insert(0, first)
+    return [d for d in vouched if not is_within(d, top)]
+
+
+def _core_worktree(git_dir: Path) -> str | None:
+    """``core.worktree`` of a git dir's own config (the simple form git writes for a submodule)."""
+    section = ""
+    for raw in (read_small_file(git_dir / "config") or "").splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            section = line.strip("[]").strip().lower()
+        elif section == "core" and "=" in line:
+            key, value = (part.strip() for part in line.split("=", 1))
+            if key.lower() == "worktree" and value:
+                return value.strip('"')
+    return None
 
 
 def _looks_bare(path: Path) -> bool:

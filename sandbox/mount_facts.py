@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from dsh.sandbox.enclosing_repo import enclosing_repository
+from dsh.sandbox.enclosing_repo import enclosing_repository, vouched_git_dirs
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.own_state import state_parents
 from dsh.sandbox.policy import SandboxPolicy
-from dsh.sandbox.policy_paths import canonical, fixed_symlink, git_dirs, is_within, path_within, system_dir_reason
+from dsh.sandbox.policy_paths import canonical, fixed_symlink, path_within, system_dir_reason
 
 PathKind = Literal["dir", "file", "symlink", "other", "missing", "placeholder"]
 
@@ -168,7 +168,7 @@ def _enclosing(workspace: Path) -> tuple[tuple[Path, ...], bool]:
     repo = enclosing_repository(workspace)
     if repo is not None:
         return repo.paths(), system_dir_reason(repo.top) is not None
-    return tuple(d for d in git_dirs(workspace / ".git") if not is_within(d, workspace)), False
+    return tuple(vouched_git_dirs(workspace / ".git", workspace)), False
 
 
 def kept_paths(policy: SandboxPolicy) -> list[str]:

@@ -148,3 +148,58 @@ def test_a_tree_too_deep_for_gvisor_is_a_clean_refusal(base: Path) -> None:
     finally:
         # Deeper than shutil's recursion likes.
         subprocess.run(["rm", "-rf", "--one-file-system", str(base / "ws")], check=False, timeout=120)
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main", *args],
+                   cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def in_tmp() -> Iterator[Path]:
+    # Beneath the host's /tmp, which a private /tmp hides and a container never shows.
+    made = Path(tempfile.mkdtemp(prefix="dsh-view-tmp-", dir="/tmp")).resolve()
+    os.chmod(made, 0o755)
+    try:
+        yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
+
+
+@pytest.mark.parametrize("how", ["gitdir", "commondir"])
+@pytest.mark.parametrize("runner", PLAN_RUNNERS)
+def test_a_git_file_a_run_plants_shows_the_next_run_nothing_of_the_host(
+        base: Path, in_tmp: Path, runner: str, how: str) -> None:
+    """A ``.git`` file is the command's to write (``git init`` must work);
+    what it names is shown to a later run only when that git dir names the
+    ``.git`` file in return, as git records worktrees and submodules."""
+    require_runner(runner)
+    secret = in_tmp / "secret"
+    secret.mkdir(mode=0o700)
+    (secret / "data").write_text("HOST-SECRET\n")
+    if how == "gitdir":
+        plant = f"printf 'gitdir: {secret}\\n' > .git"
+    else:  # a git dir in the workspace whose commondir names the host path
+        plant = f"mkdir -p sub && echo {secret} > sub/commondir && echo '{secret}' > sub/gitdir && " \
+                "printf 'gitdir: sub\\n' > .git"
+    code, out, err = _run(base, runner, "sh", "-c", f"cat {secret}/data; {plant} && echo planted")
+    assert code == 0 and "planted" in out and "HOST-SECRET" not in out, err
+    code, out, err = _run(base, runner, "sh", "-c", f"cat {secret}/data; true")
+    assert "HOST-SECRET" not in out, (code, err)
+
+
+@pytest.mark.parametrize("runner", PLAN_RUNNERS)
+def test_a_worktree_workspace_still_finds_its_repository(in_tmp: Path, runner: str) -> None:
+    """The other side: a real worktree's git dir and common dir (in the main
+    checkout, beneath the host's /tmp here) point back to it and stay shown."""
+    require_runner(runner)
+    main = in_tmp / "main"
+    main.mkdir()
+    _git("init", "-q", cwd=main)
+    (main / "f").write_text("x\n")
+    _git("add", "f", cwd=main)
+    _git("commit", "-qm", "one", cwd=main)
+    _git("worktree", "add", "-q", str(in_tmp / "wt"), cwd=main)
+    done = cli("run", "--runner", runner, "--", "git", "log", "--oneline", cwd=in_tmp / "wt",
+               env={**os.environ, "HOME": str(in_tmp)})
+    assert done.returncode == 0 and b"one" in done.stdout, done.stderr.decode(errors="replace")

@@ -5,6 +5,7 @@ a directory is listed only where one mask over it can pay."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from dsh.sandbox.modes import SandboxMode
@@ -51,3 +52,38 @@ def test_only_a_directory_one_mask_can_serve_is_listed(trusted_dir: Path, tmp_pa
     under_tmp = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=ws,
                               hidden_paths=tuple(in_tmp / f"h{i}" for i in range(3)))
     assert str(in_tmp) not in gather_facts(under_tmp, os.geteuid()).listings
+
+
+def _git(*args: str, cwd: Path) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "init.defaultBranch=main",
+                    "-c", "protocol.file.allow=always", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_the_git_dirs_that_point_back_are_vouched_for(tmp_path: Path) -> None:
+    """A real worktree and a real submodule: their git dirs name the ``.git``
+    file in return (``gitdir``, ``core.worktree``), the worktree's common dir
+    is two levels above its git dir; a ``.git`` file naming any other
+    directory vouches for nothing."""
+    from dsh.sandbox.enclosing_repo import vouched_git_dirs
+
+    base = Path(os.path.realpath(tmp_path))
+    lib, main = base / "lib", base / "main"
+    for repo in (lib, main):
+        repo.mkdir()
+        _git("init", "-q", cwd=repo)
+        (repo / "f").write_text("x\n")
+        _git("add", "f", cwd=repo)
+        _git("commit", "-qm", "one", cwd=repo)
+    _git("worktree", "add", "-q", str(base / "wt"), cwd=main)
+    _git("submodule", "add", "-q", str(lib), "sub", cwd=main)
+    assert vouched_git_dirs(base / "wt" / ".git", base / "wt") == [main / ".git" / "worktrees" / "wt", main / ".git"]
+    assert vouched_git_dirs(main / "sub" / ".git", main / "sub") == [main / ".git" / "modules" / "sub"]
+    planted = base / "planted"
+    planted.mkdir()
+    (planted / ".git").write_text(f"gitdir: {main / '.git'}\n")
+    assert vouched_git_dirs(planted / ".git", planted) == []
+    (planted / ".git").write_text(f"gitdir: {main / '.git' / 'worktrees' / 'wt'}\n")
+    assert vouched_git_dirs(planted / ".git", planted) == []
+    (planted / ".git").unlink()
+    (planted / ".git").symlink_to(main / ".git")
+    assert vouched_git_dirs(planted / ".git", planted) == []
