@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.mount_plan import MountPlan
 from dsh.sandbox.policy import ResourceLimits
 
@@ -52,6 +53,24 @@ class Identity:
         the user namespace's root mapped: the caller's uid and gid are mapped as
         0 (no capability there either; supplementary groups cannot be mapped)."""
         return self if self.root else Identity(0, 0)
+
+
+#: How many host paths one sandbox may bind.  Each bind holds a file
+#: descriptor of runsc's sandbox process, which remaps its standard streams
+#: at descriptor 256: runsc 2022-12 (Debian 12) fails to boot past 237 binds
+#: ("FD 256 is already in use"), reported only as a start that hit EOF.
+MAX_BINDS = 230
+
+
+def refuse_too_many_binds(mounts: list[dict[str, Any]]) -> None:
+    binds = sum(1 for m in mounts if m.get("type") == "bind")
+    if binds > MAX_BINDS:
+        raise SandboxUnavailable(
+            f"the plan binds {binds} host paths (every protected .git part of each nested repository, each "
+            f"hidden file, ...); runsc fails to start past about {MAX_BINDS} (each bind holds one of its file "
+            "descriptors); nothing ran: run with --runner bwrap, or hide directories rather than many files",
+            runner="gvisor",
+        )
 
 
 def oci_mounts(plan: MountPlan) -> list[dict[str, Any]]:

@@ -203,3 +203,20 @@ def test_a_worktree_workspace_still_finds_its_repository(in_tmp: Path, runner: s
     done = cli("run", "--runner", runner, "--", "git", "log", "--oneline", cwd=in_tmp / "wt",
                env={**os.environ, "HOME": str(in_tmp)})
     assert done.returncode == 0 and b"one" in done.stdout, done.stderr.decode(errors="replace")
+
+
+@pytest.mark.parametrize("repos", [18, 40])
+def test_many_nested_repositories_run_on_gvisor_or_are_a_clean_refusal(base: Path, repos: int) -> None:
+    """Each nested repository keeps its .git parts read-only (about ten binds);
+    runsc fails to boot past about 237 binds, which a command can reach by
+    running ``git init`` 40 times: a clean refusal naming the count, not a
+    start that "cannot run here"."""
+    require_runner("gvisor")
+    for i in range(repos):
+        _git("init", "-q", f"r{i}", cwd=base / "ws")
+    code, out, err = _run(base, "gvisor", "echo", "hello")
+    if repos == 18:
+        assert code == 0 and out == "hello\n", err
+    else:
+        assert code == 125, err
+        assert "host paths" in err and "--runner bwrap" in err and "cannot start a sandbox here" not in err
