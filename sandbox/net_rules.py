@@ -126,7 +126,9 @@ def _entry(field: str, raw: object) -> str:
     wildcard = raw.startswith("*.")
     rest = raw[2:] if wildcard else raw
     if "*" in rest:
-        raise ConfigError(f"{field}: {raw!r}: '*' is accepted only as a whole first label, as in '*.example.com'")
+        raise ConfigError(
+            f"{field}: {raw!r}: '*' is accepted only as a whole first label; write it as in '*.example.com'"
+        )
     if wildcard and _address(rest.rstrip(".")) is not None:
         raise ConfigError(f"{field}: {raw!r}: a wildcard cannot cover addresses; list each address")
     try:
@@ -210,8 +212,8 @@ def address_kind(address: IPAddress) -> str | None:
         ("link-local", address.is_link_local),
         ("multicast", address.is_multicast),
         ("shared (CGNAT)", isinstance(address, ipaddress.IPv4Address) and address in _CGNAT),
-        ("private", address.is_private),
         ("reserved", address.is_reserved),
+        ("private", address.is_private),
         ("not global", not address.is_global),
     )
     return next((name for name, hit in checks if hit), None)
