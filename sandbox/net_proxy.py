@@ -1,0 +1,416 @@
+"""The host-side network proxy: the one way out for a sandboxed command whose
+network is limited to an allowlist (``sandbox/net_rules.py``).
+
+It speaks what clients speak to a proxy: HTTP ``CONNECT`` (every HTTPS client),
+plain HTTP in absolute form (``GET http://host/ HTTP/1.1``) and SOCKS5 (CONNECT
+only), told apart by the first byte (0x05 is SOCKS5).  For each target it
+checks the name, resolves it itself, checks every address, then connects to
+an address it checked: the name is never handed to a second resolver, so a
+short-TTL record cannot point elsewhere between the check and the connect.
+
+Every refusal is answered (403, or SOCKS5 reply 0x02) and recorded in
+``refusals`` so the owner can tell the user what was blocked.  Input is
+hostile: the head of a request is capped in size and in time, and an error in
+one connection closes that connection only.
+
+asyncio is imported here and nowhere else in ``dsh.sandbox``: the CLI starts
+without it, and the synchronous runners use ``ProxyThread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import socket
+import threading
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from dsh.sandbox.net_rules import (
+    HostError,
+    NetworkRules,
+    decide_addresses,
+    decide_name,
+    normalise_host,
+    split_host_port,
+)
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "upgrade",
+    }
+)
+_SOCKS_OK, _SOCKS_FAILURE, _SOCKS_NOT_ALLOWED, _SOCKS_UNREACHABLE, _SOCKS_REFUSED = 0x00, 0x01, 0x02, 0x04, 0x05
+_SOCKS_BAD_COMMAND, _SOCKS_BAD_ADDRESS = 0x07, 0x08
+_TASK_NAME = "dsh-net-proxy-connection"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One connection the rules refused: the host as asked for, and why."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ProxyLimits:
+    """Bounds on what one client may make the proxy hold or wait for."""
+
+    #: The whole head (request line and headers, or the SOCKS5 handshake).
+    head_timeout: float = 10.0
+    max_head_bytes: int = 64 * 1024
+    max_request_line: int = 8 * 1024
+    max_connections: int = 256
+    resolve_timeout: float = 10.0
+    connect_timeout: float = 10.0
+    #: A tunnel with no byte either way for this long is closed.
+    idle_timeout: float = 600.0
+    max_refusals: int = 1000
+
+
+async def system_resolver(name: str, port: int) -> list[str]:
+    """The host's resolver: every address of ``name`` for a TCP connect."""
+    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class _Close(Exception):
+    """Ends a connection without an answer (the protocol has already given one)."""
+
+
+class _Reject(Exception):
+    """Ends a connection with an answer: an HTTP status and a SOCKS5 reply code."""
+
+    def __init__(self, status: int, socks: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.socks, self.reason = status, socks, reason
+
+
+_STATUS_TEXT = {
+    400: "Bad Request",
+    403: "Forbidden",
+    408: "Request Timeout",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+    502: "Bad Gateway",
+    504: "Gateway Timeout",
+}
+
+
+class NetworkProxy:
+    """An allowlist-enforcing HTTP and SOCKS5 proxy on one loopback port."""
+
+    def __init__(
+        self,
+        rules: NetworkRules,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        resolver: Resolver | None = None,
+        limits: ProxyLimits | None = None,
+    ) -> None:
+        self._rules = rules
+        self._host, self._port = host, port
+        self._resolve = resolver or system_resolver
+        self._limits = limits or ProxyLimits()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refusals: deque[Refusal] = deque(maxlen=self._limits.max_refusals)
+        # Refusals are read from the owner's thread when the loop runs in another.
+        self._lock = threading.Lock()
+
+    @property
+    def refusals(self) -> tuple[Refusal, ...]:
+        """The latest refusals, oldest first (at most ``max_refusals``)."""
+        with self._lock:
+            return tuple(self._refusals)
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns the address clients should use."""
+        self._server = await asyncio.start_server(
+            self._accept, self._host, self._port, limit=self._limits.max_head_bytes + 1
+        )
+        address = self._server.sockets[0].getsockname()
+        return str(address[0]), int(address[1])
+
+    async def close(self) -> None:
+        """Stop listening and end every connection; returns when none is left."""
+        if self._server is not None:
+            self._server.close()
+        while self._tasks:
+            tasks = list(self._tasks)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    def _refuse(self, name: str, reason: str) -> _Reject:
+        with self._lock:
+            self._refusals.append(Refusal(name, reason))
+        return _Reject(403, _SOCKS_NOT_ALLOWED, reason)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._tasks) >= self._limits.max_connections:
+            # Over the cap the client is closed before a byte is read: it holds
+            # a socket, never a task or a buffer.
+            writer.transport.abort()
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(reader, writer), name=_TASK_NAME)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream: asyncio.StreamWriter | None = None
+        socks = False
+        try:
+            try:
+                async with asyncio.timeout(self._limits.head_timeout):
+                    first = await reader.readexactly(1)
+                    socks = first == b"\x05"
+                    if socks:
+                        up_reader, upstream = await self._socks_head(reader, writer)
+                    else:
+                        up_reader, upstream = await self._http_head(first, reader, writer)
+            except TimeoutError:
+                raise _Reject(408, _SOCKS_FAILURE, "the request head did not arrive in time") from None
+            await self._tunnel(reader, writer, up_reader, upstream)
+        except _Reject as reject:
+            await self._answer(writer, socks, reject)
+        except (_Close, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            pass  # The client went away or stalled mid-tunnel: nothing to answer.
+        finally:
+            for w in (upstream, writer):
+                if w is not None:
+                    await _shut(w)
+
+    async def _answer(self, writer: asyncio.StreamWriter, socks: bool, reject: _Reject) -> None:
+        if socks:
+            writer.write(bytes([5, reject.socks, 0, 1, 0, 0, 0, 0, 0, 0]))
+        else:
+            body = f"dsh-sandbox proxy: {reject.reason}\n".encode()
+            text = _STATUS_TEXT.get(reject.status, "Error")
+            writer.write(
+                f"HTTP/1.1 {reject.status} {text}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+        with contextlib.suppress(OSError, TimeoutError):
+            async with asyncio.timeout(self._limits.head_timeout):
+                await writer.drain()
+
+    async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to ``host``:``port`` once the rules allow the name and
+        every address it resolves to; raises ``_Reject`` otherwise."""
+        decision = decide_name(self._rules, host)
+        if not decision.allowed:
+            raise self._refuse(host, decision.reason)
+        name = normalise_host(host)
+        try:
+            ipaddress.ip_address(name)
+            addresses = [name]
+        except ValueError:
+            try:
+                async with asyncio.timeout(self._limits.resolve_timeout):
+                    addresses = await self._resolve(name, port)
+            except (OSError, TimeoutError) as e:
+                raise _Reject(502, _SOCKS_UNREACHABLE, f"cannot resolve {name}: {e or 'timeout'}") from None
+        decision = decide_addresses(self._rules, name, addresses)
+        if not decision.allowed:
+            raise self._refuse(host, decision.reason)
+        failure = ""
+        for address in addresses:
+            try:
+                async with asyncio.timeout(self._limits.connect_timeout):
+                    # An address, never the name: no second lookup to rebind.
+                    return await asyncio.open_connection(address, port, limit=2**16)
+            except (OSError, TimeoutError) as e:
+                failure = f"{address}: {e or 'timeout'}"
+        raise _Reject(502, _SOCKS_REFUSED, f"cannot connect to {name} port {port} ({failure})")
+
+    async def _read_line(self, reader: asyncio.StreamReader, used: int) -> bytes:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            raise _Reject(431, 0, "the request head is too large") from None
+        except asyncio.IncompleteReadError:
+            raise _Reject(400, 0, "the request head ended early") from None
+        if used + len(line) > self._limits.max_head_bytes:
+            raise _Reject(431, 0, "the request head is too large")
+        return line
+
+    async def _http_head(
+        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        line = first + await self._read_line(reader, 1)
+        if len(line) > self._limits.max_request_line:
+            raise _Reject(414, 0, "the request line is too long")
+        used = len(line)
+        headers: list[tuple[str, str]] = []
+        while True:
+            raw = await self._read_line(reader, used)
+            used += len(raw)
+            if raw in (b"\r\n", b"\n"):
+                break
+            name, colon, value = _text(raw).partition(":")
+            if not colon or not name or name != name.strip():
+                raise _Reject(400, 0, "a header line is malformed")
+            headers.append((name, value.strip()))
+        parts = _text(line).split(" ")
+        if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1") or not parts[0].isalpha():
+            raise _Reject(400, 0, "the request line is not 'METHOD target HTTP/1.x'")
+        method, target, version = parts
+        if method == "CONNECT":
+            host, port = _authority(target, None)
+            up_reader, up_writer = await self._open(host, port)
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            return up_reader, up_writer
+        if not target[:7].lower() == "http://":
+            raise _Reject(400, 0, "only absolute http:// targets are proxied; use CONNECT for https")
+        rest = target[7:]
+        cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+        authority, path = rest[:cut], rest[cut:].split("#", 1)[0]
+        host, port = _authority(authority, 80)
+        up_reader, up_writer = await self._open(host, port)
+        # Headers the client named in Connection are hop-by-hop too.
+        listed = {t.strip().lower() for n, v in headers if n.lower() == "connection" for t in v.split(",")}
+        kept = [(n, v) for n, v in headers if n.lower() not in _HOP_BY_HOP | listed and n.lower() != "host"]
+        # The upstream sees the host it was chosen for, not a Host the client
+        # may have set to something else.
+        head = [f"{method} {'/' if not path.startswith('/') else ''}{path} {version}", f"Host: {authority}"]
+        head += [f"{n}: {v}" for n, v in kept] + ["Connection: close", "", ""]
+        up_writer.write("\r\n".join(head).encode("latin-1"))
+        return up_reader, up_writer
+
+    async def _socks_head(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        count = (await reader.readexactly(1))[0]
+        methods = await reader.readexactly(count)
+        if 0x00 not in methods:
+            writer.write(b"\x05\xff")  # No method we accept: the client must close.
+            await writer.drain()
+            raise _Close
+        writer.write(b"\x05\x00")
+        version, command, _, kind = await reader.readexactly(4)
+        if version != 5:
+            raise _Reject(400, _SOCKS_FAILURE, "not a SOCKS5 request")
+        if kind == 1:
+            host = str(ipaddress.IPv4Address(await reader.readexactly(4)))
+        elif kind == 4:
+            host = str(ipaddress.IPv6Address(await reader.readexactly(16)))
+        elif kind == 3:
+            raw = await reader.readexactly((await reader.readexactly(1))[0])
+            try:
+                host = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                host = raw.decode("latin-1")  # Refused below by name, but recorded as sent.
+        else:
+            raise _Reject(400, _SOCKS_BAD_ADDRESS, f"address type {kind} is unknown")
+        port = int.from_bytes(await reader.readexactly(2), "big")
+        if command != 1:
+            # BIND and UDP ASSOCIATE would let the outside in or skip the name check.
+            raise _Reject(400, _SOCKS_BAD_COMMAND, f"SOCKS5 command {command} is not supported (CONNECT only)")
+        if port == 0:
+            raise _Reject(400, _SOCKS_FAILURE, "port 0 is not a destination")
+        up_reader, up_writer = await self._open(host, port)
+        writer.write(bytes([5, _SOCKS_OK, 0, 1, 0, 0, 0, 0, 0, 0]))
+        await writer.drain()
+        return up_reader, up_writer
+
+    async def _tunnel(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        """Bytes both ways until both sides have finished sending."""
+        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        while True:
+            async with asyncio.timeout(self._limits.idle_timeout):
+                data = await source.read(2**16)
+            if not data:
+                break
+            sink.write(data)
+            await sink.drain()
+        # Half-close: the other side may still be sending its answer.
+        if sink.can_write_eof() and not sink.transport.is_closing():
+            with contextlib.suppress(OSError):
+                sink.write_eof()
+
+
+def _text(raw: bytes) -> str:
+    """A head line as text; bytes no header holds are a malformed request."""
+    text = raw.rstrip(b"\r\n").decode("latin-1")
+    if any((c < " " and c != "\t") or c == "\x7f" for c in text):
+        raise _Reject(400, 0, "the request head holds control characters")
+    return text
+
+
+async def _shut(writer: asyncio.StreamWriter) -> None:
+    """Close one side: flush what is queued, but never wait long on a peer
+    that does not read (its unsent bytes are dropped)."""
+    writer.close()
+    try:
+        async with asyncio.timeout(1.0):
+            await writer.wait_closed()
+    except (OSError, TimeoutError, asyncio.CancelledError):
+        writer.transport.abort()
+
+
+def _authority(authority: str, default_port: int | None) -> tuple[str, int]:
+    try:
+        return split_host_port(authority, default_port)
+    except HostError as e:
+        raise _Reject(400, _SOCKS_FAILURE, str(e)) from None
+
+
+class ProxyThread:
+    """A ``NetworkProxy`` on its own event loop in a daemon thread, for the
+    synchronous runners: ``start()`` returns its address, ``close()`` joins."""
+
+    def __init__(
+        self,
+        rules: NetworkRules,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        resolver: Resolver | None = None,
+        limits: ProxyLimits | None = None,
+    ) -> None:
+        self._proxy = NetworkProxy(rules, host, port, resolver, limits)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="dsh-net-proxy", daemon=True)
+
+    @property
+    def refusals(self) -> tuple[Refusal, ...]:
+        return self._proxy.refusals
+
+    def start(self, timeout: float = 30.0) -> tuple[str, int]:
+        self._thread.start()
+        return asyncio.run_coroutine_threadsafe(self._proxy.start(), self._loop).result(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._thread.is_alive():
+            try:
+                asyncio.run_coroutine_threadsafe(self._proxy.close(), self._loop).result(timeout)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
