@@ -86,6 +86,17 @@ async def system_resolver(name: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+@dataclass(frozen=True)
+class _Target:
+    """What a request head asks for: where to, what to send there first, and
+    what to tell the client once connected."""
+
+    host: str
+    port: int
+    forward: bytes = b""
+    reply: bytes = b""
+
+
 class _Close(Exception):
     """Ends a connection without an answer (the protocol has already given one)."""
 
@@ -177,15 +188,18 @@ class NetworkProxy:
         socks = False
         try:
             try:
+                # Only the client's own bytes are timed here: a slow upstream
+                # has its own resolve and connect timeouts.
                 async with asyncio.timeout(self._limits.head_timeout):
                     first = await reader.readexactly(1)
                     socks = first == b"\x05"
-                    if socks:
-                        up_reader, upstream = await self._socks_head(reader, writer)
-                    else:
-                        up_reader, upstream = await self._http_head(first, reader, writer)
+                    target = await (self._socks_head(reader, writer) if socks else self._http_head(first, reader))
             except TimeoutError:
                 raise _Reject(408, _SOCKS_FAILURE, "the request head did not arrive in time") from None
+            up_reader, upstream = await self._open(target.host, target.port)
+            upstream.write(target.forward)
+            writer.write(target.reply)
+            await writer.drain()
             await self._tunnel(reader, writer, up_reader, upstream)
         except _Reject as reject:
             await self._answer(writer, socks, reject)
@@ -251,9 +265,7 @@ class NetworkProxy:
             raise _Reject(431, 0, "the request head is too large")
         return line
 
-    async def _http_head(
-        self, first: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _http_head(self, first: bytes, reader: asyncio.StreamReader) -> _Target:
         line = first + await self._read_line(reader, 1)
         if len(line) > self._limits.max_request_line:
             raise _Reject(414, 0, "the request line is too long")
@@ -274,17 +286,13 @@ class NetworkProxy:
         method, target, version = parts
         if method == "CONNECT":
             host, port = _authority(target, None)
-            up_reader, up_writer = await self._open(host, port)
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-            await writer.drain()
-            return up_reader, up_writer
+            return _Target(host, port, reply=b"HTTP/1.1 200 Connection established\r\n\r\n")
         if not target[:7].lower() == "http://":
             raise _Reject(400, 0, "only absolute http:// targets are proxied; use CONNECT for https")
         rest = target[7:]
         cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
         authority, path = rest[:cut], rest[cut:].split("#", 1)[0]
         host, port = _authority(authority, 80)
-        up_reader, up_writer = await self._open(host, port)
         # Headers the client named in Connection are hop-by-hop too.
         listed = {t.strip().lower() for n, v in headers if n.lower() == "connection" for t in v.split(",")}
         kept = [(n, v) for n, v in headers if n.lower() not in _HOP_BY_HOP | listed and n.lower() != "host"]
@@ -292,12 +300,9 @@ class NetworkProxy:
         # may have set to something else.
         head = [f"{method} {'/' if not path.startswith('/') else ''}{path} {version}", f"Host: {authority}"]
         head += [f"{n}: {v}" for n, v in kept] + ["Connection: close", "", ""]
-        up_writer.write("\r\n".join(head).encode("latin-1"))
-        return up_reader, up_writer
+        return _Target(host, port, forward="\r\n".join(head).encode("latin-1"))
 
-    async def _socks_head(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _socks_head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Target:
         count = (await reader.readexactly(1))[0]
         methods = await reader.readexactly(count)
         if 0x00 not in methods:
@@ -326,10 +331,7 @@ class NetworkProxy:
             raise _Reject(400, _SOCKS_BAD_COMMAND, f"SOCKS5 command {command} is not supported (CONNECT only)")
         if port == 0:
             raise _Reject(400, _SOCKS_FAILURE, "port 0 is not a destination")
-        up_reader, up_writer = await self._open(host, port)
-        writer.write(bytes([5, _SOCKS_OK, 0, 1, 0, 0, 0, 0, 0, 0]))
-        await writer.drain()
-        return up_reader, up_writer
+        return _Target(host, port, reply=bytes([5, _SOCKS_OK, 0, 1, 0, 0, 0, 0, 0, 0]))
 
     async def _tunnel(
         self,
@@ -338,15 +340,36 @@ class NetworkProxy:
         up_reader: asyncio.StreamReader,
         up_writer: asyncio.StreamWriter,
     ) -> None:
-        """Bytes both ways until both sides have finished sending."""
-        await asyncio.gather(self._pipe(reader, up_writer), self._pipe(up_reader, writer))
+        """Bytes both ways until both sides have finished sending, or until
+        neither has sent anything for ``idle_timeout``."""
+        # One clock for both directions: a long download sends nothing the
+        # other way, and must not be taken for an idle tunnel.
+        last = [asyncio.get_running_loop().time()]
+        pipes = [
+            asyncio.ensure_future(self._pipe(reader, up_writer, last)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, last)),
+        ]
+        try:
+            await asyncio.gather(*pipes)
+        finally:
+            # A failed direction ends the other: no pipe outlives its connection.
+            for pipe in pipes:
+                pipe.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
 
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, last: list[float]) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            async with asyncio.timeout(self._limits.idle_timeout):
-                data = await source.read(2**16)
+            try:
+                async with asyncio.timeout(self._limits.idle_timeout):
+                    data = await source.read(2**16)
+            except TimeoutError:
+                if loop.time() - last[0] < self._limits.idle_timeout:
+                    continue
+                raise
             if not data:
                 break
+            last[0] = loop.time()
             sink.write(data)
             await sink.drain()
         # Half-close: the other side may still be sending its answer.

@@ -76,15 +76,22 @@ async def upstream(http: bool = False, host: str = "127.0.0.1") -> AsyncIterator
 @dataclass
 class Resolver:
     calls: list[str] = field(default_factory=list)
+    delay: float = 0.0
+    error: OSError | None = None
 
     async def __call__(self, name: str, port: int) -> list[str]:
         self.calls.append(name)
+        await asyncio.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
         return ["127.0.0.1"]
 
 
 @contextlib.asynccontextmanager
-async def proxy(limits: ProxyLimits = FAST, rules: NetworkRules = RULES) -> AsyncIterator[tuple[NetworkProxy, int]]:
-    p = NetworkProxy(rules, resolver=Resolver(), limits=limits)
+async def proxy(
+    limits: ProxyLimits = FAST, rules: NetworkRules = RULES, resolver: Resolver | None = None
+) -> AsyncIterator[tuple[NetworkProxy, int]]:
+    p = NetworkProxy(rules, resolver=resolver or Resolver(), limits=limits)
     _, port = await p.start()
     try:
         yield p, port
@@ -439,3 +446,80 @@ def test_proxy_thread_serves_synchronous_callers() -> None:
         thread.close()
     assert not thread._thread.is_alive()
     assert thread._loop.is_closed()
+
+
+def test_resolving_and_connecting_are_not_timed_as_the_clients_head() -> None:
+    async def test() -> None:
+        slow = Resolver(delay=FAST.head_timeout * 2)
+        async with upstream() as up, proxy(resolver=slow) as (_, port):
+            await still_serves(port, up)
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    ("resolver", "limits"),
+    [
+        (Resolver(error=socket.gaierror(socket.EAI_NONAME, "Name or service not known")), FAST),
+        (Resolver(delay=60), ProxyLimits(resolve_timeout=0.2)),
+    ],
+)
+def test_a_name_that_does_not_resolve_gets_502_and_is_no_refusal(resolver: Resolver, limits: ProxyLimits) -> None:
+    async def test() -> None:
+        async with proxy(limits=limits, resolver=resolver) as (p, port):
+            head, reader, writer = await connect(port, "allowed.test:443")
+            body = await reader.read()
+            writer.close()
+            assert head.startswith(b"HTTP/1.1 502 ")
+            assert b"cannot resolve allowed.test" in body
+            assert p.refusals == ()
+
+    run(test)
+
+
+def test_a_closed_upstream_port_gets_502() -> None:
+    async def test() -> None:
+        async with upstream() as up:
+            closed_port = up.port
+        async with proxy() as (p, port):
+            head, reader, writer = await connect(port, f"allowed.test:{closed_port}")
+            assert b"cannot connect to allowed.test" in await reader.read()
+            writer.close()
+            assert head.startswith(b"HTTP/1.1 502 ")
+            reply, _, writer = await socks(port, socks_name("allowed.test", closed_port))
+            writer.close()
+            assert reply[:2] == b"\x05\x05"
+            assert p.refusals == ()
+
+    run(test)
+
+
+def test_an_idle_tunnel_is_closed_on_both_sides() -> None:
+    async def test() -> None:
+        async with upstream() as up, proxy(ProxyLimits(idle_timeout=0.3)) as (_, port):
+            head, reader, writer = await connect(port, f"allowed.test:{up.port}")
+            assert head.startswith(b"HTTP/1.1 200 ")
+            assert await reader.read() == b""
+            await up.ended.wait()
+            writer.close()
+
+    run(test)
+
+
+def test_a_one_way_download_longer_than_the_idle_timeout_goes_on() -> None:
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for _ in range(8):  # 0.8 s in all, never 0.3 s without a byte
+            writer.write(b"chunk")
+            await writer.drain()
+            await asyncio.sleep(0.1)
+        writer.close()
+
+    async def test() -> None:
+        server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+        async with server, proxy(ProxyLimits(idle_timeout=0.3)) as (_, port):
+            head, reader, writer = await connect(port, f"allowed.test:{server.sockets[0].getsockname()[1]}")
+            assert head.startswith(b"HTTP/1.1 200 ")
+            assert await reader.read() == b"chunk" * 8
+            writer.close()
+
+    run(test)
