@@ -28,31 +28,24 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from dsh.sandbox.net_rules import (
-    HostError,
-    NetworkRules,
-    decide_addresses,
-    decide_name,
-    normalise_host,
-    split_host_port,
+from dsh.sandbox.net_heads import (
+    SOCKS_BAD_ADDRESS,
+    SOCKS_BAD_COMMAND,
+    SOCKS_FAILURE,
+    SOCKS_NOT_ALLOWED,
+    SOCKS_OK,
+    SOCKS_REFUSED,
+    SOCKS_UNREACHABLE,
+    Reject,
+    Target,
+    http_answer,
+    parse_http_head,
+    socks_reply,
 )
+from dsh.sandbox.net_rules import NetworkRules, decide_addresses, decide_name, normalise_host
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "te",
-        "trailer",
-        "upgrade",
-    }
-)
-_SOCKS_OK, _SOCKS_FAILURE, _SOCKS_NOT_ALLOWED, _SOCKS_UNREACHABLE, _SOCKS_REFUSED = 0x00, 0x01, 0x02, 0x04, 0x05
-_SOCKS_BAD_COMMAND, _SOCKS_BAD_ADDRESS = 0x07, 0x08
 _TASK_NAME = "dsh-net-proxy-connection"
 
 
@@ -86,38 +79,8 @@ async def system_resolver(name: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-@dataclass(frozen=True)
-class _Target:
-    """What a request head asks for: where to, what to send there first, and
-    what to tell the client once connected."""
-
-    host: str
-    port: int
-    forward: bytes = b""
-    reply: bytes = b""
-
-
 class _Close(Exception):
     """Ends a connection without an answer (the protocol has already given one)."""
-
-
-class _Reject(Exception):
-    """Ends a connection with an answer: an HTTP status and a SOCKS5 reply code."""
-
-    def __init__(self, status: int, socks: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status, self.socks, self.reason = status, socks, reason
-
-
-_STATUS_TEXT = {
-    400: "Bad Request",
-    403: "Forbidden",
-    408: "Request Timeout",
-    414: "URI Too Long",
-    431: "Request Header Fields Too Large",
-    502: "Bad Gateway",
-    504: "Gateway Timeout",
-}
 
 
 class NetworkProxy:
@@ -168,10 +131,10 @@ class NetworkProxy:
             await self._server.wait_closed()
             self._server = None
 
-    def _refuse(self, name: str, reason: str) -> _Reject:
+    def _refuse(self, name: str, reason: str) -> Reject:
         with self._lock:
             self._refusals.append(Refusal(name, reason))
-        return _Reject(403, _SOCKS_NOT_ALLOWED, reason)
+        return Reject(403, SOCKS_NOT_ALLOWED, reason)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self._tasks) >= self._limits.max_connections:
@@ -195,13 +158,13 @@ class NetworkProxy:
                     socks = first == b"\x05"
                     target = await (self._socks_head(reader, writer) if socks else self._http_head(first, reader))
             except TimeoutError:
-                raise _Reject(408, _SOCKS_FAILURE, "the request head did not arrive in time") from None
+                raise Reject(408, SOCKS_FAILURE, "the request head did not arrive in time") from None
             up_reader, upstream = await self._open(target.host, target.port)
             upstream.write(target.forward)
             writer.write(target.reply)
             await writer.drain()
             await self._tunnel(reader, writer, up_reader, upstream)
-        except _Reject as reject:
+        except Reject as reject:
             await self._answer(writer, socks, reject)
         except (_Close, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass  # The client went away or stalled mid-tunnel: nothing to answer.
@@ -210,24 +173,15 @@ class NetworkProxy:
                 if w is not None:
                     await _shut(w)
 
-    async def _answer(self, writer: asyncio.StreamWriter, socks: bool, reject: _Reject) -> None:
-        if socks:
-            writer.write(bytes([5, reject.socks, 0, 1, 0, 0, 0, 0, 0, 0]))
-        else:
-            body = f"dsh-sandbox proxy: {reject.reason}\n".encode()
-            text = _STATUS_TEXT.get(reject.status, "Error")
-            writer.write(
-                f"HTTP/1.1 {reject.status} {text}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
+    async def _answer(self, writer: asyncio.StreamWriter, socks: bool, reject: Reject) -> None:
+        writer.write(socks_reply(reject.socks) if socks else http_answer(reject))
         with contextlib.suppress(OSError, TimeoutError):
             async with asyncio.timeout(self._limits.head_timeout):
                 await writer.drain()
 
     async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A connection to ``host``:``port`` once the rules allow the name and
-        every address it resolves to; raises ``_Reject`` otherwise."""
+        every address it resolves to; raises ``Reject`` otherwise."""
         decision = decide_name(self._rules, host)
         if not decision.allowed:
             raise self._refuse(host, decision.reason)
@@ -240,7 +194,7 @@ class NetworkProxy:
                 async with asyncio.timeout(self._limits.resolve_timeout):
                     addresses = await self._resolve(name, port)
             except (OSError, TimeoutError) as e:
-                raise _Reject(502, _SOCKS_UNREACHABLE, f"cannot resolve {name}: {e or 'timeout'}") from None
+                raise Reject(502, SOCKS_UNREACHABLE, f"cannot resolve {name}: {e or 'timeout'}") from None
         decision = decide_addresses(self._rules, name, addresses)
         if not decision.allowed:
             raise self._refuse(host, decision.reason)
@@ -252,57 +206,30 @@ class NetworkProxy:
                     return await asyncio.open_connection(address, port, limit=2**16)
             except (OSError, TimeoutError) as e:
                 failure = f"{address}: {e or 'timeout'}"
-        raise _Reject(502, _SOCKS_REFUSED, f"cannot connect to {name} port {port} ({failure})")
+        raise Reject(502, SOCKS_REFUSED, f"cannot connect to {name} port {port} ({failure})")
 
     async def _read_line(self, reader: asyncio.StreamReader, used: int) -> bytes:
         try:
             line = await reader.readuntil(b"\n")
         except asyncio.LimitOverrunError:
-            raise _Reject(431, 0, "the request head is too large") from None
+            raise Reject(431, SOCKS_FAILURE, "the request head is too large") from None
         except asyncio.IncompleteReadError:
-            raise _Reject(400, 0, "the request head ended early") from None
+            raise Reject(400, SOCKS_FAILURE, "the request head ended early") from None
         if used + len(line) > self._limits.max_head_bytes:
-            raise _Reject(431, 0, "the request head is too large")
+            raise Reject(431, SOCKS_FAILURE, "the request head is too large")
         return line
 
-    async def _http_head(self, first: bytes, reader: asyncio.StreamReader) -> _Target:
+    async def _http_head(self, first: bytes, reader: asyncio.StreamReader) -> Target:
         line = first + await self._read_line(reader, 1)
         if len(line) > self._limits.max_request_line:
-            raise _Reject(414, 0, "the request line is too long")
-        used = len(line)
-        headers: list[tuple[str, str]] = []
-        while True:
-            raw = await self._read_line(reader, used)
+            raise Reject(414, SOCKS_FAILURE, "the request line is too long")
+        used, headers = len(line), []
+        while (raw := await self._read_line(reader, used)) not in (b"\r\n", b"\n"):
             used += len(raw)
-            if raw in (b"\r\n", b"\n"):
-                break
-            name, colon, value = _text(raw).partition(":")
-            if not colon or not name or name != name.strip():
-                raise _Reject(400, 0, "a header line is malformed")
-            headers.append((name, value.strip()))
-        parts = _text(line).split(" ")
-        if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1") or not parts[0].isalpha():
-            raise _Reject(400, 0, "the request line is not 'METHOD target HTTP/1.x'")
-        method, target, version = parts
-        if method == "CONNECT":
-            host, port = _authority(target, None)
-            return _Target(host, port, reply=b"HTTP/1.1 200 Connection established\r\n\r\n")
-        if not target[:7].lower() == "http://":
-            raise _Reject(400, 0, "only absolute http:// targets are proxied; use CONNECT for https")
-        rest = target[7:]
-        cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-        authority, path = rest[:cut], rest[cut:].split("#", 1)[0]
-        host, port = _authority(authority, 80)
-        # Headers the client named in Connection are hop-by-hop too.
-        listed = {t.strip().lower() for n, v in headers if n.lower() == "connection" for t in v.split(",")}
-        kept = [(n, v) for n, v in headers if n.lower() not in _HOP_BY_HOP | listed and n.lower() != "host"]
-        # The upstream sees the host it was chosen for, not a Host the client
-        # may have set to something else.
-        head = [f"{method} {'/' if not path.startswith('/') else ''}{path} {version}", f"Host: {authority}"]
-        head += [f"{n}: {v}" for n, v in kept] + ["Connection: close", "", ""]
-        return _Target(host, port, forward="\r\n".join(head).encode("latin-1"))
+            headers.append(raw)
+        return parse_http_head(line, headers)
 
-    async def _socks_head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> _Target:
+    async def _socks_head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
         count = (await reader.readexactly(1))[0]
         methods = await reader.readexactly(count)
         if 0x00 not in methods:
@@ -312,7 +239,7 @@ class NetworkProxy:
         writer.write(b"\x05\x00")
         version, command, _, kind = await reader.readexactly(4)
         if version != 5:
-            raise _Reject(400, _SOCKS_FAILURE, "not a SOCKS5 request")
+            raise Reject(400, SOCKS_FAILURE, "not a SOCKS5 request")
         if kind == 1:
             host = str(ipaddress.IPv4Address(await reader.readexactly(4)))
         elif kind == 4:
@@ -324,14 +251,14 @@ class NetworkProxy:
             except UnicodeDecodeError:
                 host = raw.decode("latin-1")  # Refused below by name, but recorded as sent.
         else:
-            raise _Reject(400, _SOCKS_BAD_ADDRESS, f"address type {kind} is unknown")
+            raise Reject(400, SOCKS_BAD_ADDRESS, f"address type {kind} is unknown")
         port = int.from_bytes(await reader.readexactly(2), "big")
         if command != 1:
             # BIND and UDP ASSOCIATE would let the outside in or skip the name check.
-            raise _Reject(400, _SOCKS_BAD_COMMAND, f"SOCKS5 command {command} is not supported (CONNECT only)")
+            raise Reject(400, SOCKS_BAD_COMMAND, f"SOCKS5 command {command} is not supported (CONNECT only)")
         if port == 0:
-            raise _Reject(400, _SOCKS_FAILURE, "port 0 is not a destination")
-        return _Target(host, port, reply=bytes([5, _SOCKS_OK, 0, 1, 0, 0, 0, 0, 0, 0]))
+            raise Reject(400, SOCKS_FAILURE, "port 0 is not a destination")
+        return Target(host, port, reply=socks_reply(SOCKS_OK))
 
     async def _tunnel(
         self,
@@ -378,14 +305,6 @@ class NetworkProxy:
                 sink.write_eof()
 
 
-def _text(raw: bytes) -> str:
-    """A head line as text; bytes no header holds are a malformed request."""
-    text = raw.rstrip(b"\r\n").decode("latin-1")
-    if any((c < " " and c != "\t") or c == "\x7f" for c in text):
-        raise _Reject(400, 0, "the request head holds control characters")
-    return text
-
-
 async def _shut(writer: asyncio.StreamWriter) -> None:
     """Close one side: flush what is queued, but never wait long on a peer
     that does not read (its unsent bytes are dropped)."""
@@ -395,13 +314,6 @@ async def _shut(writer: asyncio.StreamWriter) -> None:
             await writer.wait_closed()
     except (OSError, TimeoutError, asyncio.CancelledError):
         writer.transport.abort()
-
-
-def _authority(authority: str, default_port: int | None) -> tuple[str, int]:
-    try:
-        return split_host_port(authority, default_port)
-    except HostError as e:
-        raise _Reject(400, _SOCKS_FAILURE, str(e)) from None
 
 
 class ProxyThread:
