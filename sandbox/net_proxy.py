@@ -338,7 +338,11 @@ class ProxyThread:
 
     def start(self, timeout: float = 30.0) -> tuple[str, int]:
         self._thread.start()
-        return asyncio.run_coroutine_threadsafe(self._proxy.start(), self._loop).result(timeout)
+        try:
+            return asyncio.run_coroutine_threadsafe(self._proxy.start(), self._loop).result(timeout)
+        except BaseException:
+            self.close(timeout)  # a port in use must not leave a thread behind
+            raise
 
     def close(self, timeout: float = 30.0) -> None:
         if self._thread.is_alive():

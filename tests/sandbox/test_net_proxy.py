@@ -523,3 +523,43 @@ def test_a_one_way_download_longer_than_the_idle_timeout_goes_on() -> None:
             writer.close()
 
     run(test)
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback here")
+def test_an_ipv6_listener_and_a_listed_ipv6_literal() -> None:
+    async def test() -> None:
+        rules = parse(["::1"], allow_private_for=["::1"])
+        p6 = NetworkProxy(rules, host="::1", resolver=Resolver(), limits=FAST)
+        host, port = await p6.start()
+        try:
+            async with upstream(host="::1") as up:
+                reader, writer = await asyncio.open_connection("::1", port)
+                writer.write(f"CONNECT [::1]:{up.port} HTTP/1.1\r\n\r\n".encode())
+                assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 200 Connection established\r\n\r\n"
+                assert await echoes(reader, writer)
+                assert p6.refusals == ()
+        finally:
+            await p6.close()
+        assert host == "::1"
+
+    run(test)
+
+
+def test_proxy_thread_start_failure_leaves_no_thread() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        thread = ProxyThread(RULES, port=taken.getsockname()[1])
+        with pytest.raises(OSError):
+            thread.start()
+    assert not thread._thread.is_alive()
+    assert thread._loop.is_closed()
