@@ -287,13 +287,14 @@ class NetworkProxy:
     async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, last: list[float]) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            remaining = last[0] + self._limits.idle_timeout - loop.time()
+            if remaining <= 0:
+                raise TimeoutError
             try:
-                async with asyncio.timeout(self._limits.idle_timeout):
+                async with asyncio.timeout(remaining):
                     data = await source.read(2**16)
             except TimeoutError:
-                if loop.time() - last[0] < self._limits.idle_timeout:
-                    continue
-                raise
+                continue  # The other direction may have moved meanwhile: count again.
             if not data:
                 break
             last[0] = loop.time()
