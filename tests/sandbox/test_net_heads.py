@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 from dsh.sandbox.net_heads import CONNECTED, Reject, Target, http_answer, parse_http_head, socks_reply
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def test_connect_head() -> None:
@@ -56,3 +58,19 @@ def test_answers() -> None:
     assert f"Content-Length: {len(body)}".encode() in head
     assert body == b"dsh-sandbox proxy: name x.test is not in the network allowlist\n"
     assert socks_reply(2) == b"\x05\x02\x00\x01\x00\x00\x00\x00\x00\x00"
+
+
+HEAD_BYTES = st.binary(max_size=200) | st.sampled_from(
+    [b"CONNECT ", b"GET http://", b"[", b"]", b":", b"@", b" HTTP/1.1", b"\x00", b"\r", b"%", b".", b"0x7f"]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(HEAD_BYTES, max_size=8).map(b"".join), st.lists(st.binary(max_size=40), max_size=4))
+def test_any_head_parses_or_is_a_400(line: bytes, headers: list[bytes]) -> None:
+    try:
+        target = parse_http_head(line, headers)
+    except Reject as reject:
+        assert reject.status == 400
+    else:
+        assert 0 < target.port < 65536 and target.host

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import pytest
 from dsh.sandbox.net_proxy import NetworkProxy, ProxyLimits, ProxyThread, Refusal
 from dsh.sandbox.net_rules import NetworkRules, parse
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 RULES = parse(
     allow=["allowed.test", "*.wild.test", "rebind.test", "*.corp.test", "127.0.0.2"],
@@ -563,3 +565,18 @@ def test_proxy_thread_start_failure_leaves_no_thread() -> None:
             thread.start()
     assert not thread._thread.is_alive()
     assert thread._loop.is_closed()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_never_stop_the_server(junk: bytes) -> None:
+    async def test() -> None:
+        async with upstream() as up, proxy() as (_, port):
+            reader, writer = await exchange(port, junk)
+            writer.write_eof()
+            with contextlib.suppress(ConnectionResetError):
+                await reader.read()
+            writer.close()
+            await still_serves(port, up)
+
+    run(test)

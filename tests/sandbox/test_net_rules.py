@@ -16,6 +16,8 @@ from dsh.sandbox.net_rules import (
     parse,
     split_host_port,
 )
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 RULES = parse(
     allow=["pypi.example.org", "*.example.com", "203.0.113.7", "2001:db8::7", "bücher.example", "lan.example"],
@@ -225,3 +227,17 @@ def test_normalise_host_forms() -> None:
     assert normalise_host("2001:0DB8::0001") == "2001:db8::1"
     with pytest.raises(HostError):
         normalise_host("a..")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=60))
+def test_any_host_is_decided_without_raising(host: str) -> None:
+    decision = decide_name(RULES, host)
+    if decision.allowed:
+        # Whatever was allowed normalises to a listed name or one below a wildcard.
+        name = normalise_host(host)
+        assert name in RULES.allow or name.endswith(".example.com")
+    try:
+        split_host_port(host)
+    except HostError:
+        pass
