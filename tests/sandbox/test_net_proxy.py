@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -395,6 +396,7 @@ def _sockets() -> int:
 def test_close_ends_every_connection_and_leaves_no_task_or_socket() -> None:
     async def test() -> None:
         async with upstream() as up:
+            gc.collect()  # sockets earlier tests left to the collector must not close mid-count
             before = _sockets()
             p = NetworkProxy(RULES, resolver=Resolver(), limits=FAST)
             _, port = await p.start()
@@ -418,7 +420,7 @@ def test_close_ends_every_connection_and_leaves_no_task_or_socket() -> None:
                     await w.wait_closed()
             with pytest.raises(OSError):
                 await asyncio.open_connection("127.0.0.1", port)
-            assert _sockets() == before
+            assert _sockets() <= before
 
     run(test)
 
