@@ -24,6 +24,7 @@ import errno
 import os
 import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,15 +194,29 @@ def _open_dir(label: str, raw: str, path: str) -> int:
         raise ConfigError(f"{label}: {raw}: cannot open {path} ({exc.strerror})") from None
 
 
+def _close_pins(pins: dict[tuple[Path, int, int], Pin]) -> None:
+    held = list(pins.values())
+    pins.clear()
+    for pin in held:
+        try:
+            os.close(pin.fd)
+        except OSError:
+            pass
+
+
 class PinStore:
     """The session's pins: one fd per distinct (path, inode) it resolved, closed
-    with the session.  Thread-safe; ``close`` is idempotent."""
+    with the session.  Thread-safe; ``close`` is idempotent.  A store dropped
+    without ``close`` (a caller that never closed its session) closes its fds
+    when it is collected, so a long-lived process cannot run out of them."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pins: dict[tuple[Path, int, int], Pin] = {}
         self._by_policy: dict[SandboxPolicy, PinnedPaths] = {}
         self._closed = False
+        # Runs once: at ``close`` or at collection, whichever comes first.
+        self._release = weakref.finalize(self, _close_pins, self._pins)
 
     def walk(self, label: str, raw: str, path: Path, base: Pin | None = None) -> Resolved:
         """``walk``, keeping the pin (an equal one already held is reused)."""
@@ -240,13 +255,8 @@ class PinStore:
             if self._closed:
                 return
             self._closed = True
-            pins, self._pins = list(self._pins.values()), {}
             self._by_policy.clear()
-        for pin in pins:
-            try:
-                os.close(pin.fd)
-            except OSError:
-                pass
+            self._release()
 
 
 class PinnedPaths:

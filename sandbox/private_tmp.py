@@ -30,6 +30,7 @@ import errno
 import fcntl
 import os
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -67,8 +68,16 @@ def _overlaps(path: Path, roots: Iterable[Path]) -> bool:
     return any(path == r or r in path.parents or path in r.parents for r in roots)
 
 
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 class PrivateTmp:
-    """One session's directory, locked while the session lives."""
+    """One session's directory, locked while the session lives.  Dropped
+    without ``close``, it releases its descriptors (and so its lock) when
+    collected; the directory is then pruned by a later session."""
 
     def __init__(self, path: Path, fd: int, base_fd: int | None = None) -> None:
         self.path = path
@@ -76,6 +85,7 @@ class PrivateTmp:
         #: The directory that holds it, opened without following a link: the
         #: session directory is removed through it, never by name.
         self._base_fd = base_fd
+        self._release = weakref.finalize(self, _close_fds, [fd, *([base_fd] if base_fd is not None else [])])
 
     @classmethod
     def create(cls, avoid: Iterable[Path], environ: Mapping[str, str] = os.environ) -> PrivateTmp:
@@ -119,9 +129,7 @@ class PrivateTmp:
             if base_fd is not None:
                 _remove(base_fd, self.path.name, fd)
         finally:
-            os.close(fd)
-            if base_fd is not None:
-                os.close(base_fd)
+            self._release()
 
 
 _FIX = 'set XDG_RUNTIME_DIR or HOME to a directory you own, or write tmp = "shared" in the profile'

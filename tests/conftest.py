@@ -7,8 +7,10 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +40,38 @@ def _sandbox_homes_in_a_temp_dir() -> Iterator[None]:
     else:
         os.environ["XDG_CACHE_HOME"] = saved
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _sessions_closed() -> Iterator[None]:
+    """Close each session a test opened and left open.  A session holds fds
+    (its policy paths' pins, its private /tmp's lock, a runner's filter) until
+    it is closed; a suite of thousands of tests that each left one open ran
+    out of descriptors under a login session's default limit of 1024 (every
+    test after that failed with EMFILE)."""
+    from dsh.sandbox.context import Context
+    from dsh.sandbox.policy_service import PolicyService
+
+    opened: list[weakref.ref[Any]] = []
+    originals = {cls: cls.__init__ for cls in (Context, PolicyService)}
+
+    def tracking(cls: type[Any]) -> Callable[..., None]:
+        def tracked(self: Any, *args: Any, **kwargs: Any) -> None:
+            originals[cls](self, *args, **kwargs)
+            opened.append(weakref.ref(self))
+        return tracked
+
+    for cls in originals:
+        cls.__init__ = tracking(cls)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for cls, init in originals.items():
+            cls.__init__ = init  # type: ignore[method-assign]
+        for ref in reversed(opened):  # a service before the context it came from
+            left = ref()
+            if left is not None:
+                left.close()
 
 
 @pytest.fixture
