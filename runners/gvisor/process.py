@@ -47,7 +47,7 @@ class RunscExec(RemoteProcess):
         self.marker = marker
         self._user = user
         self._on_unkillable = on_unkillable
-        self._on_close = on_close
+        self._on_close: Callable[[], None] | None = on_close
         self._sent: set[int] = set()
         self._status: ExitStatus | None = None
         self._lock = threading.Lock()
@@ -165,4 +165,7 @@ class RunscExec(RemoteProcess):
             self._stdin_feed.abandon()
         if self._feeder is not None:
             self._feeder.join(timeout=10)
-        self._on_close()
+        with self._lock:
+            on_close, self._on_close = self._on_close, None
+        if on_close is not None:  # once, however often close is called
+            on_close()

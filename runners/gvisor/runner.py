@@ -238,6 +238,8 @@ class GvisorRunner(Runner):
             return None
         plan = self._plan(policy)
         warm = self._ensure(policy, plan, self._session_state())
+        warm.began()  # the reservation is not a command of the session: release it
+        warm.ended()
         argv = [*warm.runsc, "exec", "-user", f"{self.identity.inside().uid}:{self.identity.inside().gid}",
                 "-cwd", cwd, warm.id, "true"]
         return Baseline("runsc exec true (warm sandbox)",
@@ -298,7 +300,7 @@ class GvisorRunner(Runner):
             with self._lock:
                 warm = self._warm.get(key)
             if warm is not None and warm.alive() and warm.intact():
-                return warm
+                return self._current(warm)
             if warm is not None:
                 self._discard(warm)
             # The runner's state is masked wherever the command could see it (not
@@ -315,7 +317,35 @@ class GvisorRunner(Runner):
                                  runsc_root=_runsc_root(state))
             with self._lock:
                 self._warm[key] = warm
-            return warm
+            return self._current(warm)
+
+    def _current(self, warm: sb.WarmSandbox) -> sb.WarmSandbox:
+        """``warm`` is the sandbox the next command uses (one reserved for it).
+
+        A sandbox of another shape keeps its mounts (a root the new policy
+        dropped stays writable there), whatever was left running in it, and the
+        descriptors that hold its sources: it is removed now if no command runs
+        in it, else when its last one ends.  A long session whose policy keeps
+        changing (a repository appears, a root is added) so holds one sandbox,
+        not one per shape it ever had.
+        """
+        warm.reserve()
+        with self._lock:
+            warm.stale = False
+            others = [w for w in self._warm.values() if w is not warm]
+            for other in others:
+                other.stale = True
+        for other in others:
+            if other.idle():
+                self._discard(other)
+        return warm
+
+    def _ended(self, warm: sb.WarmSandbox, path: Path) -> None:
+        """A command of ``warm`` ended: its process file goes, and a stale sandbox once idle."""
+        _unlink(path)
+        warm.ended()
+        if warm.stale and warm.idle():
+            self._discard(warm)
 
     def _start(self, warm: sb.WarmSandbox, argv: list[str], decode: bool, cwd: str, env: list[str],
                wall_time_s: float | None, stdin: bytes | StdinFeed | None, deadline: float | None) -> RemoteProcess:
@@ -327,17 +357,19 @@ class GvisorRunner(Runner):
             args = [_interpreter(), "-I", "-S", "-c", LAUNCHER, self._filter, *args]
         spec = process(args, env=[*env, f"{MARKER_VAR}={marker}"], cwd=cwd, identity=self.identity.inside())
         path = warm.bundle / f"exec-{marker}.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            json.dump(spec, fh)
+        warm.began()
+        ended = functools.partial(self._ended, warm, path)
         try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(spec, fh)
             return RunscExec([*warm.runsc, "exec", "-process", str(path), warm.id], runsc=warm.runsc,
                              sandbox_id=warm.id, marker=marker,
                              user=f"{self.identity.inside().uid}:{self.identity.inside().gid}", stdin=stdin,
                              wall_time_s=wall_time_s, on_unkillable=functools.partial(self._discard, warm),
-                             on_close=functools.partial(_unlink, path))
+                             on_close=ended)
         except OSError as exc:
-            _unlink(path)
+            ended()
             raise SandboxUnavailable(f"cannot start runsc exec: {exc}", runner=self.name) from None
 
     def _discard(self, warm: sb.WarmSandbox) -> None:

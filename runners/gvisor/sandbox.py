@@ -76,6 +76,28 @@ class WarmSandbox:
     closed: bool = False
     pid: int | None = None  # the sandbox's own process (gVisor's kernel)
     gofer: int | None = None  # its file server
+    # Commands prepared for this sandbox and not started yet, and those running.
+    pending: int = 0
+    running: int = 0
+    # Another policy's sandbox is current: this one goes once idle.
+    stale: bool = False
+
+    def reserve(self) -> None:
+        with self.lock:
+            self.pending += 1
+
+    def began(self) -> None:
+        with self.lock:
+            self.pending = max(0, self.pending - 1)
+            self.running += 1
+
+    def ended(self) -> None:
+        with self.lock:
+            self.running = max(0, self.running - 1)
+
+    def idle(self) -> bool:
+        with self.lock:
+            return self.pending == 0 and self.running == 0
 
     def alive(self) -> bool:
         if self.closed or self.pid is None:
