@@ -15,7 +15,7 @@ of ``--ro-bind / /``, ``--dev`` and ``--proc``:
 
 The plan's ``show`` entries are for runners without the host underneath and
 are dropped here, and a kept path so deep that pinning every directory above
-it would stall bwrap is a clean refusal (``mount_plan.refuse_too_deep``).
+it would stall bwrap is a clean refusal (``mount_depth.refuse_too_deep``).
 
 A read-only view does not stop ``connect()`` to a unix socket: host sockets
 are kept out of reach by the syscall filter (``filter``), not by mounts, so
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from dsh.sandbox import mount_plan
+from dsh.sandbox.mount_depth import refuse_too_deep
 from dsh.sandbox.mount_plan import gather_facts
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import Gap
@@ -83,7 +84,7 @@ def plan_mounts(policy: SandboxPolicy) -> MountPlan:
 
 def translate(plan: mount_plan.MountPlan) -> MountPlan:
     """The core plan in bwrap's terms; ``SandboxUnavailable`` when it is too deep for bwrap."""
-    mount_plan.refuse_too_deep(plan, "bwrap")
+    refuse_too_deep(plan, "bwrap")
     entries = [e for e in plan.entries if e.kind != "show"]
     mounts = tuple(Mount(_KIND[e.kind], e.path, e.why, e.source) for e in entries)
     return MountPlan(mounts, plan.gaps_for("bwrap"), plan.overridden)

@@ -109,9 +109,11 @@ def translate(policy: SandboxPolicy, plan: MountPlan, facts: MountFacts) -> tupl
     return tuple(sorted(mounts.values(), key=lambda m: (m.target.count("/"), m.target)))
 
 
-def placeholders(mounts: tuple[MountSpec, ...]) -> tuple[str, ...]:
-    """The empty directories the host must hold for the plan's missing protected paths."""
-    return tuple(sorted(m.target for m in mounts if m.why.startswith("placeholder:")))
+def placeholders(plan: MountPlan, mounts: tuple[MountSpec, ...]) -> tuple[str, ...]:
+    """The empty directories the host must hold for the plan's missing protected
+    paths: those the container binds (outside what it shows, nothing is there)."""
+    targets = {m.target for m in mounts}
+    return tuple(sorted(e.path for e in plan.of_kind("placeholder") if e.path in targets))
 
 
 def _shown(policy: SandboxPolicy, plan: MountPlan, facts: MountFacts) -> list[str]:

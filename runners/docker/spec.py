@@ -111,7 +111,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
         pids_limit=_with_own_processes(limits.max_processes if limits.max_processes is not None else pids),
         mem_limit=limits.max_memory_bytes if limits.max_memory_bytes is not None else memory,
         fsize_limit=limits.max_file_size_bytes,
-        placeholders=placeholders(mounts),
+        placeholders=placeholders(plan, mounts),
         syscall_machine=None if full else machine or platform.machine(),
         gaps=plan.gaps_for("docker"),
     )

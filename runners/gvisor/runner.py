@@ -43,13 +43,14 @@ from dsh.runners.gvisor import sandbox as sb
 from dsh.runners.gvisor.argv import encode_argv, text_env
 from dsh.runners.gvisor.keeper import Keeper
 from dsh.runners.gvisor.scripts import MARKER_VAR, WRAPPER, WRAPPER_DECODING
-from dsh.runners.gvisor.spec import Identity, build_config, oci_mounts, process, refuse_too_many_binds
+from dsh.runners.gvisor.spec import Identity, build_config, process, refuse_too_many_binds
 from dsh.runners.gvisor.syscalls import LAUNCHER, filter_hex
 from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.host_tools import system_tool
-from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts, refuse_too_deep
+from dsh.sandbox.mount_depth import refuse_too_deep
+from dsh.sandbox.mount_plan import TMP, MountPlan, gather_facts, plan_mounts
 from dsh.sandbox.own_dirs import first_own_dir
 from dsh.sandbox.own_state import runner_state_candidates
 from dsh.sandbox.policy import SandboxPolicy
@@ -161,7 +162,7 @@ class GvisorRunner(Runner):
     def _plan(self, policy: SandboxPolicy) -> MountPlan:
         plan = plan_mounts(policy, gather_facts(policy, self.identity.uid))
         refuse_too_deep(plan, self.name)
-        refuse_too_many_binds(oci_mounts(plan))
+        refuse_too_many_binds(plan)
         return plan
 
     def _gaps(self, policy: SandboxPolicy, plan: MountPlan) -> list[Gap]:

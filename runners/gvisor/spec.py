@@ -62,8 +62,10 @@ class Identity:
 MAX_BINDS = 230
 
 
-def refuse_too_many_binds(mounts: list[dict[str, Any]]) -> None:
-    binds = sum(1 for m in mounts if m.get("type") == "bind")
+def refuse_too_many_binds(plan: MountPlan) -> None:
+    """Refuse a plan with more binds than runsc starts with (``oci_mounts`` binds these kinds)."""
+    binds = sum(1 for e in plan.entries if e.kind in ("writable", "pin", "read-only", "placeholder", "mask-file")
+                or (e.kind == "private-tmp" and e.source is not None))
     if binds > MAX_BINDS:
         raise SandboxUnavailable(
             f"the plan binds {binds} host paths (every protected .git part of each nested repository, each "

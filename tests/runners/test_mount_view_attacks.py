@@ -27,16 +27,11 @@ PLAN_RUNNERS = ["bwrap", "gvisor", "docker"]
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
+def base(trusted_dir: Path) -> Path:
     # Outside /tmp, which is a writable root of every run (and no covering
     # mask is ever planned beneath it).
-    made = Path(tempfile.mkdtemp(prefix="dsh-view-", dir="/var/tmp")).resolve()
-    os.chmod(made, 0o755)
-    (made / "ws").mkdir()
-    try:
-        yield made
-    finally:
-        shutil.rmtree(made, ignore_errors=True)
+    (trusted_dir / "ws").mkdir()
+    return trusted_dir
 
 
 def _drop() -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,15 +19,11 @@ from tests.support.require import require_runner
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
+def base(trusted_dir: Path) -> Iterator[Path]:
     # Outside /tmp (a writable root of every run).
-    made = Path(tempfile.mkdtemp(prefix="dsh-deep-", dir="/var/tmp")).resolve()
-    os.chmod(made, 0o755)
-    try:
-        yield made
-    finally:
-        # rm, not shutil.rmtree: Python's recursion stops 1000 levels down.
-        subprocess.run(["rm", "-rf", "--one-file-system", str(made)], check=False, timeout=120)
+    yield trusted_dir
+    # rm, not shutil.rmtree: Python's recursion stops 1000 levels down.
+    subprocess.run(["rm", "-rf", "--one-file-system", str(trusted_dir)], check=False, timeout=120)
 
 
 def _chain(top: Path, names: list[str]) -> Path:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from dsh.runners.gvisor import spec
 from dsh.runners.gvisor.argv import encode_argv, text_env
-from dsh.runners.gvisor.spec import Identity, build_config, process
-from dsh.sandbox.errors import UsageError
+from dsh.runners.gvisor.spec import Identity, build_config, oci_mounts, process, refuse_too_many_binds
+from dsh.sandbox.errors import SandboxUnavailable, UsageError
 from dsh.sandbox.mount_plan import MountEntry, MountPlan
 from dsh.sandbox.policy import ResourceLimits
 
@@ -60,3 +61,17 @@ def test_argv_and_environment_as_json_text() -> None:
 def test_network_on_has_no_network_namespace_of_its_own() -> None:
     on = build_config(PLAN, identity=Identity(0, 0), limits=ResourceLimits(), network=True)
     assert {"type": "network"} not in on["linux"]["namespaces"]
+
+
+def test_the_bind_limit_counts_exactly_the_binds_the_config_makes(monkeypatch: pytest.MonkeyPatch) -> None:
+    kinds = ("writable", "pin", "read-only", "placeholder", "mask-file", "mask-dir", "show")
+    entries = [MountEntry(kind, f"/w/{kind}{n}", kind) for n in range(3) for kind in kinds]
+    entries.append(MountEntry("private-tmp", "/tmp", "private", source="/var/tmp/s/tmp"))
+    plan = MountPlan(tuple(entries))
+    binds = sum(1 for m in oci_mounts(plan) if m["type"] == "bind")
+    assert binds == 3 * 5 + 1
+    monkeypatch.setattr(spec, "MAX_BINDS", binds)
+    refuse_too_many_binds(plan)
+    monkeypatch.setattr(spec, "MAX_BINDS", binds - 1)
+    with pytest.raises(SandboxUnavailable, match=f"binds {binds} host paths"):
+        refuse_too_many_binds(plan)
