@@ -34,8 +34,12 @@ from dsh.executors.seam import (
 )
 from dsh.executors.shell_env import ShellEnvRegistry
 from dsh.sandbox.context import Service
-from dsh.sandbox.errors import SandboxUnavailable, ShellNotFoundError, UsageError, WorkdirError
+from dsh.sandbox.errors import SandboxChanged, SandboxUnavailable, ShellNotFoundError, UsageError, WorkdirError
 from dsh.sandbox.runner import Launch, LocalLaunch, exec_failure_status
+
+#: How often a command is planned when the host changed under its sandbox's
+#: setup (``SandboxChanged``: nothing ran); each plan sees the host as it is.
+PLAN_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -194,52 +198,56 @@ class LocalBashExecutor(ShellExecutor):
             return self.sandbox_facts(spec, exit_code, sig, out, err)
 
         execution = LocalShellExecution(spec, stdout=stdout, stderr=stderr, deadline=deadline, facts=facts)
-        try:
-            launch = self.prepare_launch(argv, spec, env)
-        except BaseException as exc:
-            # Foreground: fail closed, nothing ran.  Background: a settled handle
-            # that carries runner_failed.
-            if not isinstance(exc, SandboxUnavailable) or spec.on_expiry == "kill":
-                execution.discard()
-                raise
-            execution.spawn_failed(exc.reason, facts=self.failed_facts(spec, exc))
-            return execution
-        if deadline is not None and time.monotonic() >= deadline:
-            _cleanup(launch)
-            if execution.stop_before_start("timeout"):
+        for attempt in range(1, PLAN_ATTEMPTS + 1):
+            try:
+                launch = self.prepare_launch(argv, spec, env)
+            except BaseException as exc:
+                # Foreground: fail closed, nothing ran.  Background: a settled handle
+                # that carries runner_failed.
+                if not isinstance(exc, SandboxUnavailable) or spec.on_expiry == "kill":
+                    execution.discard()
+                    raise
+                execution.spawn_failed(exc.reason, facts=self.failed_facts(spec, exc))
+                return execution
+            if deadline is not None and time.monotonic() >= deadline:
+                _cleanup(launch)
+                if execution.stop_before_start("timeout"):
+                    execution.settle(None, None)
+                    return execution
+            if execution.cause is not None:  # aborted during preparation
+                _cleanup(launch)
                 execution.settle(None, None)
                 return execution
-        if execution.cause is not None:  # aborted during preparation
-            _cleanup(launch)
-            execution.settle(None, None)
-            return execution
-        try:
-            pump = service.spawn(
-                launch,
-                cwd=spec.workdir,
-                env=env,
-                stdin=spec.stdin,
-                stdout=stdout,
-                stderr=stderr,
-                grace_ms=spec.grace_ms,
-                deadline=deadline,
-                on_deadline=execution.on_deadline,
-                on_exit=execution.on_exit,
-                merge=spec.merge_output,
-            )
-        except SandboxUnavailable as exc:
-            if spec.on_expiry == "kill":
-                execution.discard()
-                raise
-            execution.spawn_failed(exc.reason, facts=self.failed_facts(spec, exc))
-            return execution
-        except Exception as exc:  # a failed spawn is a settled handle, not an error
-            failed = _exec_failure(exc, argv[0])
-            if failed is not None:
-                execution.exec_failed(*failed)
-            else:
-                execution.spawn_failed(_describe(exc))
-            return execution
+            try:
+                pump = service.spawn(
+                    launch,
+                    cwd=spec.workdir,
+                    env=env,
+                    stdin=spec.stdin,
+                    stdout=stdout,
+                    stderr=stderr,
+                    grace_ms=spec.grace_ms,
+                    deadline=deadline,
+                    on_deadline=execution.on_deadline,
+                    on_exit=execution.on_exit,
+                    merge=spec.merge_output,
+                )
+            except SandboxUnavailable as exc:
+                if isinstance(exc, SandboxChanged) and attempt < PLAN_ATTEMPTS:
+                    continue  # nothing ran: plan again from the host as it is now
+                if spec.on_expiry == "kill":
+                    execution.discard()
+                    raise
+                execution.spawn_failed(exc.reason, facts=self.failed_facts(spec, exc))
+                return execution
+            except Exception as exc:  # a failed spawn is a settled handle, not an error
+                failed = _exec_failure(exc, argv[0])
+                if failed is not None:
+                    execution.exec_failed(*failed)
+                else:
+                    execution.spawn_failed(_describe(exc))
+                return execution
+            break
         execution.attach(pump)
         return execution
 

@@ -80,6 +80,12 @@ class SandboxUnavailable(DshError):
         self.degradations = degradations
 
 
+class SandboxChanged(SandboxUnavailable):
+    """The host changed under a sandbox while it was set up (a path its plan
+    masks was removed: another session of the user ended): nothing ran, and
+    planning again from the host as it now is may succeed."""
+
+
 class ExecutionError(DshError):
     """Infrastructure failure of an execution (missing workdir, missing shell)."""
 

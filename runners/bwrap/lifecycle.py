@@ -48,7 +48,7 @@ from dsh.runners.bwrap.init_reaper import read_ready, reap_init, sandbox_init
 from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
 from dsh.runners.linux.mount_check import mount_problem
-from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.errors import SandboxChanged, SandboxUnavailable
 from dsh.sandbox.runner import ExitStatus, exec_failure_status
 
 #: bwrap's last words when ``execve`` of the command failed (C locale: bwrap
@@ -102,6 +102,7 @@ class SandboxLifecycle:
         self._info = b""
         self._lock = threading.Lock()
         self._closed = False
+        self._died_in_setup = False
 
     @property
     def pass_fds(self) -> tuple[int, ...]:
@@ -142,6 +143,14 @@ class SandboxLifecycle:
                 self.kill_tree(pid, signal.SIGKILL)
         if problem is not None:
             raise SandboxUnavailable(f"{problem}; nothing ran, retry", runner="bwrap")
+        if self._died_in_setup:
+            # A mask over a directory removed since the plan (another session
+            # of this user ended and took its state with it) is one bwrap
+            # cannot make: plan again rather than fail the command.
+            gone = next((path for path in self.opened.masks if not os.path.lexists(path)), None)
+            if gone is not None:
+                raise SandboxChanged(f"{gone}, planned hidden, was removed while the sandbox was set up; nothing "
+                                     "ran", runner="bwrap")
 
     def _mount_problem(self, exited: Callable[[], bool]) -> str | None:
         deadline = time.monotonic() + SETUP_WAIT_S
@@ -154,6 +163,7 @@ class SandboxLifecycle:
             if found is not None and init_fd is not None:
                 break
             if found is not None or exited():
+                self._died_in_setup = True
                 return None  # bwrap or its pid 1 died in setup: bwrap's own status says why
             if time.monotonic() > deadline:
                 return f"bwrap did not report its sandbox's pid 1 within {SETUP_WAIT_S:.0f} s"
@@ -163,6 +173,7 @@ class SandboxLifecycle:
             poller.register(init_fd, select.POLLIN)
             while not self._blocked(pid):
                 if poller.poll(1):
+                    self._died_in_setup = True
                     return None  # pid 1 died in setup: bwrap's own status says why
                 if time.monotonic() > deadline:
                     return f"bwrap did not finish setting up the sandbox within {SETUP_WAIT_S:.0f} s"

@@ -40,6 +40,8 @@ class OpenedMounts:
     late_args: list[str] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)
     placeholders: list[Placeholder] = field(default_factory=list)
+    # What the masks cover: bwrap cannot mount over one removed meanwhile.
+    masks: list[str] = field(default_factory=list)
 
     def close(self) -> None:
         for ph in self.placeholders:
@@ -95,10 +97,12 @@ def _open_one(opened: OpenedMounts, m: Mount, pins: PinnedPaths | None) -> None:
         # Read-only only at the end (``open_mounts``): deeper mounts may still
         # need their mount points created in this tmpfs.
         opened.args += ["--tmpfs", m.path]
+        opened.masks.append(m.path)
         opened.late_args += ["--remount-ro", m.path]
         opened.expected.append(ExpectedMount(m.path, read_only=True, fstype="tmpfs"))
     else:  # mask-file
         opened.args += ["--ro-bind", "/dev/null", m.path]
+        opened.masks.append(m.path)
         null = os.stat("/dev/null")
         opened.expected.append(ExpectedMount(m.path, (null.st_dev, null.st_ino), read_only=True))
 
