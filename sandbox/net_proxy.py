@@ -93,9 +93,13 @@ class NetworkProxy:
         port: int = 0,
         resolver: Resolver | None = None,
         limits: ProxyLimits | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
         self._rules = rules
         self._host, self._port = host, port
+        # A socket already listening (in a sandbox's own network namespace,
+        # where the command reaches nothing else): served instead of host:port.
+        self._sock = sock
         self._resolve = resolver or system_resolver
         self._limits = limits or ProxyLimits()
         self._server: asyncio.Server | None = None
@@ -112,9 +116,13 @@ class NetworkProxy:
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the address clients should use."""
-        self._server = await asyncio.start_server(
-            self._accept, self._host, self._port, limit=self._limits.max_head_bytes + 1
-        )
+        if self._sock is not None:
+            self._server = await asyncio.start_server(self._accept, sock=self._sock,
+                                                      limit=self._limits.max_head_bytes + 1)
+        else:
+            self._server = await asyncio.start_server(
+                self._accept, self._host, self._port, limit=self._limits.max_head_bytes + 1
+            )
         address = self._server.sockets[0].getsockname()
         return str(address[0]), int(address[1])
 
@@ -328,8 +336,9 @@ class ProxyThread:
         port: int = 0,
         resolver: Resolver | None = None,
         limits: ProxyLimits | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
-        self._proxy = NetworkProxy(rules, host, port, resolver, limits)
+        self._proxy = NetworkProxy(rules, host, port, resolver, limits, sock)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dsh-net-proxy", daemon=True)
 

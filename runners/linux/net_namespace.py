@@ -1,0 +1,149 @@
+"""A network namespace made for a sandbox, with a listening socket in it that the host holds.
+
+For network by domain allowlist, the sandboxed command must reach nothing but
+the host's allowlist proxy.  The namespace is made by the host, not by bwrap:
+
+- a short-lived child (a fresh ``python -I -S``, never a fork of the host,
+  which may have threads) unshares a network namespace (with a user
+  namespace mapping only the caller when not root), brings its ``lo`` up,
+  listens on ``127.0.0.1:PORT`` there, hands the listener and the
+  namespace's fds back over ``SCM_RIGHTS``, and exits;
+- the host serves that listener with the proxy (``NetworkProxy(sock=...)``):
+  every connection it accepts comes from inside the namespace, and every
+  connection it makes upstream leaves from the host's own namespace;
+- the sandbox runs in the namespace (``enter_argv``: ``nsenter`` through the
+  host's own fds, so the command inherits none) without a network namespace
+  of its own: the only thing it can connect to is the proxy.
+
+Nothing runs inside the sandbox for this (no bridge the command could kill
+or replace), and no host port exists that another local user could reach.
+The command cannot take the proxy's port (it is bound, without
+``SO_REUSEPORT``) and cannot take ``lo`` down (no capability over the
+namespace's owner).  The namespace lives as long as the host holds its fds or
+a process runs in it: ``close`` releases the host's part, and nothing is
+mounted, so a crash of the host leaks nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+
+#: The port the command's proxy variables name: the namespace's own loopback,
+#: so it never clashes with anything on the host.
+PROXY_PORT = 3128
+_CHILD_TIMEOUT_S = 10
+
+# The child: standard library only, no site (-I -S), one job, then exit.
+_CHILD = r"""
+import ctypes, fcntl, os, socket, struct, sys
+CLONE_NEWNET, CLONE_NEWUSER = 0x40000000, 0x10000000
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+libc = ctypes.CDLL(None, use_errno=True)
+port, own_userns, channel = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
+uid, gid = os.getuid(), os.getgid()
+if libc.unshare(CLONE_NEWNET | (CLONE_NEWUSER if own_userns else 0)) != 0:
+    err = ctypes.get_errno()
+    raise OSError(err, "unshare: " + os.strerror(err))
+if own_userns:
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+ctl = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+flags = struct.unpack("16sH14x", fcntl.ioctl(ctl, SIOCGIFFLAGS, struct.pack("16sH14x", b"lo", 0)))[1]
+fcntl.ioctl(ctl, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+ctl.close()
+listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.bind(("127.0.0.1", port))
+listener.listen(128)
+fds = [listener.fileno(), os.open("/proc/self/ns/net", os.O_RDONLY), os.open("/proc/self/ns/user", os.O_RDONLY)]
+socket.send_fds(socket.socket(fileno=channel), [b"ok"], fds)
+"""
+
+
+@dataclass
+class SandboxNetns:
+    """The namespace, the proxy's listener in it, and what enters it."""
+
+    listener: socket.socket  # listening on 127.0.0.1:port inside the namespace
+    net_fd: int
+    user_fd: int  # its owning user namespace (the host's own when root)
+    own_userns: bool
+    port: int
+
+    @classmethod
+    def create(cls, python: str, port: int = PROXY_PORT) -> SandboxNetns:
+        """Make one (``python``: an interpreter to run the child with, e.g.
+        the host's own).  Raises ``OSError`` saying why it could not."""
+        own_userns = os.geteuid() != 0
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds: list[int] = []
+        try:
+            proc = subprocess.Popen([python, "-I", "-S", "-c", _CHILD, str(port), "1" if own_userns else "0",
+                                     str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={})
+            theirs.close()
+            ours.settimeout(_CHILD_TIMEOUT_S)
+            try:
+                _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 3)
+            except OSError:
+                fds = []
+            try:
+                err = proc.communicate(timeout=_CHILD_TIMEOUT_S)[1]
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                err = proc.communicate()[1]
+            if proc.returncode != 0 or len(fds) != 3:
+                lines = err.decode(errors="replace").strip().splitlines()
+                raise OSError(f"cannot make a network namespace for the proxy: {lines[-1] if lines else 'no fds'}")
+        except BaseException:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            raise
+        finally:
+            ours.close()
+            theirs.close()
+        for fd in fds:
+            os.set_inheritable(fd, False)
+        listener = socket.socket(fileno=fds[0])
+        listener.setblocking(False)
+        return cls(listener, fds[1], fds[2], own_userns, int(listener.getsockname()[1]))
+
+    def enter_argv(self, nsenter: str) -> list[str]:
+        """A prefix that runs the rest of an argv in this namespace.
+
+        ``nsenter`` opens the namespaces through this process's own fds
+        (``/proc/<pid>/fd/N``, readable by the same user) and closes them:
+        nothing is inherited down to the command, which passing the fds
+        would do.  Without root the user namespace is entered too, keeping
+        the caller's credentials (mapped to themselves there)."""
+        me = os.getpid()
+        argv = [nsenter]
+        if self.own_userns:
+            argv += [f"--user=/proc/{me}/fd/{self.user_fd}", "--preserve-credentials"]
+        return [*argv, f"--net=/proc/{me}/fd/{self.net_fd}", "--"]
+
+    def proxy_env(self) -> dict[str, str]:
+        """The variables that send pip, npm, git and curl through the proxy.
+
+        The literal address, never ``localhost``: the command could listen on
+        ``[::1]`` at the same port and catch a sibling's connections."""
+        http = f"http://127.0.0.1:{self.port}"
+        socks = f"socks5h://127.0.0.1:{self.port}"
+        env = {}
+        for name, value in (("http_proxy", http), ("https_proxy", http), ("all_proxy", socks)):
+            env[name] = env[name.upper()] = value
+        env["no_proxy"] = env["NO_PROXY"] = ""
+        return env
+
+    def close(self) -> None:
+        self.listener.close()
+        for fd in (self.net_fd, self.user_fd):
+            if fd != -1:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.net_fd = self.user_fd = -1
