@@ -11,8 +11,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dsh.sandbox.modes import SandboxMode
+
+if TYPE_CHECKING:
+    from dsh.sandbox.net_rules import NetworkRules
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,13 @@ class SandboxPolicy:
     home: Path | None = None  # HOME inside the sandbox; None: the real one (read-only)
     private_tmp: Path | None = None  # the session's /tmp and $TMPDIR; None: shared or none
     state_paths: tuple[Path, ...] = ()  # hidden paths holding dsh-sandbox's own state
+    # The network only through the host's allowlist proxy (``network`` is then off):
+    # the names the command may reach.  A runner that cannot do it refuses the run.
+    network_allowlist: NetworkRules | None = None
+
+    def __post_init__(self) -> None:
+        if self.network and self.network_allowlist is not None:
+            raise ValueError("network is either on (network=True) or limited to an allowlist, not both")
 
     @property
     def constrained(self) -> bool:

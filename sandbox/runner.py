@@ -155,6 +155,9 @@ class Runner(abc.ABC):
     remote: ClassVar[bool] = False
     #: Commands run on another kernel: nothing of this host's kernel is in reach.
     separate_kernel: ClassVar[bool] = False
+    #: It can limit the network to named hosts (``SandboxPolicy.network_allowlist``);
+    #: a runner that cannot refuses such a policy rather than run it with the network off or on.
+    network_by_name: ClassVar[bool] = False
     #: Where a terminal session's pty is allocated: ``sandbox`` (the sandbox has
     #: a ``/dev/ptmx`` of its own, so TIOCSTI and job control stay inside) or
     #: ``host`` (it cannot open one: the host opens the session's own pair and
@@ -288,6 +291,10 @@ class Runner(abc.ABC):
         probe = self.probe()
         if not probe.available:
             raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
+        if policy.constrained and policy.network_allowlist is not None and not self.network_by_name:
+            raise SandboxUnavailable("this runner cannot limit the network to named hosts (bwrap can); nothing "
+                                     "ran: run with --runner bwrap, or turn the network off or on",
+                                     runner=self.name)
         check_accepted(self.enforcement(policy) if enforcement is None else enforcement, policy, runner=self.name)
         if terminal is not None:
             return self.wrap_terminal(exact, policy, cwd=cwd, env=env, rows=terminal[0], cols=terminal[1])

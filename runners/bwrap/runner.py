@@ -47,6 +47,7 @@ from dsh.runners.bwrap.limits import (
 )
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import MountPlan, plan_mounts
+from dsh.runners.bwrap.network import AllowlistNetworks
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.runners.linux.ipc import namespaced_limitations
@@ -54,6 +55,7 @@ from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.host_tools import policy_roots, refuse_writable_helpers
+from dsh.sandbox.net_proxy import Resolver
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
     EXEC_CHECK_SH,
@@ -104,6 +106,7 @@ def _admitted(life: SandboxLifecycle) -> Callable[[Callable[[], Any]], Any]:
 class BwrapRunner(Runner):
     name = "bwrap"
     auto_priority: ClassVar[int | None] = 20
+    network_by_name: ClassVar[bool] = True
     SPEED_TARGETS = SpeedTargets(vs_baseline=1.3)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "bwrap-limit-file-size": (cap.LIMITS_FILE_SIZE,),
@@ -118,8 +121,11 @@ class BwrapRunner(Runner):
         "bwrap-wall-time-orphan": (cap.PROCESS_ESCAPE,),
     }
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None) -> None:
+        """``proxy_resolver``: how the allowlist proxy resolves names (the
+        system's resolver unless given; tests map names to loopback servers)."""
         super().__init__(options)
+        self._networks = AllowlistNetworks(proxy_resolver)
         self._lock = threading.Lock()
         self._facts: HostFacts | None = None
         self._session: CgroupSession | None = None
@@ -141,6 +147,7 @@ class BwrapRunner(Runner):
             session, self._session = self._session, None
         if session is not None:
             session.close()
+        self._networks.close()
 
     def detect(self) -> RunnerProbe:
         f = self.facts()
@@ -191,11 +198,17 @@ class BwrapRunner(Runner):
             *facts.kernel.describe(),
             *(m.describe() for m in plan.mounts),
             *plan.overridden,
-            "namespaces: user (nested disabled), pid, ipc, uts, cgroup" + ("" if policy.network else ", net"),
+            "namespaces: user (nested disabled), pid, ipc, uts, cgroup" + ("" if policy.network else ", net")
+            + (" (made by the host, holding only the allowlist proxy)" if policy.network_allowlist else ""),
             "no capabilities, no_new_privs, new session (no controlling tty), die with parent",
             syscall_filter.describe(),
         ]
         network = "on: host network shared" if policy.network else "off: --unshare-net (own loopback only)"
+        allowlist = policy.network_allowlist
+        if allowlist is not None:
+            never = f"; never {', '.join(allowlist.deny)}" if allowlist.deny else ""
+            network = ("allowlist: only through the host's proxy at 127.0.0.1:3128 (HTTP, CONNECT, SOCKS5), to "
+                       + ", ".join(allowlist.allow) + never)
         cannot = [msg for msg in self.enforcement(policy).missing]
         cannot += [f"writable root {p} does not exist: not bound" for p in policy.missing_roots]
         cannot += self.limitations(policy).values()
@@ -259,8 +272,13 @@ class BwrapRunner(Runner):
         facts = self.facts()
         if facts.bwrap is None:  # the probe said available: bwrap was found then
             raise SandboxUnavailable(facts.reason or "bwrap unavailable", runner=self.name)
+        entry = None
+        if policy.constrained and policy.network_allowlist is not None:
+            entry = self._networks.enter(policy.network_allowlist, self.name)
+            env = {**env, **entry.env}
         refuse_writable_helpers(
-            (facts.bwrap, facts.unshare, facts.prlimit, facts.timeout, facts.setpriv, *join_shells()),
+            (facts.bwrap, facts.unshare, facts.prlimit, facts.timeout, facts.setpriv, *join_shells(),
+             *((entry.nsenter,) if entry is not None else ())),
             policy_roots(policy),
             runner=self.name,
         )
@@ -299,9 +317,11 @@ class BwrapRunner(Runner):
             if facts.unshare is None:  # the probe already refuses such a host
                 raise SandboxUnavailable("unshare not found; install util-linux", runner=self.name)
             inner = [
+                *(entry.prefix if entry is not None else ()),
                 *snapshot_args(facts.unshare, is_root=facts.is_root),
                 facts.bwrap,
-                *namespace_args(network=policy.network, is_root=facts.is_root),
+                # In the allowlist's namespace: no network namespace of its own.
+                *namespace_args(network=policy.network or entry is not None, is_root=facts.is_root),
                 "--info-fd",
                 str(life.info_write),
                 "--json-status-fd",
