@@ -16,17 +16,18 @@ The filter is the same with the network on: the host's unix sockets are not
 "the network", and daemons such as ``/run/docker.sock`` are a way out of any
 sandbox.  (Abstract sockets need ``socket(AF_UNIX)`` too.)
 
-The program is compiled once per runner and kept in a sealed memfd; each
-launch passes bwrap a fresh open file description of it (``/proc/self/fd``),
-because bwrap reads the fd to its end and concurrent launches must not share
-an offset.
+The program is compiled once per process and kept in one sealed memfd, shared
+by every runner (it depends on the machine alone; one per runner leaked a
+descriptor for every session a long-lived process opened); each launch
+passes bwrap a fresh open file description of it (``/proc/self/fd``), because
+bwrap reads the fd to its end and concurrent launches must not share an offset.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
+import threading
 from dataclasses import dataclass
 
 from dsh.runners.linux import bpf, seccomp
@@ -57,14 +58,23 @@ class SyscallFilter:
             raise RuntimeError("no syscall filter")  # enforcement() refuses such a launch first
         return os.open(f"/proc/self/fd/{self.memfd}", os.O_RDONLY | os.O_CLOEXEC)
 
-    def close(self) -> None:
-        if self.memfd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.memfd)
+
+
+_built: SyscallFilter | None = None
+_lock = threading.Lock()
 
 
 def build_filter() -> SyscallFilter:
-    """Compile the rules for this machine; ``memfd=None`` with the reason when impossible."""
+    """The rules for this machine, compiled once per process; ``memfd=None``
+    with the reason when impossible.  The memfd lives as long as the process."""
+    global _built
+    with _lock:
+        if _built is None:
+            _built = _compile()
+        return _built
+
+
+def _compile() -> SyscallFilter:
     try:
         arch = seccomp.native_arch()
     except seccomp.UnsupportedArch as exc:

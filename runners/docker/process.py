@@ -245,6 +245,11 @@ class DockerExec(RemoteProcess):
         self._pump.join(timeout=10)
         if self._feeder is not None:
             self._feeder.join(timeout=10)
+        # Closing the SDK's wrapper leaves the socket itself open (one
+        # descriptor per command for as long as the process lives); closed
+        # once the threads that use it are done, so its number is not reused under them.
+        with contextlib.suppress(OSError):
+            self._sock.close()
         with self._lock:
             self._release()
 
