@@ -157,8 +157,11 @@ run_fresh() {
     echo "mkdir '$rootfs/.host-root' && cd '$rootfs' && pivot_root . .host-root"
     echo 'cd / && umount -l /.host-root && rmdir /.host-root'
     # A login shell of USER in its checkout, as a person would open one; the
-    # environment is the root filesystem's, not this host's.
-    printf 'exec /usr/sbin/runuser -l %q -c %q\n' "$user" "cd ~/dsh-sandbox && $command"
+    # environment is the root filesystem's, not this host's.  Not exec'd: this
+    # shell is pid 1 of the run's pid namespace and reaps what the run orphans
+    # (runuser would not; unreaped, nobody's zombies piled up to its process
+    # limit and the tests that set one failed to fork).
+    printf '/usr/sbin/runuser -l %q -c %q\nexit $?\n' "$user" "cd ~/dsh-sandbox && $command"
   } >"$script"
 
   echo "fresh-machine: [$name] as $user: $command"

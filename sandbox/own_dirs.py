@@ -183,36 +183,53 @@ def remove_tree(parent_fd: int, name: str) -> None:
     """Remove ``name`` (a directory under ``parent_fd``) and what it holds,
     by fd: a link met on the way is unlinked, never followed.  Directories a
     command left without rights for their owner (mode 0) get them back
-    through their own fd first (root needs none).  Depth-first with a stack,
-    not recursion: a command can make a tree deeper than Python's recursion
-    limit; one deeper than the open-file limit fails with an ``OSError``."""
-    top = _open_child(parent_fd, name)
-    if top is None:
+    through their own fd first (root needs none).
+
+    Depth-first with a stack, not recursion (a command can make a tree deeper
+    than Python's recursion limit), holding one directory open at a time (a
+    login session allows 1,024 descriptors, and such a tree can be deeper):
+    going back up opens ``..`` and goes on only if it is the very directory
+    that was left, so a tree moved meanwhile stops the removal with an
+    ``OSError`` instead of emptying whatever now lies above it."""
+    fd = _open_child(parent_fd, name)
+    if fd is None:
         return
-    # Each frame: a directory's fd, its name in the frame below, and the
+    # Each frame: a directory's name in the frame below, its identity, and the
     # subdirectories still to empty (its files are unlinked on entry).
-    stack: list[tuple[int, str, list[str]]] = []
-
-    def enter(fd: int, entry: str) -> None:
-        stack.append((fd, entry, []))  # on the stack first: closed even if the listing fails
-        stack[-1] = (fd, entry, _unlink_files(fd))
-
+    stack: list[tuple[str, tuple[int, int], list[str]]] = []
     try:
-        enter(top, name)
-        while stack:
-            fd, current, pending = stack[-1]
+        stack.append((name, _identity(fd), _unlink_files(fd)))
+        while True:
+            current, _ident, pending = stack[-1]
             if pending:
                 child = pending.pop()
                 sub = _open_child(fd, child)
                 if sub is not None:
-                    enter(sub, child)
+                    os.close(fd)
+                    fd = sub
+                    stack.append((child, _identity(fd), []))
+                    stack[-1] = (child, stack[-1][1], _unlink_files(fd))
                 continue
             stack.pop()
+            if not stack:
+                os.close(fd)
+                fd = -1
+                os.rmdir(current, dir_fd=parent_fd)
+                return
+            up = os.open("..", _DIR, dir_fd=fd)
             os.close(fd)
-            os.rmdir(current, dir_fd=stack[-1][0] if stack else parent_fd)
+            fd = up
+            if _identity(fd) != stack[-1][1]:
+                raise OSError(errno.ESTALE, "the tree moved while it was being removed", current)
+            os.rmdir(current, dir_fd=fd)
     finally:
-        for fd, _current, _pending in stack:
+        if fd != -1:
             os.close(fd)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 def _open_child(parent_fd: int, name: str) -> int | None:

@@ -78,6 +78,8 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v busybox >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v setpriv >/dev/null 2>&1 || need_apt+=(util-linux)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# The hook tests run guards that call curl, as a user's hooks do.
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
 # The workload scenarios build C, make a venv and run git under landlock and
 # bwrap (host programs); mmdebstrap builds the docker runner's Debian image.
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)

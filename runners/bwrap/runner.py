@@ -86,6 +86,16 @@ def _runs_here(command: Argv, env: Mapping[str, str], cwd: str) -> bool:
     return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
 
 
+def _exited(pid: int) -> bool:
+    """Has the child ``pid`` exited?  Asked without reaping it (``Popen.poll``
+    would): the executor still waits for its status, and a reaped pid is
+    one it can no longer watch ("No such process" instead of bwrap's own error)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
 def _admitted(life: SandboxLifecycle) -> Callable[[Callable[[], Any]], Any]:
     """Spawn bwrap, then hold its command back until the sandbox's mounts are
     checked (``SandboxLifecycle.admit``); a refused sandbox is reaped here."""
@@ -93,7 +103,7 @@ def _admitted(life: SandboxLifecycle) -> Callable[[Callable[[], Any]], Any]:
     def spawn_in(spawn: Callable[[], Any]) -> Any:
         proc = spawn()
         try:
-            life.admit(proc.pid, lambda: proc.poll() is not None)
+            life.admit(proc.pid, lambda: _exited(proc.pid))
         except BaseException:
             life.kill_tree(proc.pid, signal.SIGKILL)
             proc.wait()

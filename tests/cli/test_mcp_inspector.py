@@ -38,12 +38,21 @@ TOKEN = "t-" + secrets.token_hex(16)
 
 @pytest.fixture(scope="module")
 def inspector() -> Path:
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if npm is None or node is None:
+        pytest.skip("SANDBOX_UNAVAILABLE: node and npm are needed to run the MCP Inspector")
+    # Debian 12's Node.js 18 lacks the CustomEvent global the Inspector uses
+    # (it declares Node >= 22.19; Node 20 runs it): the exact feature is probed.
+    probe = subprocess.run([node, "-e", "new CustomEvent('probe'); console.log(process.version)"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    if probe.returncode != 0:
+        version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=60,
+                                 check=False).stdout.strip()
+        pytest.skip(f"SANDBOX_UNAVAILABLE: node {version} has no CustomEvent, which the MCP Inspector {VERSION} "
+                    "needs: install Node.js 20 or newer")
     binary = PREFIX / "node_modules" / ".bin" / "mcp-inspector"
     if binary.exists():
         return binary
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        pytest.skip("SANDBOX_UNAVAILABLE: node and npm are needed to run the MCP Inspector")
     staging = PREFIX.with_name(f"{PREFIX.name}.{os.getpid()}")
     staging.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([npm, "install", "--silent", "--no-audit", "--no-fund", "--prefix", str(staging),

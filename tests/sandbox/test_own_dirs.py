@@ -6,6 +6,7 @@ removes nothing there.  Judged on the real filesystem, from the host."""
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import stat
 import tempfile
@@ -150,25 +151,74 @@ def test_remove_tree_unlinks_links_and_never_follows_them(tmp_path: Path) -> Non
     assert not tree.exists() and (outside / "keep").read_text() == "x"
 
 
+def _deep_tree(fd: int, levels: int) -> None:
+    """``tree/d/d/...`` under ``fd``, a file at each level, made by fd (the path would pass PATH_MAX)."""
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+    os.mkdir("tree", dir_fd=here)
+    for level in range(levels):
+        nested = os.open("tree" if level == 0 else "d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
+        os.close(here)
+        here = nested
+        os.mkdir("d", dir_fd=here)
+        os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=here))
+    os.close(here)
+
+
 def test_remove_tree_empties_a_tree_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
     """A command can nest directories in its private /tmp far deeper than
     Python's recursion limit; removing them must neither raise nor stop
     halfway (a leftover session made every later run fail while pruning)."""
     fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        here = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
-        os.mkdir("tree", dir_fd=here)
-        for level in range(3000):  # by fd: the path would pass PATH_MAX
-            nested = os.open("tree" if level == 0 else "d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=here)
-            os.close(here)
-            here = nested
-            os.mkdir("d", dir_fd=here)
-            os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=here))
-        os.close(here)
+        _deep_tree(fd, 3000)
         remove_tree(fd, "tree")
     finally:
         os.close(fd)
     assert os.listdir(tmp_path) == []
+
+
+def test_remove_tree_holds_one_directory_open_at_a_time(tmp_path: Path) -> None:
+    """A tree deeper than the descriptors a login session allows (1,024) is
+    removed all the same: here 600 levels under a limit of 128."""
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        _deep_tree(fd, 600)
+        held = len(os.listdir("/proc/self/fd"))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(128, held + 32), hard))
+        try:
+            remove_tree(fd, "tree")
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    finally:
+        os.close(fd)
+    assert not (tmp_path / "tree").exists()
+
+
+def test_remove_tree_stops_when_the_tree_moved_under_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Going back up, ``..`` must be the directory it left: a subtree moved
+    elsewhere meanwhile stops the removal, and what now lies above is kept."""
+    from dsh.sandbox import own_dirs
+
+    (tmp_path / "tree" / "a" / "b").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "keep").write_text("x")
+    real = own_dirs._unlink_files
+
+    def unlink_then_move(fd: int) -> list[str]:
+        found = real(fd)
+        if os.path.basename(os.readlink(f"/proc/self/fd/{fd}")) == "b":
+            os.rename(tmp_path / "tree" / "a", tmp_path / "elsewhere" / "a")
+        return found
+
+    monkeypatch.setattr(own_dirs, "_unlink_files", unlink_then_move)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError, match="moved while it was being removed"):
+            remove_tree(fd, "tree")
+    finally:
+        os.close(fd)
+    assert (tmp_path / "elsewhere" / "keep").read_text() == "x"
 
 
 def test_the_escalation_log_is_not_written_through_a_planted_link(

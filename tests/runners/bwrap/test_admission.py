@@ -8,6 +8,8 @@ every planned mount is where the plan put it (``SandboxLifecycle.admit``).
 
 from __future__ import annotations
 
+import os
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterable
@@ -100,3 +102,15 @@ def test_the_admission_is_in_the_launch(runner: BwrapRunner, layout: Layout) -> 
     finally:
         assert launch.cleanup is not None
         launch.cleanup()
+
+
+def test_asking_whether_bwrap_exited_during_setup_leaves_it_to_the_executor() -> None:
+    """bwrap dead in setup must still be there for the executor to wait for:
+    reaped by the admission's check (``Popen.poll``), its pid could no longer
+    be watched and the run failed with "No such process" instead of bwrap's error."""
+    from dsh.runners.bwrap.runner import _exited
+
+    child = subprocess.Popen(["true"])
+    wait_until(lambda: _exited(child.pid), "the child to exit")
+    assert os.waitpid(child.pid, 0)[0] == child.pid  # not reaped by the question
+    child.returncode = 0  # reaped here: Popen must not wait for it again
