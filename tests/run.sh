@@ -3,8 +3,8 @@
 #
 # On a fresh Debian 12 machine, as root or as a user with sudo, it installs
 # what the tests need when missing -- bubblewrap, a Docker daemon, the tools to build
-# the runner image (mmdebstrap) and what the workload scenarios run (gcc, make,
-# python3-venv, git) -- installs the project with its test extras, starts the
+# the runner image (mmdebstrap) and what the workload scenarios and hook tests run (gcc, make,
+# python3-venv, git, curl) -- installs the project with its test extras, starts the
 # Docker daemon, then runs ruff, import-linter, mypy --strict, pytest, the E2B
 # SDK floor and the conformance suite.
 #
