@@ -26,7 +26,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from dsh.runners.bwrap import filter as syscall_filter
 from dsh.runners.bwrap.environ import env_args_fd
@@ -47,7 +47,6 @@ from dsh.runners.bwrap.limits import (
 )
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import MountPlan, plan_mounts
-from dsh.runners.bwrap.network import AllowlistNetworks
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.runners.linux.ipc import namespaced_limitations
@@ -55,7 +54,6 @@ from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.host_tools import policy_roots, refuse_writable_helpers
-from dsh.sandbox.net_proxy import Resolver
 from dsh.sandbox.policy import ResourceLimits, SandboxPolicy
 from dsh.sandbox.runner import (
     EXEC_CHECK_SH,
@@ -71,6 +69,11 @@ from dsh.sandbox.runner import (
     SpeedTargets,
     address_space_limitation,
 )
+
+if TYPE_CHECKING:
+    # The allowlist's proxy (asyncio and all) is imported only by a run that asks for it.
+    from dsh.runners.bwrap.network import AllowlistNetworks
+    from dsh.sandbox.net_proxy import Resolver
 
 #: How long a plan made for the gate stays good for the launch right after it.
 PLAN_REUSE_S = 1.0
@@ -135,7 +138,8 @@ class BwrapRunner(Runner):
         """``proxy_resolver``: how the allowlist proxy resolves names (the
         system's resolver unless given; tests map names to loopback servers)."""
         super().__init__(options)
-        self._networks = AllowlistNetworks(proxy_resolver)
+        self._proxy_resolver = proxy_resolver
+        self._networks: AllowlistNetworks | None = None
         self._lock = threading.Lock()
         self._facts: HostFacts | None = None
         self._session: CgroupSession | None = None
@@ -157,7 +161,18 @@ class BwrapRunner(Runner):
             session, self._session = self._session, None
         if session is not None:
             session.close()
-        self._networks.close()
+        with self._lock:
+            networks, self._networks = self._networks, None
+        if networks is not None:
+            networks.close()
+
+    def _allowlist_networks(self) -> AllowlistNetworks:
+        from dsh.runners.bwrap.network import AllowlistNetworks
+
+        with self._lock:
+            if self._networks is None:
+                self._networks = AllowlistNetworks(self._proxy_resolver)
+            return self._networks
 
     def detect(self) -> RunnerProbe:
         f = self.facts()
@@ -284,7 +299,7 @@ class BwrapRunner(Runner):
             raise SandboxUnavailable(facts.reason or "bwrap unavailable", runner=self.name)
         entry = None
         if policy.constrained and policy.network_allowlist is not None:
-            entry = self._networks.enter(policy.network_allowlist, self.name)
+            entry = self._allowlist_networks().enter(policy.network_allowlist, self.name)
             env = {**env, **entry.env}
         refuse_writable_helpers(
             (facts.bwrap, facts.unshare, facts.prlimit, facts.timeout, facts.setpriv, *join_shells(),

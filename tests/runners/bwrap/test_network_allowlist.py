@@ -47,7 +47,7 @@ for _ in range(2):  # the second command enters the same namespace
     out, err = proc.communicate(timeout=120)
     launch.cleanup()
     results.append((proc.returncode, out, err))
-refused = [r.name for r in runner._networks.refusals(rules)]
+refused = [r.name for r in runner._allowlist_networks().refusals(rules)]
 explained = runner.explain(policy).network
 runner.close()
 server.shutdown()
