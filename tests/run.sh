@@ -190,8 +190,12 @@ stage "mypy --strict" mypy_strict
 if [ -n "${bg_pid[nobody]:-}" ]; then
   collect nobody || { summary+=("(setup failed: the stages after it did not run)"); finish; }
 fi
+# Under a login session's soft limit of 1,024 descriptors, as a user's machine
+# has it (these machines allow far more): a runner or a test that keeps
+# descriptors fails here, not on the user's machine.
+as_a_login_session() ( ulimit -Sn 1024 && "$@" )
 # The fresh-machine test runs in its own stage above, never twice.
-stage "pytest" env -u DSH_FRESH_MACHINE python3 -m pytest -q -p no:cacheprovider "$@"
+stage "pytest (1,024 descriptors)" as_a_login_session env -u DSH_FRESH_MACHINE python3 -m pytest -q -p no:cacheprovider "$@"
 if [ "$whole" = 1 ]; then
   collect floor || true
   floor_tests() {
@@ -204,11 +208,7 @@ if [ "$whole" = 1 ]; then
   fi
 fi
 if [ "$whole" = 1 ]; then
-  # Under a login session's soft limit of 1,024 descriptors, as a user's
-  # machine has it (these machines allow far more): a runner that keeps
-  # descriptors per scenario fails here, not on the user's machine.
-  conformance_as_a_login_session() ( ulimit -Sn 1024 && bash "$root/.ci/conformance" )
-  stage "conformance (as root and as nobody; 1,024 descriptors)" conformance_as_a_login_session
+  stage "conformance (as root and as nobody; 1,024 descriptors)" as_a_login_session bash "$root/.ci/conformance"
 fi
 if [ -n "${bg_pid[fresh]:-}" ]; then collect fresh || true; fi
 finish
