@@ -92,6 +92,9 @@ def _effective(key: str, value: Any, source: str, settings: Any) -> tuple[Any, s
             return value, source, f"{SandboxMode.WORKSPACE_WRITE.value} (default)"
         if key == "profile":
             return value, source, f"{mode or SandboxMode.WORKSPACE_WRITE.value} (default: the mode's built-in)"
+        if profile is not None and profile.network_allowlist is not None:
+            hosts = ", ".join(profile.network_allowlist.allow) or "no host"
+            return value, source, f"allowlist: {hosts} (profile {profile.name})"
         if profile is not None and profile.network is not None:
             return value, source, f"{json.dumps(profile.network)} (profile {profile.name})"
         return value, source, "false (default: off in read-only and workspace-write)"

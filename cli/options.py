@@ -30,6 +30,33 @@ def _non_empty(ctx: click.Context, param: click.Parameter, value: str | None) ->
     return value
 
 
+def _hosts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    from dsh.sandbox.errors import ConfigError
+    from dsh.sandbox.net_rules import normalised_entry
+
+    for raw in values:
+        try:
+            normalised_entry(f"--{param.name.replace('_', '-') if param.name else 'host'}", raw)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc).partition(": ")[2], ctx, param) from None
+    return tuple(values)
+
+
+def network_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--network/--no-network`` and the hosts a run may reach (``run``, ``shell``)."""
+    for option in reversed([
+        click.option("--network/--no-network", default=None,
+                      help="Turn the whole network on or off (default: the profile's)."),
+        click.option("--allow-domain", "allow_domain", multiple=True, metavar="HOST", callback=_hosts,
+                     help="Let the command reach HOST (a name, *.example.com or an IP) and nothing else "
+                     "but other allowed hosts, through a proxy on the host (repeatable; bwrap enforces it)."),
+        click.option("--deny-domain", "deny_domain", multiple=True, metavar="HOST", callback=_hosts,
+                     help="Refuse HOST even when an allowed entry covers it (repeatable)."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
 def settings_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(settings_flags()):
         fn = option(fn)

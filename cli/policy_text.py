@@ -64,7 +64,15 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
         if policy.unscanned_roots:
             lines.append("not searched (too big, unreadable, too deep; protected-scan-incomplete):")
             lines.extend(f"  {p}" for p in policy.unscanned_roots)
-        lines.append(f"network: {'on' if policy.network else 'off'}")
+        rules = policy.network_allowlist
+        if rules is not None:
+            lines.append("network: only through the allowlist proxy, to " + (", ".join(rules.allow) or "no host"))
+            if rules.deny:
+                lines.append("  denied: " + ", ".join(rules.deny))
+            if rules.allow_private_for:
+                lines.append("  private addresses allowed for: " + ", ".join(rules.allow_private_for))
+        else:
+            lines.append(f"network: {'on' if policy.network else 'off'}")
     lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))
     limits = policy.limits
     parts = [

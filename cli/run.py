@@ -22,7 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
-from dsh.cli.options import keep_spill_files, settings_options
+from dsh.cli.options import keep_spill_files, network_options, settings_options
 from dsh.cli.run_options import RunOptions, apply_to_run, check_options
 from dsh.cli.run_output import (
     LiveStreams,
@@ -66,6 +66,8 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
         writable=opts.writable,
         force_writable=opts.force_writable,
         network=opts.network,
+        allow_domains=opts.allow_domain,
+        deny_domains=opts.deny_domain,
         accept_degraded=opts.accept_degraded,
         runner=opts.runner or "auto",
         runner_options={name: dict(values) for name, values in opts.runner_options},
@@ -302,7 +304,7 @@ def _attached(execution: Any, spec: Any) -> tuple[int, Any]:
     help="Accept PATH as a writable root although it holds credentials or start-up files "
     "($HOME, ~/.ssh, ~/.config...). Repeatable.",
 )
-@click.option("--network/--no-network", default=None, help="Allow or block network access.")
+@network_options
 @click.option(
     "--timeout", "timeout_s", type=float, metavar="S", help="Kill the command after S seconds."
 )
@@ -343,7 +345,7 @@ def run(**params: Any) -> None:
     the sandbox cannot be enforced or the runner failed (nothing ran); 2 for
     bad input.
     """
-    many = ("argv", "writable", "force_writable", "env", "accept_degraded")
+    many = ("argv", "writable", "force_writable", "env", "accept_degraded", "allow_domain", "deny_domain")
     repeated: dict[str, Any] = {k: tuple(params[k]) for k in many}
     opts = RunOptions(**{k: v for k, v in params.items() if k not in many}, **repeated)
     closed = closed_stream()

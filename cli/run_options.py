@@ -29,6 +29,8 @@ class RunOptions:
     writable: tuple[str, ...] = ()
     force_writable: tuple[str, ...] = ()
     network: bool | None = None
+    allow_domain: tuple[str, ...] = ()  # --allow-domain: narrow the network to these hosts
+    deny_domain: tuple[str, ...] = ()
     timeout_s: float | None = None
     as_json: bool = False
     composition: str | None = None
@@ -101,6 +103,8 @@ def check_session_options(opts: RunOptions) -> None:
                 ("--writable", opts.writable or None),
                 ("--force-writable", opts.force_writable or None),
                 ("--network/--no-network", opts.network),
+                ("--allow-domain", opts.allow_domain or None),
+                ("--deny-domain", opts.deny_domain or None),
                 ("--env", opts.env or None),
                 ("--image", opts.image),
                 ("--accept-degraded", opts.accept_degraded or None),

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import click
-from dsh.cli.options import settings_options
+from dsh.cli.options import network_options, settings_options
 from dsh.sandbox.modes import SandboxMode
 
 
@@ -21,7 +21,7 @@ from dsh.sandbox.modes import SandboxMode
 @click.option("--runner", metavar="auto|NAME", help="Runner that enforces the policy (default: auto).")
 @click.option("--workspace", metavar="DIR", help="Workspace root (default: the current directory).")
 @click.option("--writable", multiple=True, metavar="PATH", help="Extra writable root (repeatable).")
-@click.option("--network/--no-network", default=None, help="Allow or block network access.")
+@network_options
 @settings_options
 def shell(**params: Any) -> None:
     """Open an interactive bash under a sandbox policy (needs a terminal).
@@ -35,7 +35,7 @@ def shell(**params: Any) -> None:
     from dsh.cli.run import run_command
     from dsh.cli.run_options import RunOptions
 
-    many = ("writable", "env", "accept_degraded")
+    many = ("writable", "env", "accept_degraded", "allow_domain", "deny_domain")
     fields: dict[str, Any] = {k: (tuple(v) if k in many else v) for k, v in params.items()}
     opts = RunOptions(**fields, argv=("bash", "-i"), tty=True)
     code = run_command(opts)

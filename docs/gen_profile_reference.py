@@ -108,6 +108,26 @@ def render() -> str:
         "",
         *_table(limits["properties"], defs, prefix="limits."),
         "",
+        "## `[network]`",
+        "",
+        "`network = true` or `false` turns the whole network on or off. A table limits it to named hosts: "
+        "the command reaches only a proxy on the host (`HTTP_PROXY`, `HTTPS_PROXY` and `ALL_PROXY` name it; "
+        "pip, npm, git and curl use them unchanged), which resolves each name itself and connects only to "
+        "allowed hosts at public addresses. Refused hosts are reported after the run "
+        "(`sandbox.network_denied`, a `dsh-sandbox:` line, a `[sandbox: network access to HOST denied]` "
+        "marker for the model). `run` and `shell` add hosts with `--allow-domain HOST` and "
+        "`--deny-domain HOST`. The bwrap runner enforces it; the other runners refuse such a run "
+        "(nothing runs), and `auto` picks bwrap.",
+        "",
+        "```toml",
+        "[network]",
+        'mode = "allowlist"',
+        'allow = ["pypi.org", "files.pythonhosted.org", "*.example.com"]',
+        'deny = ["uploads.example.com"]',
+        "```",
+        "",
+        *_table(props["network"]["oneOf"][1]["properties"], defs, prefix="network."),
+        "",
         "## Value types",
         "",
     ]

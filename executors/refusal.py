@@ -150,6 +150,12 @@ def describe(
     known to be the sandbox's)."""
     mode = policy.mode
     profile = f"profile {policy.profile}" if policy.profile else f"{mode} mode"
+    if refusal.kind == "network" and policy.network_allowlist is not None:
+        return (
+            f"the network is limited to an allowlist under {profile}: a name lookup or connection failed; "
+            "only the proxy in HTTP_PROXY/HTTPS_PROXY/ALL_PROXY is reachable, and it resolves names itself; "
+            "allow a host with --allow-domain HOST (or [network] allow in the profile)"
+        )
     if refusal.kind == "network":
         return (
             f"the network is off under {profile}: a name lookup or connection failed; "

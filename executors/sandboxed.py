@@ -49,7 +49,7 @@ from dsh.sandbox.host import SandboxHost
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_service import PolicyService
-from dsh.sandbox.runner import Enforcement, Launch, LocalLaunch
+from dsh.sandbox.runner import Enforcement, Launch, LocalLaunch, Runner
 from dsh.sandbox.sandbox_home import home_env
 from dsh.sandbox.trusted_changes import Baseline, Changes
 
@@ -110,6 +110,8 @@ class SandboxedExecutor(_MixinBase):
         # What each running spec started from, by ``id``: what the run created
         # or changed among the trusted files is judged against it.
         self._started: dict[int, Baseline | None] = {}
+        # Under a network allowlist: the runner and its refusal count at the start.
+        self._network_marks: dict[int, tuple[Runner, int]] = {}
 
     # -- services -------------------------------------------------------------------
     @property
@@ -135,15 +137,29 @@ class SandboxedExecutor(_MixinBase):
 
     # -- seam overrides -------------------------------------------------------------
     def execute(self, spec: ShellExecSpec) -> ShellExecution:
-        before = self.policy_service.baseline(self.policy_of(spec))
+        policy = self.policy_of(spec)
+        before = self.policy_service.baseline(policy)
+        mark = self._network_mark(policy)
         with self._chosen_lock:
             self._started[id(spec)] = before
+            if mark is not None:
+                self._network_marks[id(spec)] = mark
         try:
             return super().execute(spec)
         except BaseException:
             with self._chosen_lock:
                 self._started.pop(id(spec), None)
+                self._network_marks.pop(id(spec), None)
             raise
+
+    def _network_mark(self, policy: SandboxPolicy) -> tuple[Runner, int] | None:
+        if not policy.constrained or policy.network_allowlist is None:
+            return None
+        try:
+            runner = self.host.choose(policy).runner
+        except SandboxUnavailable:
+            return None  # the run is refused where that is reported
+        return runner, runner.network_mark(policy)
 
     def resolve(self, request: ShellExecRequest) -> ShellExecSpec:
         spec = super().resolve(request)
@@ -228,6 +244,7 @@ class SandboxedExecutor(_MixinBase):
         policy = self.policy_of(spec)
         with self._chosen_lock:
             before = self._started.pop(id(spec), None)
+            mark = self._network_marks.pop(id(spec), None)
         if not policy.constrained:
             return SandboxFacts(mode=policy.mode, enforcement="full")
         with self._chosen_lock:
@@ -244,6 +261,7 @@ class SandboxedExecutor(_MixinBase):
             trusted_changed=tuple(map(str, changed.paths)),
             trusted_unsearched=tuple(map(str, changed.unsearched)),
             removed_from_git=tuple(map(str, changed.removed)),
+            network_denied=mark[0].network_refused(policy, mark[1]) if mark is not None else (),
         )
 
     def _refusal_note(
@@ -276,6 +294,7 @@ class SandboxedExecutor(_MixinBase):
         policy = self.policy_of(spec)
         with self._chosen_lock:
             self._started.pop(id(spec), None)
+            self._network_marks.pop(id(spec), None)
         runner = error.runner if isinstance(error, SandboxUnavailable) else None
         if runner is None and self.host.runner_name != "auto":
             runner = self.host.runner_name

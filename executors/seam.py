@@ -190,6 +190,8 @@ class SandboxFacts:
     #: would allow): a connection under network-off, a runner's limitation, a
     #: read, git on a read-only ``.git``; or the profile key a denied write needs.
     refusal_note: str | None = None
+    #: Hosts the network allowlist refused during the run, as the command named them.
+    network_denied: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ class NetworkProxy:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._refusals: deque[Refusal] = deque(maxlen=self._limits.max_refusals)
+        self._refused = 0  # every refusal ever, kept or not: the mark ``refusals_since`` counts from
         # Refusals are read from the owner's thread when the loop runs in another.
         self._lock = threading.Lock()
 
@@ -113,6 +114,18 @@ class NetworkProxy:
         """The latest refusals, oldest first (at most ``max_refusals``)."""
         with self._lock:
             return tuple(self._refusals)
+
+    @property
+    def refused(self) -> int:
+        """How many connections were refused so far: a mark for ``refusals_since``."""
+        with self._lock:
+            return self._refused
+
+    def refusals_since(self, mark: int) -> tuple[Refusal, ...]:
+        """The refusals after ``mark`` (a value of ``refused``), oldest first, as many as are kept."""
+        with self._lock:
+            new = min(self._refused - mark, len(self._refusals))
+            return tuple(self._refusals)[len(self._refusals) - new:] if new > 0 else ()
 
     async def start(self) -> tuple[str, int]:
         """Listen; returns the address clients should use."""
@@ -142,6 +155,7 @@ class NetworkProxy:
     def _refuse(self, name: str, reason: str) -> Reject:
         with self._lock:
             self._refusals.append(Refusal(name, reason))
+            self._refused += 1
         return Reject(403, SOCKS_NOT_ALLOWED, reason)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -345,6 +359,13 @@ class ProxyThread:
     @property
     def refusals(self) -> tuple[Refusal, ...]:
         return self._proxy.refusals
+
+    @property
+    def refused(self) -> int:
+        return self._proxy.refused
+
+    def refusals_since(self, mark: int) -> tuple[Refusal, ...]:
+        return self._proxy.refusals_since(mark)
 
     def start(self, timeout: float = 30.0) -> tuple[str, int]:
         self._thread.start()

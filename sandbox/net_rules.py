@@ -109,7 +109,7 @@ def _address(host: str) -> IPAddress | None:
         return None
 
 
-def _entry(field: str, raw: object) -> str:
+def normalised_entry(field: str, raw: object) -> str:
     """One normalised entry, or a ``ConfigError`` naming it and the fix."""
     if not isinstance(raw, str) or not raw.strip():
         raise ConfigError(f"{field}: {raw!r} is not a host name; write a name like 'pypi.org' or '*.example.com'")
@@ -142,9 +142,9 @@ def _entry(field: str, raw: object) -> str:
 
 def parse(allow: Iterable[str], deny: Iterable[str] = (), allow_private_for: Iterable[str] = ()) -> NetworkRules:
     """Validated, normalised rules; ``ConfigError`` names the first bad entry."""
-    allowed = tuple(dict.fromkeys(_entry("network.allow", e) for e in allow))
-    denied = tuple(dict.fromkeys(_entry("network.deny", e) for e in deny))
-    private = tuple(dict.fromkeys(_entry("network.allow_private_for", e) for e in allow_private_for))
+    allowed = tuple(dict.fromkeys(normalised_entry("network.allow", e) for e in allow))
+    denied = tuple(dict.fromkeys(normalised_entry("network.deny", e) for e in deny))
+    private = tuple(dict.fromkeys(normalised_entry("network.allow_private_for", e) for e in allow_private_for))
     for entry in private:
         if entry not in allowed:
             raise ConfigError(

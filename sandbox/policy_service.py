@@ -27,6 +27,7 @@ from dsh.sandbox.enclosing_repo import enclosing_repository, kept_read_only, nam
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.git_dir_links import remove_planted
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.net_policy import session_network
 from dsh.sandbox.own_state import hidden_state, log_dir_refusal, record_state_places
 from dsh.sandbox.pins import Pin, PinnedPaths, PinStore, Resolved
 from dsh.sandbox.policy import SandboxPolicy
@@ -72,6 +73,8 @@ class PolicyConfig:
     workspace: str | None = None  # default: the process cwd at configure time
     writable: tuple[str, ...] = ()  # extra writable roots (must exist; relative to the cwd)
     network: bool | None = None  # overrides the profile
+    allow_domains: tuple[str, ...] = ()  # narrow the network to these hosts (and the profile's)
+    deny_domains: tuple[str, ...] = ()  # refused even when an allow entry covers them
     accept_degraded: tuple[str, ...] = ()
     #: Writable roots accepted although they hold credentials or start-up files
     #: (``--force-writable``); relative to the cwd.  System trees stay refused.
@@ -101,6 +104,9 @@ class PolicyService(Service):
         else:
             self._profile = load_profile((mode or SandboxMode.WORKSPACE_WRITE).value)
         self._default_mode = mode or self._profile.mode or SandboxMode.WORKSPACE_WRITE
+        # Checked before anything is built: a refused combination leaves nothing behind.
+        self._network, self._network_allowlist = session_network(
+            self._profile, network=cfg.network, allow=cfg.allow_domains, deny=cfg.deny_domains)
         for name in cfg.accept_degraded:
             problem = degradation_problem(name)
             if problem is not None:
@@ -261,9 +267,6 @@ class PolicyService(Service):
             full = SandboxPolicy(writable_roots=(Path("/"),), network=True, **common)
             self._pins.remember(full, [self._workspace_pin])
             return full
-        network = self.config.network
-        if network is None:
-            network = bool(profile.network)
         # Every root workspace-write would have, whatever the mode: a read-only
         # run must not follow a link an earlier workspace-write run planted.
         writing = chosen is SandboxMode.WORKSPACE_WRITE
@@ -316,7 +319,8 @@ class PolicyService(Service):
             protected_paths=sorted_paths(protected),
             read_only_paths=sorted_paths(read_only),
             hidden_paths=sorted_paths(hidden),
-            network=network,
+            network=self._network,
+            network_allowlist=self._network_allowlist,
             missing_roots=sorted_paths(missing),
             git=self._git,
             unscanned_roots=tuple(dict.fromkeys((*found.incomplete, *unscanned))),

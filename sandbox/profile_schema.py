@@ -50,6 +50,8 @@ TOP_KEYS = (
     "limits",
     *LIST_KEYS,
 )
+NETWORK_KEYS = ("mode", "allow", "deny", "allow_private_for")
+NETWORK_MODES = ("off", "allowlist", "on")
 LIMIT_KEYS = ("wall_time_s", "max_processes", "max_memory", "max_file_size")
 
 # A name, or a prefix ending in ``*`` (the executor matches with fnmatch).
@@ -211,13 +213,17 @@ class _Checker:
                     'tmp = "shared" (the host\'s /tmp and $TMPDIR, searched at any depth)',
                 )
             return value
+        if key == "network" and isinstance(value, dict):
+            return self._network(value)
         if key in ("exclude_tmp", "network"):
             if not isinstance(value, bool):
-                raise self.fail(
-                    key,
-                    f"must be true or false, got {value!r}",
-                    f"write {key} = true or {key} = false (no quotes)",
-                )
+                fix = f"write {key} = true or {key} = false (no quotes)"
+                if key == "network":
+                    fix += ', or a [network] table with mode = "allowlist" and allow = ["host", ...]'
+                raise self.fail(key, f"must be true or false, got {value!r}", fix)
+            if key == "network":
+                # One form for both spellings: extends merges tables.
+                return {"mode": "on" if value else "off"}
             return value
         if key == "home":
             fix = ('write home = "per-workspace" (the default), home = "host" (the real, '
@@ -231,6 +237,43 @@ class _Checker:
         if key == "limits":
             return self._limits(value)
         return self._list(key, value)
+
+    def _network(self, value: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``[network]`` table: ``mode`` and, under ``"allowlist"``, the host lists."""
+        from dsh.sandbox import net_rules
+
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key not in NETWORK_KEYS:
+                self.errors.append(self.unknown(key, NETWORK_KEYS, table="network"))
+            elif key == "mode":
+                if item not in NETWORK_MODES:
+                    self.errors.append(self.fail(
+                        key, f"must be one of {', '.join(map(repr, NETWORK_MODES))}, got {item!r}",
+                        'write mode = "off" (no network), "allowlist" (only the hosts in allow) or "on"',
+                        table="network"))
+                    continue
+                out[key] = item
+            elif not isinstance(item, list) or not all(isinstance(v, str) for v in item):
+                self.errors.append(self.fail(key, f"must be a list of strings, got {item!r}",
+                                             f'write {key} = ["pypi.org", "*.example.com"]', table="network"))
+            else:
+                problems = []
+                for entry in item:
+                    try:
+                        net_rules.normalised_entry(f"network.{key}", entry)
+                    except ConfigError as exc:
+                        problems.append(str(exc).removeprefix(f"network.{key}: "))
+                self.errors.extend(self.fail(key, problem, "fix or remove the entry", table="network")
+                                   for problem in problems)
+                if not problems:
+                    out[key] = list(item)
+        lists = [key for key in NETWORK_KEYS[1:] if key in value]
+        if lists and value.get("mode") in ("off", "on"):
+            self.errors.append(self.fail(
+                lists[0], f"applies only with mode = \"allowlist\", and this table sets mode = {value['mode']!r}",
+                'write mode = "allowlist", or remove the host lists', table="network"))
+        return out
 
     def _mode(self, value: Any) -> str:
         modes = [m.value for m in SandboxMode]

@@ -4,8 +4,10 @@ A profile is found by name (the built-ins shipped in ``dsh.profiles``) or by
 path (``--profile ./my.toml``).  ``extends`` inherits from another profile (a
 built-in name, or a path relative to the extending file).  Inheritance rules:
 
-- scalars (``mode``, ``network``, ``exclude_tmp``, ``tmp``, ``git``, ``home``) and each ``limits`` key:
-  the child's value wins when it sets one;
+- scalars (``mode``, ``exclude_tmp``, ``tmp``, ``git``, ``home``), each ``limits`` key and
+  ``network``'s mode (``network = true`` is ``mode = "on"``): the child's value wins when it sets one;
+- ``network``'s host lists (``allow``, ``deny``, ``allow_private_for``): the union, and dropped
+  when the merged mode is not ``"allowlist"``;
 - ``allowed_runners``: the child's list replaces the parent's when set;
 - every other list (roots, read-only, hidden, protected names, env
   passthrough, accepted degradations) is the union, parent first, so a child
@@ -24,13 +26,15 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.input_files import InputFileError, path_problem, read_input_file
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.profile_schema import (
     LIST_KEYS,
+    NETWORK_KEYS,
     ProfileError,
     check_profile_table,
     combined,
@@ -39,6 +43,9 @@ from dsh.sandbox.profile_schema import (
     suggest,
 )
 from dsh.sandbox.toml_lines import find_key_line
+
+if TYPE_CHECKING:
+    from dsh.sandbox.net_rules import NetworkRules
 
 __all__ = [
     "Profile",
@@ -75,7 +82,8 @@ class Profile:
     tmp: str | None = None  # None: "private" (see private_tmp)
     git: str | None = None  # None: "read-only"
     home: str | None = None  # None: "per-workspace" (see sandbox_home)
-    network: bool | None = None  # None: the mode's default
+    network: bool | None = None  # None: the mode's default; False under an allowlist
+    network_allowlist: NetworkRules | None = None  # [network] mode = "allowlist"
     env_passthrough: tuple[str, ...] = ()
     limits: ResourceLimits = field(default_factory=ResourceLimits)
     allowed_runners: tuple[str, ...] = ()  # empty: any runner
@@ -90,8 +98,8 @@ class Profile:
             value = getattr(self, f.name)
             if isinstance(value, SandboxMode):
                 value = value.value
-            elif isinstance(value, ResourceLimits):
-                value = dataclasses.asdict(value)
+            elif dataclasses.is_dataclass(value) and not isinstance(value, type):  # limits, network rules
+                value = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(value).items()}
             elif isinstance(value, tuple):
                 value = list(value)
             out[f.name] = value
@@ -224,6 +232,13 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
             merged[key] = list(dict.fromkeys([*parent.get(key, []), *value]))
         elif key == "limits":
             merged[key] = {**parent.get("limits", {}), **value}
+        elif key == "network":
+            # The mode as a scalar, the host lists as the other lists: a child adds to them.
+            mine = parent.get("network", {})
+            merged[key] = {**mine, **value, **{
+                name: list(dict.fromkeys([*mine.get(name, []), *value.get(name, [])]))
+                for name in NETWORK_KEYS[1:] if name in mine or name in value
+            }}
         else:
             merged[key] = value
     return merged
@@ -284,6 +299,7 @@ def _build(path: Path, builtin: bool) -> Profile:
     sources = tuple(real for p, real in zip(files, reals, strict=True) if not _is_builtin_file(p))
     limits = data.get("limits", {})
     mode = data.get("mode")
+    network, allowlist = _network(path, data.get("network"))
     return Profile(
         name=path.stem,
         source=str(path),
@@ -297,7 +313,8 @@ def _build(path: Path, builtin: bool) -> Profile:
         tmp=data.get("tmp"),
         git=data.get("git"),
         home=data.get("home"),
-        network=data.get("network"),
+        network=network,
+        network_allowlist=allowlist,
         limits=ResourceLimits(
             wall_time_s=limits.get("wall_time_s"),
             max_processes=limits.get("max_processes"),
@@ -306,6 +323,29 @@ def _build(path: Path, builtin: bool) -> Profile:
         ),
         **{key: tuple(data.get(key, ())) for key in LIST_KEYS},
     )
+
+
+def _network(path: Path, table: Mapping[str, Any] | None) -> tuple[bool | None, NetworkRules | None]:
+    """``network`` and ``network_allowlist`` from the merged ``[network]`` table."""
+    if table is None:
+        return None, None
+    mode = table.get("mode")
+    lists = [key for key in NETWORK_KEYS[1:] if table.get(key)]
+    if mode is None and lists:
+        fix = 'add mode = "allowlist" to [network] (the default is "off")'
+        raise ProfileError(f"profile {path}: [network] lists {lists[0]} but no profile of its chain sets its "
+                           f"mode; {fix}", path=str(path), key="network.mode", fix=fix)
+    if mode != "allowlist":
+        # A child that turns the network off or on drops the hosts it inherited.
+        return (None if mode is None else mode == "on"), None
+    # Imported only for a profile that limits the network by name.
+    from dsh.sandbox.net_rules import parse as parse_rules
+
+    try:
+        rules = parse_rules(table.get("allow", ()), table.get("deny", ()), table.get("allow_private_for", ()))
+    except ConfigError as exc:
+        raise ProfileError(f"profile {path}: {exc}", path=str(path), key="network", fix=str(exc)) from None
+    return False, rules
 
 
 # -- public API -----------------------------------------------------------------------

@@ -136,6 +136,11 @@ class ConfigKey:
     weakens: str | None = None
 
 
+#: Why a runner without ``network_by_name`` refuses a policy with an allowlist.
+NOT_BY_NAME = ("this runner cannot limit the network to named hosts (bwrap can); nothing ran: run with "
+               "--runner bwrap (or auto), or turn the network off or on")
+
+
 class Runner(abc.ABC):
     """A sandbox technology.  One instance per ``SandboxHost`` (per session).
 
@@ -292,9 +297,7 @@ class Runner(abc.ABC):
         if not probe.available:
             raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
         if policy.constrained and policy.network_allowlist is not None and not self.network_by_name:
-            raise SandboxUnavailable("this runner cannot limit the network to named hosts (bwrap can); nothing "
-                                     "ran: run with --runner bwrap, or turn the network off or on",
-                                     runner=self.name)
+            raise SandboxUnavailable(NOT_BY_NAME, runner=self.name)
         check_accepted(self.enforcement(policy) if enforcement is None else enforcement, policy, runner=self.name)
         if terminal is not None:
             return self.wrap_terminal(exact, policy, cwd=cwd, env=env, rows=terminal[0], cols=terminal[1])
@@ -307,6 +310,18 @@ class Runner(abc.ABC):
         the scenarios that cover them as not-enforced with the reason.
         """
         return {}
+
+    def network_mark(self, policy: SandboxPolicy) -> int:
+        """Where the refused connections of ``policy``'s allowlist stand now,
+        for ``network_refused`` after a command (a runner with ``network_by_name``)."""
+        return 0
+
+    def network_refused(self, policy: SandboxPolicy, mark: int) -> tuple[str, ...]:
+        """The hosts the allowlist refused since ``mark``, each once, in order.
+
+        Per allowlist, not per command: commands of one session that run at
+        the same time under the same allowlist see each other's."""
+        return ()
 
     def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
         """Real work this runner cannot let through without opening the host: capability -> reason.

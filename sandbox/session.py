@@ -52,6 +52,8 @@ class SessionSpec:
     writable: tuple[str, ...] = ()
     force_writable: tuple[str, ...] = ()
     network: bool | None = None
+    allow_domains: tuple[str, ...] = ()
+    deny_domains: tuple[str, ...] = ()
     accept_degraded: tuple[str, ...] = ()
     runner: str = "auto"
     runner_options: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
@@ -77,6 +79,8 @@ class SessionSpec:
             "writable": list(self.writable),
             "force_writable": list(self.force_writable),
             "network": self.network,
+            **({"allow_domains": list(self.allow_domains)} if self.allow_domains else {}),
+            **({"deny_domains": list(self.deny_domains)} if self.deny_domains else {}),
             "accept_degraded": list(self.accept_degraded),
         }
         host = {"runner": self.runner, "options": {k: dict(v) for k, v in self.runner_options.items()}}
@@ -121,8 +125,8 @@ def build_session(spec: SessionSpec, *, load: Loader | None = None) -> Context:
 
 _DEFAULT = SessionSpec()
 _POLICY_FIELDS = (
-    "mode", "profile", "workspace", "writable", "force_writable", "network", "accept_degraded",
-    "runner", "runner_options",
+    "mode", "profile", "workspace", "writable", "force_writable", "network", "allow_domains", "deny_domains",
+    "accept_degraded", "runner", "runner_options",
 )
 _NOT_WITH_COMPOSITION = tuple(f.name for f in dataclasses.fields(SessionSpec) if f.name != "composition")
 

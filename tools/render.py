@@ -78,6 +78,14 @@ def sandbox_marker(note: str) -> str:
     return f"[sandbox: {note}]"
 
 
+#: Refused hosts named one marker each, up to this many.
+NETWORK_SHOWN = 5
+
+
+def network_denied_note(name: str) -> str:
+    return f"network access to {_one_line(name)} denied"
+
+
 def denied_marker(mode: str) -> str:
     return sandbox_marker(f"file access denied under {mode} mode")
 
@@ -248,6 +256,10 @@ def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
         # What no wider mode is the answer to (a connection under network-off, a
         # runner's limitation, a read): said as it is, never as a file denial.
         lines.append(sandbox_marker(_one_line(facts.refusal_note)))
+    lines += [sandbox_marker(network_denied_note(name)) for name in facts.network_denied[:NETWORK_SHOWN]]
+    if len(facts.network_denied) > NETWORK_SHOWN:
+        lines.append(sandbox_marker(f"network access to {len(facts.network_denied) - NETWORK_SHOWN} more "
+                                    "host(s) denied"))
     if facts.runner_failed:
         why = _one_line(facts.runner_error or "unknown error")
         lines.append(sandbox_marker(f"runner {facts.runner or ''} failed: {why}".replace("  ", " ")))

@@ -70,6 +70,17 @@ class AllowlistNetworks:
             made = self._made.get(rules)
         return made[1].refusals if made is not None else ()
 
+    def mark(self, rules: NetworkRules) -> int:
+        """Where the refusals of ``rules`` stand now (0 before its proxy exists)."""
+        with self._lock:
+            made = self._made.get(rules)
+        return made[1].refused if made is not None else 0
+
+    def refusals_since(self, rules: NetworkRules, mark: int) -> tuple[Refusal, ...]:
+        with self._lock:
+            made = self._made.get(rules)
+        return made[1].refusals_since(mark) if made is not None else ()
+
     def close(self) -> None:
         with self._lock:
             made, self._made = list(self._made.values()), {}

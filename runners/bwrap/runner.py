@@ -174,6 +174,20 @@ class BwrapRunner(Runner):
                 self._networks = AllowlistNetworks(self._proxy_resolver)
             return self._networks
 
+    def network_mark(self, policy: SandboxPolicy) -> int:
+        with self._lock:
+            networks = self._networks
+        if policy.network_allowlist is None or networks is None:
+            return 0  # its proxy starts counting from 0 when it is made
+        return networks.mark(policy.network_allowlist)
+
+    def network_refused(self, policy: SandboxPolicy, mark: int) -> tuple[str, ...]:
+        with self._lock:
+            networks = self._networks
+        if policy.network_allowlist is None or networks is None:
+            return ()
+        return tuple(dict.fromkeys(r.name for r in networks.refusals_since(policy.network_allowlist, mark)))
+
     def detect(self) -> RunnerProbe:
         f = self.facts()
         details: dict[str, Any] = {

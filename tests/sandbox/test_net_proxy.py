@@ -384,6 +384,29 @@ def test_refusals_are_capped_keeping_the_latest() -> None:
     run(test)
 
 
+def test_refusals_since_a_mark_are_those_after_it_as_far_as_kept() -> None:
+    async def refuse(port: int, name: str) -> None:
+        _, reader, writer = await connect(port, f"{name}:80")
+        await reader.read()
+        writer.close()
+
+    async def test() -> None:
+        async with proxy(ProxyLimits(max_refusals=3)) as (p, port):
+            assert p.refused == 0 and p.refusals_since(0) == ()
+            await refuse(port, "one.test")
+            mark = p.refused
+            assert mark == 1 and p.refusals_since(mark) == ()
+            await refuse(port, "two.test")
+            assert [r.name for r in p.refusals_since(mark)] == ["two.test"]
+            for name in ("three.test", "four.test", "five.test"):
+                await refuse(port, name)
+            # Four since the mark, three kept: the oldest is gone, never another one's.
+            assert [r.name for r in p.refusals_since(mark)] == ["three.test", "four.test", "five.test"]
+            assert [r.name for r in p.refusals_since(p.refused - 1)] == ["five.test"]
+
+    run(test)
+
+
 def _sockets() -> int:
     links = []
     for fd in os.listdir("/proc/self/fd"):
