@@ -34,6 +34,8 @@ _FLAGS: tuple[tuple[str, str], ...] = (
     ("env", "--env"),
     ("image", "--image"),
     ("accept_degraded", "--accept-degraded"),
+    ("allow_domain", "--allow-domain"),
+    ("deny_domain", "--deny-domain"),
     ("trust_project", "--trust-project"),
     ("persistent", "--persistent"),
     ("max_concurrent_calls", "--max-concurrent-calls"),

@@ -42,16 +42,23 @@ def _hosts(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) 
     return tuple(values)
 
 
-def network_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--network/--no-network`` and the hosts a run may reach (``run``, ``shell``)."""
-    for option in reversed([
-        click.option("--network/--no-network", default=None,
-                      help="Turn the whole network on or off (default: the profile's)."),
+def host_flags() -> list[Callable[[Any], Any]]:
+    """The hosts a command may reach (``run``, ``shell``, ``tool``, ``mcp``)."""
+    return [
         click.option("--allow-domain", "allow_domain", multiple=True, metavar="HOST", callback=_hosts,
                      help="Let the command reach HOST (a name, *.example.com or an IP) and nothing else "
                      "but other allowed hosts, through a proxy on the host (repeatable; bwrap enforces it)."),
         click.option("--deny-domain", "deny_domain", multiple=True, metavar="HOST", callback=_hosts,
                      help="Refuse HOST even when an allowed entry covers it (repeatable)."),
+    ]
+
+
+def network_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--network/--no-network`` and the hosts a run may reach (``run``, ``shell``)."""
+    for option in reversed([
+        click.option("--network/--no-network", default=None,
+                      help="Turn the whole network on or off (default: the profile's)."),
+        *host_flags(),
     ]):
         fn = option(fn)
     return fn

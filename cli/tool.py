@@ -20,7 +20,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
-from dsh.cli.options import keep_spill_files, settings_flags
+from dsh.cli.options import host_flags, keep_spill_files, settings_flags
 from dsh.cli.run_output import is_terminal
 from dsh.sandbox.context import Context
 from dsh.sandbox.errors import UsageError
@@ -53,6 +53,8 @@ def tool_session(
     accept_degraded: tuple[str, ...] = (),
     image: str | None = None,
     trust_project: bool = False,
+    allow_domain: tuple[str, ...] = (),
+    deny_domain: tuple[str, ...] = (),
     services: tuple[Any, ...] = (),
 ) -> SessionSpec:
     """The session the tool options and the config files describe (the executor
@@ -69,7 +71,8 @@ def tool_session(
     if composition is not None:
         given = {"--mode": mode, "--profile": profile, "--workspace": workspace, "--runner": runner,
                  "--approval": approval, "--env": env or None, "--accept-degraded": accept_degraded or None,
-                 "--image": image, "--trust-project": trust_project or None}
+                 "--image": image, "--trust-project": trust_project or None,
+                 "--allow-domain": allow_domain or None, "--deny-domain": deny_domain or None}
         clashing = [flag for flag, value in given.items() if value is not None]
         if clashing:
             raise UsageError(
@@ -85,6 +88,8 @@ def tool_session(
         profile=settings["profile"],
         workspace=workspace,
         network=settings["network"],
+        allow_domains=tuple(allow_domain),
+        deny_domains=tuple(deny_domain),
         accept_degraded=settings.accepted(),
         runner=settings["runner"],
         runner_options=settings.runner_options(os.environ),
@@ -200,6 +205,7 @@ def context_options(fn: Any) -> Any:
             click.option("--approval", metavar="deny|prompt|rules:FILE",
                          help="Who approves escalations (default: the config files', else deny)."),
             *settings_flags(),
+            *host_flags(),
         ]
     ):
         fn = option(fn)

@@ -115,7 +115,7 @@ def render() -> str:
         "pip, npm, git and curl use them unchanged), which resolves each name itself and connects only to "
         "allowed hosts at public addresses. Refused hosts are reported after the run "
         "(`sandbox.network_denied`, a `dsh-sandbox:` line, a `[sandbox: network access to HOST denied]` "
-        "marker for the model). `run` and `shell` add hosts with `--allow-domain HOST` and "
+        "marker for the model). `run`, `shell`, `tool` and `mcp` add hosts with `--allow-domain HOST` and "
         "`--deny-domain HOST`. The bwrap runner enforces it; the other runners refuse such a run "
         "(nothing runs), and `auto` picks bwrap.",
         "",

@@ -124,6 +124,20 @@ def test_bash_renders_as_tool_call_and_a_write_outside_is_denied(runner: str, wo
     assert not outside.exists()
 
 
+def test_a_host_outside_the_allowlist_gets_a_marker(workspace: Path, tmp_path: Path) -> None:
+    need_runner("bwrap")
+    # Nothing listens on 127.0.0.2: the refusal is the proxy's, before any connection.
+    call = {"command": "curl -sS http://127.0.0.2:9/ || python3 -c \"import urllib.request as u; "
+                       "u.urlopen('http://127.0.0.2:9/')\"", "description": "fetch"}
+
+    async def scenario(client: Client) -> str:
+        return text_of(await client.call_tool("bash", call))
+
+    flags = ["--runner", "bwrap", "--workspace", str(workspace), "--allow-domain", "pypi.org"]
+    shown = with_client(_server(flags, workspace, tmp_path), scenario)
+    assert shown.endswith("[sandbox: network access to 127.0.0.2 denied]"), shown
+
+
 def test_escalation_is_denied_by_default_and_logged(workspace: Path, tmp_path: Path, trusted_dir: Path) -> None:
     need_runner("bwrap")
     outside = trusted_dir / "outside"
@@ -361,9 +375,11 @@ def test_bad_options_exit_2_without_a_traceback(args: list[str], says: str, work
 
 
 def test_print_config_for_each_client(workspace: Path, tmp_path: Path) -> None:
-    flags = ["--profile", "python", "--workspace", ".", "--approval", "rules:rules.toml", "--env", "A=b c"]
+    flags = ["--profile", "python", "--workspace", ".", "--approval", "rules:rules.toml", "--env", "A=b c",
+             "--allow-domain", "pypi.org", "--allow-domain", "*.example.com", "--deny-domain", "up.example.com"]
     expected = ["mcp", "--profile", "python", "--workspace", str(workspace), "--approval",
-                f"rules:{workspace}/rules.toml", "--env", "A=b c"]
+                f"rules:{workspace}/rules.toml", "--env", "A=b c", "--allow-domain", "pypi.org",
+                "--allow-domain", "*.example.com", "--deny-domain", "up.example.com"]
 
     def printed(client: str) -> str:
         done = subprocess.run([sys.executable, "-P", "-m", "dsh.cli", "mcp", "--print-config", client, *flags],
