@@ -313,6 +313,7 @@ from dsh.cli.conformance import (  # noqa: E402
     catalog_gitsurface,
     catalog_host,
     catalog_kernel,
+    catalog_network,
     catalog_ownstate,
     catalog_pins,
     catalog_policy,
@@ -321,7 +322,7 @@ from dsh.cli.conformance import (  # noqa: E402
 )
 
 for _family in (catalog_host, catalog_kernel, catalog_policy, catalog_gitsurface, catalog_tmprepo, catalog_pins,
-                catalog_ownstate):
+                catalog_ownstate, catalog_network):
     SCENARIOS += _family.SCENARIOS
 # The pty variants of every family's scenarios, then the terminal family's own.
 SCENARIOS += catalog_terminal.pty_variants(SCENARIOS)

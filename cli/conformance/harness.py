@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.cli.conformance.catalog import SCENARIOS
+from dsh.cli.conformance.catalog_network import ALLOWED
 from dsh.cli.conformance.listeners import Listeners
 from dsh.cli.conformance.model import (
     GO_LINE,
@@ -64,6 +65,14 @@ max_file_size = "16MiB"
 """
 
 # Secrets behind overlapping rules (see PROFILE); every one of them must stay unreadable.
+# The allowlist scenarios' profile: the cell's, with the network limited to one host.
+ALLOWLIST_PROFILE = """extends = "{parent}"
+[network]
+mode = "allowlist"
+allow = ["{allowed}"]
+allow_private_for = ["{allowed}"]
+"""
+
 OVERLAP_SECRETS = (".dshconf-hp", "ovl/ro/hid/secret.txt", "ovl/hid/ro/secret.txt",
                    ".dshconf-p/hid/secret.txt", "ovl/hid/.dshconf-p/secret.txt")
 
@@ -143,6 +152,7 @@ class Harness:
         victim = subprocess.Popen(["sleep", "3600"], env={**os.environ, **self.secrets},
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         ctx = None
+        allowlisted: list[Context] = []  # the session of the allowlist scenarios, once one runs
         try:
             ctx, enforcement, reporting, limited = self._context(runner, mode, root, profile)
             from dsh.sandbox.host import SandboxHost
@@ -169,6 +179,9 @@ class Harness:
                 elif limit is not None:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced",
                                             f"runner declares a limitation: {limit}")
+                elif scenario.allowlist:
+                    result = self._allowlisted(allowlisted, enforcement.degradations, runner, mode, profile, root,
+                                               scenario, env, reasons, listeners, separate_kernel)
                 else:
                     result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners,
                                             separate_kernel)
@@ -183,26 +196,44 @@ class Harness:
                     cell.results.append(result)
                     self.progress(result)
         finally:
-            if ctx is not None:
-                ctx.close()
+            for opened in (*allowlisted, *([ctx] if ctx is not None else [])):
+                opened.close()
             victim.kill()
             victim.wait()
             listeners.close()
             shutil.rmtree(base, ignore_errors=True)
         return cell
 
+    def _allowlisted(self, opened: list[Context], accept: tuple[str, ...], runner: str, mode: str, profile: Path,
+                     root: Path, scenario: Scenario, env: HostEnv, reasons: Mapping[str, str],
+                     listeners: Listeners, separate_kernel: bool) -> ScenarioResult:
+        """``scenario`` in the cell's allowlist session (made on first use); a
+        runner that refuses the allowlist makes this scenario unavailable, not the cell."""
+        try:
+            if not opened:
+                allowlist = profile.with_name("conformance-allowlist.toml")
+                allowlist.write_text(ALLOWLIST_PROFILE.format(parent=profile.name, allowed=ALLOWED))
+                opened.append(self._session(runner, mode, root, allowlist, accept))
+            return self._scenario(opened[0], runner, mode, scenario, env, reasons, {}, listeners, separate_kernel)
+        except SandboxUnavailable as exc:
+            return ScenarioResult(scenario.id, runner, mode, "unavailable", exc.reason)
+
+    def _session(self, runner: str, mode: str, root: Path, profile: Path, accept: Iterable[str]) -> Context:
+        from dsh.sandbox.session import SessionSpec, build_session
+
+        return build_session(SessionSpec(
+            mode=mode, profile=str(profile), workspace=str(root), accept_degraded=tuple(accept),
+            runner=runner, runner_options=self.runner_options,
+            executor="bash-sandbox", executor_config={"cwd": str(root), "grace_ms": 500},
+        ))
+
     def _context(self, runner: str, mode: str, root: Path, profile: Path
                  ) -> tuple[Context, Any, dict[str, str], dict[str, str]]:
         from dsh.sandbox.host import SandboxHost
         from dsh.sandbox.policy_service import PolicyService
-        from dsh.sandbox.session import SessionSpec, build_session
 
         def session(accept: Iterable[str]) -> Context:
-            return build_session(SessionSpec(
-                mode=mode, profile=str(profile), workspace=str(root), accept_degraded=tuple(accept),
-                runner=runner, runner_options=self.runner_options,
-                executor="bash-sandbox", executor_config={"cwd": str(root), "grace_ms": 500},
-            ))
+            return self._session(runner, mode, root, profile, accept)
 
         probe_ctx = session(())
         try:

@@ -123,6 +123,9 @@ class Scenario:
     # Run on a pty allocated inside the sandbox (the terminal relay), as a
     # terminal session or ``run -t`` does: stdout is then the terminal's output.
     tty: bool = False
+    # Run with the network limited to an allowlist (a session of its own per
+    # cell, see ``catalog_network``), not with the cell's network off.
+    allowlist: bool = False
 
     def __post_init__(self) -> None:
         # A misspelt capability would never match what a runner declares
