@@ -372,6 +372,9 @@ class GvisorRunner(Runner):
         except OSError as exc:
             ended()
             raise SandboxUnavailable(f"cannot start runsc exec: {exc}", runner=self.name) from None
+        except BaseException:
+            ended()  # counted as running, it would keep a stale sandbox forever
+            raise
 
     def _discard(self, warm: sb.WarmSandbox) -> None:
         with self._lock:

@@ -76,6 +76,26 @@ def test_a_stale_sandbox_with_a_running_command_goes_when_that_command_ends(runn
     assert len(runner._warm) == 1
 
 
+def test_a_command_that_fails_to_start_is_not_counted_as_running(runner: GvisorRunner, ws: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import dsh.runners.gvisor.process as process
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no exec today")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(process, "RunscExec", broken)
+        with pytest.raises(RuntimeError, match="no exec today"):
+            sh(runner, "true", policy(ws))
+    used = _only_sandbox(runner)
+    assert used.idle(), (used.pending, used.running)
+    # Idle, so a new shape retires it at once.
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    assert sh(runner, "echo other", policy(ws, roots=(ws, extra))).out == b"other\n"
+    assert used.closed
+
+
 def test_a_session_whose_policy_keeps_changing_holds_no_descriptors_per_shape(runner: GvisorRunner, ws: Path,
                                                                               tmp_path: Path) -> None:
     counts = []
