@@ -7,7 +7,7 @@ runner reads from its ``image`` option).  No registry is contacted.
 from __future__ import annotations
 
 import click
-from dsh.runners.docker.client import DEFAULT_IMAGE
+from dsh.runners.docker.image_name import DEFAULT_IMAGE
 
 
 @click.group("image")

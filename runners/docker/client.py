@@ -16,9 +16,9 @@ import re
 import socket
 from typing import Any
 
+from dsh.runners.docker.image_name import DEFAULT_IMAGE as DEFAULT_IMAGE
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 
-DEFAULT_IMAGE = "dsh-sandbox/runtime:latest"
 LABEL = "dsh-sandbox"
 LABEL_OWNER_PID = "dsh-sandbox.owner-pid"
 LABEL_OWNER_START = "dsh-sandbox.owner-start"
