@@ -50,6 +50,7 @@ from dsh.runners.docker.verify import (
 )
 from dsh.runners.docker.warm import Warm, daemon_is_local, identities, pin_binds, policy_key
 from dsh.runners.linux.ipc import namespaced_limitations
+from dsh.runners.warm_pool import make_current
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.numeric import processes
@@ -241,22 +242,8 @@ class DockerRunner(Runner):
             self._discard(warm)
 
     def _current(self, warm: Warm) -> Warm:
-        """``warm`` is the container the next command uses (one reserved for it).
-
-        A container of another policy keeps its mounts (a root the new policy
-        dropped stays writable there) and any process left in it: it is removed
-        now if no command runs in it, else when its last one ends.
-        """
-        warm.reserve()
-        with self._lock:
-            warm.stale = False
-            others = [w for w in self._warm.values() if w is not warm]
-            for other in others:
-                other.stale = True
-        for other in others:
-            if other.idle():
-                self._discard(other)
-        return warm
+        """``warm`` is the sandbox the next command uses; the others go once idle (``warm_pool``)."""
+        return make_current(warm, self._warm.values(), self._lock, self._discard)
 
     def _ensure(self, key: tuple[object, ...], spec: ContainerSpec,
                 expected: dict[str, tuple[int, int]], pins: PinnedPaths | None) -> Warm:

@@ -46,6 +46,7 @@ from dsh.runners.gvisor.scripts import MARKER_VAR, WRAPPER, WRAPPER_DECODING
 from dsh.runners.gvisor.spec import Identity, build_config, process, refuse_too_many_binds
 from dsh.runners.gvisor.syscalls import LAUNCHER, filter_hex
 from dsh.runners.linux.syscalls import UnsupportedArch
+from dsh.runners.warm_pool import make_current
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.host_tools import system_tool
@@ -321,25 +322,8 @@ class GvisorRunner(Runner):
             return self._current(warm)
 
     def _current(self, warm: sb.WarmSandbox) -> sb.WarmSandbox:
-        """``warm`` is the sandbox the next command uses (one reserved for it).
-
-        A sandbox of another shape keeps its mounts (a root the new policy
-        dropped stays writable there), whatever was left running in it, and the
-        descriptors that hold its sources: it is removed now if no command runs
-        in it, else when its last one ends.  A long session whose policy keeps
-        changing (a repository appears, a root is added) so holds one sandbox,
-        not one per shape it ever had.
-        """
-        warm.reserve()
-        with self._lock:
-            warm.stale = False
-            others = [w for w in self._warm.values() if w is not warm]
-            for other in others:
-                other.stale = True
-        for other in others:
-            if other.idle():
-                self._discard(other)
-        return warm
+        """``warm`` is the sandbox the next command uses; the others go once idle (``warm_pool``)."""
+        return make_current(warm, self._warm.values(), self._lock, self._discard)
 
     def _ended(self, warm: sb.WarmSandbox, path: Path) -> None:
         """A command of ``warm`` ended: its process file goes, and a stale sandbox once idle."""
