@@ -66,6 +66,7 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
         writable=opts.writable,
         force_writable=opts.force_writable,
         network=opts.network,
+        network_source=opts.network_source,
         allow_domains=opts.allow_domain,
         deny_domains=opts.deny_domain,
         accept_degraded=opts.accept_degraded,

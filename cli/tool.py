@@ -88,6 +88,7 @@ def tool_session(
         profile=settings["profile"],
         workspace=workspace,
         network=settings["network"],
+        network_source=settings.values["network"].source if settings["network"] is not None else None,
         allow_domains=tuple(allow_domain),
         deny_domains=tuple(deny_domain),
         accept_degraded=settings.accepted(),

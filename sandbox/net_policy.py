@@ -1,12 +1,21 @@
 """The network a session's policy gets: the profile's, narrowed by the caller.
 
 Three settings meet here: the profile's (``network = true|false`` or a
-``[network]`` table with an allowlist), an override of the whole network
-(``--network/--no-network``), and hosts named for this session
-(``--allow-domain`` / ``--deny-domain``).  Hosts named for the session only
-ever narrow: they turn a network that is fully on or off into an allowlist,
-or add to the profile's lists.  A combination that would be silently ignored
-is refused instead (a ``ConfigError`` naming the flags and the fix).
+``[network]`` table with an allowlist), the whole network on or off
+(``--network/--no-network``, or ``network`` in the environment or a config
+file), and hosts named for this session (``--allow-domain`` /
+``--deny-domain``).
+
+- Hosts named for the session only narrow: they turn a network that is fully
+  on or off into an allowlist, or add to the profile's lists.  Beside them,
+  ``--network`` or ``--no-network`` on the same command line is a conflict;
+  the same setting from the environment or a config file gives way to them.
+- The whole network chosen on the command line (or by an API caller) replaces
+  the profile's; chosen for every run (environment, config file), it may turn
+  a profile's allowlist off but never widen it to the whole network.
+
+A combination that would be silently ignored or widen is refused instead (a
+``ConfigError`` naming where each setting came from, and the fix).
 """
 
 from __future__ import annotations
@@ -21,15 +30,31 @@ if TYPE_CHECKING:
     from dsh.sandbox.profiles import Profile
 
 
-def session_network(profile: Profile, *, network: bool | None, allow: Sequence[str] = (),
-                    deny: Sequence[str] = ()) -> tuple[bool, NetworkRules | None]:
-    """``(network, network_allowlist)`` for the session's constrained modes."""
-    if network is not None:
-        if allow or deny:
+def _for_this_run(source: str | None) -> bool:
+    """Was the whole-network setting chosen for this run (a flag, an API caller)?"""
+    return source is None or source.startswith("flag ")
+
+
+def session_network(profile: Profile, *, network: bool | None, source: str | None = None,
+                    allow: Sequence[str] = (), deny: Sequence[str] = ()) -> tuple[bool, NetworkRules | None]:
+    """``(network, network_allowlist)`` for the session's constrained modes.
+
+    ``source``: where ``network`` was set ("flag ...", "env VAR", "FILE:LINE"),
+    None when the caller chose it."""
+    if network is not None and (allow or deny):
+        if _for_this_run(source):
             flag = "--network" if network else "--no-network"
             named = "--allow-domain" if allow else "--deny-domain"
             raise ConfigError(f"{flag} and {named} conflict: the first turns the whole network "
                               f"{'on' if network else 'off'}, the second limits it to named hosts; drop one")
+        network = None  # a setting for every run gives way to the hosts named for this one
+    if network is not None:
+        rules = profile.network_allowlist
+        if network and rules is not None and not _for_this_run(source):
+            raise ConfigError(
+                f"{source} turns the whole network on, and the profile {profile.name!r} limits it to named hosts "
+                f"({', '.join(rules.allow) or 'none'}); a setting for every run never widens a profile's "
+                "allowlist: pass --network to choose the whole network for this run, or remove that setting")
         return network, None
     rules = profile.network_allowlist
     if not allow and not deny:

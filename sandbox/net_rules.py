@@ -18,7 +18,10 @@ Entries:
 
 ``allow_private_for`` lists entries (same syntax, each also in ``allow``) whose
 addresses may be private, loopback or link-local: a registry mirror on the
-LAN, or a test server on 127.0.0.1.  Unspecified (0.0.0.0, ::) and multicast
+LAN.  An address literal listed in ``allow`` needs no such entry: it was asked
+for by address, so no resolver can swap it (``127.0.0.1`` reaches the host's
+loopback services: list it only to mean that).  A ``deny`` address is refused
+after resolution too: a name that resolves to it is refused.  Unspecified (0.0.0.0, ::) and multicast
 addresses are refused even then: connecting to 0.0.0.0 reaches the host's
 loopback services under another spelling, and TCP has no use for multicast.
 
@@ -122,6 +125,9 @@ def normalised_entry(field: str, raw: object) -> str:
     if raw.startswith("[") or (raw.count(":") == 1 and _address(raw) is None):
         raise ConfigError(f"{field}: {raw!r} holds a port or brackets; write the bare host (rules apply to every port)")
     if raw == "*" or raw == "*.":
+        if field.endswith("deny"):
+            raise ConfigError(f"{field}: {raw!r} would deny every host; to allow none, turn the network off "
+                              "(write mode = \"off\" in [network], or pass --no-network)")
         raise ConfigError(f"{field}: {raw!r} would allow every host; list the names the command needs")
     wildcard = raw.startswith("*.")
     rest = raw[2:] if wildcard else raw
@@ -135,6 +141,10 @@ def normalised_entry(field: str, raw: object) -> str:
         host = normalise_host(rest)
     except HostError as e:
         raise ConfigError(f"{field}: {raw!r}: {e}; write a name like 'pypi.org', '*.example.com' or an IP") from None
+    literal = _address(host)
+    if literal is not None and (literal.is_unspecified or literal.is_multicast):
+        raise ConfigError(f"{field}: {raw!r} is an unspecified or multicast address, which no connection may "
+                          "use (0.0.0.0 reaches the host's own services); name the host's real address")
     if wildcard and "." not in host:
         raise ConfigError(f"{field}: {raw!r} covers a whole top-level domain; name the domain, as in '*.example.com'")
     return f"*.{host}" if wildcard else host
@@ -227,12 +237,17 @@ def decide_addresses(rules: NetworkRules, host: str, addresses: Iterable[str]) -
         name = normalise_host(host)
     except HostError as e:
         return Decision(False, str(e))
-    private_ok = _matches(rules.allow_private_for, name) is not None
+    # An address listed in allow was asked for by address: no resolver stands between.
+    private_ok = _matches(rules.allow_private_for, name) is not None or (
+        _address(name) is not None and name in rules.allow)
     seen = []
     for text in addresses:
         address = _address(text)
         if address is None:
             return Decision(False, f"{name} resolved to {text!r}, which is no IP address")
+        denied = _matches(rules.deny, str(address))
+        if denied is not None:
+            return Decision(False, f"{name} resolved to {address}, which is denied by {denied!r}")
         kind = address_kind(address)
         always_refused = address.is_unspecified or address.is_multicast
         if kind is not None and (always_refused or not private_ok):

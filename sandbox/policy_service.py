@@ -73,6 +73,9 @@ class PolicyConfig:
     workspace: str | None = None  # default: the process cwd at configure time
     writable: tuple[str, ...] = ()  # extra writable roots (must exist; relative to the cwd)
     network: bool | None = None  # overrides the profile
+    #: Where ``network`` was set: "flag ..." or None (the caller) choose for this run; anything
+    #: else ("env ...", "FILE:LINE") is a setting for every run, which never widens an allowlist.
+    network_source: str | None = None
     allow_domains: tuple[str, ...] = ()  # narrow the network to these hosts (and the profile's)
     deny_domains: tuple[str, ...] = ()  # refused even when an allow entry covers them
     accept_degraded: tuple[str, ...] = ()
@@ -106,7 +109,12 @@ class PolicyService(Service):
         self._default_mode = mode or self._profile.mode or SandboxMode.WORKSPACE_WRITE
         # Checked before anything is built: a refused combination leaves nothing behind.
         self._network, self._network_allowlist = session_network(
-            self._profile, network=cfg.network, allow=cfg.allow_domains, deny=cfg.deny_domains)
+            self._profile, network=cfg.network, source=cfg.network_source, allow=cfg.allow_domains,
+            deny=cfg.deny_domains)
+        if self._network_allowlist is not None and self._default_mode is SandboxMode.DANGER_FULL_ACCESS:
+            raise ConfigError("danger-full-access runs the command unwrapped, with the whole network: a network "
+                              "allowlist (--allow-domain, or [network] in the profile) cannot apply to it; run in "
+                              "workspace-write or read-only, or drop the allowlist")
         for name in cfg.accept_degraded:
             problem = degradation_problem(name)
             if problem is not None:

@@ -6,8 +6,9 @@ built-in name, or a path relative to the extending file).  Inheritance rules:
 
 - scalars (``mode``, ``exclude_tmp``, ``tmp``, ``git``, ``home``), each ``limits`` key and
   ``network``'s mode (``network = true`` is ``mode = "on"``): the child's value wins when it sets one;
-- ``network``'s host lists (``allow``, ``deny``, ``allow_private_for``): the union, and dropped
-  when the merged mode is not ``"allowlist"``;
+- ``network``'s host lists (``allow``, ``deny``, ``allow_private_for``): the union; a child that
+  sets the mode to ``"off"`` or ``"on"`` drops the inherited ones, and hosts listed under an
+  inherited mode other than ``"allowlist"`` are refused;
 - ``allowed_runners``: the child's list replaces the parent's when set;
 - every other list (roots, read-only, hidden, protected names, env
   passthrough, accepted degradations) is the union, parent first, so a child
@@ -233,8 +234,11 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
         elif key == "limits":
             merged[key] = {**parent.get("limits", {}), **value}
         elif key == "network":
-            # The mode as a scalar, the host lists as the other lists: a child adds to them.
+            # The mode as a scalar, the host lists as the other lists: a child adds to
+            # them.  A child that sets the mode to off or on drops the inherited hosts.
             mine = parent.get("network", {})
+            if value.get("mode", "allowlist") != "allowlist":
+                mine = {}
             merged[key] = {**mine, **value, **{
                 name: list(dict.fromkeys([*mine.get(name, []), *value.get(name, [])]))
                 for name in NETWORK_KEYS[1:] if name in mine or name in value
@@ -331,12 +335,15 @@ def _network(path: Path, table: Mapping[str, Any] | None) -> tuple[bool | None, 
         return None, None
     mode = table.get("mode")
     lists = [key for key in NETWORK_KEYS[1:] if table.get(key)]
-    if mode is None and lists:
-        fix = 'add mode = "allowlist" to [network] (the default is "off")'
-        raise ProfileError(f"profile {path}: [network] lists {lists[0]} but no profile of its chain sets its "
-                           f"mode; {fix}", path=str(path), key="network.mode", fix=fix)
+    if mode != "allowlist" and lists:
+        # Hosts listed under a mode that ignores them: the run would get the whole
+        # network (or none) while the file reads as an allowlist.
+        fix = 'add mode = "allowlist" to the [network] table that lists hosts'
+        got = "no profile of its chain sets its mode (the default is \"off\")" if mode is None else \
+            f"the mode it inherits is {mode!r}"
+        raise ProfileError(f"profile {path}: [network] lists {lists[0]} but {got}; {fix}", path=str(path),
+                           key="network.mode", fix=fix)
     if mode != "allowlist":
-        # A child that turns the network off or on drops the hosts it inherited.
         return (None if mode is None else mode == "on"), None
     # Imported only for a profile that limits the network by name.
     from dsh.sandbox.net_rules import parse as parse_rules

@@ -52,6 +52,7 @@ class SessionSpec:
     writable: tuple[str, ...] = ()
     force_writable: tuple[str, ...] = ()
     network: bool | None = None
+    network_source: str | None = None  # where ``network`` was set, for messages; None: by the caller
     allow_domains: tuple[str, ...] = ()
     deny_domains: tuple[str, ...] = ()
     accept_degraded: tuple[str, ...] = ()
@@ -79,6 +80,7 @@ class SessionSpec:
             "writable": list(self.writable),
             "force_writable": list(self.force_writable),
             "network": self.network,
+            **({"network_source": self.network_source} if self.network_source is not None else {}),
             **({"allow_domains": list(self.allow_domains)} if self.allow_domains else {}),
             **({"deny_domains": list(self.deny_domains)} if self.deny_domains else {}),
             "accept_degraded": list(self.accept_degraded),
@@ -125,7 +127,8 @@ def build_session(spec: SessionSpec, *, load: Loader | None = None) -> Context:
 
 _DEFAULT = SessionSpec()
 _POLICY_FIELDS = (
-    "mode", "profile", "workspace", "writable", "force_writable", "network", "allow_domains", "deny_domains",
+    "mode", "profile", "workspace", "writable", "force_writable", "network", "network_source", "allow_domains",
+    "deny_domains",
     "accept_degraded", "runner", "runner_options",
 )
 _NOT_WITH_COMPOSITION = tuple(f.name for f in dataclasses.fields(SessionSpec) if f.name != "composition")

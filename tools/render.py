@@ -28,6 +28,7 @@ both render through here, so they never drift.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,7 +84,10 @@ NETWORK_SHOWN = 5
 
 
 def network_denied_note(name: str) -> str:
-    return f"network access to {_one_line(name)} denied"
+    # A host as the command asked for it: anything beyond a host's characters is
+    # quoted, so a name cannot close the marker early or imitate another one.
+    plain = name and all(c.isascii() and (c.isalnum() or c in ".-_:*") for c in name)
+    return f"network access to {name if plain else json.dumps(name)} denied"
 
 
 def denied_marker(mode: str) -> str:

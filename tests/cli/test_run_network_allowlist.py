@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import shutil
 import threading
 from collections.abc import Iterator
@@ -126,3 +127,41 @@ def test_bad_host_flags_exit_2_and_run_nothing(workspace: Path, flags: list[str]
     assert problem in done.stderr.decode()
     assert "Traceback" not in done.stderr.decode()
     assert not (workspace / "ran").exists()
+
+
+def test_an_address_named_on_the_command_line_is_reached(workspace: Path, server: int) -> None:
+    need_runner("bwrap")
+    done = cli("run", "--allow-domain", "127.0.0.1", "--", curl(), "-fsS", f"http://127.0.0.1:{server}/flag",
+               cwd=workspace)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"hello from the host\n" and Counting.hits == ["/flag"]
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}
+
+
+def test_a_setting_for_every_run_never_widens_an_allowlist(workspace: Path, server: int, profile: Path) -> None:
+    done = cli("run", "--profile", str(profile), "--", "sh", "-c",
+               f"{curl()} -sS --noproxy '*' http://127.0.0.1:{server}/env; touch ran", cwd=workspace,
+               env=cli_env(DSH_SANDBOX_NETWORK="1"))
+    assert done.returncode == 2, done.stderr
+    assert "env DSH_SANDBOX_NETWORK turns the whole network on" in done.stderr.decode()
+    assert not (workspace / "ran").exists() and Counting.hits == []
+
+
+def test_hosts_named_for_the_run_win_over_the_network_off_in_the_environment(workspace: Path, server: int) -> None:
+    need_runner("bwrap")
+    done = cli("run", "--allow-domain", "127.0.0.1", "--", curl(), "-fsS", f"http://127.0.0.1:{server}/both",
+               cwd=workspace, env=cli_env(DSH_SANDBOX_NETWORK="0"))
+    assert done.returncode == 0, done.stderr
+    assert Counting.hits == ["/both"]
+
+
+def test_danger_full_access_refuses_an_allowlist_it_could_not_apply(workspace: Path, profile: Path) -> None:
+    for flags in (["--mode", "danger-full-access", "--allow-domain", "pypi.org"],
+                  ["--mode", "danger-full-access", "--profile", str(profile)]):
+        done = cli("run", *flags, "--", "touch", "ran", cwd=workspace)
+        assert done.returncode == 2, done.stderr
+        assert "danger-full-access runs the command unwrapped" in done.stderr.decode()
+        assert not (workspace / "ran").exists()

@@ -241,3 +241,23 @@ def test_any_host_is_decided_without_raising(host: str) -> None:
         split_host_port(host)
     except HostError:
         pass
+
+
+def test_a_denied_address_is_refused_after_resolution_too() -> None:
+    rules = parse(["localhost"], deny=["127.0.0.1"], allow_private_for=["localhost"])
+    assert decide_name(rules, "localhost").allowed
+    refused = decide_addresses(rules, "localhost", ["127.0.0.1"])
+    assert not refused.allowed and "denied by '127.0.0.1'" in refused.reason
+    assert decide_addresses(rules, "localhost", ["::1"]).allowed
+
+
+def test_an_address_listed_in_allow_may_be_private_a_name_may_not() -> None:
+    rules = parse(["127.0.0.1", "mirror.lan"])
+    assert decide_addresses(rules, "127.0.0.1", ["127.0.0.1"]).allowed
+    assert not decide_addresses(rules, "mirror.lan", ["127.0.0.1"]).allowed  # a rebinding, by name
+
+
+@pytest.mark.parametrize("entry", ["0.0.0.0", "::", "224.0.0.1", "ff02::1"])
+def test_unspecified_and_multicast_addresses_are_refused_as_entries(entry: str) -> None:
+    with pytest.raises(ConfigError, match="unspecified or multicast"):
+        parse([entry])

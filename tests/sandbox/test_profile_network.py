@@ -61,6 +61,16 @@ def test_a_child_that_turns_the_network_off_or_on_drops_the_inherited_hosts(
     assert (child.network, child.network_allowlist) == (network, None)
 
 
+@pytest.mark.parametrize(("parent", "mode"), [("node", "'on'"), ("python", "'off'")])
+def test_hosts_listed_under_an_inherited_mode_that_ignores_them_are_refused(tmp_path: Path, parent: str,
+                                                                            mode: str) -> None:
+    # Extending a profile with the network on, a list of hosts must not read as
+    # an allowlist while the run gets the whole network.
+    path = write(tmp_path, "p", f'extends = "{parent}"\n[network]\nallow = ["registry.npmjs.org"]\n')
+    with pytest.raises(ProfileError, match=f"the mode it inherits is {mode}; add mode = \"allowlist\""):
+        load_profile(path)
+
+
 def test_every_problem_of_the_table_is_listed_with_its_line(tmp_path: Path) -> None:
     path = write(tmp_path, "bad", '[network]\nmode = "allowlist"\nallow = ["ok.org", "https://x.org/"]\n'
                                   'deny = ["*"]\nallow_privat = []\n')
@@ -68,7 +78,7 @@ def test_every_problem_of_the_table_is_listed_with_its_line(tmp_path: Path) -> N
         load_profile(path)
     text = str(caught.value)
     assert "key 'network.allow' at line 3: 'https://x.org/' is a URL" in text
-    assert "key 'network.deny' at line 4: '*' would allow every host" in text
+    assert "key 'network.deny' at line 4: '*' would deny every host" in text
     assert "unknown key 'allow_privat' at line 5; did you mean 'allow_private_for'?" in text
 
 
@@ -115,6 +125,24 @@ def test_the_whole_network_flag_overrides_the_profiles_allowlist(tmp_path: Path)
     assert session_network(profile, network=False) == (False, None)
     assert session_network(profile, network=True) == (True, None)
     assert session_network(profile, network=None) == (False, profile.network_allowlist)
+
+
+def test_a_setting_for_every_run_never_widens_the_profiles_allowlist(tmp_path: Path) -> None:
+    profile = load_profile(write(tmp_path, "p", ALLOWLIST))
+    for source in ("env DSH_SANDBOX_NETWORK", "/home/u/.config/dsh-sandbox/config.toml:3"):
+        with pytest.raises(ConfigError, match=f"{source} turns the whole network on.*pass --network"):
+            session_network(profile, network=True, source=source)
+        # Off is narrower: it applies.
+        assert session_network(profile, network=False, source=source) == (False, None)
+    # Chosen for this run, on the command line: it applies.
+    assert session_network(profile, network=True, source="flag --network/--no-network") == (True, None)
+
+
+def test_hosts_named_for_the_run_win_over_a_setting_for_every_run() -> None:
+    # A project file or the environment turning the network off does not block --allow-domain.
+    network, rules = session_network(load_profile("python"), network=False, source="/p/.dsh/config.toml:1",
+                                     allow=["x.org"])
+    assert network is False and rules == NetworkRules(allow=("x.org",))
 
 
 @pytest.mark.parametrize(("network", "allow", "deny", "problem"), [
