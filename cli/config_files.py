@@ -70,6 +70,11 @@ def user_config_path(environ: Mapping[str, str]) -> Path:
     base = environ.get("XDG_CONFIG_HOME", "")
     # A relative XDG_CONFIG_HOME is invalid by the spec: ignored.
     root = Path(base) if os.path.isabs(base) else Path(os.path.expanduser("~")) / ".config"
+    if not root.is_absolute():
+        # Relative to the cwd, the workspace's own files would be read as the user's.
+        raise ConfigError(f"HOME={environ.get('HOME', '')!r} is not an absolute path, so your config file "
+                          "cannot be found safely; set HOME to your home directory, or XDG_CONFIG_HOME to an "
+                          "absolute path")
     return root / "dsh-sandbox" / "config.toml"
 
 

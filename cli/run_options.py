@@ -29,7 +29,7 @@ class RunOptions:
     writable: tuple[str, ...] = ()
     force_writable: tuple[str, ...] = ()
     network: bool | None = None
-    #: Where ``network`` came from ("flag --network/--no-network", "env ...", "FILE:LINE"); None: the flag or no one.
+    #: Where ``network`` came from when not from this command line ("env ...", "FILE:LINE"); None: the flag.
     network_source: str | None = None
     allow_domain: tuple[str, ...] = ()  # --allow-domain: narrow the network to these hosts
     deny_domain: tuple[str, ...] = ()
@@ -60,7 +60,9 @@ def apply_to_run(opts: RunOptions) -> RunOptions:
     return dataclasses.replace(
         opts, profile=settings["profile"], mode=settings["mode"], runner=settings["runner"],
         approval=settings["approval"], network=settings["network"],
-        network_source=settings.values["network"].source if settings["network"] is not None else None,
+        # Set on this command line (the flag): chosen for this run, no source to name.
+        network_source=None if opts.network is not None or settings["network"] is None
+        else settings.values["network"].source,
         accept_degraded=settings.accepted(), env=settings.env_pairs(),
         runner_options=tuple((name, tuple(values.items())) for name, values in options.items()),
         user_config=settings.user_real if settings.user_found else None,

@@ -31,16 +31,18 @@ if TYPE_CHECKING:
 
 
 def _for_this_run(source: str | None) -> bool:
-    """Was the whole-network setting chosen for this run (a flag, an API caller)?"""
-    return source is None or source.startswith("flag ")
+    """Was the whole-network setting chosen for this run (a flag, an API caller)?
+    A setting for every run always names its source; never parsed from it (a
+    config file's path can say anything)."""
+    return source is None
 
 
 def session_network(profile: Profile, *, network: bool | None, source: str | None = None,
                     allow: Sequence[str] = (), deny: Sequence[str] = ()) -> tuple[bool, NetworkRules | None]:
     """``(network, network_allowlist)`` for the session's constrained modes.
 
-    ``source``: where ``network`` was set ("flag ...", "env VAR", "FILE:LINE"),
-    None when the caller chose it."""
+    ``source``: where ``network`` was set for every run ("env VAR", "FILE:LINE"),
+    None when it was chosen for this one (a flag, an API caller)."""
     if network is not None and (allow or deny):
         if _for_this_run(source):
             flag = "--network" if network else "--no-network"

@@ -125,7 +125,7 @@ def normalised_entry(field: str, raw: object) -> str:
     if raw.startswith("[") or (raw.count(":") == 1 and _address(raw) is None):
         raise ConfigError(f"{field}: {raw!r} holds a port or brackets; write the bare host (rules apply to every port)")
     if raw == "*" or raw == "*.":
-        if field.endswith("deny"):
+        if "deny" in field:
             raise ConfigError(f"{field}: {raw!r} would deny every host; to allow none, turn the network off "
                               "(write mode = \"off\" in [network], or pass --no-network)")
         raise ConfigError(f"{field}: {raw!r} would allow every host; list the names the command needs")
@@ -142,6 +142,9 @@ def normalised_entry(field: str, raw: object) -> str:
     except HostError as e:
         raise ConfigError(f"{field}: {raw!r}: {e}; write a name like 'pypi.org', '*.example.com' or an IP") from None
     literal = _address(host)
+    if isinstance(literal, ipaddress.IPv6Address) and _embedded_ipv4(literal) is not None:
+        raise ConfigError(f"{field}: {raw!r} carries the IPv4 address {_embedded_ipv4(literal)}; write that "
+                          "address instead (a rule on one spelling would miss the other)")
     if literal is not None and (literal.is_unspecified or literal.is_multicast):
         raise ConfigError(f"{field}: {raw!r} is an unspecified or multicast address, which no connection may "
                           "use (0.0.0.0 reaches the host's own services); name the host's real address")
@@ -245,11 +248,14 @@ def decide_addresses(rules: NetworkRules, host: str, addresses: Iterable[str]) -
         address = _address(text)
         if address is None:
             return Decision(False, f"{name} resolved to {text!r}, which is no IP address")
-        denied = _matches(rules.deny, str(address))
+        # An IPv6 address that carries an IPv4 one reaches that one: judged as both.
+        inner = _embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+        forms = (address,) if inner is None else (address, inner)
+        denied = next((d for d in (_matches(rules.deny, str(f)) for f in forms) if d is not None), None)
         if denied is not None:
             return Decision(False, f"{name} resolved to {address}, which is denied by {denied!r}")
         kind = address_kind(address)
-        always_refused = address.is_unspecified or address.is_multicast
+        always_refused = any(f.is_unspecified or f.is_multicast for f in forms)
         if kind is not None and (always_refused or not private_ok):
             fix = "" if always_refused else "; list it in network.allow_private_for if that is intended"
             return Decision(False, f"{name} resolved to {kind} address {address}{fix}")

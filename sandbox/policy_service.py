@@ -73,8 +73,8 @@ class PolicyConfig:
     workspace: str | None = None  # default: the process cwd at configure time
     writable: tuple[str, ...] = ()  # extra writable roots (must exist; relative to the cwd)
     network: bool | None = None  # overrides the profile
-    #: Where ``network`` was set: "flag ..." or None (the caller) choose for this run; anything
-    #: else ("env ...", "FILE:LINE") is a setting for every run, which never widens an allowlist.
+    #: Where ``network`` was set for every run ("env ...", "FILE:LINE"), which never widens an
+    #: allowlist; None: chosen for this run (a flag, the caller).
     network_source: str | None = None
     allow_domains: tuple[str, ...] = ()  # narrow the network to these hosts (and the profile's)
     deny_domains: tuple[str, ...] = ()  # refused even when an allow entry covers them

@@ -141,6 +141,12 @@ def user_profile_dir(environ: Mapping[str, str] | None = None) -> Path:
     base = env.get("XDG_CONFIG_HOME", "")
     # A relative XDG_CONFIG_HOME is invalid by the spec: ignored.
     root = Path(base) if os.path.isabs(base) else Path(os.path.expanduser("~")) / ".config"
+    if not root.is_absolute():
+        # Relative to the cwd, the workspace's own files would be read as the user's.
+        raise ProfileError(f"HOME={env.get('HOME', '')!r} is not an absolute path, so your profiles directory "
+                           "cannot be found safely; set HOME to your home directory, or XDG_CONFIG_HOME to an "
+                           "absolute path", key="profile",
+                           fix="set HOME to your home directory, or XDG_CONFIG_HOME to an absolute path")
     return root / "dsh-sandbox" / "profiles"
 
 
@@ -166,7 +172,12 @@ def _locate(name_or_path: str, *, relative_to: Path | None = None) -> tuple[Path
             path = relative_to / path
         return path, False
     builtin = _builtin_dir() / f"{name_or_path}.toml"
-    mine = user_profile_dir() / f"{name_or_path}.toml"
+    try:
+        mine = user_profile_dir() / f"{name_or_path}.toml"
+    except ProfileError:
+        if builtin.is_file():
+            return builtin, True  # no directory of the user's to clash with
+        raise
     try:
         has_mine = os.path.lexists(mine)
     except (OSError, ValueError):

@@ -52,7 +52,7 @@ class SessionSpec:
     writable: tuple[str, ...] = ()
     force_writable: tuple[str, ...] = ()
     network: bool | None = None
-    network_source: str | None = None  # where ``network`` was set, for messages; None: by the caller
+    network_source: str | None = None  # where ``network`` was set for every run; None: for this one
     allow_domains: tuple[str, ...] = ()
     deny_domains: tuple[str, ...] = ()
     accept_degraded: tuple[str, ...] = ()

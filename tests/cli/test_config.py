@@ -455,3 +455,16 @@ def test_profile_by_name_from_your_profiles_directory(workspace: Path, user_dir:
     writable = cli("run", "--profile", "mytests", "--", "touch", "ran", cwd=workspace, env=env_with(xdg))
     assert writable.returncode == 2 and b"lies inside the writable root" in writable.stderr, writable.stderr
     assert not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("home", ["flag x", "rel"])
+def test_a_relative_home_is_refused_not_read_from_the_cwd(workspace: Path, home: str) -> None:
+    # Relative to the cwd, a file the workspace holds would be read as the user's config.
+    planted = workspace / home / ".config" / "dsh-sandbox"
+    planted.mkdir(parents=True)
+    (planted / "config.toml").write_text("network = true\n")
+    env = {k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"}
+    done = cli("run", "--", "touch", "ran", cwd=workspace, env={**env, "HOME": home})
+    assert done.returncode == 2, done.stderr
+    assert f"HOME={home!r} is not an absolute path" in done.stderr.decode()
+    assert not (workspace / "ran").exists()

@@ -13,6 +13,7 @@ from dsh.sandbox.net_rules import (
     decide_addresses,
     decide_name,
     normalise_host,
+    normalised_entry,
     parse,
     split_host_port,
 )
@@ -261,3 +262,32 @@ def test_an_address_listed_in_allow_may_be_private_a_name_may_not() -> None:
 def test_unspecified_and_multicast_addresses_are_refused_as_entries(entry: str) -> None:
     with pytest.raises(ConfigError, match="unspecified or multicast"):
         parse([entry])
+
+
+@pytest.mark.parametrize("deny", ["127.0.0.1", "127.0.0.0"])
+def test_an_ipv6_address_carrying_a_denied_ipv4_one_is_denied(deny: str) -> None:
+    rules = parse(["*.example.com", "localhost"], deny=["93.184.216.34", deny],
+                  allow_private_for=["localhost"])
+    for carried in ("::ffff:93.184.216.34", "64:ff9b::5db8:d822", "2002:5db8:d822::1"):
+        assert not decide_addresses(rules, "x.example.com", [carried]).allowed, carried
+    if deny == "127.0.0.1":
+        assert not decide_addresses(rules, "localhost", ["::ffff:127.0.0.1"]).allowed
+
+
+def test_unspecified_and_multicast_inside_ipv6_are_always_refused() -> None:
+    rules = parse(["mirror.lan"], allow_private_for=["mirror.lan"])
+    for carried in ("::ffff:0.0.0.0", "::ffff:224.0.0.1"):
+        assert not decide_addresses(rules, "mirror.lan", [carried]).allowed, carried
+
+
+@pytest.mark.parametrize("entry", ["::ffff:127.0.0.1", "::ffff:0.0.0.0", "64:ff9b::7f00:1", "2002:7f00:1::"])
+def test_ipv6_entries_that_carry_an_ipv4_address_are_refused(entry: str) -> None:
+    with pytest.raises(ConfigError, match="carries the IPv4 address"):
+        parse([entry])
+    with pytest.raises(ConfigError, match="carries the IPv4 address"):
+        parse(["x.org"], deny=[entry])
+
+
+def test_a_deny_wildcard_for_everything_says_deny() -> None:
+    with pytest.raises(ConfigError, match="would deny every host"):
+        normalised_entry("--deny-domain", "*")

@@ -134,8 +134,11 @@ def test_a_setting_for_every_run_never_widens_the_profiles_allowlist(tmp_path: P
             session_network(profile, network=True, source=source)
         # Off is narrower: it applies.
         assert session_network(profile, network=False, source=source) == (False, None)
-    # Chosen for this run, on the command line: it applies.
-    assert session_network(profile, network=True, source="flag --network/--no-network") == (True, None)
+    # Chosen for this run (on the command line, by an API caller): it applies.
+    assert session_network(profile, network=True, source=None) == (True, None)
+    # A source is never parsed: a config file whose path starts like a flag is still a file.
+    with pytest.raises(ConfigError, match="never widens"):
+        session_network(profile, network=True, source="flag x/.config/dsh-sandbox/config.toml:1")
 
 
 def test_hosts_named_for_the_run_win_over_a_setting_for_every_run() -> None:

@@ -274,3 +274,11 @@ def test_error_in_parent_points_at_parent(tmp_path: Path) -> None:
     with pytest.raises(ProfileError) as info:
         load_profile(str(child))
     assert info.value.path == str(tmp_path / "parent.toml") and info.value.line == 2
+
+
+def test_a_relative_home_finds_built_ins_and_refuses_to_look_for_the_users(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("HOME", "rel")
+    assert load_profile("python").builtin
+    with pytest.raises(ProfileError, match="HOME='rel' is not an absolute path"):
+        load_profile("mine")
