@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import site
 import subprocess
 import sys
 import tempfile
@@ -102,7 +101,12 @@ def _venv_in_workspace(caller: Caller) -> Path:
         pytest.skip(f"SANDBOX_UNAVAILABLE: no /usr/bin/{PYVER} to make a venv with")
     venv = caller.ws / ".venv"
     subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    ours = next(p for p in site.getsitepackages() if p.endswith("site-packages"))
+    # The packages of the interpreter the caller runs the CLI with: nobody cannot
+    # read this process's own when they lie under /root (a root checkout's .venv).
+    python = cli(caller.user)[0]
+    ours = subprocess.run(
+        [python, "-c", "import site; print(next(p for p in site.getsitepackages() if p.endswith('site-packages')))"],
+        capture_output=True, text=True, check=True, timeout=60).stdout.strip()
     (venv / "lib" / PYVER / "site-packages" / "dsh-link.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
     caller.own(venv)
     return venv
