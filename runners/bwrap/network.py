@@ -2,7 +2,8 @@
 
 The command runs in a network namespace the host made, whose only reachable
 service is the host's allowlist proxy (``dsh.runners.linux.net_namespace``):
-bwrap is started inside it (``nsenter``) without ``--unshare-net``.  One
+bwrap is started inside it (a small ``python -I -S`` enters it through fds
+the launch passes) without ``--unshare-net``.  One
 namespace and one proxy serve every command of the session with the same
 allowlist (made on the first, about 25 ms; entering costs what
 ``--unshare-net`` does), and go when the runner closes.
@@ -10,6 +11,7 @@ allowlist (made on the first, about 25 ms; entering costs what
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -17,7 +19,6 @@ from dataclasses import dataclass
 
 from dsh.runners.linux.net_namespace import SandboxNetns
 from dsh.sandbox.errors import SandboxUnavailable
-from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.net_proxy import ProxyThread, Refusal, Resolver
 from dsh.sandbox.net_rules import NetworkRules
 
@@ -28,7 +29,13 @@ class Entry:
 
     prefix: tuple[str, ...]
     env: dict[str, str]
-    nsenter: str
+    python: str  # the interpreter of the prefix
+    fds: tuple[int, ...]  # the namespaces' fds the prefix enters: pass them, close them after the run
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class AllowlistNetworks:
@@ -38,17 +45,17 @@ class AllowlistNetworks:
         self._made: dict[NetworkRules, tuple[SandboxNetns, ProxyThread]] = {}
 
     def enter(self, rules: NetworkRules, runner: str) -> Entry:
-        nsenter = system_tool("nsenter")  # never the caller's PATH
-        if nsenter is None:
-            raise SandboxUnavailable("nsenter not found (network by allowlist enters the proxy's namespace with "
-                                     "it); install util-linux", runner=runner)
+        python = os.path.realpath(sys.executable)
         with self._lock:
             made = self._made.get(rules)
             if made is None:
                 made = self._make(rules, runner)
                 self._made[rules] = made
+            # Copies the launch owns: closing the session meanwhile cannot hand
+            # their numbers to another file the launch would then enter.
+            fds = tuple(os.dup(fd) for fd in made[0].enter_fds)
         ns = made[0]
-        return Entry(tuple(ns.enter_argv(nsenter)), ns.proxy_env(), nsenter)
+        return Entry(tuple(ns.enter_argv(python, fds)), ns.proxy_env(), python, fds)
 
     def _make(self, rules: NetworkRules, runner: str) -> tuple[SandboxNetns, ProxyThread]:
         try:

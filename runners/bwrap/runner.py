@@ -72,7 +72,7 @@ from dsh.sandbox.runner import (
 
 if TYPE_CHECKING:
     # The allowlist's proxy (asyncio and all) is imported only by a run that asks for it.
-    from dsh.runners.bwrap.network import AllowlistNetworks
+    from dsh.runners.bwrap.network import AllowlistNetworks, Entry
     from dsh.sandbox.net_proxy import Resolver
 
 #: How long a plan made for the gate stays good for the launch right after it.
@@ -315,9 +315,18 @@ class BwrapRunner(Runner):
         if policy.constrained and policy.network_allowlist is not None:
             entry = self._allowlist_networks().enter(policy.network_allowlist, self.name)
             env = {**env, **entry.env}
+        try:
+            return self._wrap_entered(command, policy, cwd=cwd, env=env, facts=facts, entry=entry)
+        except BaseException:
+            if entry is not None:
+                entry.close()
+            raise
+
+    def _wrap_entered(self, command: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
+                      env: Mapping[str, str], facts: HostFacts, entry: Entry | None) -> Launch:
         refuse_writable_helpers(
             (facts.bwrap, facts.unshare, facts.prlimit, facts.timeout, facts.setpriv, *join_shells(),
-             *((entry.nsenter,) if entry is not None else ())),
+             *((entry.python,) if entry is not None else ())),
             policy_roots(policy),
             runner=self.name,
         )
@@ -353,8 +362,9 @@ class BwrapRunner(Runner):
             raise
         inner: list[str] = []
         if policy.constrained:
-            if facts.unshare is None:  # the probe already refuses such a host
-                raise SandboxUnavailable("unshare not found; install util-linux", runner=self.name)
+            if facts.unshare is None or facts.bwrap is None:  # the probe already refuses such a host
+                raise SandboxUnavailable("unshare or bwrap not found; install util-linux and bubblewrap",
+                                         runner=self.name)
             inner = [
                 *(entry.prefix if entry is not None else ()),
                 *snapshot_args(facts.unshare, is_root=facts.is_root),
@@ -393,13 +403,20 @@ class BwrapRunner(Runner):
             life.env_fd = hop.fd
             inner = list(hop.args)
         helpers = bool(wrappers or inner)
+        cleanup = life.cleanup
+        if entry is not None:
+            def cleanup() -> None:
+                try:
+                    life.cleanup()
+                finally:
+                    entry.close()
         return LocalLaunch(
             argv=(*wrappers, *inner, *command),
             spawn_in=_admitted(life) if policy.constrained else None,
             spawn_env=helper_env() if helpers else None,
-            pass_fds=life.pass_fds,
+            pass_fds=(*life.pass_fds, *(entry.fds if entry is not None else ())),
             kill_tree=life.kill_tree,
-            cleanup=life.cleanup,
+            cleanup=cleanup,
             exit_status=life.exit_status if policy.constrained else None,
         )
 

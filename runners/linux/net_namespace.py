@@ -64,6 +64,24 @@ socket.send_fds(socket.socket(fileno=channel), [b"ok"], fds)
 """
 
 
+# Enters the namespaces argv[1] (user, -1: none) and argv[2] (net), closes
+# them, then execs argv[4:] (after "--").  Exit 125: nothing ran.
+_ENTER = r"""
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+user, net = int(sys.argv[1]), int(sys.argv[2])
+for fd, kind in ((user, 0x10000000), (net, 0x40000000)):
+    if fd >= 0 and libc.setns(fd, kind) != 0:
+        sys.stderr.write("dsh-sandbox: cannot enter the network allowlist's namespace: "
+                         + os.strerror(ctypes.get_errno()) + "\n")
+        os._exit(125)
+for fd in (user, net):
+    if fd >= 0:
+        os.close(fd)
+os.execv(sys.argv[4], sys.argv[4:])
+"""
+
+
 @dataclass
 class SandboxNetns:
     """The namespace, the proxy's listener in it, and what enters it."""
@@ -113,19 +131,24 @@ class SandboxNetns:
         listener.setblocking(False)
         return cls(listener, fds[1], fds[2], own_userns, int(listener.getsockname()[1]))
 
-    def enter_argv(self, nsenter: str) -> list[str]:
-        """A prefix that runs the rest of an argv in this namespace.
+    def enter_argv(self, python: str, fds: tuple[int, ...]) -> list[str]:
+        """A prefix that runs the rest of an argv in this namespace; its
+        process needs ``enter_fds`` (``pass_fds``).
 
-        ``nsenter`` opens the namespaces through this process's own fds
-        (``/proc/<pid>/fd/N``, readable by the same user) and closes them:
-        nothing is inherited down to the command, which passing the fds
-        would do.  Without root the user namespace is entered too, keeping
-        the caller's credentials (mapped to themselves there)."""
-        me = os.getpid()
-        argv = [nsenter]
-        if self.own_userns:
-            argv += [f"--user=/proc/{me}/fd/{self.user_fd}", "--preserve-credentials"]
-        return [*argv, f"--net=/proc/{me}/fd/{self.net_fd}", "--"]
+        A small ``python -I -S`` enters the namespaces through the inherited
+        fds, closes them and execs the rest: nothing reaches the command.
+        Not ``nsenter --net=/proc/<pid>/fd/N``: a process that made itself
+        non-dumpable (the Landlock runner does, for the whole process) has
+        its ``/proc/<pid>/fd`` owned by root, out of its own user's reach.
+        Without root the user namespace is entered too, keeping the caller's
+        credentials (mapped to themselves there).  ``fds``: copies of
+        ``enter_fds`` (in that order) that the launch owns."""
+        user, net = (fds[0], fds[1]) if self.own_userns else (-1, fds[0])
+        return [python, "-I", "-S", "-c", _ENTER, str(user), str(net), "--"]
+
+    @property
+    def enter_fds(self) -> tuple[int, ...]:
+        return (self.user_fd, self.net_fd) if self.own_userns else (self.net_fd,)
 
     def proxy_env(self) -> dict[str, str]:
         """The variables that send pip, npm, git and curl through the proxy.

@@ -3,7 +3,8 @@
 A command in a bwrap sandbox inside that namespace reaches the proxy and,
 through it, only the allowed name; the host's loopback, UDP and DNS are out of
 its reach, and it holds no descriptor of the namespace.  As root and as an
-unprivileged user (the namespace then has a user namespace of its own).
+unprivileged user (the namespace then has a user namespace of its own), from a
+process that made itself non-dumpable too (as the Landlock runner leaves it).
 """
 
 from __future__ import annotations
@@ -23,9 +24,16 @@ proxy = ProxyThread(parse(["allowed.test"], allow_private_for=["allowed.test"]),
 proxy.start()
 bwrap = [shutil.which("bwrap"), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-user",
          "--unshare-pid", "--unshare-ipc", "--die-with-parent", "--"]
-argv = [*ns.enter_argv(shutil.which("nsenter")), *bwrap, python, "-I", "-S", "-c", PROBE, str(port)]
+if NON_DUMPABLE:
+    # As the Landlock runner leaves a process: its /proc/<pid>/fd is root's then.
+    import ctypes
+    assert ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+fds = tuple(os.dup(fd) for fd in ns.enter_fds)
+argv = [*ns.enter_argv(python, fds), *bwrap, python, "-I", "-S", "-c", PROBE, str(port)]
 done = subprocess.run(argv, env={"PATH": "/usr/bin:/bin", **ns.proxy_env()}, capture_output=True, text=True,
-                      timeout=120)
+                      timeout=120, pass_fds=fds)
+for fd in fds:
+    os.close(fd)
 refused = [r.name for r in proxy.refusals]
 proxy.close()
 ns.close()
@@ -35,9 +43,10 @@ print(json.dumps({"status": done.returncode, "stderr": done.stderr[-2000:],
 """
 
 
+@pytest.mark.parametrize("non_dumpable", [False, True], ids=["dumpable", "non-dumpable"])
 @pytest.mark.parametrize("as_nobody", [False, True], ids=["root", "nobody"])
-def test_the_command_reaches_only_the_proxy(as_nobody: bool) -> None:
-    result = run_scenario(SCENARIO, as_nobody=as_nobody)
+def test_the_command_reaches_only_the_proxy(as_nobody: bool, non_dumpable: bool) -> None:
+    result = run_scenario(SCENARIO.replace("if NON_DUMPABLE:", f"if {non_dumpable}:"), as_nobody=as_nobody)
     assert result["status"] == 0, result["stderr"]
     check_probe(result["probe"])
     assert result["refused"] == ["denied.test"]
