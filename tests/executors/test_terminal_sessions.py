@@ -220,22 +220,20 @@ def test_a_session_works_when_the_host_holds_over_1024_descriptors(workspace: Pa
     """A long-lived host (a server, a long test run) may hold more than
     FD_SETSIZE descriptors; the pty pair it opens then has high numbers,
     which the relay keeps."""
-    import resource
+    from tests.support.descriptors import soft_nofile_at_least
 
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 1200:
-        pytest.skip(f"SANDBOX_UNAVAILABLE: RLIMIT_NOFILE is {soft}; raise it above 1200 (ulimit -n 4096)")
-    filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
-    try:
-        with terminal_ctx(workspace, runner) as ctx:
-            reg = ctx.require(TerminalRegistry)
-            entry = reg.open("me", TerminalOpenRequest())
-            snap = _send(reg, entry.id, "echo high-$((40 + 2))")
-            assert "high-42" in snap.viewport, snap.text
-            reg.close_session(entry.id, "me")
-    finally:
-        for fd in filler:
-            os.close(fd)
+    with soft_nofile_at_least(1200):
+        filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+        try:
+            with terminal_ctx(workspace, runner) as ctx:
+                reg = ctx.require(TerminalRegistry)
+                entry = reg.open("me", TerminalOpenRequest())
+                snap = _send(reg, entry.id, "echo high-$((40 + 2))")
+                assert "high-42" in snap.viewport, snap.text
+                reg.close_session(entry.id, "me")
+        finally:
+            for fd in filler:
+                os.close(fd)
 
 
 _ANSWERS_SIGINT = (

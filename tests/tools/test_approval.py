@@ -174,19 +174,17 @@ def test_prompt_reads_a_real_pipe() -> None:
 def test_prompt_reads_a_descriptor_above_fd_setsize() -> None:
     """A long-lived process (a server, a long test run) may hold more than
     1024 descriptors; the prompt's input may be any of them."""
-    import resource
+    from tests.support.descriptors import soft_nofile_at_least
 
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft <= 1500:
-        pytest.skip(f"SANDBOX_UNAVAILABLE: RLIMIT_NOFILE is {soft}; raise it above 1500 (ulimit -n 4096)")
-    read_fd, write_fd = os.pipe()
-    high = os.dup2(read_fd, 1500)
-    os.close(read_fd)
-    os.write(write_fd, b"y\n")
-    with os.fdopen(high, "r") as inp:
-        approver = PromptApproval(Context(), PromptConfig(timeout_s=30), input=inp, output=io.StringIO())
-        assert approver.approve_escalation(req()).outcome == "approve_once"
-    os.close(write_fd)
+    with soft_nofile_at_least(1501):
+        read_fd, write_fd = os.pipe()
+        high = os.dup2(read_fd, 1500)
+        os.close(read_fd)
+        os.write(write_fd, b"y\n")
+        with os.fdopen(high, "r") as inp:
+            approver = PromptApproval(Context(), PromptConfig(timeout_s=30), input=inp, output=io.StringIO())
+            assert approver.approve_escalation(req()).outcome == "approve_once"
+        os.close(write_fd)
 
 
 def test_prompt_without_a_terminal_denies(tmp_path: Path) -> None:
