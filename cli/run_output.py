@@ -304,10 +304,9 @@ def report(result: Any, spec: Any) -> None:
         why = facts.runner_error if facts is not None and facts.runner_error else "see the error above"
         note(f"RUNNER_FAILED: the command did not start ({why})")
     if facts is not None and facts.network_denied:
-        hosts = ", ".join(facts.network_denied[:20])
-        more = f" and {len(facts.network_denied) - 20} more" if len(facts.network_denied) > 20 else ""
-        note(f"the network allowlist refused {hosts}{more} (allow a host with --allow-domain HOST, "
-             "or [network] allow in the profile)")
+        from dsh.tools.render import network_refused_note
+
+        note(network_refused_note(facts.network_denied, shown=20))
     if facts is not None and facts.trusted_changed:
         from dsh.tools.render import trusted_changed_note
 

@@ -208,7 +208,7 @@ class SandboxHost(Service):
             if not probe.available or runner is None:
                 why_not.append(f"  {name}: not available: {probe.reason or 'no reason given'}")
                 continue
-            if policy.constrained and policy.network_allowlist is not None and not runner.network_by_name:
+            if runner.refuses_network_of(policy):
                 why_not.append(f"  {name}: cannot limit the network to named hosts")
                 continue
             enforcement = self._enforcement(runner, policy)
@@ -244,7 +244,7 @@ class SandboxHost(Service):
         runner = self.runner(name)
         if not probe.available or runner is None:
             raise SandboxUnavailable(probe.reason or "not available here", runner=name)
-        if policy.constrained and policy.network_allowlist is not None and not runner.network_by_name:
+        if runner.refuses_network_of(policy):
             raise SandboxUnavailable(NOT_BY_NAME, runner=name)
         enforcement = self._enforcement(runner, policy)
         check_accepted(enforcement, policy, runner=name)

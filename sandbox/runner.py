@@ -296,7 +296,7 @@ class Runner(abc.ABC):
         probe = self.probe()
         if not probe.available:
             raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
-        if policy.constrained and policy.network_allowlist is not None and not self.network_by_name:
+        if self.refuses_network_of(policy):
             raise SandboxUnavailable(NOT_BY_NAME, runner=self.name)
         check_accepted(self.enforcement(policy) if enforcement is None else enforcement, policy, runner=self.name)
         if terminal is not None:
@@ -310,6 +310,10 @@ class Runner(abc.ABC):
         the scenarios that cover them as not-enforced with the reason.
         """
         return {}
+
+    def refuses_network_of(self, policy: SandboxPolicy) -> bool:
+        """``policy`` limits the network to named hosts, which this runner cannot do."""
+        return policy.constrained and policy.network_allowlist is not None and not self.network_by_name
 
     def network_mark(self, policy: SandboxPolicy) -> int:
         """Where the refused connections of ``policy``'s allowlist stand now,

@@ -90,6 +90,12 @@ def network_denied_note(name: str) -> str:
     return f"network access to {name if plain else json.dumps(name)} denied"
 
 
+def network_refused_note(hosts: tuple[str, ...], shown: int = 20) -> str:
+    """One line naming the hosts the network allowlist refused (``run``'s stderr)."""
+    return (f"the network allowlist refused {_first(hosts, shown)} (allow a host with --allow-domain HOST, "
+            "or [network] allow in the profile)")
+
+
 def denied_marker(mode: str) -> str:
     return sandbox_marker(f"file access denied under {mode} mode")
 

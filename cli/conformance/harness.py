@@ -153,6 +153,7 @@ class Harness:
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         ctx = None
         allowlisted: list[Context] = []  # the session of the allowlist scenarios, once one runs
+        allowlisted_tools: dict[str, bool] = {}  # what that session found installed
         try:
             ctx, enforcement, reporting, limited = self._context(runner, mode, root, profile)
             from dsh.sandbox.host import SandboxHost
@@ -180,8 +181,9 @@ class Harness:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced",
                                             f"runner declares a limitation: {limit}")
                 elif scenario.allowlist:
-                    result = self._allowlisted(allowlisted, enforcement.degradations, runner, mode, profile, root,
-                                               scenario, env, reasons, listeners, separate_kernel)
+                    result = self._allowlisted(allowlisted, allowlisted_tools, enforcement.degradations, runner,
+                                               mode, profile, root, scenario, env, reasons, listeners,
+                                               separate_kernel)
                 else:
                     result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners,
                                             separate_kernel)
@@ -204,9 +206,9 @@ class Harness:
             shutil.rmtree(base, ignore_errors=True)
         return cell
 
-    def _allowlisted(self, opened: list[Context], accept: tuple[str, ...], runner: str, mode: str, profile: Path,
-                     root: Path, scenario: Scenario, env: HostEnv, reasons: Mapping[str, str],
-                     listeners: Listeners, separate_kernel: bool) -> ScenarioResult:
+    def _allowlisted(self, opened: list[Context], tools: dict[str, bool], accept: tuple[str, ...], runner: str,
+                     mode: str, profile: Path, root: Path, scenario: Scenario, env: HostEnv,
+                     reasons: Mapping[str, str], listeners: Listeners, separate_kernel: bool) -> ScenarioResult:
         """``scenario`` in the cell's allowlist session (made on first use); a
         runner that refuses the allowlist makes this scenario unavailable, not the cell."""
         try:
@@ -214,7 +216,7 @@ class Harness:
                 allowlist = profile.with_name("conformance-allowlist.toml")
                 allowlist.write_text(ALLOWLIST_PROFILE.format(parent=profile.name, allowed=ALLOWED))
                 opened.append(self._session(runner, mode, root, allowlist, accept))
-            return self._scenario(opened[0], runner, mode, scenario, env, reasons, {}, listeners, separate_kernel)
+            return self._scenario(opened[0], runner, mode, scenario, env, reasons, tools, listeners, separate_kernel)
         except SandboxUnavailable as exc:
             return ScenarioResult(scenario.id, runner, mode, "unavailable", exc.reason)
 
