@@ -42,7 +42,7 @@ from dsh.sandbox.registry import (
     runner_entry_points,
     write_priorities,
 )
-from dsh.sandbox.runner import NOT_BY_NAME, Argv, Enforcement, Launch, Runner, RunnerProbe
+from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
 
 
 def _safe_probe(runner: Runner) -> RunnerProbe:
@@ -208,8 +208,9 @@ class SandboxHost(Service):
             if not probe.available or runner is None:
                 why_not.append(f"  {name}: not available: {probe.reason or 'no reason given'}")
                 continue
-            if runner.refuses_network_of(policy):
-                why_not.append(f"  {name}: cannot limit the network to named hosts")
+            refusal = runner.refuses_network_of(policy)
+            if refusal is not None:
+                why_not.append(f"  {name}: {refusal.split('; nothing ran')[0]}")
                 continue
             enforcement = self._enforcement(runner, policy)
             if enforcement.level == "full":
@@ -244,8 +245,9 @@ class SandboxHost(Service):
         runner = self.runner(name)
         if not probe.available or runner is None:
             raise SandboxUnavailable(probe.reason or "not available here", runner=name)
-        if runner.refuses_network_of(policy):
-            raise SandboxUnavailable(NOT_BY_NAME, runner=name)
+        refusal = runner.refuses_network_of(policy)
+        if refusal is not None:
+            raise SandboxUnavailable(refusal, runner=name)
         enforcement = self._enforcement(runner, policy)
         check_accepted(enforcement, policy, runner=name)
         return Selection(runner, enforcement)

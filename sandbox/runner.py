@@ -296,8 +296,9 @@ class Runner(abc.ABC):
         probe = self.probe()
         if not probe.available:
             raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
-        if self.refuses_network_of(policy):
-            raise SandboxUnavailable(NOT_BY_NAME, runner=self.name)
+        refusal = self.refuses_network_of(policy)
+        if refusal is not None:
+            raise SandboxUnavailable(refusal, runner=self.name)
         check_accepted(self.enforcement(policy) if enforcement is None else enforcement, policy, runner=self.name)
         if terminal is not None:
             return self.wrap_terminal(exact, policy, cwd=cwd, env=env, rows=terminal[0], cols=terminal[1])
@@ -311,9 +312,12 @@ class Runner(abc.ABC):
         """
         return {}
 
-    def refuses_network_of(self, policy: SandboxPolicy) -> bool:
-        """``policy`` limits the network to named hosts, which this runner cannot do."""
-        return policy.constrained and policy.network_allowlist is not None and not self.network_by_name
+    def refuses_network_of(self, policy: SandboxPolicy) -> str | None:
+        """Why ``policy``'s network cannot be held here (it limits the network
+        to named hosts, which this runner cannot do), or ``None``."""
+        if policy.constrained and policy.network_allowlist is not None and not self.network_by_name:
+            return NOT_BY_NAME
+        return None
 
     def network_mark(self, policy: SandboxPolicy) -> int:
         """Where the refused connections of ``policy``'s allowlist stand now,

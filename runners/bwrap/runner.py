@@ -243,11 +243,10 @@ class BwrapRunner(Runner):
             syscall_filter.describe(),
         ]
         network = "on: host network shared" if policy.network else "off: --unshare-net (own loopback only)"
-        allowlist = policy.network_allowlist
-        if allowlist is not None:
-            never = f"; never {', '.join(allowlist.deny)}" if allowlist.deny else ""
-            network = ("allowlist: only through the host's proxy at 127.0.0.1:3128 (HTTP, CONNECT, SOCKS5), to "
-                       + ", ".join(allowlist.allow) + never)
+        if policy.network_allowlist is not None:
+            from dsh.runners.linux.net_namespace import plan_line
+
+            network = plan_line(policy.network_allowlist)
         cannot = [msg for msg in self.enforcement(policy).missing]
         cannot += [f"writable root {p} does not exist: not bound" for p in policy.missing_roots]
         cannot += self.limitations(policy).values()

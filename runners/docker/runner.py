@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
@@ -70,6 +70,10 @@ from dsh.sandbox.runner import (
 )
 from dsh.sandbox.stdin_feed import StdinFeed
 
+if TYPE_CHECKING:
+    from dsh.sandbox.net_proxy import Resolver
+    from dsh.sandbox.net_rules import NetworkRules
+
 OPTIONS = ("image", "memory", "pids", "user")
 DEFAULT_MEMORY = "2g"
 DEFAULT_PIDS = 1024
@@ -79,6 +83,7 @@ KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 86400; done"]
 class DockerRunner(Runner):
     name: ClassVar[str] = "docker"
     remote: ClassVar[bool] = True
+    network_by_name: ClassVar[bool] = True
     SPEED_TARGETS = SpeedTargets(vs_baseline=0.5)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "docker-memory-limit": (cap.LIMITS_MEMORY,),
@@ -92,8 +97,11 @@ class DockerRunner(Runner):
         "image": ConfigKey("The image commands run in.", example=dc.DEFAULT_IMAGE),
     }
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None) -> None:
+        """``proxy_resolver``: how the allowlist proxy resolves names (the
+        system's resolver unless given; tests map names to loopback servers)."""
         super().__init__(options)
+        self._proxy_resolver = proxy_resolver
         unknown = sorted(set(self.options) - set(OPTIONS))
         if unknown:
             raise ConfigError(f"docker runner: unknown option(s) {', '.join(unknown)}; "
@@ -187,6 +195,10 @@ class DockerRunner(Runner):
     def explain(self, policy: SandboxPolicy) -> RunnerPlan:
         spec = self._spec(policy)
         rules, network, limits = plan_lines(policy, spec)
+        if policy.constrained and policy.network_allowlist is not None:
+            from dsh.runners.linux.net_namespace import plan_line
+
+            network = plan_line(policy.network_allowlist)
         cannot = [*(g.reason for g in self._gaps(policy, spec)), *fixed_gaps(policy),
                   *self.limitations(policy).values()]
         return RunnerPlan(self.name, policy.mode, rules, network, limits, tuple(cannot))
@@ -197,12 +209,38 @@ class DockerRunner(Runner):
     def reporting_gaps(self, policy: SandboxPolicy) -> Mapping[str, str]:
         return {cap.SIGNAL_STATUS.name: SIGNAL_STATUS_GAP}
 
+    # -- network by allowlist -------------------------------------------------------
+    def refuses_network_of(self, policy: SandboxPolicy) -> str | None:
+        if not (policy.constrained and policy.network_allowlist is not None):
+            return None
+        from dsh.runners.docker.network import refusal
+
+        return refusal(self.daemon_is_local())
+
+    def _allowlist_proxy(self, policy: SandboxPolicy) -> Any:
+        with self._lock:
+            warm = self._warm.get(policy_key(policy))
+        return None if warm is None else warm.proxy
+
+    def network_mark(self, policy: SandboxPolicy) -> int:
+        proxy = self._allowlist_proxy(policy)
+        return 0 if proxy is None else int(proxy.refused)  # a new container's proxy counts from 0
+
+    def network_refused(self, policy: SandboxPolicy, mark: int) -> tuple[str, ...]:
+        proxy = self._allowlist_proxy(policy)
+        return () if proxy is None else tuple(dict.fromkeys(r.name for r in proxy.refusals_since(mark)))
+
     # -- commands --------------------------------------------------------------------
     def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,
              env: Mapping[str, str]) -> RemoteLaunch:
         exact, decode = encode_argv(argv)
         spec = self._spec(policy)
         environment = container_env(text_env(env), spec)
+        rules = policy.network_allowlist if policy.constrained else None
+        if rules is not None:
+            from dsh.runners.linux.net_namespace import proxy_env
+
+            environment.update(proxy_env())
         cwd_path = Path(cwd)
         binds = [Path(m.target) for m in spec.mounts if m.kind == "bind"]
         if not cwd_path.is_absolute() or not any(b == cwd_path or b in cwd_path.parents
@@ -215,7 +253,7 @@ class DockerRunner(Runner):
             # A daemon elsewhere resolves the names on its own machine: no pin reaches it.
             local = self.daemon_is_local()
             warm = self._ensure(policy_key(policy), spec, pinned_binds(spec, pins) if local else {},
-                                pins if local else None)
+                                pins if local else None, rules)
         start = functools.partial(self._start, warm, exact, decode, cwd, environment)
         return RemoteLaunch(start=start)
 
@@ -246,7 +284,7 @@ class DockerRunner(Runner):
         return make_current(warm, self._warm.values(), self._lock, self._discard)
 
     def _ensure(self, key: tuple[object, ...], spec: ContainerSpec,
-                expected: dict[str, tuple[int, int]], pins: PinnedPaths | None) -> Warm:
+                expected: dict[str, tuple[int, int]], pins: PinnedPaths | None, rules: NetworkRules | None) -> Warm:
         client = self._docker()
         # One creator at a time: two racing prepares must not both create (the
         # loser's container would be orphaned until a prune).
@@ -261,13 +299,13 @@ class DockerRunner(Runner):
                 except Exception:  # gone or unreadable: replace it
                     pass
                 self._discard(warm)
-            warm = self._create(client, spec, expected, pins)
+            warm = self._create(client, spec, expected, pins, rules)
             with self._lock:
                 self._warm[key] = warm
             return self._current(warm)
 
     def _create(self, client: Any, spec: ContainerSpec, expected: dict[str, tuple[int, int]],
-                pins: PinnedPaths | None) -> Warm:
+                pins: PinnedPaths | None, rules: NetworkRules | None) -> Warm:
         from docker.errors import DockerException
 
         image_id = dc.find_image(client, spec.image)
@@ -289,7 +327,7 @@ class DockerRunner(Runner):
         # leaves a placeholder alone while a session is about to bind it.
         held = hold_placeholders(spec, pins, self._made_placeholder)
         try:
-            return self._create_holding(client, image_id, spec, expected)
+            return self._create_holding(client, image_id, spec, expected, rules)
         finally:
             for fd in held:
                 os.close(fd)
@@ -299,7 +337,7 @@ class DockerRunner(Runner):
             self._placeholders.add(path)
 
     def _create_holding(self, client: Any, image_id: str, spec: ContainerSpec,
-                        expected: dict[str, tuple[int, int]]) -> Warm:
+                        expected: dict[str, tuple[int, int]], rules: NetworkRules | None) -> Warm:
         from docker.errors import DockerException
 
         # Label every placeholder of this runner the container binds, so a prune
@@ -358,7 +396,23 @@ class DockerRunner(Runner):
                 f"image {spec.image} lacks {missing}, which the runner needs (its keep-alive and kill "
                 "script); add them to the image (Debian: apt-get install bash coreutils) or use "
                 "the default image (dsh-sandbox image build)", runner=self.name)
+        if rules is not None:
+            self._attach_proxy(client, warm, rules)
         return warm
+
+    def _attach_proxy(self, client: Any, warm: Warm, rules: NetworkRules) -> None:
+        from docker.errors import DockerException
+        from dsh.runners.docker.network import attach_proxy
+
+        try:
+            warm.proxy = attach_proxy(client.api, warm.id, rules, self._proxy_resolver)
+        except (OSError, DockerException) as exc:
+            self._discard(warm)
+            raise SandboxUnavailable(f"cannot put the allowlist proxy in container {warm.name}: {exc}; nothing "
+                                     "ran (the network is never opened instead)", runner=self.name) from None
+        except BaseException:
+            self._discard(warm)
+            raise
 
     def _discard(self, warm: Warm) -> None:
         """Remove one container.
@@ -375,10 +429,14 @@ class DockerRunner(Runner):
             os.close(fd)
         warm.pin_fds = []
         client = self._client
-        if client is None:
-            return
-        dc.remove_container(client, warm.id)
-        self._keeper.forget(warm.id)
+        try:
+            if client is not None:
+                dc.remove_container(client, warm.id)
+                self._keeper.forget(warm.id)
+        finally:
+            proxy, warm.proxy = warm.proxy, None
+            if proxy is not None:
+                proxy.close()
 
     def close(self) -> None:
         with self._lock:

@@ -6,10 +6,14 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.spec import ContainerSpec
 from dsh.sandbox.policy import SandboxPolicy
+
+if TYPE_CHECKING:
+    from dsh.sandbox.net_proxy import ProxyThread
 
 
 def daemon_is_local() -> bool:
@@ -20,7 +24,8 @@ def daemon_is_local() -> bool:
 def policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
     """Everything that shapes the container (not cwd, env or argv)."""
     return (policy.mode, policy.workspace, policy.writable_roots, policy.protected_paths,
-            policy.read_only_paths, policy.hidden_paths, policy.network, policy.limits, policy.home)
+            policy.read_only_paths, policy.hidden_paths, policy.network, policy.network_allowlist, policy.limits,
+            policy.home)
 
 
 def identities(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
@@ -79,6 +84,8 @@ class Warm:
     pending: int = 0
     # Another policy's container is current: this one goes once idle.
     stale: bool = False
+    # The allowlist proxy listening in the container's network namespace.
+    proxy: ProxyThread | None = None
 
     def take_slot(self) -> int:
         with self.lock:

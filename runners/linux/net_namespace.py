@@ -32,6 +32,8 @@ import socket
 import subprocess
 from dataclasses import dataclass
 
+from dsh.sandbox.net_rules import NetworkRules
+
 #: The port the command's proxy variables name: the namespace's own loopback,
 #: so it never clashes with anything on the host.
 PROXY_PORT = 3128
@@ -61,6 +63,22 @@ listener.bind(("127.0.0.1", port))
 listener.listen(128)
 fds = [listener.fileno(), os.open("/proc/self/ns/net", os.O_RDONLY), os.open("/proc/self/ns/user", os.O_RDONLY)]
 socket.send_fds(socket.socket(fileno=channel), [b"ok"], fds)
+"""
+
+
+# Enters the network namespace argv[1] and listens on 127.0.0.1:argv[2] there.
+_LISTEN_IN = r"""
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+net, port, channel = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+if libc.setns(net, 0x40000000) != 0:
+    err = ctypes.get_errno()
+    raise OSError(err, "setns: " + os.strerror(err))
+os.close(net)
+listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.bind(("127.0.0.1", port))
+listener.listen(128)
+socket.send_fds(socket.socket(fileno=channel), [b"ok"], [listener.fileno()])
 """
 
 
@@ -97,36 +115,8 @@ class SandboxNetns:
         """Make one (``python``: an interpreter to run the child with, e.g.
         the host's own).  Raises ``OSError`` saying why it could not."""
         own_userns = os.geteuid() != 0
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds: list[int] = []
-        try:
-            proc = subprocess.Popen([python, "-I", "-S", "-c", _CHILD, str(port), "1" if own_userns else "0",
-                                     str(theirs.fileno())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={})
-            theirs.close()
-            ours.settimeout(_CHILD_TIMEOUT_S)
-            try:
-                _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, 3)
-            except OSError:
-                fds = []
-            try:
-                err = proc.communicate(timeout=_CHILD_TIMEOUT_S)[1]
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                err = proc.communicate()[1]
-            if proc.returncode != 0 or len(fds) != 3:
-                lines = err.decode(errors="replace").strip().splitlines()
-                raise OSError(f"cannot make a network namespace for the proxy: {lines[-1] if lines else 'no fds'}")
-        except BaseException:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            raise
-        finally:
-            ours.close()
-            theirs.close()
-        for fd in fds:
-            os.set_inheritable(fd, False)
+        fds = _from_child(python, _CHILD, [str(port), "1" if own_userns else "0"], (), 3,
+                          "cannot make a network namespace for the proxy")
         listener = socket.socket(fileno=fds[0])
         listener.setblocking(False)
         return cls(listener, fds[1], fds[2], own_userns, int(listener.getsockname()[1]))
@@ -151,17 +141,7 @@ class SandboxNetns:
         return (self.user_fd, self.net_fd) if self.own_userns else (self.net_fd,)
 
     def proxy_env(self) -> dict[str, str]:
-        """The variables that send pip, npm, git and curl through the proxy.
-
-        The literal address, never ``localhost``: the command could listen on
-        ``[::1]`` at the same port and catch a sibling's connections."""
-        http = f"http://127.0.0.1:{self.port}"
-        socks = f"socks5h://127.0.0.1:{self.port}"
-        env = {}
-        for name, value in (("http_proxy", http), ("https_proxy", http), ("all_proxy", socks)):
-            env[name] = env[name.upper()] = value
-        env["no_proxy"] = env["NO_PROXY"] = ""
-        return env
+        return proxy_env(self.port)
 
     def close(self) -> None:
         self.listener.close()
@@ -170,3 +150,75 @@ class SandboxNetns:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.net_fd = self.user_fd = -1
+
+
+def listen_in(python: str, net_fd: int, port: int = PROXY_PORT) -> socket.socket:
+    """A listener on ``127.0.0.1:port`` inside the network namespace ``net_fd``
+    (another sandbox's, e.g. a container's), made by a short-lived child that
+    enters it; the caller serves it with the proxy.  Entering needs
+    ``CAP_SYS_ADMIN`` over the namespace's owner (root, for a container the
+    daemon made).  Raises ``OSError`` saying why it could not."""
+    fds = _from_child(python, _LISTEN_IN, [str(net_fd), str(port)], (net_fd,), 1,
+                      "cannot listen for the proxy in the sandbox's network namespace")
+    listener = socket.socket(fileno=fds[0])
+    listener.setblocking(False)
+    return listener
+
+
+def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
+    """The variables that send pip, npm, git and curl through the proxy.
+
+    The literal address, never ``localhost``: the command could listen on
+    ``[::1]`` at the same port and catch a sibling's connections."""
+    http = f"http://127.0.0.1:{port}"
+    socks = f"socks5h://127.0.0.1:{port}"
+    env = {}
+    for name, value in (("http_proxy", http), ("https_proxy", http), ("all_proxy", socks)):
+        env[name] = env[name.upper()] = value
+    env["no_proxy"] = env["NO_PROXY"] = ""
+    return env
+
+
+def plan_line(rules: NetworkRules, port: int = PROXY_PORT) -> str:
+    """What ``explain`` says of a network limited to ``rules``."""
+    never = f"; never {', '.join(rules.deny)}" if rules.deny else ""
+    return (f"allowlist: only through the host's proxy at 127.0.0.1:{port} (HTTP, CONNECT, SOCKS5), to "
+            + ", ".join(rules.allow) + never)
+
+
+def _from_child(python: str, source: str, args: list[str], pass_fds: tuple[int, ...], count: int,
+                what: str) -> list[int]:
+    """Run ``source`` in a fresh ``python -I -S`` (never a fork of the host,
+    which may have threads) with ``args`` and the channel's fd last; the
+    ``count`` fds it sends back, not inheritable."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    fds: list[int] = []
+    try:
+        proc = subprocess.Popen([python, "-I", "-S", "-c", source, *args, str(theirs.fileno())],
+                                pass_fds=[*pass_fds, theirs.fileno()], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={})
+        theirs.close()
+        ours.settimeout(_CHILD_TIMEOUT_S)
+        try:
+            _msg, fds, _flags, _addr = socket.recv_fds(ours, 16, count)
+        except OSError:
+            fds = []
+        try:
+            err = proc.communicate(timeout=_CHILD_TIMEOUT_S)[1]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            err = proc.communicate()[1]
+        if proc.returncode != 0 or len(fds) != count:
+            lines = err.decode(errors="replace").strip().splitlines()
+            raise OSError(f"{what}: {lines[-1] if lines else 'no fds'}")
+    except BaseException:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        raise
+    finally:
+        ours.close()
+        theirs.close()
+    for fd in fds:
+        os.set_inheritable(fd, False)
+    return fds

@@ -165,3 +165,24 @@ def test_danger_full_access_refuses_an_allowlist_it_could_not_apply(workspace: P
         assert done.returncode == 2, done.stderr
         assert "danger-full-access runs the command unwrapped" in done.stderr.decode()
         assert not (workspace / "ran").exists()
+
+
+def test_docker_reaches_the_allowed_host_and_reports_the_others(workspace: Path, server: int, profile: Path) -> None:
+    """The same through a docker container (as root: the proxy listens in its network namespace)."""
+    need_runner("docker")
+    if os.geteuid() != 0:
+        unavailable("docker", "a network allowlist on docker needs root")
+    fetch = ("import sys, urllib.error, urllib.request\n"
+             "for url in sys.argv[1:]:\n"
+             "    try:\n"
+             "        print(urllib.request.urlopen(url, timeout=20).read().decode().strip())\n"
+             "    except urllib.error.HTTPError as exc:\n"
+             "        print(exc.code)\n")
+    code, data, err = run_json(workspace, "--runner", "docker", "--profile", str(profile), "--", "python3", "-c",
+                               fetch, f"http://127.0.0.1:{server}/allowed", f"http://127.0.0.2:{server}/other")
+    sandbox = data["sandbox"]
+    assert isinstance(sandbox, dict)
+    assert code == 0, (data, err)
+    assert data["stdout"] == {**data["stdout"], "text": "hello from the host\n403\n"}  # type: ignore[dict-item]
+    assert sandbox["runner"] == "docker" and sandbox["network_denied"] == ["127.0.0.2"]
+    assert Counting.hits == ["/allowed"]
