@@ -122,7 +122,7 @@ def render() -> str:
         "```toml",
         "[network]",
         'mode = "allowlist"',
-        'allow = ["pypi.org", "files.pythonhosted.org", "*.example.com"]',
+        'allow = ["packages.example.org", "files.example.org", "*.example.com"]',
         'deny = ["uploads.example.com"]',
         "```",
         "",

@@ -115,7 +115,8 @@ def _address(host: str) -> IPAddress | None:
 def normalised_entry(field: str, raw: object) -> str:
     """One normalised entry, or a ``ConfigError`` naming it and the fix."""
     if not isinstance(raw, str) or not raw.strip():
-        raise ConfigError(f"{field}: {raw!r} is not a host name; write a name like 'pypi.org' or '*.example.com'")
+        raise ConfigError(f"{field}: {raw!r} is not a host name; write a name like 'pkgs.example.org' "
+                          "or '*.example.com'")
     if raw != raw.strip() or any(c.isspace() for c in raw):
         raise ConfigError(f"{field}: {raw!r} holds whitespace; write the name alone")
     if "://" in raw:
@@ -140,7 +141,8 @@ def normalised_entry(field: str, raw: object) -> str:
     try:
         host = normalise_host(rest)
     except HostError as e:
-        raise ConfigError(f"{field}: {raw!r}: {e}; write a name like 'pypi.org', '*.example.com' or an IP") from None
+        raise ConfigError(f"{field}: {raw!r}: {e}; write a name like 'pkgs.example.org', '*.example.com' "
+                          "or an IP") from None
     literal = _address(host)
     if isinstance(literal, ipaddress.IPv6Address) and _embedded_ipv4(literal) is not None:
         raise ConfigError(f"{field}: {raw!r} carries the IPv4 address {_embedded_ipv4(literal)}; write that "

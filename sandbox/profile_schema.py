@@ -256,7 +256,7 @@ class _Checker:
                 out[key] = item
             elif not isinstance(item, list) or not all(isinstance(v, str) for v in item):
                 self.errors.append(self.fail(key, f"must be a list of strings, got {item!r}",
-                                             f'write {key} = ["pypi.org", "*.example.com"]', table="network"))
+                                             f'write {key} = ["pkgs.example.org", "*.example.com"]', table="network"))
             else:
                 problems = []
                 for entry in item:
