@@ -42,6 +42,7 @@ from dsh.sandbox.net_heads import (
     parse_http_head,
     socks_reply,
 )
+from dsh.sandbox.net_relay import relay
 from dsh.sandbox.net_rules import NetworkRules, decide_addresses, decide_name, normalise_host
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -185,7 +186,7 @@ class NetworkProxy:
             upstream.write(target.forward)
             writer.write(target.reply)
             await writer.drain()
-            await self._tunnel(reader, writer, up_reader, upstream)
+            await relay(reader, writer, up_reader, upstream, self._limits.idle_timeout)
         except Reject as reject:
             await self._answer(writer, socks, reject)
         except (_Close, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
@@ -281,52 +282,6 @@ class NetworkProxy:
         if port == 0:
             raise Reject(400, SOCKS_FAILURE, "port 0 is not a destination")
         return Target(host, port, reply=socks_reply(SOCKS_OK))
-
-    async def _tunnel(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-    ) -> None:
-        """Bytes both ways until both sides have finished sending, or until
-        neither has sent anything for ``idle_timeout``."""
-        # One clock for both directions: a long download sends nothing the
-        # other way, and must not be taken for an idle tunnel.
-        last = [asyncio.get_running_loop().time()]
-        pipes = [
-            asyncio.ensure_future(self._pipe(reader, up_writer, last)),
-            asyncio.ensure_future(self._pipe(up_reader, writer, last)),
-        ]
-        try:
-            await asyncio.gather(*pipes)
-        finally:
-            # A failed direction ends the other: no pipe outlives its connection.
-            for pipe in pipes:
-                pipe.cancel()
-            await asyncio.gather(*pipes, return_exceptions=True)
-
-    async def _pipe(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, last: list[float]) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            remaining = last[0] + self._limits.idle_timeout - loop.time()
-            if remaining <= 0:
-                raise TimeoutError
-            try:
-                async with asyncio.timeout(remaining):
-                    data = await source.read(2**16)
-            except TimeoutError:
-                continue  # The other direction may have moved meanwhile: count again.
-            if not data:
-                break
-            last[0] = loop.time()
-            sink.write(data)
-            await sink.drain()
-        # Half-close: the other side may still be sending its answer.
-        if sink.can_write_eof() and not sink.transport.is_closing():
-            with contextlib.suppress(OSError):
-                sink.write_eof()
-
 
 async def _shut(writer: asyncio.StreamWriter) -> None:
     """Close one side: flush what is queued, but never wait long on a peer
