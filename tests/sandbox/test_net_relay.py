@@ -6,10 +6,26 @@ and a side that goes away ends the other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tests.sandbox.test_net_proxy import connect, exchange, proxy, run, upstream
 
 MIB = 2**20
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def tunnel_to(handler: Handler) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A CONNECT tunnel through the proxy to a loopback server running ``handler``."""
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    async with server, proxy() as (_, port):
+        head, reader, writer = await connect(port, f"allowed.test:{server.sockets[0].getsockname()[1]}")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        try:
+            yield reader, writer
+        finally:
+            writer.close()
 
 
 def test_bytes_sent_with_the_connect_head_reach_the_upstream() -> None:
@@ -37,10 +53,7 @@ def test_a_client_that_does_not_read_holds_the_upstream_back() -> None:
         writer.close()
 
     async def test() -> None:
-        server = await asyncio.start_server(flood, "127.0.0.1", 0)
-        async with server, proxy() as (_, port):
-            head, reader, writer = await connect(port, f"allowed.test:{server.sockets[0].getsockname()[1]}")
-            assert head.startswith(b"HTTP/1.1 200 ")
+        async with tunnel_to(flood) as (reader, _writer):
             await asyncio.sleep(1.0)  # the client reads nothing meanwhile
             # Socket buffers on three connections and the transport's mark, not the whole download.
             assert sent[0] < 48 * MIB, sent[0]
@@ -48,7 +61,6 @@ def test_a_client_that_does_not_read_holds_the_upstream_back() -> None:
             while data := await reader.read(4 * MIB):
                 received += len(data)
             assert received == total
-            writer.close()
 
     run(test)
 
@@ -60,14 +72,10 @@ def test_a_half_closed_request_still_gets_its_answer() -> None:
         writer.close()
 
     async def test() -> None:
-        server = await asyncio.start_server(count, "127.0.0.1", 0)
-        async with server, proxy() as (_, port):
-            head, reader, writer = await connect(port, f"allowed.test:{server.sockets[0].getsockname()[1]}")
-            assert head.startswith(b"HTTP/1.1 200 ")
+        async with tunnel_to(count) as (reader, writer):
             writer.write(b"y" * 100_000)
             writer.write_eof()
             assert await reader.read() == b"got 100000 bytes"
-            writer.close()
 
     run(test)
 
