@@ -405,7 +405,7 @@ class DockerRunner(Runner):
         from dsh.runners.docker.network import attach_proxy
 
         try:
-            warm.proxy = attach_proxy(client.api, warm.id, rules, self._proxy_resolver)
+            warm.proxy = attach_proxy(client.api, warm.id, self.user, rules, self._proxy_resolver)
         except (OSError, DockerException) as exc:
             self._discard(warm)
             raise SandboxUnavailable(f"cannot put the allowlist proxy in container {warm.name}: {exc}; nothing "

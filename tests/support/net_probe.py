@@ -109,9 +109,10 @@ def check_probe(probe: dict[str, Any]) -> None:
     assert probe["ns_fds"] == [], probe
 
 
-def run_scenario(scenario: str, *, as_nobody: bool) -> dict[str, Any]:
+def run_scenario(scenario: str, *, as_nobody: bool, groups: tuple[int, ...] = ()) -> dict[str, Any]:
     """Run ``scenario`` (``HOST`` and what follows it, printing one JSON line
-    last) as root or as nobody; its JSON.  Skips where that cannot run."""
+    last) as root or as nobody (with ``groups`` as its only supplementary
+    groups); its JSON.  Skips where that cannot run."""
     for tool in ("bwrap",):
         if shutil.which(tool) is None:
             pytest.skip(f"SANDBOX_UNAVAILABLE: {tool} is not installed")
@@ -121,7 +122,8 @@ def run_scenario(scenario: str, *, as_nobody: bool) -> dict[str, Any]:
         python = nobody_python()
         if python is None:
             pytest.skip("SANDBOX_UNAVAILABLE: DSH_NOBODY_PYTHON is not set (an interpreter nobody can run)")
-        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python]
+        membership = [f"--groups={','.join(map(str, groups))}"] if groups else ["--clear-groups"]
+        argv = ["setpriv", "--reuid=nobody", "--regid=nogroup", *membership, python]
         env = {"PATH": "/usr/bin:/bin", "HOME": "/"}
     else:
         argv, env = [sys.executable], dict(os.environ)

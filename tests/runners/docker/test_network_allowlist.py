@@ -3,9 +3,9 @@
 The container keeps ``network_mode=none``; the host's allowlist proxy listens
 inside its network namespace.  The command reaches the proxy and nothing else:
 the allowed name works through the proxy variables, a denied one gets 403 and
-is reported, and the host's loopback, UDP and DNS stay out of reach.  Entering
-the container's namespace needs root: as a member of the docker group the
-runner refuses the policy, and never runs with the network off or on instead.
+is reported, and the host's loopback, UDP and DNS stay out of reach.  As root
+the host enters the container's namespace; as a member of the docker group a
+helper in the container makes the listener and the host takes it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import grp
 import json
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +22,8 @@ from dsh.runners.docker import DockerRunner
 from dsh.sandbox.net_rules import parse
 
 from tests.runners.docker.helpers import policy, run
-from tests.support.net_probe import HOST, check_probe
+from tests.support.net_probe import HOST, check_probe, run_scenario
 from tests.support.require import require_runner
-from tests.support.runners import nobody_python
 
 
 @pytest.fixture
@@ -68,40 +66,48 @@ def test_the_command_reaches_only_the_allowed_names_through_the_proxy(
     assert all(w.proxy is None for w in runner._warm.values())
 
 
-def test_a_docker_group_member_is_refused_with_the_reason(workspace: Path) -> None:
-    """Not root: the runner cannot enter the daemon's namespaces, so it refuses
-    before making anything, naming root and bwrap as the ways out."""
+SCENARIO = HOST + r"""
+import tempfile
+from pathlib import Path
+from dsh.runners.docker import DockerRunner
+from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.net_rules import parse
+from dsh.sandbox.policy import SandboxPolicy
+
+ws = Path(tempfile.mkdtemp(prefix="dsh-allowlist-", dir="/var/tmp")).resolve()
+rules = parse(["allowed.test"], allow_private_for=["allowed.test"])
+policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws,), network_allowlist=rules)
+runner = DockerRunner(proxy_resolver=resolver)
+launch = runner.prepare(("python3", "-I", "-S", "-c", PROBE, str(port)), policy, cwd=str(ws),
+                        env={"PATH": "/usr/bin:/bin"})
+proc = launch.start(None, None)
+out = b"".join(iter(lambda: os.read(proc.stdout_fd, 65536), b""))
+err = b"".join(iter(lambda: os.read(proc.stderr_fd, 65536), b""))
+status = proc.wait(120)
+proc.close()
+top = runner._docker().api.top(next(iter(runner._warm.values())).id)
+helpers = "\n".join(" ".join(row) for row in top["Processes"])
+runner.close()
+server.shutdown()
+shutil.rmtree(ws)
+print(json.dumps({"status": status.exit_code, "stderr": err.decode()[-2000:], "helpers": helpers,
+                  "probe": json.loads(out) if status.exit_code == 0 else None}))
+"""
+
+
+def test_as_a_docker_group_member_the_listener_is_taken_from_a_helper() -> None:
+    """Not root: the runner cannot enter the daemon's namespaces, so a helper in
+    the container (the caller's own uid) makes the listener and the host takes
+    it with pidfd_getfd.  The command sees exactly what it sees as root, and the
+    helper is gone before it runs."""
     require_runner("docker")
-    python = nobody_python()
-    if os.geteuid() != 0 or python is None:
-        pytest.skip("SANDBOX_UNAVAILABLE: running as nobody needs root and DSH_NOBODY_PYTHON")
     try:
         docker_gid = grp.getgrnam("docker").gr_gid
     except KeyError:
         pytest.skip("SANDBOX_UNAVAILABLE: no docker group to run nobody in")
-    script = (
-        "import sys\n"
-        "from pathlib import Path\n"
-        "from dsh.runners.docker import DockerRunner\n"
-        "from dsh.sandbox.errors import SandboxUnavailable\n"
-        "from dsh.sandbox.modes import SandboxMode\n"
-        "from dsh.sandbox.net_rules import parse\n"
-        "from dsh.sandbox.policy import SandboxPolicy\n"
-        "ws = Path(sys.argv[1])\n"
-        "p = SandboxPolicy(mode=SandboxMode.READ_ONLY, workspace=ws, network_allowlist=parse(['allowed.test']))\n"
-        "runner = DockerRunner()\n"
-        "try:\n"
-        "    runner.prepare(['true'], p, cwd=str(ws), env={})\n"
-        "    print('prepared')\n"
-        "except SandboxUnavailable as exc:\n"
-        "    print(exc.reason)\n"
-        "print(len(runner._warm))\n"
-        "runner.close()\n")
-    os.chmod(workspace, 0o755)
-    done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", f"--groups={docker_gid}", python,
-                           "-c", script, str(workspace)], capture_output=True, text=True, timeout=120, check=False,
-                          cwd="/", env={"PATH": "/usr/bin:/bin", "HOME": "/"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    reason, made = done.stdout.strip().splitlines()
-    assert reason.startswith("docker limits the network to named hosts only when dsh-sandbox runs as root"), reason
-    assert "--runner bwrap" in reason and made == "0"
+    result = run_scenario(SCENARIO, as_nobody=True, groups=(docker_gid,))
+    assert result["status"] == 0, result["stderr"]
+    check_probe(result["probe"])
+    # The container's processes once the command ended: the keep-alive, and no helper.
+    assert "sleep 86400" in result["helpers"], result["helpers"]
+    assert "time.sleep" not in result["helpers"] and "python3" not in result["helpers"], result["helpers"]
