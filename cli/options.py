@@ -47,8 +47,8 @@ def host_flags() -> list[Callable[[Any], Any]]:
     return [
         click.option("--allow-domain", "allow_domain", multiple=True, metavar="HOST", callback=_hosts,
                      help="Let the command reach HOST (a name, *.example.com or an IP) and nothing else "
-                     "but other allowed hosts, through a proxy on the host (repeatable; bwrap and docker "
-                     "enforce it)."),
+                     "but other allowed hosts, through a proxy on the host (repeatable; bwrap, docker "
+                     "and gVisor as root enforce it)."),
         click.option("--deny-domain", "deny_domain", multiple=True, metavar="HOST", callback=_hosts,
                      help="Refuse HOST even when an allowed entry covers it (repeatable)."),
     ]

@@ -116,8 +116,8 @@ def render() -> str:
         "allowed hosts at public addresses. Refused hosts are reported after the run "
         "(`sandbox.network_denied`, a `dsh-sandbox:` line, a `[sandbox: network access to HOST denied]` "
         "marker for the model). `run`, `shell`, `tool` and `mcp` add hosts with `--allow-domain HOST` and "
-        "`--deny-domain HOST`. The bwrap and docker runners enforce it; the other runners refuse such a run "
-        "(nothing runs), and `auto` picks bwrap.",
+        "`--deny-domain HOST`. The bwrap and docker runners enforce it, and gVisor as root; the other "
+        "runners refuse such a run (nothing runs), and `auto` picks bwrap.",
         "",
         "```toml",
         "[network]",

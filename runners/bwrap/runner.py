@@ -47,6 +47,7 @@ from dsh.runners.bwrap.limits import (
 )
 from dsh.runners.bwrap.materialize import OpenedMounts, open_mounts
 from dsh.runners.bwrap.mounts import MountPlan, plan_mounts
+from dsh.runners.linux.allowlist_session import AllowlistSession
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup, Limits, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
 from dsh.runners.linux.ipc import namespaced_limitations
@@ -72,7 +73,7 @@ from dsh.sandbox.runner import (
 
 if TYPE_CHECKING:
     # The allowlist's proxy (asyncio and all) is imported only by a run that asks for it.
-    from dsh.runners.bwrap.network import AllowlistNetworks, Entry
+    from dsh.runners.linux.allowlist_networks import Entry
     from dsh.sandbox.net_proxy import Resolver
 
 #: How long a plan made for the gate stays good for the launch right after it.
@@ -138,8 +139,7 @@ class BwrapRunner(Runner):
         """``proxy_resolver``: how the allowlist proxy resolves names (the
         system's resolver unless given; tests map names to loopback servers)."""
         super().__init__(options)
-        self._proxy_resolver = proxy_resolver
-        self._networks: AllowlistNetworks | None = None
+        self._allowlists = AllowlistSession(proxy_resolver)
         self._lock = threading.Lock()
         self._facts: HostFacts | None = None
         self._session: CgroupSession | None = None
@@ -161,32 +161,13 @@ class BwrapRunner(Runner):
             session, self._session = self._session, None
         if session is not None:
             session.close()
-        with self._lock:
-            networks, self._networks = self._networks, None
-        if networks is not None:
-            networks.close()
-
-    def _allowlist_networks(self) -> AllowlistNetworks:
-        from dsh.runners.bwrap.network import AllowlistNetworks
-
-        with self._lock:
-            if self._networks is None:
-                self._networks = AllowlistNetworks(self._proxy_resolver)
-            return self._networks
+        self._allowlists.close()
 
     def network_mark(self, policy: SandboxPolicy) -> int:
-        with self._lock:
-            networks = self._networks
-        if policy.network_allowlist is None or networks is None:
-            return 0  # its proxy starts counting from 0 when it is made
-        return networks.mark(policy.network_allowlist)
+        return self._allowlists.mark(policy)
 
     def network_refused(self, policy: SandboxPolicy, mark: int) -> tuple[str, ...]:
-        with self._lock:
-            networks = self._networks
-        if policy.network_allowlist is None or networks is None:
-            return ()
-        return tuple(dict.fromkeys(r.name for r in networks.refusals_since(policy.network_allowlist, mark)))
+        return self._allowlists.refused(policy, mark)
 
     def detect(self) -> RunnerProbe:
         f = self.facts()
@@ -312,7 +293,7 @@ class BwrapRunner(Runner):
             raise SandboxUnavailable(facts.reason or "bwrap unavailable", runner=self.name)
         entry = None
         if policy.constrained and policy.network_allowlist is not None:
-            entry = self._allowlist_networks().enter(policy.network_allowlist, self.name)
+            entry = self._allowlists.enter(policy, self.name)
             env = {**env, **entry.env}
         try:
             return self._wrap_entered(command, policy, cwd=cwd, env=env, facts=facts, entry=entry)

@@ -45,6 +45,7 @@ from dsh.runners.gvisor.keeper import Keeper
 from dsh.runners.gvisor.scripts import MARKER_VAR, WRAPPER, WRAPPER_DECODING
 from dsh.runners.gvisor.spec import Identity, build_config, process, refuse_too_many_binds
 from dsh.runners.gvisor.syscalls import LAUNCHER, filter_hex
+from dsh.runners.linux.allowlist_session import AllowlistSession
 from dsh.runners.linux.syscalls import UnsupportedArch
 from dsh.runners.warm_pool import make_current
 from dsh.sandbox import capability as cap
@@ -70,6 +71,8 @@ from dsh.sandbox.runner import (
 )
 
 if TYPE_CHECKING:
+    from dsh.runners.linux.allowlist_networks import Entry
+    from dsh.sandbox.net_proxy import Resolver
     from dsh.sandbox.stdin_feed import StdinFeed
 
 OPTIONS = ("runsc",)
@@ -92,10 +95,14 @@ ROOTLESS_NETWORK = ("the network is on, and runsc without root cannot give a san
                     "(--network=host needs CAP_SYS_ADMIN for its chroot); nothing ran: turn the network off, run "
                     "as root, or use another runner")
 
+ROOTLESS_ALLOWLIST = ("gVisor limits the network to named hosts only as root: its sandbox then uses the network "
+                      "namespace of the host's proxy (runsc --network=host, which needs CAP_SYS_ADMIN for its "
+                      "chroot); nothing ran: run with --runner bwrap, or as root")
+
 
 def _shape(policy: SandboxPolicy, plan: MountPlan) -> tuple[object, ...]:
     """Everything that makes a sandbox (not cwd, env or argv)."""
-    return (plan.entries, policy.network, policy.limits)
+    return (plan.entries, policy.network, policy.network_allowlist, policy.limits)
 
 
 class GvisorRunner(Runner):
@@ -104,14 +111,18 @@ class GvisorRunner(Runner):
     #: can open inside (tunables, netlink, io_uring) say nothing of the host's.
     #: Host-effect checks still apply: the files are the host's.
     separate_kernel: ClassVar[bool] = True
+    network_by_name: ClassVar[bool] = True
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "gvisor-protected-symlink": (cap.PROTECTED_PATHS,),
         # Only where no syscall table builds the in-sandbox filter (its setid rules).
         "gvisor-setid-files": (cap.SYSCALL_FILTER,),
     }
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None) -> None:
+        """``proxy_resolver``: how the allowlist proxy resolves names (the
+        system's resolver unless given; tests map names to loopback servers)."""
         super().__init__(options)
+        self._allowlists = AllowlistSession(proxy_resolver)
         unknown = sorted(set(self.options) - set(OPTIONS))
         if unknown:
             raise ConfigError(f"gvisor runner: unknown option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
@@ -198,6 +209,10 @@ class GvisorRunner(Runner):
                          "open, creat, mknod modes; openat2 ENOSYS)")
         network = "on: host network (runsc --network=host)" if policy.network else \
             "off: runsc --network=none (own loopback only)"
+        if policy.network_allowlist is not None:
+            from dsh.runners.linux.net_namespace import plan_line
+
+            network = plan_line(policy.network_allowlist) + " (runsc --network=host in the proxy's namespace)"
         limits = policy.limits
         lines = []
         if limits.max_processes is not None:
@@ -236,10 +251,10 @@ class GvisorRunner(Runner):
 
     def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline | None:
         """``runsc exec`` of ``true`` in the same warm sandbox, without dsh around it."""
-        if not policy.constrained or not self.probe().available:
+        if not policy.constrained or policy.network_allowlist is not None or not self.probe().available:
             return None
         plan = self._plan(policy)
-        warm = self._ensure(policy, plan, self._session_state())
+        warm = self._ensure(policy, plan, self._session_state(), None)
         warm.began()  # the reservation is not a command of the session: release it
         warm.ended()
         argv = [*warm.runsc, "exec", "-user", f"{self.identity.inside().uid}:{self.identity.inside().gid}",
@@ -288,15 +303,25 @@ class GvisorRunner(Runner):
             # unix socket's path (a multiprocessing Manager, a test server)
             # under the kernel's 108-byte limit, whatever the HOME's length.
             variables["TMPDIR"] = shown_tmp
-        environment = text_env(variables)
         if not os.path.isabs(cwd) or not os.path.isdir(cwd):
             raise WorkdirError(f"cwd {cwd!r} is not an existing absolute directory")
         state = self._session_state()
-        warm = self._ensure(policy, plan, state)
+        entry = None
+        if policy.network_allowlist is not None:
+            entry = self._allowlists.enter(policy, self.name)
+            variables.update(entry.env)
+        environment = text_env(variables)
+        try:
+            warm = self._ensure(policy, plan, state, entry)
+        finally:
+            if entry is not None:
+                entry.close()
         start = functools.partial(self._start, warm, exact, decode, cwd, environment, policy.limits.wall_time_s)
         return RemoteLaunch(start=start)
 
-    def _ensure(self, policy: SandboxPolicy, plan: MountPlan, state: Path) -> sb.WarmSandbox:
+    def _ensure(self, policy: SandboxPolicy, plan: MountPlan, state: Path, entry: Entry | None) -> sb.WarmSandbox:
+        """The sandbox for ``policy``, made if needed (inside the allowlist's
+        namespace, entered through ``entry``, when it has one)."""
         key = _shape(policy, plan)
         with self._create_lock:
             with self._lock:
@@ -308,15 +333,18 @@ class GvisorRunner(Runner):
             # The runner's state is masked wherever the command could see it (not
             # beneath a private /tmp, where the host's path is not there at all).
             hidden_tmp = any(e.kind == "private-tmp" for e in plan.entries) and state.is_relative_to(TMP)
+            # Under an allowlist the host's network is the proxy's namespace, where runsc is started.
+            network = policy.network or entry is not None
             config = build_config(plan, identity=self.identity, limits=policy.limits,
-                                  masked=() if hidden_tmp else (str(state),), network=policy.network)
+                                  masked=() if hidden_tmp else (str(state),), network=network)
             sources = [e.source or e.path for e in plan.entries
                        if e.kind in ("writable", "pin", "private-tmp", "read-only", "placeholder")]
             placeholders = [e.path for e in plan.of_kind("placeholder")]
             with self.pinned(policy) as pins:
-                warm = sb.create(self._global_flags(policy.network), state,
+                warm = sb.create(self._global_flags(network), state,
                                  f"dsh-{os.getpid()}-{uuid.uuid4().hex[:8]}", config, sources, placeholders, pins,
-                                 runsc_root=_runsc_root(state))
+                                 runsc_root=_runsc_root(state),
+                                 enter=(entry.prefix, entry.fds) if entry is not None else None)
             with self._lock:
                 self._warm[key] = warm
             return self._current(warm)
@@ -367,6 +395,18 @@ class GvisorRunner(Runner):
                     del self._warm[key]
         warm.destroy()
 
+    # -- network by allowlist -------------------------------------------------------
+    def refuses_network_of(self, policy: SandboxPolicy) -> str | None:
+        if policy.constrained and policy.network_allowlist is not None and not self.identity.root:
+            return ROOTLESS_ALLOWLIST
+        return None
+
+    def network_mark(self, policy: SandboxPolicy) -> int:
+        return self._allowlists.mark(policy)
+
+    def network_refused(self, policy: SandboxPolicy, mark: int) -> tuple[str, ...]:
+        return self._allowlists.refused(policy, mark)
+
     def close(self) -> None:
         with self._lock:
             warm = list(self._warm.values())
@@ -375,6 +415,7 @@ class GvisorRunner(Runner):
             state, self._state = self._state, None
         for item in warm:
             item.destroy()
+        self._allowlists.close()
         if keeper is not None:
             keeper.stop()  # removes the state directory (and anything a crash left in it)
         elif state is not None:

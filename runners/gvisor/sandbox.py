@@ -40,6 +40,7 @@ from dsh.runners.linux.orphans import kill_tree, process_tree, processes_naming,
 from dsh.runners.linux.pinned_open import changed, open_checked, pinned_parent
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.pins import PinnedPaths
 
 _TIMEOUT_S = 60
@@ -164,23 +165,34 @@ class WarmSandbox:
             os.rmdir(self.bundle)
 
 
-def _runsc(argv: list[str], log: Path) -> tuple[int, str]:
+def _runsc(argv: list[str], log: Path, pass_fds: Sequence[int] = ()) -> tuple[int, str]:
     # stderr goes to a file: a detached sandbox inherits the descriptors of
     # ``runsc create``, and a pipe would then never reach EOF.
     with open(log, "w+b") as err:
         try:
             code = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                  timeout=_TIMEOUT_S, check=False, start_new_session=True).returncode
+                                  timeout=_TIMEOUT_S, check=False, start_new_session=True,
+                                  pass_fds=tuple(pass_fds)).returncode
         except subprocess.TimeoutExpired:
             return -1, f"{argv[-1]}: runsc did not answer within {_TIMEOUT_S} s"
         err.seek(0)
         return code, err.read().decode("utf-8", "replace").strip()
 
 
-def _sandbox_pid(runsc: Sequence[str], sid: str) -> int | None:
+def _in_namespace_of(pid: int, runsc: Sequence[str]) -> tuple[str, ...]:
+    """``runsc`` run from the network namespace of the sandbox ``pid`` (root
+    only, as runsc's ``--network=host`` is: ``/proc/PID/ns`` of any process)."""
+    nsenter = system_tool("nsenter")
+    if nsenter is None:
+        raise SandboxUnavailable("nsenter (util-linux) is not in /usr/sbin, /usr/bin, /sbin or /bin: the sandbox "
+                                 "in the allowlist's namespace cannot be reached; nothing ran", runner="gvisor")
+    return (nsenter, f"--net=/proc/{pid}/ns/net", "--", *runsc)
+
+
+def _sandbox_pid(runsc: Sequence[str], sid: str, pass_fds: Sequence[int] = ()) -> int | None:
     try:
         out = subprocess.run([*runsc, "state", sid], capture_output=True, text=True, timeout=_TIMEOUT_S,
-                             check=False, stdin=subprocess.DEVNULL).stdout
+                             check=False, stdin=subprocess.DEVNULL, pass_fds=tuple(pass_fds)).stdout
         pid = json.loads(out).get("pid")
     except (OSError, subprocess.SubprocessError, ValueError, AttributeError):
         return None
@@ -189,12 +201,14 @@ def _sandbox_pid(runsc: Sequence[str], sid: str) -> int | None:
 
 def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, Any],
            sources: Sequence[str], placeholders: Sequence[str], pins: PinnedPaths | None = None, *,
-           runsc_root: Path) -> WarmSandbox:
+           runsc_root: Path, enter: tuple[Sequence[str], Sequence[int]] | None = None) -> WarmSandbox:
     """Make and start the sandbox ``sid`` from ``config``; ``sources``: the bind
     sources to hold; ``pins``: the policy's paths as the policy service
     resolved them (each source it holds must still be that inode, and a
     placeholder is made from its pinned directory, never through a name);
-    ``runsc_root``: runsc's ``-root`` in ``runsc``, where it keeps the sandbox's state."""
+    ``runsc_root``: runsc's ``-root`` in ``runsc``, where it keeps the sandbox's state;
+    ``enter``: an argv prefix and the fds it needs, which start ``runsc create``
+    (and so the sandbox) inside another network namespace."""
     bundle = state_dir / "bundles" / sid
     bundle.mkdir(parents=True, mode=0o700)
     warm = WarmSandbox(sid, tuple(runsc), bundle)
@@ -224,9 +238,13 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         warm.pinned = identities([*held, *placeholders])
         (bundle / "config.json").write_text(json.dumps(config))
         log = bundle / "runsc.log"
-        code, err = _runsc([*runsc, "create", "-bundle", str(bundle), sid], log)
+        prefix, fds = enter if enter is not None else ((), ())
+        code, err = _runsc([*prefix, *runsc, "create", "-bundle", str(bundle), sid], log, fds)
         if code == 0:
-            code, err = _runsc([*runsc, "start", sid], log)
+            # runsc reaches its sandbox through an abstract unix socket, which
+            # lives in the sandbox's network namespace: started in another,
+            # it is reached from there.
+            code, err = _runsc([*prefix, *runsc, "start", sid], log, fds)
         if code != 0:
             # A source swapped while runsc set up makes it fail in ways that
             # read like "gVisor cannot run here" (a gofer sync file at EOF).
@@ -235,7 +253,12 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
                 said = (err or f"exit {code}").splitlines()[-1][:300]
                 raise _changed(", ".join(moved), f"a bind source was replaced while runsc started; runsc: {said}")
             raise SandboxUnavailable(_start_failure(err or f"exit {code}"), runner="gvisor")
-        warm.pid = _sandbox_pid(runsc, sid)
+        warm.pid = _sandbox_pid([*prefix, *runsc], sid, fds)
+        if enter is not None:
+            if warm.pid is None:
+                raise SandboxUnavailable("runsc started the sandbox but does not say its process; nothing ran",
+                                         runner="gvisor")
+            warm.runsc = _in_namespace_of(warm.pid, runsc)
         warm.gofer = _gofer_pid(runsc_root, sid)
         moved = warm.moved()
         if moved:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import grp
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,29 +25,18 @@ from tests.support.net_probe import HOST, check_probe, run_scenario
 from tests.support.require import require_runner
 
 
-@pytest.fixture
-def host() -> Iterator[dict[str, Any]]:
-    """The probe's host side in this process: a loopback server, and the resolver that names it."""
-    names: dict[str, Any] = {}
-    exec(HOST, names)
-    try:
-        yield names
-    finally:
-        names["server"].shutdown()
-
-
 def test_the_command_reaches_only_the_allowed_names_through_the_proxy(
-        workspace: Path, host: dict[str, Any]) -> None:
+        workspace: Path, probe_host: dict[str, Any]) -> None:
     if os.geteuid() != 0:
         pytest.skip("SANDBOX_UNAVAILABLE: entering the container's network namespace needs root")
-    runner = DockerRunner(proxy_resolver=host["resolver"])
+    runner = DockerRunner(proxy_resolver=probe_host["resolver"])
     require_runner("docker", runner)
     rules = parse(["allowed.test"], allow_private_for=["allowed.test"])
     limited = policy(workspace, network_allowlist=rules)
     try:
-        first = run(runner, ["python3", "-I", "-S", "-c", host["PROBE"], str(host["port"])], limited)
+        first = run(runner, ["python3", "-I", "-S", "-c", probe_host["PROBE"], str(probe_host["port"])], limited)
         mark = runner.network_mark(limited)
-        second = run(runner, ["python3", "-I", "-S", "-c", host["PROBE"], str(host["port"])], limited)
+        second = run(runner, ["python3", "-I", "-S", "-c", probe_host["PROBE"], str(probe_host["port"])], limited)
         assert second.status.exit_code == 0, second.stderr
         check_probe(json.loads(second.stdout))
         assert first.status.exit_code == 0 and b'"allowed": "hello from the host"' in first.stdout, first.stdout

@@ -8,7 +8,7 @@ sandbox whose binds are not at their destinations, before any command runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import pytest
@@ -62,12 +62,12 @@ def test_a_start_that_fails_under_a_swap_names_the_swap(runner: GvisorRunner, ws
     # reads like "gVisor cannot run here": the refusal must name the change.
     real_runsc = warm_sandbox._runsc
 
-    def swapped_during_create(argv: list[str], log: Path) -> tuple[int, str]:
+    def swapped_during_create(argv: list[str], log: Path, pass_fds: Sequence[int] = ()) -> tuple[int, str]:
         if "create" in argv:
             (ws / ".git").rename(ws / "git-moved")
             (ws / ".git").mkdir()
             return 1, "cannot read client sync file: EOF"
-        return real_runsc(argv, log)
+        return real_runsc(argv, log, pass_fds)
 
     monkeypatch.setattr(warm_sandbox, "_runsc", swapped_during_create)
     with pytest.raises(SandboxUnavailable, match=rf"{ws / '.git'} changed while the sandbox was being prepared "

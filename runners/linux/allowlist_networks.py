@@ -1,11 +1,12 @@
-"""Network by domain allowlist for bwrap: a namespace and a proxy per session and allowlist.
+"""Network by domain allowlist for the runners that start inside a namespace the host made.
 
 The command runs in a network namespace the host made, whose only reachable
 service is the host's allowlist proxy (``dsh.runners.linux.net_namespace``):
-bwrap is started inside it (a small ``python -I -S`` enters it through fds
-the launch passes) without ``--unshare-net``.  One
-namespace and one proxy serve every command of the session with the same
-allowlist (made on the first, about 25 ms; entering costs what
+bwrap (without ``--unshare-net``), or gVisor's sandbox process (with runsc's
+``--network=host``, which then serves the sandbox from that namespace), is
+started inside it by a small ``python -I -S`` that enters it through fds the
+launch passes.  One namespace and one proxy serve every command of the session
+with the same allowlist (made on the first, about 25 ms; entering costs what
 ``--unshare-net`` does), and go when the runner closes.
 """
 
@@ -70,6 +71,10 @@ class AllowlistNetworks:
             ns.close()
             raise
         return ns, proxy
+
+    def refused_since(self, rules: NetworkRules, mark: int) -> tuple[str, ...]:
+        """The names refused since ``mark``, each once, in order."""
+        return tuple(dict.fromkeys(r.name for r in self.refusals_since(rules, mark)))
 
     def refusals(self, rules: NetworkRules) -> tuple[Refusal, ...]:
         """What the proxy of ``rules`` refused so far (the latest, oldest first)."""
