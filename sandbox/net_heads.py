@@ -122,3 +122,27 @@ def parse_http_head(line: bytes, header_lines: list[bytes]) -> Target:
     head = [f"{method} {'/' if not path.startswith('/') else ''}{path} {version}", f"Host: {where}"]
     head += [f"{n}: {v}" for n, v in kept] + ["Connection: close", "", ""]
     return Target(host, port, forward="\r\n".join(head).encode("latin-1"))
+
+
+#: Headers that describe one connection, never sent on (RFC 9110, 7.6.1).
+_CONNECTION_HEADERS = {"connection", "keep-alive", "proxy-connection"}
+
+
+def origin_head(line: bytes, header_lines: list[bytes]) -> bytes:
+    """A request inside a TLS tunnel the proxy terminates (origin form:
+    ``GET /path HTTP/1.1``), as sent on: CRLF line ends, the connection's own
+    headers dropped and ``Connection: close`` added, so one connection carries
+    one request the proxy has read."""
+    parts = _text(line).split(" ")
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1") or not parts[0].isalpha() \
+            or not parts[1].startswith(("/", "*")):
+        raise Reject(400, SOCKS_FAILURE, "the request line is not 'METHOD /path HTTP/1.x'")
+    headers: list[tuple[str, str]] = []
+    for raw in header_lines:
+        name, colon, value = _text(raw).partition(":")
+        if not colon or not name or name != name.strip():
+            raise Reject(400, SOCKS_FAILURE, "a header line is malformed")
+        headers.append((name, value.strip()))
+    listed = {t.strip().lower() for n, v in headers if n.lower() == "connection" for t in v.split(",")}
+    kept = [f"{n}: {v}" for n, v in headers if n.lower() not in _CONNECTION_HEADERS | listed]
+    return "\r\n".join([" ".join(parts), *kept, "Connection: close", "", ""]).encode("latin-1")

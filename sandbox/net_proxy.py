@@ -23,12 +23,15 @@ import asyncio
 import contextlib
 import ipaddress
 import socket
+import ssl
 import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dsh.sandbox.net_heads import (
+    CONNECTED,
     SOCKS_BAD_ADDRESS,
     SOCKS_BAD_COMMAND,
     SOCKS_FAILURE,
@@ -39,11 +42,15 @@ from dsh.sandbox.net_heads import (
     Reject,
     Target,
     http_answer,
+    origin_head,
     parse_http_head,
     socks_reply,
 )
 from dsh.sandbox.net_relay import relay
 from dsh.sandbox.net_rules import NetworkRules, decide_addresses, decide_name, normalise_host
+
+if TYPE_CHECKING:
+    from dsh.sandbox.net_secrets import Secrets, SessionCA
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -95,7 +102,18 @@ class NetworkProxy:
         resolver: Resolver | None = None,
         limits: ProxyLimits | None = None,
         sock: socket.socket | None = None,
+        secrets: Secrets | None = None,
+        ca: SessionCA | None = None,
+        upstream_tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``secrets``, ``ca``: the session's secrets, and the CA whose
+        certificates the proxy presents for their hosts (TLS it terminates, to
+        put each value in place of its placeholder); ``upstream_tls``: how it
+        checks those hosts' own certificates (the system's trust unless given)."""
+        if (secrets is None) != (ca is None):
+            raise ValueError("secrets need the session's CA, and a CA serves only secrets")
+        self._secrets, self._ca = secrets, ca
+        self._upstream_tls = upstream_tls
         self._rules = rules
         self._host, self._port = host, port
         # A socket already listening (in a sandbox's own network namespace,
@@ -182,10 +200,13 @@ class NetworkProxy:
                     target = await (self._socks_head(reader, writer) if socks else self._http_head(first, reader))
             except TimeoutError:
                 raise Reject(408, SOCKS_FAILURE, "the request head did not arrive in time") from None
-            up_reader, upstream = await self._open(target.host, target.port)
+            intercept = self._intercepts(target, socks)
+            up_reader, upstream = await self._open(target.host, target.port, tls=intercept)
             upstream.write(target.forward)
             writer.write(target.reply)
             await writer.drain()
+            if intercept:
+                await self._intercepted(reader, writer, upstream, target.host)
             await relay(reader, writer, up_reader, upstream, self._limits.idle_timeout)
         except Reject as reject:
             await self._answer(writer, socks, reject)
@@ -196,15 +217,48 @@ class NetworkProxy:
                 if w is not None:
                     await _shut(w)
 
+    def _intercepts(self, target: Target, socks: bool) -> bool:
+        """Is ``target`` a host of a secret, whose TLS the proxy terminates?
+        A plain-HTTP request carrying a placeholder is refused: a secret goes
+        only over TLS, and only to its hosts."""
+        if self._secrets is None:
+            return False
+        carried = self._secrets.carried(target.forward)
+        if carried is not None:
+            raise self._refuse(target.host, f"the placeholder of {carried} in a plain-HTTP request: a secret goes "
+                                            "only over TLS, to its hosts")
+        return not socks and target.reply == CONNECTED and self._secrets.intercepts(target.host)
+
+    async def _intercepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           upstream: asyncio.StreamWriter, host: str) -> None:
+        """Terminate the client's TLS with the session's certificate for
+        ``host``, read its request head and send it on with each placeholder
+        replaced where its rule allows; refuse it if a placeholder is anywhere
+        else.  The rest of the connection is relayed as it comes."""
+        assert self._secrets is not None and self._ca is not None
+        name = normalise_host(host)
+        try:
+            async with asyncio.timeout(self._limits.head_timeout):
+                await writer.start_tls(self._ca.server_context(name))
+                line, headers = await self._read_head(await reader.readexactly(1), reader)
+        except TimeoutError:
+            raise Reject(408, SOCKS_FAILURE, "the request head did not arrive in time") from None
+        head, why = self._secrets.rewrite(origin_head(line, headers), name)
+        if why is not None:
+            raise self._refuse(host, why)
+        upstream.write(head)
+
     async def _answer(self, writer: asyncio.StreamWriter, socks: bool, reject: Reject) -> None:
         writer.write(socks_reply(reject.socks) if socks else http_answer(reject))
         with contextlib.suppress(OSError, TimeoutError):
             async with asyncio.timeout(self._limits.head_timeout):
                 await writer.drain()
 
-    async def _open(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self, host: str, port: int, *, tls: bool = False) -> tuple[asyncio.StreamReader,
+                                                                               asyncio.StreamWriter]:
         """A connection to ``host``:``port`` once the rules allow the name and
-        every address it resolves to; raises ``Reject`` otherwise."""
+        every address it resolves to (over TLS checked for the name when
+        ``tls``); raises ``Reject`` otherwise."""
         decision = decide_name(self._rules, host)
         if not decision.allowed:
             raise self._refuse(host, decision.reason)
@@ -226,7 +280,11 @@ class NetworkProxy:
             try:
                 async with asyncio.timeout(self._limits.connect_timeout):
                     # An address, never the name: no second lookup to rebind.
-                    return await asyncio.open_connection(address, port, limit=2**16)
+                    if not tls:
+                        return await asyncio.open_connection(address, port, limit=2**16)
+                    context = self._upstream_tls or ssl.create_default_context()
+                    return await asyncio.open_connection(address, port, limit=2**16, ssl=context,
+                                                         server_hostname=name)
             except (OSError, TimeoutError) as e:
                 failure = f"{address}: {e or 'timeout'}"
         raise Reject(502, SOCKS_REFUSED, f"cannot connect to {name} port {port} ({failure})")
@@ -243,6 +301,10 @@ class NetworkProxy:
         return line
 
     async def _http_head(self, first: bytes, reader: asyncio.StreamReader) -> Target:
+        return parse_http_head(*await self._read_head(first, reader))
+
+    async def _read_head(self, first: bytes, reader: asyncio.StreamReader) -> tuple[bytes, list[bytes]]:
+        """The request line (its first byte read already) and the header lines."""
         line = first + await self._read_line(reader, 1)
         if len(line) > self._limits.max_request_line:
             raise Reject(414, SOCKS_FAILURE, "the request line is too long")
@@ -250,7 +312,7 @@ class NetworkProxy:
         while (raw := await self._read_line(reader, used)) not in (b"\r\n", b"\n"):
             used += len(raw)
             headers.append(raw)
-        return parse_http_head(line, headers)
+        return line, headers
 
     async def _socks_head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
         count = (await reader.readexactly(1))[0]

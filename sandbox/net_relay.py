@@ -56,7 +56,9 @@ class _Half(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.ended_sending()
-        return True  # stay open: the answer may still be coming the other way
+        # Stay open: the answer may still be coming the other way.  TLS has no
+        # half-close: its transport closes (asking to stay open only warns).
+        return self.own.can_write_eof()
 
     def ended_sending(self) -> None:
         if self._eof:
