@@ -82,6 +82,17 @@ def _text(raw: bytes) -> str:
     return text
 
 
+def _headers(header_lines: list[bytes]) -> list[tuple[str, str]]:
+    """(name, value) of each header line; a malformed one is a 400."""
+    headers: list[tuple[str, str]] = []
+    for raw in header_lines:
+        name, colon, value = _text(raw).partition(":")
+        if not colon or not name or name != name.strip():
+            raise Reject(400, SOCKS_FAILURE, "a header line is malformed")
+        headers.append((name, value.strip()))
+    return headers
+
+
 def authority(text: str, default_port: int | None) -> tuple[str, int]:
     """``split_host_port`` with its refusal as a 400 (SOCKS5: general failure)."""
     try:
@@ -93,12 +104,7 @@ def authority(text: str, default_port: int | None) -> tuple[str, int]:
 def parse_http_head(line: bytes, header_lines: list[bytes]) -> Target:
     """The target of ``CONNECT host:port`` or of an absolute ``http://`` request,
     and for the latter the head to send upstream in origin form."""
-    headers: list[tuple[str, str]] = []
-    for raw in header_lines:
-        name, colon, value = _text(raw).partition(":")
-        if not colon or not name or name != name.strip():
-            raise Reject(400, SOCKS_FAILURE, "a header line is malformed")
-        headers.append((name, value.strip()))
+    headers = _headers(header_lines)
     parts = _text(line).split(" ")
     if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1") or not parts[0].isalpha():
         raise Reject(400, SOCKS_FAILURE, "the request line is not 'METHOD target HTTP/1.x'")
@@ -137,12 +143,7 @@ def origin_head(line: bytes, header_lines: list[bytes]) -> bytes:
     if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1") or not parts[0].isalpha() \
             or not parts[1].startswith(("/", "*")):
         raise Reject(400, SOCKS_FAILURE, "the request line is not 'METHOD /path HTTP/1.x'")
-    headers: list[tuple[str, str]] = []
-    for raw in header_lines:
-        name, colon, value = _text(raw).partition(":")
-        if not colon or not name or name != name.strip():
-            raise Reject(400, SOCKS_FAILURE, "a header line is malformed")
-        headers.append((name, value.strip()))
+    headers = _headers(header_lines)
     listed = {t.strip().lower() for n, v in headers if n.lower() == "connection" for t in v.split(",")}
     kept = [f"{n}: {v}" for n, v in headers if n.lower() not in _CONNECTION_HEADERS | listed]
     return "\r\n".join([" ".join(parts), *kept, "Connection: close", "", ""]).encode("latin-1")
