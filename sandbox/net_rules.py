@@ -214,6 +214,19 @@ _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 _CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
 
 
+#: Where IPv6 global unicast addresses are allocated from; nothing outside it
+#: (deprecated site-local fec0::/10, SRv6's 5f00::/16, ranges yet to come) is
+#: a public host, whatever this Python's ``is_global`` says.
+_GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
+#: Inside it, ranges that are no public host: documentation (3fff::/20,
+#: 2001:db8::/32).
+_SPECIAL_V6 = (ipaddress.IPv6Network("3fff::/20"), ipaddress.IPv6Network("2001:db8::/32"))
+
+
+def _special_v6(address: ipaddress.IPv6Address) -> bool:
+    return address not in _GLOBAL_UNICAST_V6 or any(address in net for net in _SPECIAL_V6)
+
+
 def address_kind(address: IPAddress) -> str | None:
     """Why ``address`` is not a public unicast address, or None when it is."""
     if isinstance(address, ipaddress.IPv6Address):
@@ -229,6 +242,8 @@ def address_kind(address: IPAddress) -> str | None:
         ("shared (CGNAT)", isinstance(address, ipaddress.IPv4Address) and address in _CGNAT),
         ("reserved", address.is_reserved),
         ("private", address.is_private),
+        ("site-local", isinstance(address, ipaddress.IPv6Address) and address.is_site_local),
+        ("special-purpose", isinstance(address, ipaddress.IPv6Address) and _special_v6(address)),
         ("not global", not address.is_global),
     )
     return next((name for name, hit in checks if hit), None)

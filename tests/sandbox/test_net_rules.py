@@ -150,6 +150,10 @@ def test_refused_hosts(host: str, words: str) -> None:
         ("::ffff:127.0.0.1", "loopback"),
         ("::ffff:10.0.0.1", "private"),
         ("64:ff9b::7f00:1", "loopback"),
+        # Outside IPv6 global unicast (2000::/3), whatever this Python's is_global says.
+        ("fec0::1", "site-local"),
+        ("5f00::1", "reserved"),
+        ("3fff::1", "special-purpose"),
         ("2002:7f00:1::1", "loopback"),
         ("192.0.2.1", "private"),
     ],
