@@ -101,9 +101,7 @@ def _taken_from_helper(api: Any, container_id: str, user: str) -> socket.socket:
     raw = getattr(stream, "_sock", stream)
     try:
         number = _first_line(raw)
-        pid = int(api.exec_inspect(ex["Id"]).get("Pid") or 0)
-        if pid <= 0:
-            raise OSError("the helper that makes the proxy's listener is not running")
+        pid = _helper_pid(api, ex["Id"])
         pidfd = os.pidfd_open(pid)
         try:
             # Opened after the pid was read: it names the helper if the helper still runs.
@@ -131,6 +129,23 @@ def _taken_from_helper(api: Any, container_id: str, user: str) -> socket.socket:
     os.set_inheritable(listener.fileno(), False)
     listener.setblocking(False)
     return listener
+
+
+def _helper_pid(api: Any, exec_id: str) -> int:
+    """The helper's host pid.  Under load the daemon may say pid 0 for a
+    moment after the helper has started printing: asked again until it
+    names one, for as long as the helper itself may take."""
+    deadline = time.monotonic() + _HELPER_TIMEOUT_S
+    while True:
+        state = api.exec_inspect(exec_id)
+        pid = int(state.get("Pid") or 0)
+        if pid > 0:
+            return pid
+        if state.get("ExitCode") is not None and not state.get("Running"):
+            raise OSError(f"the helper that makes the proxy's listener ended (exit {state.get('ExitCode')})")
+        if time.monotonic() > deadline:
+            raise OSError("the daemon does not say the pid of the helper that makes the proxy's listener")
+        time.sleep(0.02)
 
 
 def _first_line(raw: Any) -> int:
