@@ -26,7 +26,7 @@ import socket
 import ssl
 import threading
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,10 +59,28 @@ _TASK_NAME = "dsh-net-proxy-connection"
 
 @dataclass(frozen=True)
 class Refusal:
-    """One connection the rules refused: the host as asked for, and why."""
+    """One connection the rules refused: the host as asked for (at most
+    ``NAME_SHOWN`` characters: no DNS name is longer), and why."""
 
     name: str
     reason: str
+
+
+#: The longest host name a refusal keeps (a DNS name has at most 253).
+NAME_SHOWN = 255
+#: The most names one command's report lists.
+NAMES_REPORTED = 100
+
+
+def refused_names(refusals: Iterable[Refusal]) -> tuple[str, ...]:
+    """The names of ``refusals``, each once, in order, at most ``NAMES_REPORTED``:
+    a command that asks for a thousand made-up names gets a report, not a flood."""
+    names: dict[str, None] = {}
+    for refusal in refusals:
+        names.setdefault(refusal.name)
+        if len(names) == NAMES_REPORTED:
+            break
+    return tuple(names)
 
 
 @dataclass(frozen=True)
@@ -172,8 +190,9 @@ class NetworkProxy:
             self._server = None
 
     def _refuse(self, name: str, reason: str) -> Reject:
+        shown = name if len(name) <= NAME_SHOWN else name[:NAME_SHOWN - 3] + "..."
         with self._lock:
-            self._refusals.append(Refusal(name, reason))
+            self._refusals.append(Refusal(shown, reason))
             self._refused += 1
         return Reject(403, SOCKS_NOT_ALLOWED, reason)
 

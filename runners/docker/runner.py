@@ -228,7 +228,11 @@ class DockerRunner(Runner):
 
     def network_refused(self, policy: SandboxPolicy, mark: int) -> tuple[str, ...]:
         proxy = self._allowlist_proxy(policy)
-        return () if proxy is None else tuple(dict.fromkeys(r.name for r in proxy.refusals_since(mark)))
+        if proxy is None:
+            return ()
+        from dsh.sandbox.net_proxy import refused_names
+
+        return refused_names(proxy.refusals_since(mark))
 
     # -- commands --------------------------------------------------------------------
     def wrap(self, argv: tuple[str | bytes, ...], policy: SandboxPolicy, *, cwd: str,

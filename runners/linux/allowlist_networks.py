@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dsh.runners.linux.net_namespace import SandboxNetns
 from dsh.sandbox.errors import SandboxUnavailable
-from dsh.sandbox.net_proxy import ProxyThread, Refusal, Resolver
+from dsh.sandbox.net_proxy import ProxyThread, Refusal, Resolver, refused_names
 from dsh.sandbox.net_rules import NetworkRules
 
 
@@ -74,7 +74,7 @@ class AllowlistNetworks:
 
     def refused_since(self, rules: NetworkRules, mark: int) -> tuple[str, ...]:
         """The names refused since ``mark``, each once, in order."""
-        return tuple(dict.fromkeys(r.name for r in self.refusals_since(rules, mark)))
+        return refused_names(self.refusals_since(rules, mark))
 
     def refusals(self, rules: NetworkRules) -> tuple[Refusal, ...]:
         """What the proxy of ``rules`` refused so far (the latest, oldest first)."""

@@ -17,7 +17,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import pytest
-from dsh.sandbox.net_proxy import NetworkProxy, ProxyLimits, ProxyThread, Refusal
+from dsh.sandbox.net_proxy import (
+    NAME_SHOWN,
+    NAMES_REPORTED,
+    NetworkProxy,
+    ProxyLimits,
+    ProxyThread,
+    Refusal,
+    refused_names,
+)
 from dsh.sandbox.net_rules import NetworkRules, parse
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -382,6 +390,20 @@ def test_refusals_are_capped_keeping_the_latest() -> None:
             assert [r.name for r in p.refusals] == ["two.test", "three.test"]
 
     run(test)
+
+
+def test_a_refusal_keeps_a_bounded_name_and_a_report_bounded_names() -> None:
+    async def test() -> None:
+        async with proxy() as (p, port):
+            head, _reader, writer = await connect(port, "a" * 900 + ".test:80")
+            assert head.startswith(b"HTTP/1.1 403 ")
+            writer.close()
+            [refusal] = p.refusals
+            assert len(refusal.name) == NAME_SHOWN and refusal.name.endswith("...")
+
+    run(test)
+    many = [Refusal(f"n{i % 150}.test", "x") for i in range(1000)]
+    assert refused_names(many) == tuple(f"n{i}.test" for i in range(NAMES_REPORTED))
 
 
 def test_refusals_since_a_mark_are_those_after_it_as_far_as_kept() -> None:
