@@ -46,7 +46,7 @@ from dsh.sandbox.net_heads import (
     parse_http_head,
     socks_reply,
 )
-from dsh.sandbox.net_relay import relay
+from dsh.sandbox.net_relay import Activity, relay
 from dsh.sandbox.net_rules import NetworkRules, decide_addresses, decide_name, normalise_host
 
 if TYPE_CHECKING:
@@ -92,6 +92,9 @@ class ProxyLimits:
     max_head_bytes: int = 64 * 1024
     max_request_line: int = 8 * 1024
     max_connections: int = 256
+    #: At the cap, the connection quiet the longest gives way to a new one if
+    #: it has been quiet this long; otherwise the new one is turned away.
+    busy_grace: float = 2.0
     resolve_timeout: float = 10.0
     connect_timeout: float = 10.0
     #: A tunnel with no byte either way for this long is closed.
@@ -141,6 +144,8 @@ class NetworkProxy:
         self._limits = limits or ProxyLimits()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        # The connections that count against the cap (one being evicted no longer does).
+        self._activity: dict[asyncio.Task[None], Activity] = {}
         self._refusals: deque[Refusal] = deque(maxlen=self._limits.max_refusals)
         self._refused = 0  # every refusal ever, kept or not: the mark ``refusals_since`` counts from
         # Refusals are read from the owner's thread when the loop runs in another.
@@ -197,16 +202,30 @@ class NetworkProxy:
         return Reject(403, SOCKS_NOT_ALLOWED, reason)
 
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._tasks) >= self._limits.max_connections:
-            # Over the cap the client is closed before a byte is read: it holds
-            # a socket, never a task or a buffer.
-            writer.transport.abort()
-            return
-        task = asyncio.get_running_loop().create_task(self._serve(reader, writer), name=_TASK_NAME)
+        loop = asyncio.get_running_loop()
+        if len(self._activity) >= self._limits.max_connections:
+            # The commands of a session share the proxy: one holding every slot
+            # idle (or trickling a head) must not starve the others.  The
+            # connection quiet the longest makes room, if it has been quiet a
+            # while; when all are busy the new client is closed before a byte
+            # is read (it holds a socket, never a task or a buffer).
+            task, quiet = min(self._activity.items(), key=lambda item: item[1].last)
+            if loop.time() - quiet.last < self._limits.busy_grace:
+                writer.transport.abort()
+                return
+            del self._activity[task]
+            task.cancel()
+        activity = Activity(loop.time())
+        task = loop.create_task(self._serve(reader, writer, activity), name=_TASK_NAME)
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._activity[task] = activity
+        task.add_done_callback(self._ended)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._activity.pop(task, None)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, activity: Activity) -> None:
         upstream: asyncio.StreamWriter | None = None
         socks = False
         try:
@@ -226,7 +245,7 @@ class NetworkProxy:
             await writer.drain()
             if intercept:
                 await self._intercepted(reader, writer, upstream, target.host)
-            await relay(reader, writer, up_reader, upstream, self._limits.idle_timeout)
+            await relay(reader, writer, up_reader, upstream, self._limits.idle_timeout, activity)
         except Reject as reject:
             await self._answer(writer, socks, reject)
         except (_Close, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):

@@ -19,12 +19,22 @@ import asyncio
 import contextlib
 
 
+class Activity:
+    """When a connection last moved a byte (the loop's clock): its idle timer,
+    and what the proxy compares when it must make room."""
+
+    __slots__ = ("last",)
+
+    def __init__(self, last: float) -> None:
+        self.last = last
+
+
 class _Tunnel:
     """What both halves share: the idle clock and the end."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, activity: Activity) -> None:
         self.loop = loop
-        self.last = loop.time()
+        self.activity = activity
         self.ended: asyncio.Future[None] = loop.create_future()
         self._eofs = 0
 
@@ -50,7 +60,7 @@ class _Half(asyncio.Protocol):
         self._eof = False
 
     def data_received(self, data: bytes) -> None:
-        self._tunnel.last = self._tunnel.loop.time()
+        self._tunnel.activity.last = self._tunnel.loop.time()
         if not self._peer.is_closing():
             self._peer.write(data)
 
@@ -102,12 +112,14 @@ def _install(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: a
 
 
 async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up_reader: asyncio.StreamReader,
-                upstream: asyncio.StreamWriter, idle_timeout: float) -> None:
+                upstream: asyncio.StreamWriter, idle_timeout: float, activity: Activity | None = None) -> None:
     """Relay until both sides have finished sending, or one went away; raises
     ``TimeoutError`` when neither sent anything for ``idle_timeout``.  The
     caller closes both writers after."""
     loop = asyncio.get_running_loop()
-    tunnel = _Tunnel(loop)
+    activity = activity or Activity(loop.time())
+    activity.last = loop.time()
+    tunnel = _Tunnel(loop, activity)
     client, from_client, client_ended = _install(reader, writer, upstream, tunnel)
     server, from_server, server_ended = _install(up_reader, upstream, writer, tunnel)
     for half, pending, ended in ((client, from_client, client_ended), (server, from_server, server_ended)):
@@ -126,7 +138,7 @@ async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up_r
         if half.own.get_write_buffer_size() > half.own.get_write_buffer_limits()[1]:
             half.pause_writing()
     while not tunnel.ended.done():
-        remaining = tunnel.last + idle_timeout - loop.time()
+        remaining = activity.last + idle_timeout - loop.time()
         if remaining <= 0:
             raise TimeoutError
         await asyncio.wait([tunnel.ended], timeout=remaining)

@@ -380,6 +380,22 @@ def test_connections_over_the_cap_are_closed_unanswered() -> None:
     run(test)
 
 
+def test_at_the_cap_the_quietest_connection_makes_room() -> None:
+    """One command holding every slot idle must not starve the session's others."""
+    async def test() -> None:
+        async with upstream() as up, proxy(ProxyLimits(max_connections=2, busy_grace=0.3)) as (_, port):
+            idle = [await exchange(port, b"") for _ in range(2)]  # say nothing, hold a slot each
+            await asyncio.sleep(0.5)
+            head, reader, writer = await connect(port, f"allowed.test:{up.port}")
+            assert head.startswith(b"HTTP/1.1 200 ")  # served
+            assert await idle[0][0].read() == b""  # the quietest was closed for it
+            assert await echoes(reader, writer)
+            for _, w in idle:
+                w.close()
+
+    run(test)
+
+
 def test_refusals_are_capped_keeping_the_latest() -> None:
     async def test() -> None:
         async with proxy(ProxyLimits(max_refusals=2)) as (p, port):
