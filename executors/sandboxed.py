@@ -29,6 +29,7 @@ import functools
 import re
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.executors.denial import Denial, find_denial
@@ -54,6 +55,7 @@ from dsh.sandbox.sandbox_home import home_env
 from dsh.sandbox.trusted_changes import Baseline, Changes
 
 if TYPE_CHECKING:
+    from dsh.sandbox.net_rules import NetworkRules
     # The mixin is typed as the local executor it is always combined with.
     _MixinBase = LocalBashExecutor
 else:
@@ -93,6 +95,18 @@ def _env_filter(passthrough: tuple[str, ...]) -> Callable[[str], object]:
     patterns = (*ESSENTIAL_ENV, *passthrough)
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns)).match
 
+
+@dataclass
+class _NetworkWindow:
+    """A command under an allowlist: its runner, where the refusals stood at its
+    start, and whether another command of the session shared its window."""
+
+    runner: Runner
+    mark: int
+    rules: NetworkRules | None
+    shared: bool = False
+
+
 class SandboxedExecutor(_MixinBase):
     """The overrides shared by both sandboxed executors (a mixin placed before
     the local executor class, so ``super()`` reaches the local behaviour)."""
@@ -111,7 +125,9 @@ class SandboxedExecutor(_MixinBase):
         # or changed among the trusted files is judged against it.
         self._started: dict[int, Baseline | None] = {}
         # Under a network allowlist: the runner and its refusal count at the start.
-        self._network_marks: dict[int, tuple[Runner, int]] = {}
+        # Per command under an allowlist: its runner, where the refusals stood
+        # at its start, and whether another command shared its window.
+        self._network_marks: dict[int, _NetworkWindow] = {}
 
     # -- services -------------------------------------------------------------------
     @property
@@ -143,7 +159,11 @@ class SandboxedExecutor(_MixinBase):
         with self._chosen_lock:
             self._started[id(spec)] = before
             if mark is not None:
-                self._network_marks[id(spec)] = mark
+                window = _NetworkWindow(*mark, policy.network_allowlist)
+                for other in self._network_marks.values():
+                    if other.runner is window.runner and other.rules == window.rules:
+                        other.shared = window.shared = True
+                self._network_marks[id(spec)] = window
         try:
             return super().execute(spec)
         except BaseException:
@@ -261,7 +281,8 @@ class SandboxedExecutor(_MixinBase):
             trusted_changed=tuple(map(str, changed.paths)),
             trusted_unsearched=tuple(map(str, changed.unsearched)),
             removed_from_git=tuple(map(str, changed.removed)),
-            network_denied=mark[0].network_refused(policy, mark[1]) if mark is not None else (),
+            network_denied=mark.runner.network_refused(policy, mark.mark) if mark is not None else (),
+            network_denied_shared=mark is not None and mark.shared,
         )
 
     def _refusal_note(

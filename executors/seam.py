@@ -192,6 +192,9 @@ class SandboxFacts:
     refusal_note: str | None = None
     #: Hosts the network allowlist refused during the run, as the command named them.
     network_denied: tuple[str, ...] = ()
+    #: Another command of the session ran under the same allowlist meanwhile:
+    #: its refusals fall in the same window, so some of ``network_denied`` may be its.
+    network_denied_shared: bool = False
 
 
 @dataclass(frozen=True)

@@ -83,11 +83,15 @@ def sandbox_marker(note: str) -> str:
 NETWORK_SHOWN = 5
 
 
-def network_denied_note(name: str) -> str:
+def network_denied_note(name: str, shared: bool = False) -> str:
     # A host as the command asked for it: anything beyond a host's characters is
     # quoted, so a name cannot close the marker early or imitate another one.
     plain = name and all(c.isascii() and (c.isalnum() or c in ".-_:*") for c in name)
-    return f"network access to {name if plain else json.dumps(name)} denied"
+    # Another command of the session ran meanwhile: the refusal may be its, and
+    # must not read as this command's need (one command could nudge the
+    # allowlist open for another).
+    meanwhile = " (another command of this session ran meanwhile: it may have asked)" if shared else ""
+    return f"network access to {name if plain else json.dumps(name)} denied{meanwhile}"
 
 
 def network_refused_note(hosts: tuple[str, ...], shown: int = 20) -> str:
@@ -266,7 +270,8 @@ def sandbox_lines(facts: SandboxFacts | None) -> list[str]:
         # What no wider mode is the answer to (a connection under network-off, a
         # runner's limitation, a read): said as it is, never as a file denial.
         lines.append(sandbox_marker(_one_line(facts.refusal_note)))
-    lines += [sandbox_marker(network_denied_note(name)) for name in facts.network_denied[:NETWORK_SHOWN]]
+    lines += [sandbox_marker(network_denied_note(name, facts.network_denied_shared))
+              for name in facts.network_denied[:NETWORK_SHOWN]]
     if len(facts.network_denied) > NETWORK_SHOWN:
         lines.append(sandbox_marker(f"network access to {len(facts.network_denied) - NETWORK_SHOWN} more "
                                     "host(s) denied"))
