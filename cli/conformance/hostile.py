@@ -285,7 +285,10 @@ def inode_flags_unchanged(template: str) -> Check:
 
 
 def no_cgroup_dir(env: HostEnv, out: RunOutput) -> str | None:
-    made = [p for p in Path("/sys/fs/cgroup").glob(f"**/dshconf-{env.nonce}") if p.is_dir()]
+    # Other sessions make and remove their cgroups meanwhile: a directory that
+    # goes during the walk is skipped (os.walk's default), never a crash.
+    name = f"dshconf-{env.nonce}"
+    made = [Path(top, name) for top, dirs, _files in os.walk("/sys/fs/cgroup") if name in dirs]
     for path in made:
         with contextlib.suppress(OSError):
             path.rmdir()
