@@ -99,6 +99,7 @@ def test_json_shape(workspace: Path, tmp_path: Path, runner: str) -> None:
         "removed_from_git": [],  # links the run planted in a git dir, removed after it
         "refusal_note": None,  # a refusal no wider mode would lift (socket, network off, ...)
         "network_denied": [],  # hosts the network allowlist refused
+        "network_denied_shared": False,  # another command of the session ran meanwhile
     }
     assert data["sandbox"]["enforcement"].startswith(("full", "partial"))
 
