@@ -30,6 +30,7 @@ HIDDEN_METADATA = Capability("hidden-metadata", "names and stat of hidden paths 
 METADATA = Capability("metadata", "chmod, utime and xattrs outside the writable roots are refused")
 TRUNCATE = Capability("truncate", "files outside the writable roots cannot be truncated")
 NETWORK = Capability("network", "no network when the profile turns it off")
+NETWORK_BY_NAME = Capability("network-by-name", "with an allowlist, the host's proxy is all the command can reach")
 SOCKET_FAMILIES = Capability("socket-families", "netlink, AF_VSOCK and other kernel sockets stay closed")
 UNIX_SOCKETS = Capability("unix-sockets", "host daemons' unix sockets are out of reach")
 NO_SCOPES = Capability("no-scopes", "abstract unix sockets and signals are scoped to the sandbox")

@@ -35,6 +35,7 @@ from dsh.cli.conformance.model import (
     ScenarioResult,
     Unavailable,
 )
+from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import DshError, SandboxUnavailable
 from dsh.sandbox.runner import Enforcement, Runner
 
@@ -181,8 +182,12 @@ class Harness:
                     result = ScenarioResult(scenario.id, runner, mode, "not-enforced",
                                             f"runner declares a limitation: {limit}")
                 elif scenario.allowlist:
-                    result = self._allowlisted(allowlisted, allowlisted_tools, enforcement.degradations, runner,
-                                               mode, profile, root, scenario, env, reasons, listeners,
+                    # The allowlist session also accepts what only an allowlist
+                    # degrades (Landlock names a port, never an address).
+                    by_name = tuple(name for name, caps in (declared.DEGRADATIONS if declared else {}).items()
+                                    if cap.NETWORK_BY_NAME in caps)
+                    result = self._allowlisted(allowlisted, allowlisted_tools, (*enforcement.degradations, *by_name),
+                                               runner, mode, profile, root, scenario, env, reasons, listeners,
                                                separate_kernel)
                 else:
                     result = self._scenario(ctx, runner, mode, scenario, env, reasons, tools, listeners,

@@ -20,6 +20,7 @@ SYS_LANDLOCK_RESTRICT_SELF = 446
 
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_RULE_NET_PORT = 2
 
 
 # Filesystem rights, with the ABI that introduced each one.
@@ -99,6 +100,11 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1  # the uapi struct is __attribute__((packed)): 16 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall = _libc.syscall
 _syscall.restype = ctypes.c_long
@@ -142,16 +148,24 @@ def create_ruleset(abi: int, handled_fs: int, handled_net: int, scoped: int) -> 
     return _check(result, "landlock_create_ruleset")
 
 
-def add_path_rule(ruleset_fd: int, path_fd: int, allowed: int) -> None:
-    attr = _PathBeneathAttr(allowed, path_fd)
+def _add_rule(ruleset_fd: int, rule_type: int, attr: ctypes.Structure, what: str) -> None:
     result = _syscall(
         ctypes.c_long(SYS_LANDLOCK_ADD_RULE),
         ctypes.c_int(ruleset_fd),
-        ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
+        ctypes.c_int(rule_type),
         ctypes.byref(attr),
         ctypes.c_uint32(0),
     )
-    _check(result, "landlock_add_rule(PATH_BENEATH)")
+    _check(result, f"landlock_add_rule({what})")
+
+
+def add_path_rule(ruleset_fd: int, path_fd: int, allowed: int) -> None:
+    _add_rule(ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, _PathBeneathAttr(allowed, path_fd), "PATH_BENEATH")
+
+
+def add_net_port_rule(ruleset_fd: int, port: int, allowed: int) -> None:
+    """Allow ``allowed`` (NET_RIGHTS bits) for TCP ``port`` (ABI 4)."""
+    _add_rule(ruleset_fd, LANDLOCK_RULE_NET_PORT, _NetPortAttr(allowed, port), "NET_PORT")
 
 
 def restrict_self(ruleset_fd: int) -> None:

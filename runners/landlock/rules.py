@@ -22,6 +22,7 @@ from typing import Literal
 
 from dsh.runners.landlock import abi
 from dsh.sandbox import own_state
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.mount_plan import kept_paths
 from dsh.sandbox.pins import PinnedPaths, open_beneath
@@ -283,8 +284,10 @@ def _plan_writes(
             )
 
 
-def build_ruleset(plan: RulePlan, pins: PinnedPaths | None = None) -> int:
-    """Create the ruleset fd for ``plan`` (the caller closes it).
+def build_ruleset(plan: RulePlan, pins: PinnedPaths | None = None, connect_ports: tuple[int, ...] = ()) -> int:
+    """Create the ruleset fd for ``plan`` (the caller closes it); with the
+    network handled, TCP ``connect()`` is allowed to ``connect_ports`` only
+    (the allowlist's proxy), ``bind()`` to none.
 
     A rule on a path the policy service pinned (the workspace, a writable
     root, a read-only path) is added on the pinned fd: what was checked when
@@ -296,7 +299,12 @@ def build_ruleset(plan: RulePlan, pins: PinnedPaths | None = None) -> int:
     try:
         for rule in plan.rules:
             _add_path(fd, rule, pins)
-        # Network off: TCP bind/connect are handled and no port is allowed.
+        connect = plan.handled_net & abi.NET_RIGHTS["CONNECT_TCP"][0]
+        if connect_ports and not connect:
+            raise SandboxUnavailable(f"Landlock ABI {plan.abi} cannot limit connect() by port (ABI 4); nothing ran",
+                                     runner="landlock")
+        for port in connect_ports:
+            abi.add_net_port_rule(fd, port, connect)
     except BaseException:
         os.close(fd)
         raise

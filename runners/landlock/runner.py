@@ -7,7 +7,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from dsh.runners.landlock import abi
 from dsh.runners.landlock.limited_spawn import LimitedSpawn
@@ -21,14 +21,17 @@ from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
 from dsh.runners.landlock.statements import (
     HARDENING,
     LOCAL_IPC,
+    NETWORK_PORT_GAP,
     PRIVATE_TMP,
     PROCESS_LIST_GAP,
     ROOT_HARDENING,
     USER_HARDENING,
 )
 from dsh.runners.linux import bpf, seccomp
+from dsh.runners.linux.allowlist_session import AllowlistSession
 from dsh.runners.linux.cgroups import CgroupSession, join_args, join_shells
 from dsh.runners.linux.env_hop import EnvHop
+from dsh.runners.linux.net_namespace import plan_line
 from dsh.sandbox import capability as cap
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.helper_env import helper_env
@@ -45,6 +48,9 @@ from dsh.sandbox.runner import (
     SpeedTargets,
     address_space_limitation,
 )
+
+if TYPE_CHECKING:
+    from dsh.sandbox.net_proxy import Resolver
 
 NAME = "landlock"
 
@@ -86,6 +92,7 @@ class LandlockRunner(Runner):
         "landlock-hidden-paths": (cap.HIDDEN_PATHS,),
         "landlock-limits": cap.LIMITS,
         "landlock-metadata": (cap.METADATA,),
+        "landlock-network-by-port": (cap.NETWORK_BY_NAME,),
         "landlock-no-scopes": (cap.NO_SCOPES, cap.SIGNAL_SCOPE),
         "landlock-no-truncate": (cap.TRUNCATE,),
         "landlock-process-escape": (cap.PROCESS_ESCAPE,),
@@ -93,7 +100,11 @@ class LandlockRunner(Runner):
         "landlock-protected-paths": (cap.PROTECTED_PATHS,),
     }
 
-    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+    network_by_name: ClassVar[bool] = True
+
+    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None) -> None:
+        """``proxy_resolver``: how the allowlist proxy resolves names (the
+        system's unless given; tests map names to loopback servers)."""
         super().__init__(options)
         strategy = self.options.get("protected_paths", "parent")
         if strategy not in ("parent", "siblings"):
@@ -111,6 +122,7 @@ class LandlockRunner(Runner):
         self._plans: dict[SandboxPolicy, RulePlan] = {}
         self._spawners: dict[SandboxPolicy, SpawnerThread] = {}
         self._cgroups: CgroupSession | None = None
+        self._allowlists = AllowlistSession(proxy_resolver, namespaced=False)
         self._closed = False
 
     # -- probe -----------------------------------------------------------------
@@ -188,7 +200,23 @@ class LandlockRunner(Runner):
         limit_gaps = self._limit_plan(policy).gaps
         if not policy.constrained:
             return limit_gaps
-        return self._rule_plan(policy).gaps + limit_gaps + (PROCESS_LIST_GAP,)
+        network = (NETWORK_PORT_GAP,) if policy.network_allowlist is not None else ()
+        return self._rule_plan(policy).gaps + limit_gaps + (PROCESS_LIST_GAP,) + network
+
+    def refuses_network_of(self, policy: SandboxPolicy) -> str | None:
+        if not policy.constrained or policy.network_allowlist is None:
+            return None
+        probe = self.probe()
+        if probe.available and probe.details["abi"] < 4:
+            return (f"Landlock ABI {probe.details['abi']} has no network rules (ABI 4), so the command cannot be "
+                    "limited to the allowlist's proxy; nothing ran: run with --runner bwrap (or auto)")
+        return None
+
+    def network_mark(self, policy: SandboxPolicy) -> int:
+        return self._allowlists.mark(policy)
+
+    def network_refused(self, policy: SandboxPolicy, mark: int) -> tuple[str, ...]:
+        return self._allowlists.refused(policy, mark)
 
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
         gaps = self._gaps(policy)
@@ -235,6 +263,12 @@ class LandlockRunner(Runner):
         rules = plan.describe_rules() + tuple(f"note: {n}" for n in plan.notes)
         if policy.network:
             network = "on: no network restriction"
+        elif policy.network_allowlist is not None:
+            network = (
+                plan_line(policy.network_allowlist, "127.0.0.1 on a port the kernel picks per session")
+                + "; seccomp allows TCP sockets only, and Landlock connect() to the proxy's port only; bind(), "
+                "listen() and TCP Fast Open are refused"
+            )
         else:
             network = (
                 "off: seccomp makes socket() fail with EACCES for every family"
@@ -275,6 +309,7 @@ class LandlockRunner(Runner):
             network=policy.network,
             read_only=policy.mode is SandboxMode.READ_ONLY,
             unix_sockets=self._unix_connect,
+            proxy_client=policy.network_allowlist is not None,
         )
 
     def _spawner(self, policy: SandboxPolicy) -> SpawnerThread:
@@ -292,8 +327,10 @@ class LandlockRunner(Runner):
             # Children share the spawner thread's domain, and the thread shares
             # this process's memory: keep them out of /proc/<pid>/{mem,environ}.
             abi.set_process_undumpable()
+            # The proxy exists before the rules: they name its port.
+            ports = (self._allowlists.enter(policy, NAME).port,) if policy.network_allowlist is not None else ()
             with self.pinned(policy) as pins:
-                fd = build_ruleset(plan, pins)
+                fd = build_ruleset(plan, pins, ports)
             syscalls = self._syscall_policy(policy)
             setup = lambda: _restrict_current_thread(fd, arch, syscalls)  # noqa: E731
         try:
@@ -319,8 +356,12 @@ class LandlockRunner(Runner):
             return LocalLaunch(argv=exact)  # danger-full-access: nothing to apply
         refuse_writable_helpers((*limits.prlimit[:1], *join_shells()), policy_roots(policy), runner=NAME)
         spawner = self._spawner(policy)
+        added: Mapping[str, str] = {}
+        if policy.constrained and policy.network_allowlist is not None:
+            added = self._allowlists.enter(policy, NAME).env
+            env = {**env, **added}
         if not limits.prlimit and not limits.needs_cgroup and limits.wall_time_s is None:
-            return LocalLaunch(argv=exact, spawn_in=spawner.call)
+            return LocalLaunch(argv=exact, spawn_in=spawner.call, env=added)
         cgroups = self._cgroups if limits.needs_cgroup else None
         try:
             limited = LimitedSpawn(spawner, cgroups, limits)
@@ -332,7 +373,7 @@ class LandlockRunner(Runner):
             limited.cleanup()
             raise SandboxUnavailable(f"cannot join the command's cgroup: {exc}; nothing ran", runner=NAME) from exc
         if not join and not limits.prlimit:
-            return LocalLaunch(argv=exact, spawn_in=limited.spawn_in,
+            return LocalLaunch(argv=exact, spawn_in=limited.spawn_in, env=added,
                                kill_tree=limited.kill_tree if cgroups is not None else None,
                                cleanup=limited.cleanup)
         # The join shell and prlimit run before the command: a loader variable
@@ -347,6 +388,7 @@ class LandlockRunner(Runner):
         return LocalLaunch(
             argv=(*join, *limits.prlimit, *limited.hop.args, *exact),
             spawn_in=limited.spawn_in,
+            env=added,
             spawn_env=helper_env(),
             pass_fds=(*limited.join_fds, limited.hop.fd),
             kill_tree=limited.kill_tree if cgroups is not None else None,
@@ -361,6 +403,7 @@ class LandlockRunner(Runner):
             cgroups, self._cgroups = self._cgroups, None
         for spawner in spawners:
             spawner.stop()
+        self._allowlists.close()
         if cgroups is not None:
             cgroups.close()
 

@@ -55,3 +55,14 @@ PROCESS_LIST_GAP = Gap(
     "cannot hide other processes: without a pid namespace every host process is listed in /proc, with its "
     "command line (secrets passed in argv), name, owner and state; its environ, mem and fd entries stay unreadable",
 )
+
+# Landlock's network rules name TCP ports, never addresses, and the command
+# shares the host's network: the allowlist's proxy listens on the host's
+# loopback, and the command may connect() to its port only.
+NETWORK_PORT_GAP = Gap(
+    "landlock-network-by-port",
+    "with a network allowlist, Landlock limits connect() by TCP port, never by address: the command reaches the "
+    "host's proxy, and also any other address that listens on the proxy's port (a server of its choosing that "
+    "listens on every port), and any process of the host can use the proxy; UDP, raw and unix sockets, bind() "
+    "and listen() stay refused (bwrap, gVisor and docker reach nothing but the proxy)",
+)

@@ -1,4 +1,4 @@
-"""A runner's allowlist namespaces and proxies, made on first use (bwrap, gVisor).
+"""A runner's allowlist namespaces and proxies, made on first use (bwrap, gVisor, Landlock).
 
 Light to import: the proxy and its event loop load only when a policy with an
 allowlist first runs.
@@ -17,10 +17,12 @@ if TYPE_CHECKING:
 
 
 class AllowlistSession:
-    def __init__(self, resolver: Resolver | None) -> None:
+    def __init__(self, resolver: Resolver | None, *, namespaced: bool = True) -> None:
         """``resolver``: how the proxy resolves names (the system's unless
-        given; tests map names to loopback servers)."""
+        given; tests map names to loopback servers); ``namespaced``: as
+        ``AllowlistNetworks`` takes it."""
         self._resolver = resolver
+        self._namespaced = namespaced
         self._lock = threading.Lock()
         self._networks: AllowlistNetworks | None = None
 
@@ -31,7 +33,7 @@ class AllowlistSession:
         assert policy.network_allowlist is not None
         with self._lock:
             if self._networks is None:
-                self._networks = AllowlistNetworks(self._resolver)
+                self._networks = AllowlistNetworks(self._resolver, namespaced=self._namespaced)
             networks = self._networks
         return networks.enter(policy.network_allowlist, runner)
 

@@ -179,10 +179,10 @@ def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
     return env
 
 
-def plan_line(rules: NetworkRules, port: int = PROXY_PORT) -> str:
-    """What ``explain`` says of a network limited to ``rules``."""
+def plan_line(rules: NetworkRules, at: str = f"127.0.0.1:{PROXY_PORT}") -> str:
+    """What ``explain`` says of a network limited to ``rules`` (``at``: where the proxy listens)."""
     never = f"; never {', '.join(rules.deny)}" if rules.deny else ""
-    return (f"allowlist: only through the host's proxy at 127.0.0.1:{port} (HTTP, CONNECT, SOCKS5), to "
+    return (f"allowlist: only through the host's proxy at {at} (HTTP, CONNECT, SOCKS5), to "
             + ", ".join(rules.allow) + never)
 
 

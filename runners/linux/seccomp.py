@@ -72,6 +72,12 @@ client will later connect to).  Hence:
   (loopback only exists there) and ``AF_NETLINK`` with ``NETLINK_ROUTE`` (to
   configure that loopback) stay allowed; every other family (``AF_VSOCK``
   reaches the hypervisor, ``AF_PACKET``, other netlink protocols...) is refused;
+- ``proxy_client`` (Landlock with a network allowlist): TCP sockets
+  (``AF_INET``/``AF_INET6``, ``SOCK_STREAM``, protocol 0 or TCP) as well, and
+  ``connect()``, which Landlock limits to the proxy's port; ``bind()``,
+  ``listen()`` (which binds an ephemeral port on every address without the
+  hook Landlock checks) and TCP Fast Open sends (a connect inside a send) stay
+  refused;
 - ``unix_sockets``: the runner keeps host pathname sockets out of reach by other
   means (its mount namespace) or the user asked for them (Landlock's
   ``unix_connect = "allow"``): ``socket(AF_UNIX)`` with ``SOCK_STREAM`` or
@@ -140,6 +146,7 @@ class SyscallPolicy:
     private_ipc: bool = False
     read_only: bool = False
     unix_sockets: bool = False
+    proxy_client: bool = False
     guard_tid: int | None = None
 
 
@@ -185,6 +192,8 @@ _PRIO_PROCESS = 0
 _IOPRIO_WHO_PROCESS = 1
 _NETLINK_ROUTE = 0
 _SOCK_TYPE_MASK = 0xF
+_MSG_FASTOPEN = 0x20000000
+_FASTOPEN_FLAGS = (("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3))  # (syscall, index of its flags)
 
 _IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 _KEYRINGS = ("keyctl", "add_key", "request_key")
@@ -222,11 +231,29 @@ def _socket_rules(policy: SyscallPolicy) -> Iterable[Rule]:
         yield Rule("socket", ALLOW, (Arg(0, socket.AF_INET),))
         yield Rule("socket", ALLOW, (Arg(0, socket.AF_INET6),))
         yield Rule("socket", ALLOW, (Arg(0, socket.AF_NETLINK), Arg(2, _NETLINK_ROUTE)))
+    elif policy.proxy_client:
+        # TCP only (Landlock mediates TCP connect() and bind() by port, no
+        # other protocol: not UDP, SCTP or MPTCP).
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for protocol in (0, socket.IPPROTO_TCP):
+                yield Rule("socket", ALLOW, (Arg(0, family), Arg(1, socket.SOCK_STREAM, mask=_SOCK_TYPE_MASK),
+                                             Arg(2, protocol)))
     if policy.unix_sockets:
         yield from _unix_pair_types("socket")
     yield Rule("socket", EACCES)
     yield from _unix_pair_types("socketpair")
     yield Rule("socketpair", EACCES)
+    if policy.proxy_client and not policy.private_network:
+        # listen() on an unbound TCP socket binds an ephemeral port on every
+        # address without the bind hook Landlock checks (measured: a server
+        # reachable from the network).  TCP Fast Open sends connect from
+        # inside sendto()/sendmsg(): Landlock refuses them on the kernels
+        # measured, and the filter keeps them refused whatever the kernel.
+        yield Rule("listen", EACCES)
+        yield Rule("bind", EACCES)
+        for name, index in _FASTOPEN_FLAGS:
+            yield Rule(name, EACCES, (Arg(index, _MSG_FASTOPEN, mask=_MSG_FASTOPEN),))
+        return
     if not policy.private_network and not policy.unix_sockets:
         # Only socketpairs (already connected) can exist; an inherited
         # unconnected socket must not reach a host daemon either, nor any

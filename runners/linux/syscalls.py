@@ -37,7 +37,7 @@ _X86_64 = {
     "openat": 257, "mknodat": 259, "fchownat": 260, "futimesat": 261, "fchmodat": 268, "utimensat": 280,
     "rt_tgsigqueueinfo": 297, "prlimit64": 302, "process_vm_readv": 310, "process_vm_writev": 311,
     "sched_setattr": 314, "clone": 56, "pivot_root": 155, "chroot": 161, "mount": 165, "umount2": 166,
-    "unshare": 272, "setns": 308,
+    "unshare": 272, "setns": 308, "sendto": 44, "sendmsg": 46, "sendmmsg": 307,
 }  # fmt: skip
 
 _AARCH64 = {
@@ -53,7 +53,7 @@ _AARCH64 = {
     "socket": 198, "socketpair": 199, "bind": 200, "listen": 201, "connect": 203, "add_key": 217,
     "request_key": 218, "keyctl": 219, "rt_tgsigqueueinfo": 240, "prlimit64": 261, "process_vm_readv": 270,
     "process_vm_writev": 271, "sched_setattr": 274, "umount2": 39, "mount": 40, "pivot_root": 41, "chroot": 51,
-    "unshare": 97, "clone": 220, "setns": 268,
+    "unshare": 97, "clone": 220, "setns": 268, "sendto": 206, "sendmsg": 211, "sendmmsg": 269,
 }  # fmt: skip
 
 

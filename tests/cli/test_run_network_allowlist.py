@@ -106,12 +106,14 @@ def test_a_deny_flag_narrows_the_profiles_allowlist(workspace: Path, server: int
     assert Counting.hits == []
 
 
-def test_a_runner_that_cannot_limit_by_name_refuses_and_runs_nothing(workspace: Path, profile: Path) -> None:
+def test_landlock_limits_by_port_only_and_runs_nothing_unless_that_is_accepted(workspace: Path) -> None:
     need_runner("landlock")
-    done = cli("run", "--runner", "landlock", "--allow-domain", "pypi.org", "--accept-degraded",
-               "landlock-protected-paths", "--", "touch", "ran", cwd=workspace)
+    done = cli("run", "--runner", "landlock", "--allow-domain", "pkgs.example.org", "--accept-degraded",
+               "landlock-protected-paths", "--accept-degraded", "landlock-process-list", "--", "touch", "ran",
+               cwd=workspace)
     assert done.returncode == 125
-    assert "cannot limit the network to named hosts" in done.stderr.decode()
+    err = done.stderr.decode()
+    assert "landlock-network-by-port" in err and "never by address" in err, err
     assert not (workspace / "ran").exists()
 
 

@@ -45,8 +45,8 @@ try:
     out["direct"] = "connected"
 except OSError as exc:
     out["direct"] = exc.errno
-udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 try:
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     udp.sendto(b"x", ("192.0.2.1", 53))
     out["udp"] = "sent"
 except OSError as exc:
