@@ -14,7 +14,8 @@ What holds, per mode (how: ``session``, ``command``, ``sync``, ``archive``):
 - danger-full-access: runs as root in the sandbox; the workspace syncs back
   with the same checks.
 - network off: ``allow_internet_access=False`` when the sandbox is created
-  (the first command's policy decides; see ``_session_for``).
+  (the first command's policy decides; see ``_session_for``); an allowlist:
+  E2B's own egress rules (``network``), by a degradation (``network``).
 - limits: ``prlimit`` (processes, address space, file size).
 Debug mode (a local envd, no E2B API) cannot apply the network setting and the
 boundary is whatever runs that envd, so it is reported as degraded
@@ -29,6 +30,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
+from dsh.runners.e2b import network as egress
 from dsh.runners.e2b.command import process_argv, pty_process_argv, remote_env, shell_script
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.process import start_command
@@ -62,7 +64,9 @@ class E2BRunner(Runner):
     terminal_pty: ClassVar[Literal["sandbox", "host", "runner"]] = "runner"
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "e2b-debug": (cap.SANDBOX_BOUNDARY, cap.NETWORK),
+        egress.SNI_DEGRADATION: (cap.NETWORK_BY_NAME,),
     }
+    network_by_name: ClassVar[bool] = True
     extra: ClassVar[str | None] = "e2b"
     CONFIG_KEYS: ClassVar[Mapping[str, ConfigKey]] = {
         "template": ConfigKey("The sandbox template (default: base).", example="base"),
@@ -105,7 +109,14 @@ class E2BRunner(Runner):
                            {"template": self.config.template or "base",
                             "api_key": "set (checked when the first sandbox is created)"})
 
+    def refuses_network_of(self, policy: SandboxPolicy) -> str | None:
+        if not policy.constrained or policy.network_allowlist is None:
+            return None
+        return egress.refusal(policy.network_allowlist, debug=self.config.debug)
+
     def enforcement(self, policy: SandboxPolicy) -> Enforcement:
+        if policy.constrained and policy.network_allowlist is not None and not self.config.debug:
+            return Enforcement.partial([egress.SNI_GAP])
         if not (self.config.debug and policy.constrained):
             return Enforcement.full()
         gaps = [Gap(DEBUG_DEGRADATION, f"debug mode: commands run wherever the envd at "
@@ -158,7 +169,8 @@ class E2BRunner(Runner):
         ]
         cannot += list(self.enforcement(policy).missing)
         cannot += list(self.limitations(policy).values())
-        network = ("on" if policy.network else "off (allow_internet_access=False)")
+        network = ("on" if policy.network else egress.plan_line(policy.network_allowlist)
+                   if policy.network_allowlist is not None else "off (allow_internet_access=False)")
         return RunnerPlan(self.name, policy.mode, tuple(rules), network, tuple(limits),
                           tuple(cannot))
 
@@ -218,11 +230,15 @@ class E2BRunner(Runner):
                 f"{policy.workspace}; use one runner per workspace", runner=self.name)
         # Internet access is fixed when the sandbox is created: a later command that
         # wants network runs without it (stricter, never looser); one that wants it
-        # off cannot run in a sandbox created with it on.
+        # off, or another allowlist, cannot run in a sandbox created with more.
         if session.network and not policy.network:
             raise SandboxUnavailable(
                 "this session's sandbox was created with internet access; a command with "
                 "network off cannot run in it (use a new session)", runner=self.name)
+        if session.allowlist is not None and not policy.network and policy.network_allowlist != session.allowlist:
+            raise SandboxUnavailable(
+                "this session's sandbox was created with another network allowlist; a command with "
+                "another network cannot run in it (use a new session)", runner=self.name)
         return session
 
     def _hold_workspace(self, policy: SandboxPolicy) -> None:

@@ -4,7 +4,7 @@ Setup (once, lazily, on the first command; it counts against that command's
 deadline):
 
 1. ``Sandbox.create`` (``allow_internet_access=False`` unless the first
-   policy wants network).  In debug mode the SDK makes no API call, so the
+   policy wants network; E2B's egress rules for an allowlist).  In debug mode the SDK makes no API call, so the
    envd's ``/health`` is checked instead.
 2. As root: create two unprivileged users, ``<user>`` (workspace-write) and
    ``<user>-ro`` (read-only).  Each is checked to have no ``sudo`` (the
@@ -24,6 +24,7 @@ from collections.abc import Iterator, Mapping
 from typing import IO, Any, Protocol
 
 from dsh.runners.e2b.command import tree_kill_script
+from dsh.runners.e2b.network import create_args
 from dsh.runners.e2b.options import E2BOptions
 from dsh.runners.e2b.sync import WorkspaceSync
 from dsh.sandbox.errors import SandboxUnavailable
@@ -90,6 +91,7 @@ class E2BSession:
         self.sandbox = sandbox
         self.workspace = policy.workspace
         self.network = policy.network
+        self.allowlist = None if policy.network else policy.network_allowlist
         self.dead = False
         self.closing = False  # teardown: commands it kills are not synced back
         self.live: set[LiveCommand] = set()
@@ -111,9 +113,8 @@ class E2BSession:
                                      runner=RUNNER)
         try:
             sandbox = e2b.Sandbox.create(
-                template=options.template, timeout=options.timeout,
-                allow_internet_access=policy.network, metadata={"dsh-sandbox": "1"},
-                **options.sdk_params())
+                template=options.template, timeout=options.timeout, metadata={"dsh-sandbox": "1"},
+                **create_args(policy, debug=options.debug), **options.sdk_params())
         except Exception as exc:
             raise unavailable(exc, "creating the E2B sandbox") from exc
         session = cls(options, sandbox, policy, root_fd)
