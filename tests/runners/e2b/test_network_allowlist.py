@@ -24,7 +24,7 @@ def test_debug_mode_refuses_an_allowlist_and_runs_nothing(envd: Envd, workspace:
     runner = E2BRunner({"sandbox_url": envd.url})
     limited = policy("workspace-write", workspace, network_allowlist=parse(["pkgs.example.org"]))
     try:
-        with pytest.raises(SandboxUnavailable, match="debug mode .* cannot apply network rules; nothing ran"):
+        with pytest.raises(SandboxUnavailable, match=r"debug mode .* cannot apply network rules; nothing ran"):
             run(runner, ["touch", str(workspace / "ran")], limited)
     finally:
         runner.close()
