@@ -1,0 +1,44 @@
+"""``dsh-sandbox bench``'s command-line rows: the CLI as people start it, against
+``python -c pass`` and the peers on PATH, measured in interleaved rounds."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from dsh.cli.benchmarks import PEERS, Report, bench_cli, compute_ratios, render_table
+
+from tests.support.require import require_runner
+
+
+def test_the_cli_rows_are_measured_and_set_against_python_and_the_peers(monkeypatch: pytest.MonkeyPatch) -> None:
+    require_runner("bwrap")
+    require_runner("landlock")
+    # Only the system's directories on PATH: a peer installed there is timed, the others reported.
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    missing = [p for p in PEERS if shutil.which(p) is None]
+    workspace = Path(tempfile.mkdtemp(prefix="dsh-bench-test-", dir="/var/tmp"))
+    try:
+        report = Report()
+        bench_cli(report, 5, workspace, peers=tuple(PEERS))
+        compute_ratios(report)
+    finally:
+        shutil.rmtree(workspace)
+    rows = {t.name: t for t in report.timings}
+    for name in ("python -c pass", "dsh-sandbox --version", "dsh-sandbox --help",
+                 "dsh-sandbox run --mode danger-full-access -- true", "dsh-sandbox run --runner bwrap -- true",
+                 "dsh-sandbox run --runner landlock -- true"):
+        assert name in rows, (name, report.skipped)
+        assert rows[name].samples == 5 and rows[name].median_ms > 0 and rows[name].note == "interleaved"
+    measured = {(r["measure"], r["baseline"]) for r in report.ratios}
+    assert ("dsh-sandbox run --runner bwrap -- true", "python -c pass") in measured
+    assert ("dsh-sandbox --help", "python -c pass") in measured
+    for peer in PEERS:
+        if peer in missing:
+            assert report.skipped[f"peer {peer}"] == f"{peer} is not on PATH"
+        else:
+            label = next(name for name in rows if name.startswith(f"{peer} "))
+            assert ("dsh-sandbox run --runner bwrap -- true", label) in measured
+    assert "| dsh-sandbox run --runner landlock -- true | 5 |" in render_table(report)
