@@ -61,8 +61,10 @@ def test_the_sdk_sends_deny_all_and_the_allowed_names(workspace: Path) -> None:
     assert set(args) == {"network"}  # never allow_internet_access beside it
     body = build_network_config(args["network"])
     assert body is not None
-    assert SandboxNetworkConfig(**body).to_dict() == {
-        "allowOut": ["pkgs.example.org", "*.example.com"], "denyOut": ["0.0.0.0/0"]}
+    sent = SandboxNetworkConfig(**body).to_dict()
+    # Older SDKs also send the model's default for public URLs; nothing else may ride along.
+    assert sent.pop("allowPublicTraffic", True) is True
+    assert sent == {"allowOut": ["pkgs.example.org", "*.example.com"], "denyOut": ["0.0.0.0/0"]}
     # Off, on, and debug mode: the switch alone, as before.
     assert create_args(policy("read-only", workspace), debug=False) == {"allow_internet_access": False}
     assert create_args(policy("read-only", workspace, network=True), debug=False) == {"allow_internet_access": True}
