@@ -94,6 +94,11 @@ class SandboxPolicy:
     def __post_init__(self) -> None:
         if self.network and self.network_allowlist is not None:
             raise ValueError("network is either on (network=True) or limited to an allowlist, not both")
+        # No runner wraps an unconstrained command: an allowlist beside it would
+        # be silently dropped, so the value itself cannot be made.
+        if self.network_allowlist is not None and not self.mode.constrains:
+            raise ValueError(f"{self.mode.value} runs the command unwrapped, with the whole network: a network "
+                             "allowlist cannot apply to it; use workspace-write or read-only, or drop the allowlist")
 
     @property
     def constrained(self) -> bool:

@@ -63,6 +63,8 @@ NETWORK_PORT_GAP = Gap(
     "landlock-network-by-port",
     "with a network allowlist, Landlock limits connect() by TCP port, never by address: the command reaches the "
     "host's proxy, and also any other address that listens on the proxy's port (a server of its choosing that "
-    "listens on every port), and any process of the host can use the proxy; UDP, raw and unix sockets, bind() "
-    "and listen() stay refused (bwrap, gVisor and docker reach nothing but the proxy)",
+    "listens on every port), and any process of the host can use the proxy; a process that outlives the session "
+    "(landlock-process-escape) keeps connect() to that port after the proxy is gone, to whatever listens there "
+    "later; UDP, raw and unix sockets, bind() and listen() stay refused, for every socket family, so a unix-socket "
+    "server inside the command fails (bwrap, gVisor and docker reach nothing but the proxy)",
 )

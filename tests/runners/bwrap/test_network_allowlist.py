@@ -82,3 +82,11 @@ def test_network_on_and_an_allowlist_together_is_a_contradiction(tmp_path: Path)
     with pytest.raises(ValueError, match="not both"):
         SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=tmp_path, network=True,
                       network_allowlist=parse(["allowed.test"]))
+
+
+def test_danger_full_access_with_an_allowlist_cannot_be_made(tmp_path: Path) -> None:
+    # Through the Python API too, not only the CLI: no runner would wrap it, so
+    # the allowlist would be dropped without a word.
+    with pytest.raises(ValueError, match=r"danger-full-access runs the command unwrapped.*cannot apply"):
+        SandboxPolicy(mode=SandboxMode.DANGER_FULL_ACCESS, workspace=tmp_path, writable_roots=(Path("/"),),
+                      network_allowlist=parse(["allowed.test"]))
