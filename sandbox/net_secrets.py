@@ -21,11 +21,12 @@ import secrets as random
 import ssl
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.net_rules import HostError, NetworkRules, normalise_host, normalised_entry
+from dsh.sandbox.net_rules import HostError, NetworkRules, SecretRule, normalise_host, normalised_entry
+
+__all__ = ["SECRET_KEYS", "SecretRule", "Secrets", "SessionCA", "parse_secret", "secret_table_problems"]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -33,14 +34,31 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _PLACEHOLDER_BYTES = 24
 
 
-@dataclass(frozen=True)
-class SecretRule:
-    """``env``: the host variable with the value; ``hosts``: normalised entries
-    (each covered by the allowlist); ``header``: where the value may go."""
+#: The keys of one ``[[network.secrets]]`` table.
+SECRET_KEYS = ("env", "hosts", "header")
+_SECRET_EXAMPLE = 'write [[network.secrets]] with env = "GITHUB_TOKEN" and hosts = ["api.github.com"]'
 
-    env: str
-    hosts: tuple[str, ...]
-    header: str = "Authorization"
+
+def secret_table_problems(value: object) -> list[tuple[str, str]]:
+    """What is wrong with the shape of ``network.secrets`` (a list of tables
+    with ``env``, ``hosts`` and an optional ``header``): (problem, fix) pairs.
+    The values are checked by ``parse_secret`` once the allowlist is known."""
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        return [(f"must be a list of tables, got {value!r}", _SECRET_EXAMPLE)]
+    problems: list[tuple[str, str]] = []
+    envs: set[object] = set()
+    for table in value:
+        unknown = sorted(set(table) - set(SECRET_KEYS))
+        if unknown:
+            problems.append((f"a secret has the unknown key {unknown[0]!r}", f"use only {', '.join(SECRET_KEYS)}"))
+        missing = [key for key in SECRET_KEYS[:2] if key not in table]
+        if missing:
+            problems.append((f"a secret without {missing[0]}", _SECRET_EXAMPLE))
+        env = table.get("env")
+        if env in envs:
+            problems.append((f"{env} is listed twice", "list each variable once, with all its hosts"))
+        envs.add(env)
+    return problems
 
 
 def parse_secret(rules: NetworkRules, env: object, hosts: object, header: object = "Authorization") -> SecretRule:
