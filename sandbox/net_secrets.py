@@ -26,12 +26,32 @@ from pathlib import Path
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.net_rules import HostError, NetworkRules, SecretRule, normalise_host, normalised_entry
 
-__all__ = ["SECRET_KEYS", "SecretRule", "Secrets", "SessionCA", "parse_secret", "secret_table_problems"]
+__all__ = [
+    "CA_VARIABLES",
+    "SECRET_KEYS",
+    "SecretRule",
+    "Secrets",
+    "SessionCA",
+    "ca_environment",
+    "parse_secret",
+    "secret_table_problems",
+]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: Long enough that a guess is hopeless, plain enough for any header or URL.
 _PLACEHOLDER_BYTES = 24
+
+
+#: Where TLS clients look for the CAs they trust: each names the session's
+#: bundle (the system's CAs and the session CA) inside the sandbox.
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CERT",
+                "GIT_SSL_CAINFO", "NPM_CONFIG_CAFILE", "AWS_CA_BUNDLE", "CARGO_HTTP_CAINFO")
+
+
+def ca_environment(bundle_path: str) -> dict[str, str]:
+    """The variables that make the command's TLS clients trust the bundle at ``bundle_path``."""
+    return dict.fromkeys(CA_VARIABLES, bundle_path)
 
 
 #: The keys of one ``[[network.secrets]]`` table.
@@ -147,6 +167,16 @@ class Secrets:
             if placeholder in rewritten:
                 return b"", f"the placeholder of {env} outside the header it may fill for this host"
         return rewritten, None
+
+    def found_in(self, env: Mapping[str, str]) -> tuple[str, str] | None:
+        """(variable, secret) when a variable of ``env`` (the command's, about to
+        be handed to it) holds a secret's real value under any name."""
+        for name, text in env.items():
+            data = text.encode(errors="surrogateescape")
+            for secret, (_, value) in self._values.items():
+                if value in data:
+                    return name, secret
+        return None
 
     def carried(self, data: bytes) -> str | None:
         """The variable whose placeholder ``data`` holds, if any (a request the

@@ -58,3 +58,17 @@ def test_dropping_the_allowlist_of_a_secret_passed_through_is_refused(workspace:
     assert done.returncode == 2, err
     assert f"{flag} replaces the allowlist" in err and "would get the real value" in err
     assert not (workspace / "ran").exists()
+
+
+def test_bwrap_gives_the_command_the_placeholder_and_the_session_ca(workspace: Path, trusted_dir: Path) -> None:
+    need_runner("bwrap")
+    profile = secret_profile(trusted_dir, 'env_passthrough = ["DSH_TEST_TOKEN"]\n')
+    script = 'printf "%s\\n" "$DSH_TEST_TOKEN" "$SSL_CERT_FILE"; cat "$SSL_CERT_FILE" /proc/self/environ'
+    done = cli("run", "--runner", "bwrap", "--profile", str(profile), "--", "sh", "-c", script, cwd=workspace,
+               env=env_with(DSH_TEST_TOKEN=VALUE))
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, done.stderr
+    placeholder, bundle = out.splitlines()[:2]
+    assert placeholder.startswith("dsh-secret-") and bundle == "/dev/dsh-sandbox/ca-bundle.pem"
+    assert "-----BEGIN CERTIFICATE-----" in out
+    assert VALUE not in out and VALUE not in done.stderr.decode(errors="replace")
