@@ -27,6 +27,7 @@ from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.net_rules import HostError, NetworkRules, SecretRule, normalise_host, normalised_entry
 
 __all__ = [
+    "CA_BUNDLE_PATH",
     "CA_VARIABLES",
     "SECRET_KEYS",
     "SecretRule",
@@ -35,6 +36,7 @@ __all__ = [
     "ca_environment",
     "parse_secret",
     "secret_table_problems",
+    "values_in",
 ]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -49,7 +51,23 @@ CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_E
                 "GIT_SSL_CAINFO", "NPM_CONFIG_CAFILE", "AWS_CA_BUNDLE", "CARGO_HTTP_CAINFO")
 
 
-def ca_environment(bundle_path: str) -> dict[str, str]:
+#: Where a runner puts the bundle inside the sandbox (on the sandbox's own /dev).
+CA_BUNDLE_PATH = "/dev/dsh-sandbox/ca-bundle.pem"
+
+
+def values_in(rules: Iterable[SecretRule], env: Mapping[str, str], source: Mapping[str, str]) -> tuple[str, str] | None:
+    """(variable, secret) when a variable of ``env`` other than the secret's own
+    (which gets its placeholder) holds a secret's value from ``source``."""
+    rules = tuple(rules)
+    for name, text in env.items():
+        for rule in rules:
+            value = source.get(rule.env)
+            if name != rule.env and value and value in text:
+                return name, rule.env
+    return None
+
+
+def ca_environment(bundle_path: str = CA_BUNDLE_PATH) -> dict[str, str]:
     """The variables that make the command's TLS clients trust the bundle at ``bundle_path``."""
     return dict.fromkeys(CA_VARIABLES, bundle_path)
 

@@ -12,10 +12,8 @@ from __future__ import annotations
 import fcntl
 import os
 
-from dsh.sandbox.net_secrets import ca_environment
+from dsh.sandbox.net_secrets import CA_BUNDLE_PATH, ca_environment
 
-#: Where the bundle is inside the sandbox (on bwrap's own /dev, a tmpfs).
-CA_BUNDLE_PATH = "/dev/dsh-sandbox/ca-bundle.pem"
 _SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
 

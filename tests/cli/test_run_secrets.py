@@ -44,7 +44,7 @@ def test_a_runner_that_cannot_hold_secrets_refuses_and_runs_nothing(workspace: P
                "touch", "ran", cwd=workspace, env=env_with(DSH_TEST_TOKEN=VALUE))
     err = done.stderr.decode()
     assert done.returncode == 125, err
-    assert "cannot keep secrets out of the sandbox (bwrap can)" in err and "--allow-domain" not in err
+    assert "cannot keep secrets out of the sandbox (bwrap and docker can)" in err and "--allow-domain" not in err
     assert not (workspace / "ran").exists()
 
 
@@ -60,11 +60,13 @@ def test_dropping_the_allowlist_of_a_secret_passed_through_is_refused(workspace:
     assert not (workspace / "ran").exists()
 
 
-def test_bwrap_gives_the_command_the_placeholder_and_the_session_ca(workspace: Path, trusted_dir: Path) -> None:
-    need_runner("bwrap")
+@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+def test_the_command_gets_the_placeholder_and_the_session_ca(workspace: Path, trusted_dir: Path,
+                                                             runner: str) -> None:
+    need_runner(runner)
     profile = secret_profile(trusted_dir, 'env_passthrough = ["DSH_TEST_TOKEN"]\n')
     script = 'printf "%s\\n" "$DSH_TEST_TOKEN" "$SSL_CERT_FILE"; cat "$SSL_CERT_FILE" /proc/self/environ'
-    done = cli("run", "--runner", "bwrap", "--profile", str(profile), "--", "sh", "-c", script, cwd=workspace,
+    done = cli("run", "--runner", runner, "--profile", str(profile), "--", "sh", "-c", script, cwd=workspace,
                env=env_with(DSH_TEST_TOKEN=VALUE))
     out = done.stdout.decode(errors="replace")
     assert done.returncode == 0, done.stderr
