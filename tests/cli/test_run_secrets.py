@@ -4,6 +4,7 @@ that cannot keep the value out of the sandbox)."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -74,3 +75,13 @@ def test_the_command_gets_the_placeholder_and_the_session_ca(workspace: Path, tr
     assert placeholder.startswith("dsh-secret-") and bundle == "/dev/dsh-sandbox/ca-bundle.pem"
     assert "-----BEGIN CERTIFICATE-----" in out
     assert VALUE not in out and VALUE not in done.stderr.decode(errors="replace")
+
+
+def test_auto_skips_the_runners_that_cannot_hold_secrets(workspace: Path, trusted_dir: Path) -> None:
+    need_runner("bwrap")
+    done = cli("run", "--json", "--profile", str(secret_profile(trusted_dir)), "--", "sh", "-c",
+               'echo "$DSH_TEST_TOKEN"', cwd=workspace, env=env_with(DSH_TEST_TOKEN=VALUE))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["sandbox"]["runner"] in ("bwrap", "docker")
+    assert data["stdout"]["text"].startswith("dsh-secret-") and VALUE not in done.stdout.decode()
