@@ -347,21 +347,22 @@ class DockerRunner(Runner):
                 pass  # a leftover stays for the next run or runners --prune; this run is unaffected
         # Held (shared) until the container exists: another session's cleanup
         # leaves a placeholder alone while a session is about to bind it.
-        held = hold_placeholders(spec, pins, self._made_placeholder)
         keys = None
         if rules is not None and rules.secrets:
             from dsh.runners.docker.secrets import make_secrets
 
             keys = make_secrets(rules, self.name)
         try:
-            return self._create_holding(client, image_id, spec, expected, rules, keys)
+            held = hold_placeholders(spec, pins, self._made_placeholder)
+            try:
+                return self._create_holding(client, image_id, spec, expected, rules, keys)
+            finally:
+                for fd in held:
+                    os.close(fd)
         except BaseException:
             if keys is not None:
-                keys.remove()
+                keys.remove()  # once: a container discarded meanwhile removed them already
             raise
-        finally:
-            for fd in held:
-                os.close(fd)
 
     def _made_placeholder(self, path: str) -> None:
         with self._lock:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets as random
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ class ContainerSecrets:
     ca: SessionCA
     directory: OwnDir  # held open until the file is removed
     name: str  # the bundle's file in it
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _removed: bool = False
 
     @property
     def bundle(self) -> Path:
@@ -45,6 +48,12 @@ class ContainerSecrets:
         return Mount(CA_BUNDLE_PATH, str(self.bundle), type="bind", read_only=True)
 
     def remove(self) -> None:
+        """Remove the bundle and close the directory; once (a second call does
+        nothing, so it never closes an fd number reused meanwhile)."""
+        with self._lock:
+            if self._removed:
+                return
+            self._removed = True
         with contextlib.suppress(OSError):
             os.unlink(self.name, dir_fd=self.directory.fd)
         self.directory.close()
