@@ -301,17 +301,13 @@ class BwrapRunner(Runner):
         if policy.constrained and policy.network_allowlist is not None:
             entry = self._allowlists.enter(policy, self.name)
             env = {**env, **entry.env}
-            if entry.ca_bundle is not None:
+        try:
+            if entry is not None and entry.ca_bundle is not None:
                 from dsh.runners.bwrap.secrets import secret_environment
 
                 # The placeholders win over a variable the profile passes through.
                 env = {**env, **secret_environment(dict(entry.secret_env))}
-                try:
-                    entry.refuse_values_in(env, self.name)
-                except BaseException:
-                    entry.close()
-                    raise
-        try:
+                entry.refuse_values_in(env, self.name)
             return self._wrap_entered(command, policy, cwd=cwd, env=env, facts=facts, entry=entry)
         except BaseException:
             if entry is not None:
