@@ -71,6 +71,9 @@ def describe_policy(policy: SandboxPolicy) -> list[str]:
                 lines.append("  denied: " + ", ".join(rules.deny))
             if rules.allow_private_for:
                 lines.append("  private addresses allowed for: " + ", ".join(rules.allow_private_for))
+            for secret in rules.secrets:
+                lines.append(f"  secret {secret.env}: a placeholder inside; the proxy puts the value in "
+                             f"{secret.header} to {', '.join(secret.hosts)}")
         else:
             lines.append(f"network: {'on' if policy.network else 'off'}")
     lines.append("env passthrough: " + (", ".join(policy.env_passthrough) or "none"))

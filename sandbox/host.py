@@ -42,7 +42,7 @@ from dsh.sandbox.registry import (
     runner_entry_points,
     write_priorities,
 )
-from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe
+from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe, network_refusal
 
 
 def _safe_probe(runner: Runner) -> RunnerProbe:
@@ -208,7 +208,7 @@ class SandboxHost(Service):
             if not probe.available or runner is None:
                 why_not.append(f"  {name}: not available: {probe.reason or 'no reason given'}")
                 continue
-            refusal = runner.refuses_network_of(policy)
+            refusal = network_refusal(runner, policy)
             if refusal is not None:
                 why_not.append(f"  {name}: {refusal.split('; nothing ran')[0]}")
                 continue
@@ -245,7 +245,7 @@ class SandboxHost(Service):
         runner = self.runner(name)
         if not probe.available or runner is None:
             raise SandboxUnavailable(probe.reason or "not available here", runner=name)
-        refusal = runner.refuses_network_of(policy)
+        refusal = network_refusal(runner, policy)
         if refusal is not None:
             raise SandboxUnavailable(refusal, runner=name)
         enforcement = self._enforcement(runner, policy)

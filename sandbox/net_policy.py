@@ -20,6 +20,7 @@ A combination that would be silently ignored or widen is refused instead (a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,8 @@ def session_network(profile: Profile, *, network: bool | None, source: str | Non
         network = None  # a setting for every run gives way to the hosts named for this one
     if network is not None:
         rules = profile.network_allowlist
+        _keep_secrets_out(profile, flag=("--network" if network else "--no-network") if _for_this_run(source)
+                          else str(source))
         if network and rules is not None and not _for_this_run(source):
             raise ConfigError(
                 f"{source} turns the whole network on, and the profile {profile.name!r} limits it to named hosts "
@@ -73,4 +76,21 @@ def session_network(profile: Profile, *, network: bool | None, source: str | Non
         [*(rules.deny if rules else ()), *deny],
         rules.allow_private_for if rules else (),
     )
-    return False, merged
+    return False, dataclasses.replace(merged, secrets=rules.secrets) if rules else merged
+
+
+def _keep_secrets_out(profile: Profile, *, flag: str) -> None:
+    """Refuse to drop an allowlist with secrets while the profile passes a
+    secret's variable through: the command would get the real value."""
+    rules = profile.network_allowlist
+    if rules is None or not rules.secrets:
+        return
+    import fnmatch
+
+    passed = [rule.env for rule in rules.secrets
+              if any(fnmatch.fnmatchcase(rule.env, pattern) for pattern in profile.env_passthrough)]
+    if passed:
+        raise ConfigError(
+            f"{flag} replaces the allowlist of the profile {profile.name!r}, whose secret {passed[0]} the proxy "
+            f"keeps out of the sandbox, and the profile passes {passed[0]} through (env_passthrough): the command "
+            f"would get the real value; drop {flag}, or use a profile that does not pass {passed[0]} through")

@@ -406,8 +406,14 @@ class ProxyThread:
         resolver: Resolver | None = None,
         limits: ProxyLimits | None = None,
         sock: socket.socket | None = None,
+        *,
+        secrets: Secrets | None = None,
+        ca: SessionCA | None = None,
+        upstream_tls: ssl.SSLContext | None = None,
     ) -> None:
-        self._proxy = NetworkProxy(rules, host, port, resolver, limits, sock)
+        """``secrets``, ``ca``, ``upstream_tls``: as ``NetworkProxy`` takes them."""
+        self._proxy = NetworkProxy(rules, host, port, resolver, limits, sock, secrets=secrets, ca=ca,
+                                   upstream_tls=upstream_tls)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dsh-net-proxy", daemon=True)
 

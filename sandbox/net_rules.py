@@ -61,6 +61,17 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class SecretRule:
+    """One ``[[network.secrets]]`` entry (``dsh.sandbox.net_secrets``): ``env``,
+    the host variable with the value; ``hosts``, normalised entries (each
+    covered by the allowlist); ``header``, where the value may go."""
+
+    env: str
+    hosts: tuple[str, ...]
+    header: str = "Authorization"
+
+
+@dataclass(frozen=True)
 class NetworkRules:
     """Normalised entries, built by ``parse``: names in IDNA ASCII lower case,
     wildcards as ``*.suffix``, address literals in ``ipaddress`` canonical form."""
@@ -68,6 +79,9 @@ class NetworkRules:
     allow: tuple[str, ...]
     deny: tuple[str, ...] = ()
     allow_private_for: tuple[str, ...] = ()
+    #: ``[[network.secrets]]``: values the proxy puts in requests to their hosts;
+    #: the command sees only placeholders (``dsh.sandbox.net_secrets``).
+    secrets: tuple[SecretRule, ...] = ()
 
 
 class HostError(ValueError):

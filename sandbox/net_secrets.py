@@ -21,11 +21,23 @@ import secrets as random
 import ssl
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
-from dsh.sandbox.net_rules import HostError, NetworkRules, normalise_host, normalised_entry
+from dsh.sandbox.net_rules import HostError, NetworkRules, SecretRule, normalise_host, normalised_entry
+
+__all__ = [
+    "CA_BUNDLE_PATH",
+    "CA_VARIABLES",
+    "SECRET_KEYS",
+    "SecretRule",
+    "Secrets",
+    "SessionCA",
+    "ca_environment",
+    "parse_secret",
+    "secret_table_problems",
+    "values_in",
+]
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -33,14 +45,58 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _PLACEHOLDER_BYTES = 24
 
 
-@dataclass(frozen=True)
-class SecretRule:
-    """``env``: the host variable with the value; ``hosts``: normalised entries
-    (each covered by the allowlist); ``header``: where the value may go."""
+#: Where TLS clients look for the CAs they trust: each names the session's
+#: bundle (the system's CAs and the session CA) inside the sandbox.
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CERT",
+                "GIT_SSL_CAINFO", "NPM_CONFIG_CAFILE", "AWS_CA_BUNDLE", "CARGO_HTTP_CAINFO")
 
-    env: str
-    hosts: tuple[str, ...]
-    header: str = "Authorization"
+
+#: Where a runner puts the bundle inside the sandbox (on the sandbox's own /dev).
+CA_BUNDLE_PATH = "/dev/dsh-sandbox/ca-bundle.pem"
+
+
+def values_in(rules: Iterable[SecretRule], env: Mapping[str, str], source: Mapping[str, str]) -> tuple[str, str] | None:
+    """(variable, secret) when a variable of ``env`` other than the secret's own
+    (which gets its placeholder) holds a secret's value from ``source``."""
+    rules = tuple(rules)
+    for name, text in env.items():
+        for rule in rules:
+            value = source.get(rule.env)
+            if name != rule.env and value and value in text:
+                return name, rule.env
+    return None
+
+
+def ca_environment(bundle_path: str = CA_BUNDLE_PATH) -> dict[str, str]:
+    """The variables that make the command's TLS clients trust the bundle at ``bundle_path``."""
+    return dict.fromkeys(CA_VARIABLES, bundle_path)
+
+
+#: The keys of one ``[[network.secrets]]`` table.
+SECRET_KEYS = ("env", "hosts", "header")
+_SECRET_EXAMPLE = 'write [[network.secrets]] with env = "GITHUB_TOKEN" and hosts = ["api.github.com"]'
+
+
+def secret_table_problems(value: object) -> list[tuple[str, str]]:
+    """What is wrong with the shape of ``network.secrets`` (a list of tables
+    with ``env``, ``hosts`` and an optional ``header``): (problem, fix) pairs.
+    The values are checked by ``parse_secret`` once the allowlist is known."""
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        return [(f"must be a list of tables, got {value!r}", _SECRET_EXAMPLE)]
+    problems: list[tuple[str, str]] = []
+    envs: set[object] = set()
+    for table in value:
+        unknown = sorted(set(table) - set(SECRET_KEYS))
+        if unknown:
+            problems.append((f"a secret has the unknown key {unknown[0]!r}", f"use only {', '.join(SECRET_KEYS)}"))
+        missing = [key for key in SECRET_KEYS[:2] if key not in table]
+        if missing:
+            problems.append((f"a secret without {missing[0]}", _SECRET_EXAMPLE))
+        env = table.get("env")
+        if env in envs:
+            problems.append((f"{env} is listed twice", "list each variable once, with all its hosts"))
+        envs.add(env)
+    return problems
 
 
 def parse_secret(rules: NetworkRules, env: object, hosts: object, header: object = "Authorization") -> SecretRule:
@@ -129,6 +185,16 @@ class Secrets:
             if placeholder in rewritten:
                 return b"", f"the placeholder of {env} outside the header it may fill for this host"
         return rewritten, None
+
+    def found_in(self, env: Mapping[str, str]) -> tuple[str, str] | None:
+        """(variable, secret) when a variable of ``env`` (the command's, about to
+        be handed to it) holds a secret's real value under any name."""
+        for name, text in env.items():
+            data = text.encode(errors="surrogateescape")
+            for secret, (_, value) in self._values.items():
+                if value in data:
+                    return name, secret
+        return None
 
     def carried(self, data: bytes) -> str | None:
         """The variable whose placeholder ``data`` holds, if any (a request the

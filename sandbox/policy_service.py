@@ -115,6 +115,12 @@ class PolicyService(Service):
             raise ConfigError("danger-full-access runs the command unwrapped, with the whole network: a network "
                               "allowlist (--allow-domain, or [network] in the profile) cannot apply to it; run in "
                               "workspace-write or read-only, or drop the allowlist")
+        if self._network_allowlist is not None:
+            for secret in self._network_allowlist.secrets:
+                if not os.environ.get(secret.env):
+                    raise ConfigError(f"network.secrets: {secret.env} is not set in dsh-sandbox's environment; set "
+                                      "it there (the command gets a placeholder, never the value), or remove the "
+                                      "entry from the profile")
         for name in cfg.accept_degraded:
             problem = degradation_problem(name)
             if problem is not None:

@@ -51,6 +51,8 @@ TOP_KEYS = (
     *LIST_KEYS,
 )
 NETWORK_KEYS = ("mode", "allow", "deny", "allow_private_for")
+#: Every key of ``[network]``: the mode, the host lists, and ``[[network.secrets]]``.
+NETWORK_TABLE_KEYS = (*NETWORK_KEYS, "secrets")
 NETWORK_MODES = ("off", "allowlist", "on")
 LIMIT_KEYS = ("wall_time_s", "max_processes", "max_memory", "max_file_size")
 
@@ -244,8 +246,8 @@ class _Checker:
 
         out: dict[str, Any] = {}
         for key, item in value.items():
-            if key not in NETWORK_KEYS:
-                self.errors.append(self.unknown(key, NETWORK_KEYS, table="network"))
+            if key not in NETWORK_TABLE_KEYS:
+                self.errors.append(self.unknown(key, NETWORK_TABLE_KEYS, table="network"))
             elif key == "mode":
                 if item not in NETWORK_MODES:
                     self.errors.append(self.fail(
@@ -254,6 +256,13 @@ class _Checker:
                         table="network"))
                     continue
                 out[key] = item
+            elif key == "secrets":
+                from dsh.sandbox.net_secrets import secret_table_problems
+
+                found = secret_table_problems(item)
+                self.errors.extend(self.fail(key, problem, fix, table="network") for problem, fix in found)
+                if not found:
+                    out[key] = [dict(table) for table in item]
             elif not isinstance(item, list) or not all(isinstance(v, str) for v in item):
                 self.errors.append(self.fail(key, f"must be a list of strings, got {item!r}",
                                              f'write {key} = ["pkgs.example.org", "*.example.com"]', table="network"))
@@ -268,7 +277,7 @@ class _Checker:
                                    for problem in problems)
                 if not problems:
                     out[key] = list(item)
-        lists = [key for key in NETWORK_KEYS[1:] if key in value]
+        lists = [key for key in NETWORK_TABLE_KEYS[1:] if key in value]
         if lists and value.get("mode") in ("off", "on"):
             self.errors.append(self.fail(
                 lists[0], f"applies only with mode = \"allowlist\", and this table sets mode = {value['mode']!r}",

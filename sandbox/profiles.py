@@ -8,7 +8,8 @@ built-in name, or a path relative to the extending file).  Inheritance rules:
   ``network``'s mode (``network = true`` is ``mode = "on"``): the child's value wins when it sets one;
 - ``network``'s host lists (``allow``, ``deny``, ``allow_private_for``): the union; a child that
   sets the mode to ``"off"`` or ``"on"`` drops the inherited ones, and hosts listed under an
-  inherited mode other than ``"allowlist"`` are refused;
+  inherited mode other than ``"allowlist"`` are refused; ``[[network.secrets]]`` the same way,
+  one entry per variable (a child's entry for an inherited variable replaces it);
 - ``allowed_runners``: the child's list replaces the parent's when set;
 - every other list (roots, read-only, hidden, protected names, env
   passthrough, accepted degradations) is the union, parent first, so a child
@@ -36,6 +37,7 @@ from dsh.sandbox.policy import ResourceLimits
 from dsh.sandbox.profile_schema import (
     LIST_KEYS,
     NETWORK_KEYS,
+    NETWORK_TABLE_KEYS,
     ProfileError,
     check_profile_table,
     combined,
@@ -254,6 +256,12 @@ def _merge(parent: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
                 name: list(dict.fromkeys([*mine.get(name, []), *value.get(name, [])]))
                 for name in NETWORK_KEYS[1:] if name in mine or name in value
             }}
+            if "secrets" in mine or "secrets" in value:
+                # Added to as the lists are; a child's entry for an inherited
+                # variable replaces the parent's (one entry per variable).
+                envs = {table.get("env") for table in value.get("secrets", [])}
+                merged[key]["secrets"] = [*(t for t in mine.get("secrets", []) if t.get("env") not in envs),
+                                          *value.get("secrets", [])]
         else:
             merged[key] = value
     return merged
@@ -345,7 +353,7 @@ def _network(path: Path, table: Mapping[str, Any] | None) -> tuple[bool | None, 
     if table is None:
         return None, None
     mode = table.get("mode")
-    lists = [key for key in NETWORK_KEYS[1:] if table.get(key)]
+    lists = [key for key in NETWORK_TABLE_KEYS[1:] if table.get(key)]
     if mode != "allowlist" and lists:
         # Hosts listed under a mode that ignores them: the run would get the whole
         # network (or none) while the file reads as an allowlist.
@@ -361,6 +369,12 @@ def _network(path: Path, table: Mapping[str, Any] | None) -> tuple[bool | None, 
 
     try:
         rules = parse_rules(table.get("allow", ()), table.get("deny", ()), table.get("allow_private_for", ()))
+        if table.get("secrets"):
+            from dsh.sandbox.net_secrets import parse_secret
+
+            rules = dataclasses.replace(rules, secrets=tuple(
+                parse_secret(rules, entry.get("env"), entry.get("hosts"), entry.get("header", "Authorization"))
+                for entry in table["secrets"]))
     except ConfigError as exc:
         raise ProfileError(f"profile {path}: {exc}", path=str(path), key="network", fix=str(exc)) from None
     return False, rules

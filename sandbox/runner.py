@@ -139,6 +139,9 @@ class ConfigKey:
 #: Why a runner without ``network_by_name`` refuses a policy with an allowlist.
 NOT_BY_NAME = ("this runner cannot limit the network to named hosts (bwrap can); nothing ran: run with "
                "--runner bwrap (or auto), or turn the network off or on")
+#: Why a runner without ``network_secrets`` refuses a policy whose allowlist has secrets.
+NO_SECRETS = ("this runner cannot keep secrets out of the sandbox (bwrap and docker can); nothing ran: run "
+              "with --runner bwrap (or auto), or remove [[network.secrets]] from the profile")
 
 
 class Runner(abc.ABC):
@@ -163,6 +166,9 @@ class Runner(abc.ABC):
     #: It can limit the network to named hosts (``SandboxPolicy.network_allowlist``);
     #: a runner that cannot refuses such a policy rather than run it with the network off or on.
     network_by_name: ClassVar[bool] = False
+    #: It can hold an allowlist's secrets (``NetworkRules.secrets``): the command gets
+    #: placeholders and the session CA, the proxy the values.  One that cannot refuses.
+    network_secrets: ClassVar[bool] = False
     #: Where a terminal session's pty is allocated: ``sandbox`` (the sandbox has
     #: a ``/dev/ptmx`` of its own, so TIOCSTI and job control stay inside) or
     #: ``host`` (it cannot open one: the host opens the session's own pair and
@@ -296,7 +302,7 @@ class Runner(abc.ABC):
         probe = self.probe()
         if not probe.available:
             raise SandboxUnavailable(probe.reason or "not available here", runner=self.name)
-        refusal = self.refuses_network_of(policy)
+        refusal = network_refusal(self, policy)
         if refusal is not None:
             raise SandboxUnavailable(refusal, runner=self.name)
         check_accepted(self.enforcement(policy) if enforcement is None else enforcement, policy, runner=self.name)
@@ -344,3 +350,13 @@ class Runner(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Tear down session resources (containers, remote sandboxes)."""
+
+
+def network_refusal(runner: Runner, policy: SandboxPolicy) -> str | None:
+    """Why ``runner`` cannot hold ``policy``'s network, or ``None``.  Secrets are
+    checked here, not in ``refuses_network_of`` (which runners override): a
+    runner that does not declare ``network_secrets`` refuses them whatever it overrides."""
+    rules = policy.network_allowlist
+    if policy.constrained and rules is not None and rules.secrets and not runner.network_secrets:
+        return NO_SECRETS
+    return runner.refuses_network_of(policy)

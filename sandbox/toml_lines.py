@@ -32,6 +32,8 @@ def find_key_line(text: str, key: str, table: str | None = None) -> int | None:
             current = header.group(1).strip().strip("\"'")
             if table is not None and current == table:
                 table_line = number
+            if table is not None and current == f"{table}.{key}":
+                return number  # ``[[table.key]]``: an array of tables (``[[network.secrets]]``)
             continue
         if current == table and own.match(line):
             return number

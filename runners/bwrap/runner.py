@@ -73,6 +73,8 @@ from dsh.sandbox.runner import (
 
 if TYPE_CHECKING:
     # The allowlist's proxy (asyncio and all) is imported only by a run that asks for it.
+    import ssl
+
     from dsh.runners.linux.allowlist_networks import Entry
     from dsh.sandbox.net_proxy import Resolver
 
@@ -121,6 +123,7 @@ class BwrapRunner(Runner):
     name = "bwrap"
     auto_priority: ClassVar[int | None] = 20
     network_by_name: ClassVar[bool] = True
+    network_secrets: ClassVar[bool] = True
     SPEED_TARGETS = SpeedTargets(vs_baseline=1.3)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "bwrap-limit-file-size": (cap.LIMITS_FILE_SIZE,),
@@ -135,11 +138,14 @@ class BwrapRunner(Runner):
         "bwrap-wall-time-orphan": (cap.PROCESS_ESCAPE,),
     }
 
-    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None,
+                 proxy_upstream_tls: ssl.SSLContext | None = None) -> None:
         """``proxy_resolver``: how the allowlist proxy resolves names (the
-        system's resolver unless given; tests map names to loopback servers)."""
+        system's resolver unless given; tests map names to loopback servers);
+        ``proxy_upstream_tls``: how it checks a secret's host (the system's
+        trust unless given; tests trust a loopback server's own CA)."""
         super().__init__(options)
-        self._allowlists = AllowlistSession(proxy_resolver)
+        self._allowlists = AllowlistSession(proxy_resolver, upstream_tls=proxy_upstream_tls)
         self._lock = threading.Lock()
         self._facts: HostFacts | None = None
         self._session: CgroupSession | None = None
@@ -296,6 +302,12 @@ class BwrapRunner(Runner):
             entry = self._allowlists.enter(policy, self.name)
             env = {**env, **entry.env}
         try:
+            if entry is not None and entry.ca_bundle is not None:
+                from dsh.runners.bwrap.secrets import secret_environment
+
+                # The placeholders win over a variable the profile passes through.
+                env = {**env, **secret_environment(dict(entry.secret_env))}
+                entry.refuse_values_in(env, self.name)
             return self._wrap_entered(command, policy, cwd=cwd, env=env, facts=facts, entry=entry)
         except BaseException:
             if entry is not None:
@@ -322,6 +334,16 @@ class BwrapRunner(Runner):
             if policy.constrained:
                 with self.pinned(policy) as pins:
                     opened = open_mounts(self._plan_for_launch(policy), pins)
+                if entry is not None and entry.ca_bundle is not None:
+                    from dsh.runners.bwrap.secrets import bundle_args, sealed_bundle
+
+                    # Closed with the mounts' fds, after the run.
+                    try:
+                        opened.fds.append(bundle_fd := sealed_bundle(entry.ca_bundle))
+                    except BaseException:
+                        opened.close()
+                        raise
+                    opened.args += bundle_args(bundle_fd)
                 # The mounts go with the environment, through bwrap's --args:
                 # no argv limit applies however many there are.
                 try:

@@ -30,12 +30,17 @@ import signal
 import socket
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dsh.runners.docker import client as dc
 from dsh.runners.linux.net_namespace import PROXY_PORT, listen_in
 from dsh.sandbox.net_proxy import ProxyThread, Resolver
 from dsh.sandbox.net_rules import NetworkRules
+
+if TYPE_CHECKING:
+    import ssl
+
+    from dsh.sandbox.net_secrets import Secrets, SessionCA
 
 _REMOTE = ("docker limits the network to named hosts only with the daemon on this machine ({host}): the host's "
            "proxy listens inside the container's network namespace; nothing ran: run with --runner bwrap, or "
@@ -49,12 +54,14 @@ def refusal(local: bool) -> str | None:
     return None
 
 
-def attach_proxy(api: Any, container_id: str, user: str, rules: NetworkRules,
-                 resolver: Resolver | None) -> ProxyThread:
-    """Serve ``rules`` on ``127.0.0.1:3128`` inside the running container.
-    Raises ``OSError`` saying why it could not (the caller discards the container)."""
+def attach_proxy(api: Any, container_id: str, user: str, rules: NetworkRules, resolver: Resolver | None, *,
+                 secrets: Secrets | None = None, ca: SessionCA | None = None,
+                 upstream_tls: ssl.SSLContext | None = None) -> ProxyThread:
+    """Serve ``rules`` on ``127.0.0.1:3128`` inside the running container (with
+    its secrets and CA, as ``NetworkProxy`` takes them).  Raises ``OSError``
+    saying why it could not (the caller discards the container)."""
     listener = _entered(api, container_id) if os.geteuid() == 0 else _taken_from_helper(api, container_id, user)
-    proxy = ProxyThread(rules, resolver=resolver, sock=listener)
+    proxy = ProxyThread(rules, resolver=resolver, sock=listener, secrets=secrets, ca=ca, upstream_tls=upstream_tls)
     try:
         proxy.start()
     except BaseException:

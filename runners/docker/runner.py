@@ -71,6 +71,9 @@ from dsh.sandbox.runner import (
 from dsh.sandbox.stdin_feed import StdinFeed
 
 if TYPE_CHECKING:
+    import ssl
+
+    from dsh.runners.docker.secrets import ContainerSecrets
     from dsh.sandbox.net_proxy import Resolver
     from dsh.sandbox.net_rules import NetworkRules
 
@@ -84,6 +87,7 @@ class DockerRunner(Runner):
     name: ClassVar[str] = "docker"
     remote: ClassVar[bool] = True
     network_by_name: ClassVar[bool] = True
+    network_secrets: ClassVar[bool] = True
     SPEED_TARGETS = SpeedTargets(vs_baseline=0.5)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "docker-memory-limit": (cap.LIMITS_MEMORY,),
@@ -97,11 +101,14 @@ class DockerRunner(Runner):
         "image": ConfigKey("The image commands run in.", example=dc.DEFAULT_IMAGE),
     }
 
-    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None,
+                 proxy_upstream_tls: ssl.SSLContext | None = None) -> None:
         """``proxy_resolver``: how the allowlist proxy resolves names (the
         system's resolver unless given; tests map names to loopback servers)."""
         super().__init__(options)
         self._proxy_resolver = proxy_resolver
+        # How the proxy checks a secret's host (tests trust a loopback server's own CA).
+        self._proxy_upstream_tls = proxy_upstream_tls
         unknown = sorted(set(self.options) - set(OPTIONS))
         if unknown:
             raise ConfigError(f"docker runner: unknown option(s) {', '.join(unknown)}; "
@@ -245,6 +252,14 @@ class DockerRunner(Runner):
             from dsh.runners.linux.net_namespace import proxy_env
 
             environment.update(proxy_env())
+        if rules is not None and rules.secrets:
+            from dsh.sandbox.net_secrets import values_in
+
+            copied = values_in(rules.secrets, environment, os.environ)
+            if copied is not None:
+                raise SandboxUnavailable(f"the variable {copied[0]} holds the value of the secret {copied[1]}, "
+                                         "which never enters the sandbox; nothing ran: stop passing it through",
+                                         runner=self.name)
         cwd_path = Path(cwd)
         binds = [Path(m.target) for m in spec.mounts if m.kind == "bind"]
         if not cwd_path.is_absolute() or not any(b == cwd_path or b in cwd_path.parents
@@ -258,6 +273,9 @@ class DockerRunner(Runner):
             local = self.daemon_is_local()
             warm = self._ensure(policy_key(policy), spec, pinned_binds(spec, pins) if local else {},
                                 pins if local else None, rules)
+        if warm.secrets is not None:
+            # The placeholders win over a variable the profile passes through.
+            environment.update(warm.secrets.environment())
         start = functools.partial(self._start, warm, exact, decode, cwd, environment)
         return RemoteLaunch(start=start)
 
@@ -329,19 +347,30 @@ class DockerRunner(Runner):
                 pass  # a leftover stays for the next run or runners --prune; this run is unaffected
         # Held (shared) until the container exists: another session's cleanup
         # leaves a placeholder alone while a session is about to bind it.
-        held = hold_placeholders(spec, pins, self._made_placeholder)
+        keys = None
+        if rules is not None and rules.secrets:
+            from dsh.runners.docker.secrets import make_secrets
+
+            keys = make_secrets(rules, self.name)
         try:
-            return self._create_holding(client, image_id, spec, expected, rules)
-        finally:
-            for fd in held:
-                os.close(fd)
+            held = hold_placeholders(spec, pins, self._made_placeholder)
+            try:
+                return self._create_holding(client, image_id, spec, expected, rules, keys)
+            finally:
+                for fd in held:
+                    os.close(fd)
+        except BaseException:
+            if keys is not None:
+                keys.remove()  # once: a container discarded meanwhile removed them already
+            raise
 
     def _made_placeholder(self, path: str) -> None:
         with self._lock:
             self._placeholders.add(path)
 
     def _create_holding(self, client: Any, image_id: str, spec: ContainerSpec,
-                        expected: dict[str, tuple[int, int]], rules: NetworkRules | None) -> Warm:
+                        expected: dict[str, tuple[int, int]], rules: NetworkRules | None,
+                        keys: ContainerSecrets | None) -> Warm:
         from docker.errors import DockerException
 
         # Label every placeholder of this runner the container binds, so a prune
@@ -354,13 +383,17 @@ class DockerRunner(Runner):
         check_sources(spec, expected)
         pinned, pin_fds = pin_binds(spec)
         try:
+            kwargs = spec.docker_kwargs()
+            if keys is not None:
+                kwargs["mounts"] = [*kwargs["mounts"], keys.mount()]  # the CA bundle, read-only
             container = client.containers.create(image_id, KEEPALIVE, name=name, labels=labels,
-                                                 detach=True, **spec.docker_kwargs())
+                                                 detach=True, **kwargs)
         except DockerException as exc:
             for fd in pin_fds:
                 os.close(fd)
             raise SandboxUnavailable(create_error(spec, exc), runner=self.name) from None
         warm = Warm(container.id, name, spec, pinned, pin_fds, dict(expected))
+        warm.secrets = keys  # removed with the container (``_discard``)
         try:
             self._keeper.add(container.id)
         except OSError as exc:
@@ -409,7 +442,10 @@ class DockerRunner(Runner):
         from dsh.runners.docker.network import attach_proxy
 
         try:
-            warm.proxy = attach_proxy(client.api, warm.id, self.user, rules, self._proxy_resolver)
+            keys = warm.secrets
+            warm.proxy = attach_proxy(client.api, warm.id, self.user, rules, self._proxy_resolver,
+                                      secrets=keys.secrets if keys is not None else None,
+                                      ca=keys.ca if keys is not None else None, upstream_tls=self._proxy_upstream_tls)
         except (OSError, DockerException) as exc:
             self._discard(warm)
             raise SandboxUnavailable(f"cannot put the allowlist proxy in container {warm.name}: {exc}; nothing "
@@ -441,6 +477,9 @@ class DockerRunner(Runner):
             proxy, warm.proxy = warm.proxy, None
             if proxy is not None:
                 proxy.close()
+            keys, warm.secrets = warm.secrets, None
+            if keys is not None:
+                keys.remove()
 
     def close(self) -> None:
         with self._lock:

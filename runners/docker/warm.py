@@ -13,6 +13,7 @@ from dsh.runners.docker.spec import ContainerSpec
 from dsh.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
+    from dsh.runners.docker.secrets import ContainerSecrets
     from dsh.sandbox.net_proxy import ProxyThread
 
 
@@ -86,6 +87,8 @@ class Warm:
     stale: bool = False
     # The allowlist proxy listening in the container's network namespace.
     proxy: ProxyThread | None = None
+    # Its secrets: values and CA for the proxy, the bundle file the container binds.
+    secrets: ContainerSecrets | None = None
 
     def take_slot(self) -> int:
         with self.lock:

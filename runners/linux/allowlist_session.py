@@ -12,17 +12,21 @@ from typing import TYPE_CHECKING
 from dsh.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
+    import ssl
+
     from dsh.runners.linux.allowlist_networks import AllowlistNetworks, Entry
     from dsh.sandbox.net_proxy import Resolver
 
 
 class AllowlistSession:
-    def __init__(self, resolver: Resolver | None, *, namespaced: bool = True) -> None:
+    def __init__(self, resolver: Resolver | None, *, namespaced: bool = True,
+                 upstream_tls: ssl.SSLContext | None = None) -> None:
         """``resolver``: how the proxy resolves names (the system's unless
-        given; tests map names to loopback servers); ``namespaced``: as
-        ``AllowlistNetworks`` takes it."""
+        given; tests map names to loopback servers); ``namespaced`` and
+        ``upstream_tls``: as ``AllowlistNetworks`` takes them."""
         self._resolver = resolver
         self._namespaced = namespaced
+        self._upstream_tls = upstream_tls
         self._lock = threading.Lock()
         self._networks: AllowlistNetworks | None = None
 
@@ -33,7 +37,8 @@ class AllowlistSession:
         assert policy.network_allowlist is not None
         with self._lock:
             if self._networks is None:
-                self._networks = AllowlistNetworks(self._resolver, namespaced=self._namespaced)
+                self._networks = AllowlistNetworks(self._resolver, namespaced=self._namespaced,
+                                                   upstream_tls=self._upstream_tls)
             networks = self._networks
         return networks.enter(policy.network_allowlist, runner)
 

@@ -182,8 +182,11 @@ def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
 def plan_line(rules: NetworkRules, at: str = f"127.0.0.1:{PROXY_PORT}") -> str:
     """What ``explain`` says of a network limited to ``rules`` (``at``: where the proxy listens)."""
     never = f"; never {', '.join(rules.deny)}" if rules.deny else ""
+    secrets = "".join(f"; {s.env} holds a placeholder the proxy replaces with the value in {s.header} to "
+                      f"{', '.join(s.hosts)} only (TLS ended by the proxy, with a CA made for the session)"
+                      for s in rules.secrets)
     return (f"allowlist: only through the host's proxy at {at} (HTTP, CONNECT, SOCKS5), to "
-            + ", ".join(rules.allow) + never)
+            + ", ".join(rules.allow) + never + secrets)
 
 
 def _from_child(python: str, source: str, args: list[str], pass_fds: tuple[int, ...], count: int,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.net_rules import parse
-from dsh.sandbox.net_secrets import Secrets, SessionCA, parse_secret
+from dsh.sandbox.net_secrets import Secrets, SessionCA, parse_secret, values_in
 
 RULES = parse(["api.example.com", "*.forge.test", "other.test"])
 TOKEN = "ghp_realvalue123"
@@ -119,3 +119,16 @@ def test_a_client_trusting_the_bundle_accepts_the_sessions_certificate(tmp_path:
     with socket.create_connection(other.getsockname()) as raw, pytest.raises(ssl.SSLCertVerificationError):
         ssl.create_default_context().wrap_socket(raw, server_hostname="api.example.com")
     other.close()
+
+
+def test_a_copy_of_a_value_under_another_name_is_found() -> None:
+    rules = parse(["api.test"])
+    rule = parse_secret(rules, "TOKEN", ["api.test"])
+    secrets = Secrets([rule], {"TOKEN": "s3cr3t-value"})
+    placeholder = secrets.environment()["TOKEN"]
+    assert secrets.found_in({"TOKEN": placeholder, "PATH": "/bin"}) is None
+    assert secrets.found_in({"COPY": "Bearer s3cr3t-value"}) == ("COPY", "TOKEN")
+    # Before the placeholders go in: the secret's own variable is not a copy.
+    source = {"TOKEN": "s3cr3t-value"}
+    assert values_in([rule], {"TOKEN": "s3cr3t-value", "PATH": "/bin"}, source) is None
+    assert values_in([rule], {"TOKEN": "s3cr3t-value", "GH": "xs3cr3t-value"}, source) == ("GH", "TOKEN")

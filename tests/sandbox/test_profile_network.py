@@ -32,7 +32,7 @@ def test_a_table_limits_the_network_to_normalised_hosts(tmp_path: Path) -> None:
         allow=("pypi.org", "*.example.com", "files.pythonhosted.org"), deny=("up.example.com",))
     assert profile.to_dict()["network_allowlist"] == {
         "allow": ["pypi.org", "*.example.com", "files.pythonhosted.org"], "deny": ["up.example.com"],
-        "allow_private_for": []}
+        "allow_private_for": [], "secrets": []}
 
 
 @pytest.mark.parametrize(("text", "network"), [

@@ -1,0 +1,87 @@
+"""``run`` with a profile whose allowlist carries ``[[network.secrets]]``:
+what is refused before anything runs (exit 2 for the input, 125 for a runner
+that cannot keep the value out of the sandbox)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import cli
+from tests.support.sandboxed import LANDLOCK_DEGRADED, need_runner
+
+VALUE = "ghp_the-real-value-0123456789"
+
+
+def secret_profile(directory: Path, extra: str = "") -> Path:
+    path = directory / "secret.toml"
+    path.write_text(f'extends = "workspace-write"\n{extra}[network]\nmode = "allowlist"\n'
+                    'allow = ["api.example.test"]\n'
+                    '[[network.secrets]]\nenv = "DSH_TEST_TOKEN"\nhosts = ["api.example.test"]\n')
+    return path
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "DSH_TEST_TOKEN"}
+    return {**env, **extra}
+
+
+def test_a_secret_unset_on_the_host_is_refused_and_nothing_runs(workspace: Path, trusted_dir: Path) -> None:
+    done = cli("run", "--profile", str(secret_profile(trusted_dir)), "--", "touch", "ran", cwd=workspace,
+               env=env_with())
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert "DSH_TEST_TOKEN is not set in dsh-sandbox's environment" in err and "Traceback" not in err
+    assert not (workspace / "ran").exists()
+
+
+def test_a_runner_that_cannot_hold_secrets_refuses_and_runs_nothing(workspace: Path, trusted_dir: Path) -> None:
+    need_runner("landlock")
+    accept = [flag for name in (*LANDLOCK_DEGRADED, "landlock-network-by-port") for flag in ("--accept-degraded", name)]
+    done = cli("run", "--runner", "landlock", *accept, "--profile", str(secret_profile(trusted_dir)), "--",
+               "touch", "ran", cwd=workspace, env=env_with(DSH_TEST_TOKEN=VALUE))
+    err = done.stderr.decode()
+    assert done.returncode == 125, err
+    assert "cannot keep secrets out of the sandbox (bwrap and docker can)" in err and "--allow-domain" not in err
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("flag", ["--network", "--no-network"])
+def test_dropping_the_allowlist_of_a_secret_passed_through_is_refused(workspace: Path, trusted_dir: Path,
+                                                                      flag: str) -> None:
+    profile = secret_profile(trusted_dir, 'env_passthrough = ["DSH_TEST_TOKEN"]\n')
+    done = cli("run", "--profile", str(profile), flag, "--", "touch", "ran", cwd=workspace,
+               env=env_with(DSH_TEST_TOKEN=VALUE))
+    err = done.stderr.decode()
+    assert done.returncode == 2, err
+    assert f"{flag} replaces the allowlist" in err and "would get the real value" in err
+    assert not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+def test_the_command_gets_the_placeholder_and_the_session_ca(workspace: Path, trusted_dir: Path,
+                                                             runner: str) -> None:
+    need_runner(runner)
+    profile = secret_profile(trusted_dir, 'env_passthrough = ["DSH_TEST_TOKEN"]\n')
+    script = 'printf "%s\\n" "$DSH_TEST_TOKEN" "$SSL_CERT_FILE"; cat "$SSL_CERT_FILE" /proc/self/environ'
+    done = cli("run", "--runner", runner, "--profile", str(profile), "--", "sh", "-c", script, cwd=workspace,
+               env=env_with(DSH_TEST_TOKEN=VALUE))
+    out = done.stdout.decode(errors="replace")
+    assert done.returncode == 0, done.stderr
+    placeholder, bundle = out.splitlines()[:2]
+    assert placeholder.startswith("dsh-secret-") and bundle == "/dev/dsh-sandbox/ca-bundle.pem"
+    assert "-----BEGIN CERTIFICATE-----" in out
+    assert VALUE not in out and VALUE not in done.stderr.decode(errors="replace")
+
+
+def test_auto_skips_the_runners_that_cannot_hold_secrets(workspace: Path, trusted_dir: Path) -> None:
+    need_runner("bwrap")
+    done = cli("run", "--json", "--profile", str(secret_profile(trusted_dir)), "--", "sh", "-c",
+               'echo "$DSH_TEST_TOKEN"', cwd=workspace, env=env_with(DSH_TEST_TOKEN=VALUE))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["sandbox"]["runner"] in ("bwrap", "docker")
+    assert data["stdout"]["text"].startswith("dsh-secret-") and VALUE not in done.stdout.decode()

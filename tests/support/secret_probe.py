@@ -1,0 +1,144 @@
+"""A secret behind the allowlist proxy, end to end: the host side and the command.
+
+``UPSTREAM`` is Python source (run as root or as nobody, like ``net_probe``'s
+scenarios) that starts a loopback HTTPS server with a CA of its own as
+``api.example.test`` (recording what each request carried), a plain HTTP
+server as ``other.example.test``, the proxy's ``resolver`` for both names, the
+``upstream_tls`` context that trusts that CA, and ``rules`` with the secret
+``DSH_TEST_TOKEN`` for ``api.example.test``, whose value ``VALUE`` is set in
+this process's environment only.  ``PROBE`` is the command's source: it sends
+the placeholder where it belongs and where it does not, then dumps every
+environment, command line and file of its own it can see, so that the host
+side can look for the value (the command never learns it to look for it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+UPSTREAM = r"""
+import dataclasses, http.server, json, os, shutil, ssl, subprocess, sys, threading
+from dsh.sandbox.net_rules import parse
+from dsh.sandbox.net_secrets import SessionCA, parse_secret
+
+VALUE = "ghp-the-real-value-" + os.urandom(8).hex()
+os.environ["DSH_TEST_TOKEN"] = VALUE
+received = []
+
+
+class Upstream(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        received.append({"server": self.server.name, "path": self.path, "authorization":
+                         self.headers.get("Authorization"), "x_other": self.headers.get("X-Other")})
+        body = b"ok from " + self.server.name.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(name, context=None):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    server.name = name
+    if context is not None:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+upstream_ca = SessionCA()  # the upstream's own CA: the proxy trusts it, the command does not
+https = serve("api.example.test", upstream_ca.server_context("api.example.test"))
+plain = serve("other.example.test")
+upstream_tls = ssl.create_default_context(cadata=upstream_ca.certificate_pem().decode())
+
+
+async def resolver(name, _port):
+    return ["127.0.0.1"] if name in ("api.example.test", "other.example.test") else []
+
+
+rules = parse(["api.example.test", "other.example.test"],
+              allow_private_for=["api.example.test", "other.example.test"])
+rules = dataclasses.replace(rules, secrets=(parse_secret(rules, "DSH_TEST_TOKEN", ["api.example.test"]),))
+
+PROBE = '''
+import json, os, sys, urllib.error, urllib.request
+https_port, http_port, out = int(sys.argv[1]), int(sys.argv[2]), {}
+token = os.environ.get("DSH_TEST_TOKEN", "")
+out["placeholder"] = token
+
+
+def get(url, headers):
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as answer:
+            return answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except Exception as exc:
+        return repr(exc)
+
+
+api = f"https://api.example.test:{https_port}"
+out["secret"] = get(f"{api}/secret", {"Authorization": f"Bearer {token}"})
+out["other_header"] = get(f"{api}/other-header", {"X-Other": token})
+out["other_host"] = get(f"http://other.example.test:{http_port}/other-host", {"Authorization": f"Bearer {token}"})
+out["no_placeholder"] = get(f"http://other.example.test:{http_port}/plain", {})
+seen = {}
+for pid in [p for p in os.listdir("/proc") if p.isdigit()] + ["self", "thread-self"]:
+    for name in ("environ", "cmdline"):
+        try:
+            with open(f"/proc/{pid}/{name}", "rb") as file:
+                seen[f"/proc/{pid}/{name}"] = file.read().decode("latin-1")
+        except OSError:
+            pass
+for top in ("/dev/dsh-sandbox", os.getcwd(), "/tmp", os.environ.get("HOME", "/nonexistent")):
+    for root, _dirs, files in os.walk(top):
+        for name in files:
+            try:
+                with open(os.path.join(root, name), "rb") as file:
+                    seen[os.path.join(root, name)] = file.read(1 << 20).decode("latin-1")
+            except OSError:
+                pass
+out["seen"] = seen
+out["ca_vars"] = {k: os.environ.get(k) for k in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                                                 "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO")}
+bundle = os.environ.get("SSL_CERT_FILE", "")
+out["bundle_mode"] = oct(os.stat(bundle).st_mode & 0o7777) if bundle else None
+try:
+    open(bundle, "ab").close()
+    out["bundle_write"] = "written"
+except OSError as exc:
+    out["bundle_write"] = exc.errno
+print(json.dumps(out))
+'''
+"""
+
+
+def check_secret_result(result: dict[str, Any]) -> None:
+    """What the host side reports after the probe ran (see ``UPSTREAM``)."""
+    assert result["status"] == 0, result["stderr"]
+    probe = result["probe"]
+    value = result["value"]
+    placeholder = probe["placeholder"]
+    assert placeholder.startswith("dsh-secret-") and placeholder != value
+    # The one request where the placeholder belongs reached the upstream with the value.
+    assert probe["secret"] == "ok from api.example.test", probe["secret"]
+    by_path = {r["path"]: r for r in result["received"]}
+    assert by_path["/secret"]["authorization"] == f"Bearer {value}"
+    # Anywhere else it is refused by the proxy and reaches no upstream.
+    assert probe["other_header"] == 403 and "/other-header" not in by_path
+    assert probe["other_host"] == 403 and "/other-host" not in by_path
+    assert probe["no_placeholder"] == "ok from other.example.test"  # the allowlist itself still works
+    assert set(by_path) == {"/secret", "/plain"}
+    # The value is nowhere the command could look; the placeholder is where it should be.
+    assert probe["seen"], probe
+    leaked = [where for where, text in probe["seen"].items() if value in text]
+    assert leaked == []
+    assert any(placeholder in text for where, text in probe["seen"].items() if where.endswith("/environ"))
+    assert result["value_in_output"] is False
+    bundle = probe["ca_vars"]["SSL_CERT_FILE"]
+    assert set(probe["ca_vars"].values()) == {bundle}
+    assert "-----BEGIN CERTIFICATE-----" in probe["seen"][bundle]
+    assert probe["bundle_mode"] == "0o444" and probe["bundle_write"] in (13, 30)  # EACCES, EROFS
