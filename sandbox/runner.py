@@ -140,7 +140,7 @@ class ConfigKey:
 NOT_BY_NAME = ("this runner cannot limit the network to named hosts (bwrap can); nothing ran: run with "
                "--runner bwrap (or auto), or turn the network off or on")
 #: Why a runner without ``network_secrets`` refuses a policy whose allowlist has secrets.
-NO_SECRETS = ("this runner cannot keep secrets out of the sandbox (bwrap and docker can); nothing ran: run "
+NO_SECRETS = ("this runner cannot keep secrets out of the sandbox (bwrap, docker and landlock can); nothing ran: run "
               "with --runner bwrap (or auto), or remove [[network.secrets]] from the profile")
 
 

@@ -57,6 +57,7 @@ def _bit(name: str) -> int:
 
 
 FS_EXECUTE = _bit("EXECUTE")
+READ_FILE = _bit("READ_FILE")
 FS_READ = _bit("READ_FILE") | _bit("READ_DIR")
 FS_READ_DIR = _bit("READ_DIR")
 FS_TRUNCATE = _bit("TRUNCATE")

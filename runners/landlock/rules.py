@@ -284,10 +284,13 @@ def _plan_writes(
             )
 
 
-def build_ruleset(plan: RulePlan, pins: PinnedPaths | None = None, connect_ports: tuple[int, ...] = ()) -> int:
+def build_ruleset(plan: RulePlan, pins: PinnedPaths | None = None, connect_ports: tuple[int, ...] = (),
+                  readable_files: tuple[str, ...] = ()) -> int:
     """Create the ruleset fd for ``plan`` (the caller closes it); with the
     network handled, TCP ``connect()`` is allowed to ``connect_ports`` only
-    (the allowlist's proxy), ``bind()`` to none.
+    (the allowlist's proxy), ``bind()`` to none.  ``readable_files``: files
+    of the runner's own (the session CA bundle) granted for reading alone,
+    wherever the plan stands on their directory.
 
     A rule on a path the policy service pinned (the workspace, a writable
     root, a read-only path) is added on the pinned fd: what was checked when
@@ -299,6 +302,12 @@ def build_ruleset(plan: RulePlan, pins: PinnedPaths | None = None, connect_ports
     try:
         for rule in plan.rules:
             _add_path(fd, rule, pins)
+        for name in readable_files:
+            file_fd = os.open(name, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                abi.add_path_rule(fd, file_fd, abi.READ_FILE & plan.handled_fs)
+            finally:
+                os.close(file_fd)
         connect = plan.handled_net & abi.NET_RIGHTS["CONNECT_TCP"][0]
         if connect_ports and not connect:
             raise SandboxUnavailable(f"Landlock ABI {plan.abi} cannot limit connect() by port (ABI 4); nothing ran",

@@ -17,6 +17,7 @@ from dsh.runners.landlock.limits import (
     plan_limits,
 )
 from dsh.runners.landlock.rules import ProtectedStrategy, RulePlan, build_ruleset, plan_rules
+from dsh.runners.landlock.secrets import BundleFiles
 from dsh.runners.landlock.spawner import SpawnerError, SpawnerThread
 from dsh.runners.landlock.statements import (
     HARDENING,
@@ -50,6 +51,8 @@ from dsh.sandbox.runner import (
 )
 
 if TYPE_CHECKING:
+    import ssl
+
     from dsh.sandbox.net_proxy import Resolver
 
 NAME = "landlock"
@@ -101,10 +104,14 @@ class LandlockRunner(Runner):
     }
 
     network_by_name: ClassVar[bool] = True
+    network_secrets: ClassVar[bool] = True
 
-    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None) -> None:
+    def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None,
+                 proxy_upstream_tls: ssl.SSLContext | None = None) -> None:
         """``proxy_resolver``: how the allowlist proxy resolves names (the
-        system's unless given; tests map names to loopback servers)."""
+        system's unless given; tests map names to loopback servers);
+        ``proxy_upstream_tls``: how it checks a secret's host (the system's
+        CAs unless given; tests trust a loopback upstream's own CA)."""
         super().__init__(options)
         strategy = self.options.get("protected_paths", "parent")
         if strategy not in ("parent", "siblings"):
@@ -122,7 +129,8 @@ class LandlockRunner(Runner):
         self._plans: dict[SandboxPolicy, RulePlan] = {}
         self._spawners: dict[SandboxPolicy, SpawnerThread] = {}
         self._cgroups: CgroupSession | None = None
-        self._allowlists = AllowlistSession(proxy_resolver, namespaced=False)
+        self._allowlists = AllowlistSession(proxy_resolver, namespaced=False, upstream_tls=proxy_upstream_tls)
+        self._bundles = BundleFiles()
         self._closed = False
 
     # -- probe -----------------------------------------------------------------
@@ -327,10 +335,17 @@ class LandlockRunner(Runner):
             # Children share the spawner thread's domain, and the thread shares
             # this process's memory: keep them out of /proc/<pid>/{mem,environ}.
             abi.set_process_undumpable()
-            # The proxy exists before the rules: they name its port.
-            ports = (self._allowlists.enter(policy, NAME).port,) if policy.network_allowlist is not None else ()
+            # The proxy exists before the rules: they name its port, and the CA
+            # bundle's file (the plan may not grant a directory made after it).
+            ports: tuple[int, ...] = ()
+            bundles: tuple[str, ...] = ()
+            if policy.network_allowlist is not None:
+                entry = self._allowlists.enter(policy, NAME)
+                ports = (entry.port,)
+                if entry.ca_bundle is not None:
+                    bundles = (self._bundles.path(entry.ca_bundle),)
             with self.pinned(policy) as pins:
-                fd = build_ruleset(plan, pins, ports)
+                fd = build_ruleset(plan, pins, ports, bundles)
             syscalls = self._syscall_policy(policy)
             setup = lambda: _restrict_current_thread(fd, arch, syscalls)  # noqa: E731
         try:
@@ -358,8 +373,13 @@ class LandlockRunner(Runner):
         spawner = self._spawner(policy)
         added: Mapping[str, str] = {}
         if policy.constrained and policy.network_allowlist is not None:
-            added = self._allowlists.enter(policy, NAME).env
+            entry = self._allowlists.enter(policy, NAME)
+            added = dict(entry.env)
+            if entry.ca_bundle is not None:
+                # The placeholders win over a variable the profile passes through.
+                added.update(self._bundles.environment(dict(entry.secret_env), entry.ca_bundle))
             env = {**env, **added}
+            entry.refuse_values_in(env, NAME)
         if not limits.prlimit and not limits.needs_cgroup and limits.wall_time_s is None:
             return LocalLaunch(argv=exact, spawn_in=spawner.call, env=added)
         cgroups = self._cgroups if limits.needs_cgroup else None
@@ -404,6 +424,7 @@ class LandlockRunner(Runner):
         for spawner in spawners:
             spawner.stop()
         self._allowlists.close()
+        self._bundles.close()
         if cgroups is not None:
             cgroups.close()
 

@@ -95,7 +95,7 @@ def test_a_runner_without_secret_support_refuses_before_anything_runs(tmp_path: 
     policy = policy_with_secrets(tmp_path)
     assert runner.refuses_network_of(policy) is None
     assert network_refusal(runner, policy) == NO_SECRETS
-    assert "(bwrap and docker can)" in NO_SECRETS and "--allow-domain" not in NO_SECRETS
+    assert "(bwrap, docker and landlock can)" in NO_SECRETS and "--allow-domain" not in NO_SECRETS
     with pytest.raises(SandboxUnavailable, match="cannot keep secrets out of the sandbox"):
         runner.prepare(("touch", str(tmp_path / "ran")), policy, cwd=str(tmp_path), env={})
     assert runner.calls == []

@@ -93,7 +93,8 @@ for pid in [p for p in os.listdir("/proc") if p.isdigit()] + ["self", "thread-se
                 seen[f"/proc/{pid}/{name}"] = file.read().decode("latin-1")
         except OSError:
             pass
-for top in ("/dev/dsh-sandbox", os.getcwd(), "/tmp", os.environ.get("HOME", "/nonexistent")):
+for top in ("/dev/dsh-sandbox", os.path.dirname(os.environ.get("SSL_CERT_FILE", "/nonexistent")), os.getcwd(), "/tmp",
+            os.environ.get("HOME", "/nonexistent")):
     for root, _dirs, files in os.walk(top):
         for name in files:
             try:
