@@ -44,7 +44,15 @@ def serve(name, context=None):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
     server.name = name
     if context is not None:
-        server.socket = context.wrap_socket(server.socket, server_side=True)
+        # The handshake in each connection's own thread, with a deadline: done
+        # in accept(), one client that never finishes it would stall every other.
+        plain_finish = server.finish_request
+
+        def finish_request(request, client_address):
+            request.settimeout(30)
+            plain_finish(context.wrap_socket(request, server_side=True), client_address)
+
+        server.finish_request = finish_request
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -64,7 +72,7 @@ rules = parse(["api.example.test", "other.example.test"],
 rules = dataclasses.replace(rules, secrets=(parse_secret(rules, "DSH_TEST_TOKEN", ["api.example.test"]),))
 
 PROBE = '''
-import json, os, sys, urllib.error, urllib.request
+import json, os, stat, sys, urllib.error, urllib.request
 https_port, http_port, out = int(sys.argv[1]), int(sys.argv[2]), {}
 token = os.environ.get("DSH_TEST_TOKEN", "")
 out["placeholder"] = token
@@ -98,8 +106,12 @@ for top in ("/dev/dsh-sandbox", os.path.dirname(os.environ.get("SSL_CERT_FILE", 
     for root, _dirs, files in os.walk(top):
         for name in files:
             try:
-                with open(os.path.join(root, name), "rb") as file:
-                    seen[os.path.join(root, name)] = file.read(1 << 20).decode("latin-1")
+                # Regular files only, opened without blocking: a named pipe another
+                # program left in a shared /tmp would wait for a writer forever.
+                fd = os.open(os.path.join(root, name), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+                with open(fd, "rb") as file:
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        seen[os.path.join(root, name)] = file.read(1 << 20).decode("latin-1")
             except OSError:
                 pass
 out["seen"] = seen
