@@ -33,9 +33,15 @@ def env_args(env: Mapping[str, str], before: Sequence[str] = ()) -> bytes:
 
 def env_args_fd(env: Mapping[str, str], before: Sequence[str] = ()) -> int:
     """A sealed memfd (close-on-exec; pass it) holding ``env_args(env, before)``, at offset 0."""
-    fd = os.memfd_create("dsh-bwrap-env", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    return sealed_memfd("dsh-bwrap-env", env_args(env, before))
+
+
+def sealed_memfd(name: str, data: bytes) -> int:
+    """A memory file holding ``data``, sealed against every change, at offset 0
+    (bwrap reads it from there); close-on-exec until passed to the launch."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        view = memoryview(env_args(env, before))
+        view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)

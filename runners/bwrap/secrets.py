@@ -9,28 +9,15 @@ in the host's proxy.
 
 from __future__ import annotations
 
-import fcntl
 import os
 
+from dsh.runners.bwrap.environ import sealed_memfd
 from dsh.sandbox.net_secrets import CA_BUNDLE_PATH, ca_environment
-
-_SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
 
 def sealed_bundle(bundle: bytes) -> int:
-    """A memory file holding ``bundle``, sealed against every change, at offset 0
-    (bwrap reads it from there); close-on-exec until passed to the launch."""
-    fd = os.memfd_create("dsh-ca-bundle", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        view = memoryview(bundle)
-        while view:
-            view = view[os.write(fd, view):]
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, _SEALS)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    """A sealed memory file holding ``bundle`` (``sealed_memfd``)."""
+    return sealed_memfd("dsh-ca-bundle", bundle)
 
 
 def bundle_args(fd: int) -> list[str]:
