@@ -25,9 +25,10 @@ def ctx(tmp_path: Path) -> Iterator[Context]:
 
 
 def test_timeout_kills_the_whole_group(ctx: Context) -> None:
-    execution = start(ctx, "echo $$; sleep 1000 & sleep 1000 & wait", on_expiry="kill", timeout_ms=1500)
+    # The pid is printed only after both children are forked, so the group is complete when it is read.
+    execution = start(ctx, "sleep 1000 & sleep 1000 & echo $$; wait", on_expiry="kill", timeout_ms=2500)
     pgid = first_line_int(execution)
-    assert len(group_members(pgid)) >= 2
+    assert len(group_members(pgid)) >= 3
     result = execution.result(timeout=PATIENCE_S)
     assert result.timed_out and not result.aborted
     assert result.exit_code is None and result.signal in ("SIGTERM", "SIGKILL")
