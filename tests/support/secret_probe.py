@@ -72,8 +72,8 @@ rules = parse(["api.example.test", "other.example.test"],
 rules = dataclasses.replace(rules, secrets=(parse_secret(rules, "DSH_TEST_TOKEN", ["api.example.test"]),))
 
 PROBE = '''
-import json, os, stat, sys, urllib.error, urllib.request
-https_port, http_port, out = int(sys.argv[1]), int(sys.argv[2]), {}
+import json, os, stat, sys, time, urllib.error, urllib.request
+https_port, http_port, out, cwd = int(sys.argv[1]), int(sys.argv[2]), {}, os.getcwd()
 token = os.environ.get("DSH_TEST_TOKEN", "")
 out["placeholder"] = token
 
@@ -124,8 +124,76 @@ try:
     out["bundle_write"] = "written"
 except OSError as exc:
     out["bundle_write"] = exc.errno
-print(json.dumps(out))
+print(json.dumps(out), flush=True)
+# Alive until the host has scanned the memory of the sandbox's processes.
+deadline = time.monotonic() + 60
+while not os.path.exists(os.path.join(cwd, "scanned")) and time.monotonic() < deadline:
+    time.sleep(0.02)
 '''
+
+
+def first_line(read):
+    # The probe's report, read with read() (bytes, empty at the end) up to its newline.
+    data = b""
+    while b"\n" not in data:
+        chunk = read()
+        if not chunk:
+            break
+        data += chunk
+    return data.decode()
+
+
+def scan_sandbox(report, roots, ws):
+    # Look for the value in the memory of every process of the sandbox while
+    # the probe waits: the processes whose environment holds the placeholder,
+    # and the descendants of those and of roots (host pids: the runner's
+    # process).  The placeholder, found in the same memory, shows that the
+    # scan reads what the command holds.  Then the probe may exit.
+    memory = {"pids": [], "unreadable": {}, "value_in": [], "placeholder_in": [], "bytes": 0}
+    try:
+        placeholder = json.loads(report)["placeholder"].encode()
+    except (ValueError, KeyError, AttributeError):
+        placeholder = b""
+    if placeholder:
+        parent, marked = {}, set()
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as file:
+                    parent[int(entry)] = int(file.read().rsplit(b")", 1)[1].split()[1])
+                with open(f"/proc/{entry}/environ", "rb") as file:
+                    if placeholder in file.read():
+                        marked.add(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+        found, grew = marked | set(roots), True
+        while grew:
+            more = {pid for pid, ppid in parent.items() if ppid in found} - found
+            grew = bool(more)
+            found |= more
+        needle = VALUE.encode()
+        for pid in sorted(found - {os.getpid()}):
+            try:
+                with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+                    regions = [line.split() for line in maps]
+                    for region in regions:
+                        if "r" not in region[1] or region[-1] in ("[vvar]", "[vsyscall]", "[vvar_vclock]"):
+                            continue
+                        start, end = (int(x, 16) for x in region[0].split("-"))
+                        try:
+                            mem.seek(start)
+                            data = mem.read(end - start)
+                        except OSError:
+                            continue
+                        memory["bytes"] += len(data)
+                        if needle in data and pid not in memory["value_in"]:
+                            memory["value_in"].append(pid)
+                        if placeholder in data and pid not in memory["placeholder_in"]:
+                            memory["placeholder_in"].append(pid)
+                memory["pids"].append(pid)
+            except OSError as exc:
+                memory["unreadable"][pid] = exc.errno
+    (ws / "scanned").touch()
+    return memory
 """
 
 
@@ -151,6 +219,10 @@ def check_secret_result(result: dict[str, Any]) -> None:
     assert leaked == []
     assert any(placeholder in text for where, text in probe["seen"].items() if where.endswith("/environ"))
     assert result["value_in_output"] is False
+    # Nor in the memory of the sandbox's processes, where the placeholder is.
+    memory = result["memory"]
+    assert memory["pids"] and memory["placeholder_in"] and memory["bytes"] > 0, memory
+    assert memory["value_in"] == [] and memory["unreadable"] == {}, memory
     bundle = probe["ca_vars"]["SSL_CERT_FILE"]
     assert set(probe["ca_vars"].values()) == {bundle}
     assert "-----BEGIN CERTIFICATE-----" in probe["seen"][bundle]

@@ -34,8 +34,11 @@ launch = runner.prepare((python, "-I", "-S", "-c", PROBE, str(https.server_addre
 in_argv = any(VALUE in str(a) for a in launch.argv)
 proc = launch.spawn_in(lambda: subprocess.Popen(launch.argv, pass_fds=launch.pass_fds, env=launch.spawn_env,
                                                 start_new_session=True, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE, text=True))
-out, err = proc.communicate(timeout=120)
+                                                stderr=subprocess.PIPE))
+report = first_line(proc.stdout.readline)
+memory = scan_sandbox(report, (proc.pid,), ws)
+rest, err = proc.communicate(timeout=120)
+out, err = report + rest.decode(), err.decode()
 launch.cleanup()
 try:  # a copy of the value under another name: refused, nothing runs
     runner.prepare(("/bin/true",), policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
@@ -48,7 +51,7 @@ plain.shutdown()
 shutil.rmtree(ws)
 print(json.dumps({"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
                   "received": received, "value": VALUE, "value_in_output": VALUE in out + err or in_argv,
-                  "copy_refused": copy_refused}))
+                  "copy_refused": copy_refused, "memory": memory}))
 """
 
 

@@ -36,7 +36,9 @@ launch = runner.prepare(("python3", "-I", "-S", "-c", PROBE, str(https.server_ad
                          str(plain.server_address[1])), policy, cwd=str(ws),
                         env={"PATH": "/usr/bin:/bin", "HOME": str(ws), "DSH_TEST_TOKEN": VALUE})
 proc = launch.start(None, None)
-out = b"".join(iter(lambda: os.read(proc.stdout_fd, 65536), b"")).decode()
+report = first_line(lambda: os.read(proc.stdout_fd, 65536))
+memory = scan_sandbox(report, (), ws)
+out = report + b"".join(iter(lambda: os.read(proc.stdout_fd, 65536), b"")).decode()
 err = b"".join(iter(lambda: os.read(proc.stderr_fd, 65536), b"")).decode()
 status = proc.wait(120)
 proc.close()
@@ -56,7 +58,7 @@ shutil.rmtree(ws)
 print(json.dumps({"status": status.exit_code, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
                   "received": received, "value": VALUE, "value_in_output": VALUE in out + err + inspected,
                   "copy_refused": copy_refused, "bundle_mode": bundle_mode,
-                  "bundle_left": os.path.exists(bundle)}))
+                  "bundle_left": os.path.exists(bundle), "memory": memory}))
 """
 
 

@@ -29,7 +29,6 @@ policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_
                        env_passthrough=("DSH_TEST_TOKEN",), accept_degraded=tuple(LandlockRunner.DEGRADATIONS))
 runner = LandlockRunner(proxy_resolver=resolver, proxy_upstream_tls=upstream_tls)
 python = os.path.realpath(sys.executable)
-# The caller's environment holds the value too (a profile passing it through): the placeholder wins.
 # The caller's environment holds the value too (a profile passing it through): the placeholder wins,
 # as the executor merges them: the caller's, then the runner's.
 caller = {"PATH": "/usr/bin:/bin", "HOME": str(ws), "DSH_TEST_TOKEN": VALUE}
@@ -42,11 +41,14 @@ bundle_dir = os.path.dirname(launch.env["SSL_CERT_FILE"])
 def start():
     env = dict(launch.spawn_env) if launch.spawn_env is not None else {**caller, **launch.env}
     return subprocess.Popen(launch.argv, pass_fds=launch.pass_fds, env=env, cwd=str(ws), start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 proc = launch.spawn_in(start) if launch.spawn_in else start()
-out, err = proc.communicate(timeout=120)
+report = first_line(proc.stdout.readline)
+memory = scan_sandbox(report, (proc.pid,), ws)
+rest, err = proc.communicate(timeout=120)
+out, err = report + rest.decode(), err.decode()
 if launch.cleanup:
     launch.cleanup()
 try:  # a copy of the value under another name: refused, nothing runs
@@ -61,7 +63,8 @@ plain.shutdown()
 shutil.rmtree(ws)
 print(json.dumps({"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
                   "received": received, "value": VALUE, "value_in_output": VALUE in out + err or in_argv,
-                  "copy_refused": copy_refused, "bundle_removed": bundle_removed}))
+                  "copy_refused": copy_refused, "bundle_removed": bundle_removed,
+                  "memory": memory}))
 """
 
 
