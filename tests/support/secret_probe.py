@@ -213,6 +213,8 @@ def check_secret_result(result: dict[str, Any]) -> None:
     assert probe["other_host"] == 403 and "/other-host" not in by_path
     assert probe["no_placeholder"] == "ok from other.example.test"  # the allowlist itself still works
     assert set(by_path) == {"/secret", "/plain"}
+    # Both refusals are reported, under the hosts they were sent to.
+    assert result["refused_hosts"] == ["api.example.test", "other.example.test"], result["refused_hosts"]
     # The value is nowhere the command could look; the placeholder is where it should be.
     assert probe["seen"], probe
     leaked = [where for where, text in probe["seen"].items() if value in text]

@@ -29,6 +29,7 @@ policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_
 runner = BwrapRunner(proxy_resolver=resolver, proxy_upstream_tls=upstream_tls)
 python = os.path.realpath(sys.executable)
 # The caller's environment holds the value too (a profile passing it through): the placeholder wins.
+mark = runner.network_mark(policy)
 launch = runner.prepare((python, "-I", "-S", "-c", PROBE, str(https.server_address[1]), str(plain.server_address[1])),
                         policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "HOME": str(ws), "DSH_TEST_TOKEN": VALUE})
 in_argv = any(VALUE in str(a) for a in launch.argv)
@@ -40,6 +41,7 @@ memory = scan_sandbox(report, (proc.pid,), ws)
 rest, err = proc.communicate(timeout=120)
 out, err = report + rest.decode(), err.decode()
 launch.cleanup()
+refused_hosts = runner.network_refused(policy, mark)
 try:  # a copy of the value under another name: refused, nothing runs
     runner.prepare(("/bin/true",), policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
     copy_refused = None
@@ -51,7 +53,8 @@ plain.shutdown()
 shutil.rmtree(ws)
 print(json.dumps({"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
                   "received": received, "value": VALUE, "value_in_output": VALUE in out + err or in_argv,
-                  "copy_refused": copy_refused, "memory": memory}))
+                  "copy_refused": copy_refused, "memory": memory,
+                  "refused_hosts": refused_hosts}))
 """
 
 

@@ -32,6 +32,7 @@ policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_
                        env_passthrough=("DSH_TEST_TOKEN",))
 runner = DockerRunner(proxy_resolver=resolver, proxy_upstream_tls=upstream_tls)
 # The caller's environment holds the value too (a profile passing it through): the placeholder wins.
+mark = runner.network_mark(policy)
 launch = runner.prepare(("python3", "-I", "-S", "-c", PROBE, str(https.server_address[1]),
                          str(plain.server_address[1])), policy, cwd=str(ws),
                         env={"PATH": "/usr/bin:/bin", "HOME": str(ws), "DSH_TEST_TOKEN": VALUE})
@@ -46,6 +47,7 @@ warm = next(iter(runner._warm.values()))
 bundle = str(warm.secrets.bundle)
 bundle_mode = oct(os.stat(bundle).st_mode & 0o7777)
 inspected = json.dumps(runner._docker().api.inspect_container(warm.id))
+refused_hosts = runner.network_refused(policy, mark)
 try:  # a copy of the value under another name: refused, nothing runs
     runner.prepare(("true",), policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
     copy_refused = None
@@ -58,7 +60,8 @@ shutil.rmtree(ws)
 print(json.dumps({"status": status.exit_code, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
                   "received": received, "value": VALUE, "value_in_output": VALUE in out + err + inspected,
                   "copy_refused": copy_refused, "bundle_mode": bundle_mode,
-                  "bundle_left": os.path.exists(bundle), "memory": memory}))
+                  "bundle_left": os.path.exists(bundle), "memory": memory,
+                  "refused_hosts": refused_hosts}))
 """
 
 

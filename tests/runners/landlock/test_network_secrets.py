@@ -32,6 +32,7 @@ python = os.path.realpath(sys.executable)
 # The caller's environment holds the value too (a profile passing it through): the placeholder wins,
 # as the executor merges them: the caller's, then the runner's.
 caller = {"PATH": "/usr/bin:/bin", "HOME": str(ws), "DSH_TEST_TOKEN": VALUE}
+mark = runner.network_mark(policy)
 launch = runner.prepare((python, "-I", "-S", "-c", PROBE, str(https.server_address[1]), str(plain.server_address[1])),
                         policy, cwd=str(ws), env=caller)
 in_argv = any(VALUE in str(a) for a in launch.argv)
@@ -51,6 +52,7 @@ rest, err = proc.communicate(timeout=120)
 out, err = report + rest.decode(), err.decode()
 if launch.cleanup:
     launch.cleanup()
+refused_hosts = runner.network_refused(policy, mark)
 try:  # a copy of the value under another name: refused, nothing runs
     runner.prepare(("/bin/true",), policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
     copy_refused = None
@@ -64,7 +66,8 @@ shutil.rmtree(ws)
 print(json.dumps({"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
                   "received": received, "value": VALUE, "value_in_output": VALUE in out + err or in_argv,
                   "copy_refused": copy_refused, "bundle_removed": bundle_removed,
-                  "memory": memory}))
+                  "memory": memory,
+                  "refused_hosts": refused_hosts}))
 """
 
 
