@@ -306,7 +306,9 @@ def report(result: Any, spec: Any) -> None:
     if facts is not None and facts.network_denied:
         from dsh.tools.render import network_refused_note
 
-        note(network_refused_note(facts.network_denied, shown=20))
+        allowlist = spec.sandbox_policy.network_allowlist if spec.sandbox_policy is not None else None
+        note(network_refused_note(facts.network_denied, shown=20,
+                                  with_secrets=allowlist is not None and bool(allowlist.secrets)))
     if facts is not None and facts.trusted_changed:
         from dsh.tools.render import trusted_changed_note
 

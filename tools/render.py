@@ -94,10 +94,16 @@ def network_denied_note(name: str, shared: bool = False) -> str:
     return f"network access to {name if plain else json.dumps(name)} denied{meanwhile}"
 
 
-def network_refused_note(hosts: tuple[str, ...], shown: int = 20) -> str:
-    """One line naming the hosts the network allowlist refused (``run``'s stderr)."""
+def network_refused_note(hosts: tuple[str, ...], shown: int = 20, *, with_secrets: bool = False) -> str:
+    """One line naming the hosts the network allowlist refused (``run``'s stderr).
+
+    With secrets in the allowlist an allowed host is refused too, for a
+    request that carries a placeholder where its rule does not put the value:
+    allowing the host is then not the fix, and the line says what is."""
+    secrets = ("; a request that carries a secret's placeholder is refused unless it goes to a host of its "
+               "[[network.secrets]] entry, in its header, over HTTPS") if with_secrets else ""
     return (f"the network allowlist refused {_first(hosts, shown)} (allow a host with --allow-domain HOST, "
-            "or [network] allow in the profile)")
+            f"or [network] allow in the profile{secrets})")
 
 
 def denied_marker(mode: str) -> str:

@@ -4,8 +4,10 @@ that cannot keep the value out of the sandbox)."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,42 @@ def test_auto_skips_the_runners_that_cannot_hold_secrets(workspace: Path, truste
     data = json.loads(done.stdout)
     assert data["sandbox"]["runner"] in ("bwrap", "docker")
     assert data["stdout"]["text"].startswith("dsh-secret-") and VALUE not in done.stdout.decode()
+
+
+def test_a_placeholder_sent_to_another_allowed_host_is_refused_with_what_to_fix(workspace: Path,
+                                                                                trusted_dir: Path) -> None:
+    # The host is allowed: the note must not stop at "allow the host", which would not help.
+    need_runner("bwrap")
+    hits: list[str] = []
+
+    class Upstream(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Upstream)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    profile = trusted_dir / "secret-and-loopback.toml"
+    profile.write_text('extends = "workspace-write"\nenv_passthrough = ["DSH_TEST_TOKEN"]\n[network]\n'
+                       'mode = "allowlist"\nallow = ["api.example.test", "127.0.0.1"]\n'
+                       'allow_private_for = ["127.0.0.1"]\n'
+                       '[[network.secrets]]\nenv = "DSH_TEST_TOKEN"\nhosts = ["api.example.test"]\n')
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    script = f'curl -sS -o /dev/null {url}/plain && curl -sS -H "X-Other: $DSH_TEST_TOKEN" {url}/carried; exit 7'
+    try:
+        done = cli("run", "--runner", "bwrap", "--profile", str(profile), "--", "sh", "-c", script, cwd=workspace,
+                   env=env_with(DSH_TEST_TOKEN=VALUE))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 7, err
+    assert hits == ["/plain"]  # the host itself is allowed; only the request with the placeholder is refused
+    assert "the network allowlist refused 127.0.0.1 (" in err, err
+    assert ("a request that carries a secret's placeholder is refused unless it goes to a host of its "
+            "[[network.secrets]] entry, in its header, over HTTPS") in err
+    assert VALUE not in err
