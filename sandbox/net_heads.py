@@ -7,6 +7,9 @@ each parse be checked without a connection.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 from dataclasses import dataclass
 
 from dsh.sandbox.net_rules import HostError, split_host_port
@@ -32,6 +35,7 @@ CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _STATUS_TEXT = {
     400: "Bad Request",
     403: "Forbidden",
+    407: "Proxy Authentication Required",
     408: "Request Timeout",
     414: "URI Too Long",
     431: "Request Header Fields Too Large",
@@ -62,11 +66,30 @@ def http_answer(reject: Reject) -> bytes:
     """The HTTP response that tells a client why its request ends here."""
     body = f"dsh-sandbox proxy: {reject.reason}\n".encode()
     text = _STATUS_TEXT.get(reject.status, "Error")
+    challenge = 'Proxy-Authenticate: Basic realm="dsh-sandbox"\r\n' if reject.status == 407 else ""
     head = (
-        f"HTTP/1.1 {reject.status} {text}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"HTTP/1.1 {reject.status} {text}\r\n{challenge}Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
     return head.encode() + body
+
+
+def authorized(header_lines: list[bytes], credential: str) -> bool:
+    """Does the head carry ``Proxy-Authorization: Basic`` with ``credential``
+    as the password (any user name), as a client sends it from the
+    ``http://user:password@host:port`` in its proxy variable?"""
+    for raw in header_lines:
+        name, _, value = raw.decode("latin-1").partition(":")
+        scheme, _, token = value.strip().partition(" ")
+        if name.strip().lower() != "proxy-authorization" or scheme.lower() != "basic":
+            continue
+        try:
+            decoded = base64.b64decode(token.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        if hmac.compare_digest(decoded.partition(b":")[2], credential.encode()):
+            return True
+    return False
 
 
 def socks_reply(code: int) -> bytes:
@@ -134,16 +157,39 @@ def parse_http_head(line: bytes, header_lines: list[bytes]) -> Target:
 _CONNECTION_HEADERS = {"connection", "keep-alive", "proxy-connection"}
 
 
-def origin_head(line: bytes, header_lines: list[bytes]) -> bytes:
-    """A request inside a TLS tunnel the proxy terminates (origin form:
-    ``GET /path HTTP/1.1``), as sent on: CRLF line ends, the connection's own
-    headers dropped and ``Connection: close`` added, so one connection carries
-    one request the proxy has read."""
+#: Headers by which a front end may route a request to a host other than the
+#: one in ``Host``: a request the proxy may put a secret in must not carry one.
+_HOST_OVERRIDES = frozenset({
+    "forwarded", "x-forwarded-host", "x-forwarded-server", "x-host", "x-original-host",
+    "x-http-host-override", "x-original-url", "x-rewrite-url",
+})
+#: Methods whose answer repeats the request, the secret's value included.
+_ECHOING_METHODS = frozenset({"TRACE", "TRACK", "CONNECT"})
+
+
+def origin_head(line: bytes, header_lines: list[bytes], host: str, port: int) -> bytes:
+    """A request inside a TLS tunnel the proxy terminates for ``host``:``port``
+    (origin form: ``GET /path HTTP/1.1``), as sent on: CRLF line ends, the
+    connection's own headers dropped and ``Connection: close`` added, so one
+    connection carries one request the proxy has read.
+
+    ``Host`` is the tunnel's host, whatever the client wrote: a shared front
+    end routes by it, and a value put in the request must go where the
+    certificate was checked.  Headers that name another host, and methods
+    whose answer echoes the request, are refused."""
     parts = _text(line).split(" ")
     if len(parts) != 3 or parts[2] not in ("HTTP/1.0", "HTTP/1.1") or not parts[0].isalpha() \
             or not parts[1].startswith(("/", "*")):
         raise Reject(400, SOCKS_FAILURE, "the request line is not 'METHOD /path HTTP/1.x'")
+    if parts[0].upper() in _ECHOING_METHODS:
+        raise Reject(403, SOCKS_NOT_ALLOWED, f"{parts[0]} to a host a secret is for: its answer echoes the request")
     headers = _headers(header_lines)
+    overriding = sorted({n.lower() for n, _ in headers} & _HOST_OVERRIDES)
+    if overriding:
+        raise Reject(403, SOCKS_NOT_ALLOWED,
+                     f"a request to a host a secret is for names another host ({overriding[0]})")
     listed = {t.strip().lower() for n, v in headers if n.lower() == "connection" for t in v.split(",")}
-    kept = [f"{n}: {v}" for n, v in headers if n.lower() not in _CONNECTION_HEADERS | listed]
-    return "\r\n".join([" ".join(parts), *kept, "Connection: close", "", ""]).encode("latin-1")
+    kept = [f"{n}: {v}" for n, v in headers if n.lower() not in _CONNECTION_HEADERS | listed | {"host"}]
+    shown = f"[{host}]" if ":" in host else host
+    pinned = f"Host: {shown}" if port == 443 else f"Host: {shown}:{port}"
+    return "\r\n".join([" ".join(parts), pinned, *kept, "Connection: close", "", ""]).encode("latin-1")

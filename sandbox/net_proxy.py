@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import ipaddress
 import socket
 import ssl
@@ -41,6 +42,7 @@ from dsh.sandbox.net_heads import (
     SOCKS_UNREACHABLE,
     Reject,
     Target,
+    authorized,
     http_answer,
     origin_head,
     parse_http_head,
@@ -126,13 +128,18 @@ class NetworkProxy:
         secrets: Secrets | None = None,
         ca: SessionCA | None = None,
         upstream_tls: ssl.SSLContext | None = None,
+        credential: str | None = None,
     ) -> None:
         """``secrets``, ``ca``: the session's secrets, and the CA whose
         certificates the proxy presents for their hosts (TLS it terminates, to
         put each value in place of its placeholder); ``upstream_tls``: how it
-        checks those hosts' own certificates (the system's trust unless given)."""
+        checks those hosts' own certificates (the system's trust unless given).
+        ``credential``: the password every client must give (HTTP
+        ``Proxy-Authorization: Basic``, SOCKS5 user/password), for a proxy
+        that other users' processes can reach (on the host's loopback)."""
         if (secrets is None) != (ca is None):
             raise ValueError("secrets need the session's CA, and a CA serves only secrets")
+        self._credential = credential
         self._secrets, self._ca = secrets, ca
         self._upstream_tls = upstream_tls
         self._rules = rules
@@ -244,7 +251,7 @@ class NetworkProxy:
             writer.write(target.reply)
             await writer.drain()
             if intercept:
-                await self._intercepted(reader, writer, upstream, target.host)
+                await self._intercepted(reader, writer, upstream, target.host, target.port)
             await relay(reader, writer, up_reader, upstream, self._limits.idle_timeout, activity)
         except Reject as reject:
             await self._answer(writer, socks, reject)
@@ -268,7 +275,7 @@ class NetworkProxy:
         return not socks and target.reply == CONNECTED and self._secrets.intercepts(target.host)
 
     async def _intercepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           upstream: asyncio.StreamWriter, host: str) -> None:
+                           upstream: asyncio.StreamWriter, host: str, port: int) -> None:
         """Terminate the client's TLS with the session's certificate for
         ``host``, read its request head and send it on with each placeholder
         replaced where its rule allows; refuse it if a placeholder is anywhere
@@ -281,7 +288,11 @@ class NetworkProxy:
                 line, headers = await self._read_head(await reader.readexactly(1), reader)
         except TimeoutError:
             raise Reject(408, SOCKS_FAILURE, "the request head did not arrive in time") from None
-        head, why = self._secrets.rewrite(origin_head(line, headers), name)
+        try:
+            origin = origin_head(line, headers, name, port)
+        except Reject as reject:
+            raise self._refuse(host, reject.reason) from None
+        head, why = self._secrets.rewrite(origin, name)
         if why is not None:
             raise self._refuse(host, why)
         upstream.write(head)
@@ -339,7 +350,12 @@ class NetworkProxy:
         return line
 
     async def _http_head(self, first: bytes, reader: asyncio.StreamReader) -> Target:
-        return parse_http_head(*await self._read_head(first, reader))
+        line, headers = await self._read_head(first, reader)
+        if self._credential is not None and not authorized(headers, self._credential):
+            # Not a refusal of a host: no name to report, and it may be another user's.
+            raise Reject(407, SOCKS_NOT_ALLOWED, "this proxy serves only its session's commands: use the "
+                                                 "credential in HTTP_PROXY")
+        return parse_http_head(line, headers)
 
     async def _read_head(self, first: bytes, reader: asyncio.StreamReader) -> tuple[bytes, list[bytes]]:
         """The request line (its first byte read already) and the header lines."""
@@ -355,11 +371,21 @@ class NetworkProxy:
     async def _socks_head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
         count = (await reader.readexactly(1))[0]
         methods = await reader.readexactly(count)
-        if 0x00 not in methods:
+        method = 0x00 if self._credential is None else 0x02  # none, or user/password (RFC 1929)
+        if method not in methods:
             writer.write(b"\x05\xff")  # No method we accept: the client must close.
             await writer.drain()
             raise _Close
-        writer.write(b"\x05\x00")
+        writer.write(bytes([5, method]))
+        if self._credential is not None:
+            version, size = await reader.readexactly(2)
+            await reader.readexactly(size)  # the user name: any
+            password = await reader.readexactly((await reader.readexactly(1))[0])
+            ok = version == 1 and hmac.compare_digest(password, self._credential.encode())
+            writer.write(b"\x01\x00" if ok else b"\x01\x01")
+            await writer.drain()
+            if not ok:
+                raise _Close
         version, command, _, kind = await reader.readexactly(4)
         if version != 5:
             raise Reject(400, SOCKS_FAILURE, "not a SOCKS5 request")
@@ -386,12 +412,15 @@ class NetworkProxy:
 async def _shut(writer: asyncio.StreamWriter) -> None:
     """Close one side: flush what is queued, but never wait long on a peer
     that does not read (its unsent bytes are dropped)."""
-    writer.close()
     try:
+        writer.close()
         async with asyncio.timeout(1.0):
             await writer.wait_closed()
-    except (OSError, TimeoutError, asyncio.CancelledError):
-        writer.transport.abort()
+    except (OSError, TimeoutError, asyncio.CancelledError, AttributeError):
+        # AttributeError: a TLS transport whose client reset it mid-handshake
+        # has no protocol left to close or abort; the socket is gone already.
+        with contextlib.suppress(AttributeError, OSError):
+            writer.transport.abort()
 
 
 class ProxyThread:
@@ -410,10 +439,11 @@ class ProxyThread:
         secrets: Secrets | None = None,
         ca: SessionCA | None = None,
         upstream_tls: ssl.SSLContext | None = None,
+        credential: str | None = None,
     ) -> None:
-        """``secrets``, ``ca``, ``upstream_tls``: as ``NetworkProxy`` takes them."""
+        """``secrets``, ``ca``, ``upstream_tls``, ``credential``: as ``NetworkProxy`` takes them."""
         self._proxy = NetworkProxy(rules, host, port, resolver, limits, sock, secrets=secrets, ca=ca,
-                                   upstream_tls=upstream_tls)
+                                   upstream_tls=upstream_tls, credential=credential)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="dsh-net-proxy", daemon=True)
 

@@ -99,13 +99,38 @@ def secret_table_problems(value: object) -> list[tuple[str, str]]:
     return problems
 
 
+#: Variables the command needs for itself, or that the sandbox sets (its proxy
+#: and CA variables): a placeholder in one would break the command or the
+#: sandbox's own routing, never carry a token.
+_RESERVED_ENV = frozenset({
+    "PATH", "HOME", "SHELL", "USER", "LOGNAME", "PWD", "TMPDIR", "TERM", "LANG", "SSL_CERT_DIR",
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", *CA_VARIABLES,
+})
+_RESERVED_ENV_PREFIXES = ("LD_", "LC_")
+#: Headers that route or frame a request, or speak to the proxy: never a credential's place.
+_RESERVED_HEADERS = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer", "upgrade",
+    "proxy-authorization", "proxy-connection", "proxy-authenticate", "forwarded", "x-forwarded-host",
+    "x-forwarded-server", "x-host", "x-original-host", "x-http-host-override", "x-original-url", "x-rewrite-url",
+    "expect",
+})
+
+
 def parse_secret(rules: NetworkRules, env: object, hosts: object, header: object = "Authorization") -> SecretRule:
     """A validated ``SecretRule`` for ``rules``; ``ConfigError`` names the field and the fix."""
     if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
         raise ConfigError(f"network.secrets env: {env!r} is not a variable name; write env = \"GITHUB_TOKEN\"")
+    if env.upper() in _RESERVED_ENV or env.upper().startswith(_RESERVED_ENV_PREFIXES):
+        raise ConfigError(f"network.secrets env: {env} is a variable the command or the sandbox needs for itself, "
+                          "and would hold a placeholder; keep the token in a variable of its own, e.g. "
+                          "env = \"GITHUB_TOKEN\"")
     if not isinstance(header, str) or not _HEADER_NAME.fullmatch(header):
         raise ConfigError(f"network.secrets header: {header!r} is not a header name; write header = "
                           "\"Authorization\"")
+    if header.lower() in _RESERVED_HEADERS:
+        raise ConfigError(f"network.secrets header: {header} routes or frames the request, not a credential; "
+                          "write header = \"Authorization\" (or the header the API reads its token from, "
+                          "e.g. \"X-API-Key\")")
     if not isinstance(hosts, list | tuple) or not hosts or not all(isinstance(h, str) for h in hosts):
         raise ConfigError(f"network.secrets hosts of {env}: {hosts!r}; write hosts = [\"api.example.com\"]")
     entries = tuple(dict.fromkeys(normalised_entry("network.secrets hosts", h) for h in hosts))

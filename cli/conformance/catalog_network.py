@@ -23,20 +23,28 @@ OK: dict[str, Expect] = {"read-only": "ok", "workspace-write": "ok"}
 #: The allowlist these scenarios run under (the harness writes it into their profile).
 ALLOWED = "127.0.0.1"
 
-# A CONNECT through the proxy the environment names; prints the proxy's status line.
+# A CONNECT through the proxy the environment names, with the credential it
+# holds when it holds one, as pip, curl and git send it; prints the proxy's status line.
 _CONNECT = (
-    "import os, socket, urllib.parse\n"
+    "import base64, os, socket, urllib.parse\n"
     "proxy = urllib.parse.urlsplit(os.environ.get('HTTPS_PROXY') or os.environ['https_proxy'])\n"
+    "auth = b'Proxy-Authorization: Basic ' + base64.b64encode((proxy.username + ':' + proxy.password).encode()) "
+    "+ b'\\r\\n' if proxy.password else b''\n"
     "s = socket.create_connection((proxy.hostname, proxy.port), timeout=10)\n"
-    "s.sendall(b'CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n\\r\\n')\n"
+    "s.sendall(b'CONNECT {target} HTTP/1.1\\r\\nHost: {target}\\r\\n' + auth + b'\\r\\n')\n"
     "print(s.recv(200).split(b'\\r\\n')[0].decode())\n"
 )
-# The same through SOCKS5 (ALL_PROXY), by name: the way non-HTTP clients go.
+# The same through SOCKS5 (ALL_PROXY), by name: the way non-HTTP clients go
+# (user and password, RFC 1929, when the variable holds them).
 _SOCKS = (
     "import os, socket, struct, urllib.parse\n"
     "proxy = urllib.parse.urlsplit(os.environ.get('ALL_PROXY') or os.environ['all_proxy'])\n"
     "s = socket.create_connection((proxy.hostname, proxy.port), timeout=10)\n"
-    "s.sendall(b'\\x05\\x01\\x00'); assert s.recv(2) == b'\\x05\\x00'\n"
+    "user, word = (proxy.username or '').encode(), (proxy.password or '').encode()\n"
+    "s.sendall(b'\\x05\\x01\\x02' if word else b'\\x05\\x01\\x00')\n"
+    "assert s.recv(2) == (b'\\x05\\x02' if word else b'\\x05\\x00')\n"
+    "word and s.sendall(bytes([1, len(user)]) + user + bytes([len(word)]) + word)\n"
+    "assert not word or s.recv(2) == b'\\x01\\x00'\n"
     "name = b'{name}'\n"
     "s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(name)]) + name + struct.pack('>H', {port}))\n"
     "print('reply', s.recv(10)[1])\n"

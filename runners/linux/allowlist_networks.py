@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets as secrets_module
 import socket
 import sys
 import threading
@@ -72,6 +73,7 @@ class _Made:
     secret_env: Mapping[str, str]
     ca_bundle: bytes | None
     secrets: Secrets | None
+    credential: str | None = None
 
 
 class AllowlistNetworks:
@@ -98,7 +100,8 @@ class AllowlistNetworks:
                 self._made[rules] = made
             ns, port = made.ns, made.port
             if ns is None:
-                return Entry((), proxy_env(port), python, (), port, made.secret_env, made.ca_bundle, made.secrets)
+                return Entry((), proxy_env(port, made.credential), python, (), port, made.secret_env,
+                             made.ca_bundle, made.secrets)
             # Copies the launch owns: closing the session meanwhile cannot hand
             # their numbers to another file the launch would then enter.
             fds = tuple(os.dup(fd) for fd in ns.enter_fds)
@@ -107,7 +110,7 @@ class AllowlistNetworks:
 
     def _make(self, rules: NetworkRules, runner: str) -> _Made:
         secrets, ca = self._secrets(rules, runner)
-        ns = None
+        ns, credential = None, None
         try:
             if self._namespaced:
                 ns = SandboxNetns.create(os.path.realpath(sys.executable))
@@ -115,12 +118,17 @@ class AllowlistNetworks:
             else:
                 listener = socket.create_server(("127.0.0.1", 0))
                 listener.setblocking(False)
+                # Every process on the host reaches this port, other users'
+                # too: only a client with the session's password is served
+                # (the command gets it in its proxy variables, which no
+                # other user can read).
+                credential = secrets_module.token_urlsafe(24)
         except OSError as exc:
             raise SandboxUnavailable(f"{exc}; nothing ran (the network is never opened instead)",
                                      runner=runner) from None
         port = int(listener.getsockname()[1])
         proxy = ProxyThread(rules, resolver=self._resolver, sock=listener, secrets=secrets, ca=ca,
-                            upstream_tls=self._upstream_tls)
+                            upstream_tls=self._upstream_tls, credential=credential)
         try:
             proxy.start()
         except BaseException:
@@ -129,8 +137,8 @@ class AllowlistNetworks:
             listener.close()
             raise
         if secrets is None or ca is None:
-            return _Made(ns, proxy, port, {}, None, None)
-        return _Made(ns, proxy, port, secrets.environment(), ca.bundle(), secrets)
+            return _Made(ns, proxy, port, {}, None, None, credential)
+        return _Made(ns, proxy, port, secrets.environment(), ca.bundle(), secrets, credential)
 
     @staticmethod
     def _secrets(rules: NetworkRules, runner: str) -> tuple[Secrets | None, SessionCA | None]:

@@ -165,13 +165,15 @@ def listen_in(python: str, net_fd: int, port: int = PROXY_PORT) -> socket.socket
     return listener
 
 
-def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
-    """The variables that send pip, npm, git and curl through the proxy.
+def proxy_env(port: int = PROXY_PORT, credential: str | None = None) -> dict[str, str]:
+    """The variables that send pip, npm, git and curl through the proxy
+    (with ``credential`` as the password of a proxy that asks for one).
 
     The literal address, never ``localhost``: the command could listen on
     ``[::1]`` at the same port and catch a sibling's connections."""
-    http = f"http://127.0.0.1:{port}"
-    socks = f"socks5h://127.0.0.1:{port}"
+    user = f"dsh:{credential}@" if credential is not None else ""
+    http = f"http://{user}127.0.0.1:{port}"
+    socks = f"socks5h://{user}127.0.0.1:{port}"
     env = {}
     for name, value in (("http_proxy", http), ("https_proxy", http), ("all_proxy", socks)):
         env[name] = env[name.upper()] = value

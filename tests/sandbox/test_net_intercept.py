@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
+import struct
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -31,18 +34,22 @@ class TlsUpstream:
 
     port: int = 0
     heads: list[bytes] = field(default_factory=list)
+    lenient: bool = False  # answer every request of a connection, whatever it said about closing
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            self.heads.append(await reader.readuntil(b"\r\n\r\n"))
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-            await writer.drain()
+            while True:
+                self.heads.append(await reader.readuntil(b"\r\n\r\n"))
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                if not self.lenient:
+                    break
         writer.close()
 
 
 @contextlib.asynccontextmanager
-async def setup() -> AsyncIterator[tuple[NetworkProxy, int, TlsUpstream, str]]:
-    up = TlsUpstream()
+async def setup(lenient: bool = False) -> AsyncIterator[tuple[NetworkProxy, int, TlsUpstream, str]]:
+    up = TlsUpstream(lenient=lenient)
     server = await asyncio.start_server(up.handle, "127.0.0.1", 0, ssl=PUBLIC.server_context("api.test"))
     up.port = server.sockets[0].getsockname()[1]
     secrets = Secrets([parse_secret(RULES, "TOKEN", ["api.test"])], {"TOKEN": TOKEN})
@@ -144,3 +151,81 @@ def test_an_upstream_the_proxy_cannot_verify_gets_502() -> None:
             await proxy.close()
 
     run(test)
+
+
+def test_the_host_a_request_names_is_the_tunnels_own() -> None:
+    # A shared front end routes by Host: the value must go where the certificate was checked.
+    async def test() -> None:
+        async with setup() as (proxy, port, up, placeholder):
+            assert proxy._ca is not None
+            head = f"GET /user HTTP/1.1\r\nHost: evil.example\r\nHost: api.test\r\nAuthorization: Bearer " \
+                   f"{placeholder}\r\n\r\n".encode()
+            answer = await through(port, "api.test", up.port, head, proxy._ca.certificate_pem())
+            assert answer.endswith(b"ok")
+            [seen] = up.heads
+            hosts = [line for line in seen.split(b"\r\n") if line.lower().startswith(b"host:")]
+            assert hosts == [f"Host: api.test:{up.port}".encode()]
+            assert f"Authorization: Bearer {TOKEN}\r\n".encode() in seen
+
+    run(test)
+
+
+def test_requests_that_name_another_host_or_echo_themselves_are_refused() -> None:
+    async def test() -> None:
+        async with setup() as (proxy, port, up, placeholder):
+            assert proxy._ca is not None
+            heads = [f"GET / HTTP/1.1\r\nHost: api.test\r\n{extra}\r\nAuthorization: Bearer {placeholder}\r\n\r\n"
+                     for extra in ("X-Forwarded-Host: evil.example", "Forwarded: host=evil.example",
+                                   "x-original-url: http://evil.example/")]
+            heads += [f"{method} / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {placeholder}\r\n\r\n"
+                      for method in ("TRACE", "TRACK")]
+            for head in heads:
+                answer = await through(port, "api.test", up.port, head.encode(), proxy._ca.certificate_pem())
+                assert answer.startswith(b"HTTP/1.1 403 "), (head, answer)
+            assert up.heads == []
+            reasons = [r.reason for r in proxy.refusals]
+            assert reasons[:3] == ["a request to a host a secret is for names another host (x-forwarded-host)",
+                                   "a request to a host a secret is for names another host (forwarded)",
+                                   "a request to a host a secret is for names another host (x-original-url)"]
+            assert reasons[3:] == [f"{m} to a host a secret is for: its answer echoes the request"
+                                   for m in ("TRACE", "TRACK")]
+
+    run(test)
+
+
+def test_connections_that_end_in_resets_leave_no_task_error() -> None:
+    # The proxy runs in the CLI's process: an error it does not catch is a traceback on the user's terminal.
+    def client(port: int, up_port: int, placeholder: str, trust: bytes) -> None:
+        context = ssl.create_default_context(cadata=trust.decode())
+        for _ in range(5):
+            raw = socket.create_connection(("127.0.0.1", port), timeout=10)
+            raw.sendall(f"CONNECT api.test:{up_port} HTTP/1.1\r\n\r\n".encode())
+            raw.recv(100)
+            tls = context.wrap_socket(raw, server_hostname="api.test")
+            tls.sendall(f"GET /a HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer {placeholder}\r\n\r\n"
+                        "GET /b HTTP/1.1\r\nHost: api.test\r\n\r\n".encode())
+            time.sleep(0.2)
+            tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset, nothing read
+            tls.close()
+
+    async def test() -> None:
+        async with setup(lenient=True) as (proxy, port, up, placeholder):
+            assert proxy._ca is not None
+            plain_ended = proxy._ended
+
+            def ended(task: asyncio.Task[None]) -> None:
+                if not task.cancelled() and task.exception() is not None:
+                    errors.append(repr(task.exception()))
+                plain_ended(task)
+
+            proxy._ended = ended  # type: ignore[method-assign]
+            await asyncio.to_thread(client, port, up.port, placeholder, proxy._ca.certificate_pem())
+            for _ in range(150):
+                if not proxy._tasks:
+                    break
+                await asyncio.sleep(0.02)
+            assert not proxy._tasks
+
+    errors: list[str] = []
+    run(test)
+    assert errors == []

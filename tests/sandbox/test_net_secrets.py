@@ -33,6 +33,16 @@ def secrets(header: str = "Authorization") -> Secrets:
     ("T", ["unlisted.test"], "Authorization", "not in network.allow"),
     ("T", ["api.example.com"], "Bad Header", "not a header name"),
     ("T", ["api.example.com"], "X:Y", "not a header name"),
+    # Variables the command or the sandbox needs: a placeholder there breaks it or its routing.
+    ("PATH", ["api.example.com"], "Authorization", "PATH is a variable the command or the sandbox needs"),
+    ("SSL_CERT_FILE", ["api.example.com"], "Authorization", "SSL_CERT_FILE is a variable the command"),
+    ("https_proxy", ["api.example.com"], "Authorization", "https_proxy is a variable the command"),
+    ("LD_PRELOAD", ["api.example.com"], "Authorization", "LD_PRELOAD is a variable the command"),
+    # Headers that route or frame the request.
+    ("T", ["api.example.com"], "Host", "Host routes or frames the request, not a credential"),
+    ("T", ["api.example.com"], "content-length", "routes or frames the request"),
+    ("T", ["api.example.com"], "X-Forwarded-Host", "routes or frames the request"),
+    ("T", ["api.example.com"], "Proxy-Authorization", "routes or frames the request"),
 ])
 def test_bad_rules_name_the_field_and_the_fix(env: str, hosts: object, header: str, says: str) -> None:
     with pytest.raises(ConfigError, match=says):

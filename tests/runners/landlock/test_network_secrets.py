@@ -18,7 +18,7 @@ from tests.support.require import require_runner
 from tests.support.secret_probe import UPSTREAM, check_secret_result
 
 SCENARIO = UPSTREAM + r"""
-import tempfile
+import tempfile, urllib.parse
 from pathlib import Path
 from dsh.runners.landlock import LandlockRunner
 from dsh.sandbox.modes import SandboxMode
@@ -46,6 +46,20 @@ def start():
 
 
 proc = launch.spawn_in(start) if launch.spawn_in else start()
+# Another user, on the same host's loopback, with what it can see (the port, the public bundle, a
+# placeholder shown in a command line): the proxy asks it for the credential it cannot read.
+OTHER = (
+    "import socket, sys\n"
+    "s = socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=10)\n"
+    "s.sendall(b'CONNECT api.example.test:' + sys.argv[2].encode() + b' HTTP/1.1\\r\\n\\r\\n')\n"
+    "print(s.recv(100).split(b'\\r\\n')[0].decode())\n"
+)
+proxy_port = str(urllib.parse.urlsplit(launch.env["HTTPS_PROXY"]).port)
+# As nobody, a process of the same user that was not handed the credential stands in.
+other_uid = ["setpriv", "--reuid=65533", "--regid=65533", "--clear-groups"] if os.geteuid() == 0 else []
+other = subprocess.run([*other_uid, python, "-I", "-S", "-c", OTHER, proxy_port, str(https.server_address[1])],
+                       capture_output=True, text=True, timeout=60)
+other_user = other.stdout.strip() or other.stderr[-300:]
 report = first_line(proc.stdout.readline)
 memory = scan_sandbox(report, (proc.pid,), ws)
 rest, err = proc.communicate(timeout=120)
@@ -66,7 +80,7 @@ shutil.rmtree(ws)
 print(json.dumps({"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
                   "received": received, "value": VALUE, "value_in_output": VALUE in out + err or in_argv,
                   "copy_refused": copy_refused, "bundle_removed": bundle_removed,
-                  "memory": memory,
+                  "memory": memory, "other_user": other_user,
                   "refused_hosts": refused_hosts}))
 """
 
@@ -80,3 +94,5 @@ def test_the_proxy_puts_the_value_where_it_belongs_and_the_sandbox_never_sees_it
     assert refused is not None and "the variable COPY holds the value of the secret DSH_TEST_TOKEN" in refused
     assert result["value"] not in refused
     assert result["bundle_removed"] is True  # the bundle goes with the runner
+    # The proxy on the host's loopback serves this session's command only.
+    assert result["other_user"] == "HTTP/1.1 407 Proxy Authentication Required", result["other_user"]
