@@ -26,7 +26,7 @@ from dsh.sandbox.modes import SandboxMode
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for scripts.")
 @click.option("--profile", metavar="NAME|FILE", help="Profile for the enforcement columns.")
 @click.option("--workspace", metavar="DIR", help="Workspace for the enforcement columns.")
-@click.option("--prune", is_flag=True, help="Remove what runners left behind (e.g. Docker containers).")
+@click.option("--prune", is_flag=True, help="Remove what runners left behind (Docker containers, Landlock CA bundles).")
 @click.option("--all", "prune_all", is_flag=True, help="With --prune: also live sessions' ones.")
 def runners(
     as_json: bool, profile: str | None, workspace: str | None, prune: bool, prune_all: bool
@@ -156,6 +156,6 @@ def _prune(prune_all: bool, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"removed": names}))
         return
-    click.echo(f"removed {len(names)} container(s)")
+    click.echo(f"removed {len(names)} leftover(s)")
     for name in names:
         click.echo(f"  {name}")

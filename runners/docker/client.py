@@ -146,13 +146,10 @@ def find_image(client: Any, image: str) -> str | None:
 
 def process_start_time(pid: int) -> str | None:
     """The kernel start time of ``pid`` (guards against pid reuse), ``None`` if gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    # Field 22, counted after the parenthesised command name (which may hold spaces).
-    return stat.rsplit(b")", 1)[1].split()[19].decode()
+    from dsh.runners.linux.orphans import start_time
+
+    start = start_time(pid)
+    return str(start) if start is not None else None
 
 
 def owner_labels() -> dict[str, str]:

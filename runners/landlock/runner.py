@@ -106,6 +106,13 @@ class LandlockRunner(Runner):
     network_by_name: ClassVar[bool] = True
     network_secrets: ClassVar[bool] = True
 
+    @classmethod
+    def prune(cls, *, everything: bool = False) -> list[str] | None:
+        """The CA bundle directories of sessions killed before they closed."""
+        from dsh.runners.landlock.secrets import prune_bundles
+
+        return prune_bundles(everything=everything)
+
     def __init__(self, options: Mapping[str, Any] | None = None, *, proxy_resolver: Resolver | None = None,
                  proxy_upstream_tls: ssl.SSLContext | None = None) -> None:
         """``proxy_resolver``: how the allowlist proxy resolves names (the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 import threading
 
@@ -48,8 +49,47 @@ class BundleFiles:
                 shutil.rmtree(os.path.dirname(path))
 
 
+#: The bundle directories' names: the prefix, then the owner's pid and start
+#: time, so that ``prune_bundles`` knows a live session's from a leftover.
+_PREFIX = "dsh-sandbox-ca-"
+
+
+def _base() -> str:
+    return "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
+
+
+def prune_bundles(*, everything: bool = False) -> list[str]:
+    """Remove this user's bundle directories whose owner process is gone (a
+    session killed before its runner closed); every one with ``everything``.
+    The paths removed."""
+    from dsh.runners.linux.orphans import start_time
+
+    removed = []
+    base = _base()
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir(base)):
+            path = os.path.join(base, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not name.startswith(_PREFIX) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            pid, _, rest = name.removeprefix(_PREFIX).partition("-")
+            started = rest.partition("-")[0]
+            alive = pid.isdigit() and str(start_time(int(pid))) == started
+            if alive and not everything:
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            if not os.path.lexists(path):
+                removed.append(path)
+    return removed
+
+
 def _write(bundle: bytes) -> str:
-    directory = tempfile.mkdtemp(prefix="dsh-sandbox-ca-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None)
+    from dsh.runners.linux.orphans import start_time
+
+    directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-{start_time(os.getpid())}-", dir=_base())
     try:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:

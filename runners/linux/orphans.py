@@ -30,6 +30,13 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return None
 
 
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), ``None`` once it is gone:
+    with the pid, names a process even after its pid is reused."""
+    stat = _stat(pid)
+    return stat[2] if stat is not None else None
+
+
 def processes_naming(word: str) -> list[int]:
     """The processes of this uid with ``word`` as one of their arguments: what
     a helper daemonized before saying who it started (a ``runsc create`` that
