@@ -201,8 +201,9 @@ if [ "$whole" = 1 ]; then
   floor_tests() {
     (cd "$root" && "$floor_venv/bin/python" -m pytest -q -p no:cacheprovider tests/runners/e2b)
   }
+  # Mostly waiting on the envd double: it runs beside conformance, not before it.
   if grep -q '^e2b==' "$logs/floor.log" && [ -x "$floor_venv/bin/python" ]; then
-    stage "e2b SDK floor ($(grep '^e2b==' "$logs/floor.log"))" floor_tests
+    background floor_tests "e2b SDK floor ($(grep '^e2b==' "$logs/floor.log"))" floor_tests
   else
     record "e2b SDK floor" skipped 0
   fi
@@ -210,5 +211,6 @@ fi
 if [ "$whole" = 1 ]; then
   stage "conformance (as root and as nobody; 1,024 descriptors)" as_a_login_session bash "$root/.ci/conformance"
 fi
+if [ -n "${bg_pid[floor_tests]:-}" ]; then collect floor_tests || true; fi
 if [ -n "${bg_pid[fresh]:-}" ]; then collect fresh || true; fi
 finish
