@@ -29,6 +29,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 
 from dsh.runners.linux.chroot import chroot_reason
 from dsh.runners.linux.mount_check import ExpectedMount, identity_of, mount_problem
-from dsh.runners.linux.orphans import kill_tree, process_tree, processes_naming, reap_tree
+from dsh.runners.linux.orphans import become_subreaper, kill_tree, process_tree, processes_naming, reap_tree
 from dsh.runners.linux.pinned_open import changed, open_checked, pinned_parent
 from dsh.runners.linux.placeholders import Placeholder
 from dsh.sandbox.errors import SandboxUnavailable
@@ -151,8 +152,19 @@ class WarmSandbox:
         tree = process_tree([*(p for p in (self.pid, self.gofer) if p is not None),
                              *processes_naming(str(self.bundle))])
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([*self.runsc, "delete", "-force", self.id], capture_output=True,
-                           timeout=_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+            deleting = subprocess.Popen([*self.runsc, "delete", "-force", self.id], stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            # runsc delete waits for the sandbox to be gone, and a zombie of
+            # this process is not gone until this process reaps it: reap
+            # meanwhile, or each delete waits out runsc's own timeout.
+            deadline = time.monotonic() + _TIMEOUT_S
+            while deleting.poll() is None:
+                if time.monotonic() > deadline:
+                    deleting.kill()
+                    deleting.wait()
+                    break
+                reap_tree(tree, 0)
+                time.sleep(0.005)
         # runsc finds the sandbox by its state directory; with that gone (its
         # cache removed during the session) it deletes nothing, and the
         # sandbox and gofer would run on, orphaned: what still runs is killed.
@@ -239,6 +251,7 @@ def create(runsc: Sequence[str], state_dir: Path, sid: str, config: dict[str, An
         (bundle / "config.json").write_text(json.dumps(config))
         log = bundle / "runsc.log"
         prefix, fds = enter if enter is not None else ((), ())
+        become_subreaper()  # runsc daemonizes the sandbox and gofer: they become ours to reap
         code, err = _runsc([*prefix, *runsc, "create", "-bundle", str(bundle), sid], log, fds)
         if code == 0:
             # runsc reaches its sandbox through an abstract unix socket, which

@@ -11,6 +11,7 @@ snapshots it first and reaps what of it became ours.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterable
@@ -28,6 +29,21 @@ def _stat(pid: int) -> tuple[str, int, int] | None:
         return fields[0].decode(), int(fields[1]), int(fields[19])
     except (OSError, IndexError, ValueError):
         return None
+
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Make this process the parent of what its helpers daemonize, so that it
+    reaps them (``reap_tree``).  Otherwise they go to the nearest subreaper
+    above it, which may never reap them (a test runner, an agent's harness):
+    their zombies then outlive them, and whatever waits for them to be gone
+    (``runsc delete``) waits out its timeout."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def start_time(pid: int) -> int | None:
@@ -94,11 +110,13 @@ def reap_tree(tree: Iterable[Proc], timeout: float) -> None:
                 left.discard(proc)  # gone (its own parent reaped it), or the pid is another process now
                 continue
             state, parent, _start = found
-            if parent == me and state in ("Z", "X"):
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+            if state in ("Z", "X"):
+                # Ended.  Ours to reap; another parent's (a subreaper above this
+                # process, which took it first) is that parent's to reap, and
+                # waiting for it to vanish would wait out the timeout.
+                if parent == me:
+                    with contextlib.suppress(ChildProcessError):
+                        os.waitpid(pid, os.WNOHANG)
                 left.discard(proc)
         if not left or time.monotonic() > deadline:
             return
