@@ -7,7 +7,7 @@ import shlex
 import signal
 from pathlib import Path
 
-import dsh.runners.e2b.session as session_module
+import dsh.runners.e2b.process as process_module
 import pytest
 from dsh.runners.e2b import E2BRunner
 from dsh.runners.e2b.command import exit_status, process_argv, shell_script
@@ -184,7 +184,9 @@ def test_stream_deadline_kills_the_command(runner: E2BRunner, envd: Envd, worksp
     killed and its tree is gone."""
     pol = policy("workspace-write", workspace)
     assert run(runner, ["true"], pol).status == ExitStatus(0)
-    monkeypatch.setattr(session_module, "BACKSTOP_MARGIN_S", 1.0)
+    # Where start() reads it (it imports the name): patching the session module did nothing,
+    # and the test waited out the real 60 s margin.
+    monkeypatch.setattr(process_module, "BACKSTOP_MARGIN_S", 1.0)
     pidfile = envd.root / "tmp/child.pid"
     script = "sh -c 'echo $$ > /tmp/child.pid; exec sleep 300' & wait"
     proc, _out = start(runner, ["sh", "-c", script], pol, deadline_s=0.5)
