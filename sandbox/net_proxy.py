@@ -13,15 +13,15 @@ Every refusal is answered (403, or SOCKS5 reply 0x02) and recorded in
 hostile: the head of a request is capped in size and in time, and an error in
 one connection closes that connection only.
 
-asyncio is imported here and nowhere else in ``dsh.sandbox``: the CLI starts
-without it, and the synchronous runners use ``ProxyThread``.
+asyncio is imported here and in the modules only this one imports (the relay,
+the SOCKS5 side): the CLI starts without it, and the synchronous runners use
+``ProxyThread``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import ipaddress
 import socket
 import ssl
@@ -33,11 +33,8 @@ from typing import TYPE_CHECKING
 
 from dsh.sandbox.net_heads import (
     CONNECTED,
-    SOCKS_BAD_ADDRESS,
-    SOCKS_BAD_COMMAND,
     SOCKS_FAILURE,
     SOCKS_NOT_ALLOWED,
-    SOCKS_OK,
     SOCKS_REFUSED,
     SOCKS_UNREACHABLE,
     Reject,
@@ -50,6 +47,7 @@ from dsh.sandbox.net_heads import (
 )
 from dsh.sandbox.net_relay import Activity, relay
 from dsh.sandbox.net_rules import NetworkRules, decide_addresses, decide_name, normalise_host
+from dsh.sandbox.net_socks import Closed, socks_head
 
 if TYPE_CHECKING:
     from dsh.sandbox.net_secrets import Secrets, SessionCA
@@ -108,10 +106,6 @@ async def system_resolver(name: str, port: int) -> list[str]:
     """The host's resolver: every address of ``name`` for a TCP connect."""
     infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-class _Close(Exception):
-    """Ends a connection without an answer (the protocol has already given one)."""
 
 
 class NetworkProxy:
@@ -242,7 +236,8 @@ class NetworkProxy:
                 async with asyncio.timeout(self._limits.head_timeout):
                     first = await reader.readexactly(1)
                     socks = first == b"\x05"
-                    target = await (self._socks_head(reader, writer) if socks else self._http_head(first, reader))
+                    target = await (socks_head(reader, writer, self._credential) if socks
+                                    else self._http_head(first, reader))
             except TimeoutError:
                 raise Reject(408, SOCKS_FAILURE, "the request head did not arrive in time") from None
             intercept = self._intercepts(target, socks)
@@ -255,7 +250,7 @@ class NetworkProxy:
             await relay(reader, writer, up_reader, upstream, self._limits.idle_timeout, activity)
         except Reject as reject:
             await self._answer(writer, socks, reject)
-        except (_Close, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+        except (Closed, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass  # The client went away or stalled mid-tunnel: nothing to answer.
         finally:
             for w in (upstream, writer):
@@ -368,46 +363,6 @@ class NetworkProxy:
             headers.append(raw)
         return line, headers
 
-    async def _socks_head(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
-        count = (await reader.readexactly(1))[0]
-        methods = await reader.readexactly(count)
-        method = 0x00 if self._credential is None else 0x02  # none, or user/password (RFC 1929)
-        if method not in methods:
-            writer.write(b"\x05\xff")  # No method we accept: the client must close.
-            await writer.drain()
-            raise _Close
-        writer.write(bytes([5, method]))
-        if self._credential is not None:
-            version, size = await reader.readexactly(2)
-            await reader.readexactly(size)  # the user name: any
-            password = await reader.readexactly((await reader.readexactly(1))[0])
-            ok = version == 1 and hmac.compare_digest(password, self._credential.encode())
-            writer.write(b"\x01\x00" if ok else b"\x01\x01")
-            await writer.drain()
-            if not ok:
-                raise _Close
-        version, command, _, kind = await reader.readexactly(4)
-        if version != 5:
-            raise Reject(400, SOCKS_FAILURE, "not a SOCKS5 request")
-        if kind == 1:
-            host = str(ipaddress.IPv4Address(await reader.readexactly(4)))
-        elif kind == 4:
-            host = str(ipaddress.IPv6Address(await reader.readexactly(16)))
-        elif kind == 3:
-            raw = await reader.readexactly((await reader.readexactly(1))[0])
-            try:
-                host = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                host = raw.decode("latin-1")  # Refused below by name, but recorded as sent.
-        else:
-            raise Reject(400, SOCKS_BAD_ADDRESS, f"address type {kind} is unknown")
-        port = int.from_bytes(await reader.readexactly(2), "big")
-        if command != 1:
-            # BIND and UDP ASSOCIATE would let the outside in or skip the name check.
-            raise Reject(400, SOCKS_BAD_COMMAND, f"SOCKS5 command {command} is not supported (CONNECT only)")
-        if port == 0:
-            raise Reject(400, SOCKS_FAILURE, "port 0 is not a destination")
-        return Target(host, port, reply=socks_reply(SOCKS_OK))
 
 async def _shut(writer: asyncio.StreamWriter) -> None:
     """Close one side: flush what is queued, but never wait long on a peer
