@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,17 @@ class Report:
         return next((t for t in self.timings if t.name == name), None)
 
 
+#: A measure beyond the built-in ones: it adds to the report, given the bench workspace.
+Section = Callable[[Report, Path], None]
+
+
+def summary(name: str, samples_ms: Sequence[float], note: str = "") -> Timing:
+    """The median and p95 of ``samples_ms``."""
+    values = sorted(samples_ms)
+    p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+    return Timing(name, len(values), statistics.median(values), p95, note)
+
+
 def _measure(name: str, fn: Callable[[], object], n: int, warmup: int = 3) -> Timing:
     for _ in range(warmup):
         fn()
@@ -58,9 +69,7 @@ def _measure(name: str, fn: Callable[[], object], n: int, warmup: int = 3) -> Ti
         t0 = time.perf_counter()
         fn()
         samples.append((time.perf_counter() - t0) * 1000)
-    samples.sort()
-    p95 = samples[min(len(samples) - 1, round(0.95 * (len(samples) - 1)))]
-    return Timing(name, n, statistics.median(samples), p95)
+    return summary(name, samples)
 
 
 def _context(runner: str | None, workspace: Path) -> Context:
@@ -77,6 +86,23 @@ def _context(runner: str | None, workspace: Path) -> Context:
         mode="workspace-write", workspace=str(workspace), accept_degraded=accept,
         runner=runner, executor="bash-sandbox", executor_config={"cwd": str(workspace)},
     ))
+
+
+def sessions(report: Report, runners: Iterable[str | None], workspace: Path,
+             skip_key: str) -> Iterator[tuple[str | None, Context]]:
+    """A session on each runner in turn (``None``: bash-local), closed when the
+    caller moves on; one that cannot be built is reported under
+    ``skip_key.format(label)``, not raised."""
+    for runner in runners:
+        try:
+            ctx = _context(runner, workspace)
+        except Exception as exc:
+            report.skipped[skip_key.format(runner or "bash-local")] = str(exc)
+            continue
+        try:
+            yield runner, ctx
+        finally:
+            ctx.close()
 
 
 def _runner_true(ctx: Context) -> Callable[[], object]:
@@ -164,9 +190,31 @@ def _run_label(runner: str) -> str:
     return f"dsh-sandbox run --runner {runner} -- true"
 
 
-def _cli_commands(exe: str, runners: Sequence[str]) -> list[tuple[str, list[str]]]:
+def degradation_flags(runner: str) -> list[str]:
+    """``--accept-degraded`` for every gap ``runner`` declares: the cost is
+    measured, not completeness."""
     from dsh.sandbox.registry import load_runner_class
 
+    return [f for name in load_runner_class(runner).DEGRADATION_NAMES for f in ("--accept-degraded", name)]
+
+
+def cli_exe(report: Report) -> str | None:
+    """The console script next to this interpreter, not whatever PATH finds
+    first: a version-manager shim (pyenv's is a chain of bash scripts) would be
+    timed too.  ``None``, reported, when it is not installed."""
+    beside = Path(sys.executable).parent / "dsh-sandbox"
+    exe = str(beside) if beside.is_file() else shutil.which("dsh-sandbox")
+    if exe is None:
+        report.skipped["cli"] = "dsh-sandbox is not installed next to this interpreter nor on PATH"
+    return exe
+
+
+def cli_env() -> dict[str, str]:
+    """This environment with bytecode written, as on a user's machine."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def _cli_commands(exe: str, runners: Sequence[str]) -> list[tuple[str, list[str]]]:
     commands = [
         ("python -c pass", [sys.executable, "-c", "pass"]),
         ("dsh-sandbox --version", [exe, "--version"]),
@@ -175,9 +223,8 @@ def _cli_commands(exe: str, runners: Sequence[str]) -> list[tuple[str, list[str]
                                                              "true"]),
     ]
     for runner in runners:
-        # The cost is measured, not completeness: accept what the runner cannot enforce here.
-        accept = [f for name in load_runner_class(runner).DEGRADATION_NAMES for f in ("--accept-degraded", name)]
-        commands.append((_run_label(runner), [exe, "run", "--runner", runner, *accept, "--", "true"]))
+        commands.append((_run_label(runner), [exe, "run", "--runner", runner, *degradation_flags(runner), "--",
+                                              "true"]))
     return commands
 
 
@@ -211,28 +258,20 @@ def _measure_interleaved(commands: Sequence[tuple[str, list[str]]], n: int, work
                 live.remove((label, argv))
             elif round_ >= 2:
                 samples[label].append(elapsed)
-    for label, _ in live:
-        values = sorted(samples[label])
-        p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
-        report.timings.append(Timing(label, len(values), statistics.median(values), p95, "interleaved"))
+    report.timings += [summary(label, samples[label], "interleaved") for label, _ in live]
 
 
 def bench_cli(report: Report, n: int, workspace: Path, runners: Sequence[str], peers: Sequence[str] = ()) -> None:
     """The CLI as people and CI start it, against ``python -c pass`` of the same
     interpreter and the peers on PATH, with bytecode cached as on a user's machine.
     Each local runner in ``runners`` has a ``run -- true`` row; the first is set against the peers."""
-    # The console script next to this interpreter, not whatever PATH finds first:
-    # a version-manager shim (pyenv's is a chain of bash scripts) would be timed too.
-    beside = Path(sys.executable).parent / "dsh-sandbox"
-    exe = str(beside) if beside.is_file() else shutil.which("dsh-sandbox")
+    exe = cli_exe(report)
     if exe is None:
-        report.skipped["cli"] = "dsh-sandbox is not installed next to this interpreter nor on PATH"
         return
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     local = _local(runners)
     own = _cli_commands(exe, local)
     peer = peer_commands(peers, workspace, report)
-    _measure_interleaved([*own, *peer], n, workspace, env, report)
+    _measure_interleaved([*own, *peer], n, workspace, cli_env(), report)
     for label in ("dsh-sandbox --version", "dsh-sandbox --help"):
         report.targets.append((label, "python -c pass", CLI_START_TARGET, "<="))
     for runner in local:
@@ -273,37 +312,29 @@ def bench_throughput(report: Report, workspace: Path) -> None:
 def bench_concurrency(report: Report, runners: Sequence[str], workspace: Path, per_thread: int) -> None:
     """32 threads each running ``per_thread`` commands; commands per second."""
     results: dict[str, float] = {}
-    for runner in (None, *runners):
+    for runner, ctx in sessions(report, (None, *runners), workspace, "32x {}"):
         label = runner or "bash-local"
-        try:
-            ctx = _context(runner, workspace)
-        except Exception as exc:
-            report.skipped[f"32x {label}"] = str(exc)
+        run = _runner_true(ctx)
+        errors: list[BaseException] = []
+
+        def worker(run: Callable[[], object] = run, errors: list[BaseException] = errors) -> None:
+            try:
+                for _ in range(per_thread):
+                    run()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(32)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        dt = time.perf_counter() - t0
+        if errors:
+            report.skipped[f"32x {label}"] = f"{type(errors[0]).__name__}: {errors[0]}"
             continue
-        try:
-            run = _runner_true(ctx)
-            errors: list[BaseException] = []
-
-            def worker(run: Callable[[], object] = run, errors: list[BaseException] = errors) -> None:
-                try:
-                    for _ in range(per_thread):
-                        run()
-                except BaseException as exc:
-                    errors.append(exc)
-
-            threads = [threading.Thread(target=worker) for _ in range(32)]
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            dt = time.perf_counter() - t0
-            if errors:
-                report.skipped[f"32x {label}"] = f"{type(errors[0]).__name__}: {errors[0]}"
-                continue
-            results[label] = 32 * per_thread / dt
-        finally:
-            ctx.close()
+        results[label] = 32 * per_thread / dt
     base = results.get("bash-local")
     report.extra["32 concurrent"] = {
         k: {"commands_per_s": round(v, 1), "vs_bash_local": round(v / base, 2) if base else None}
@@ -343,7 +374,7 @@ def _local(runners: Sequence[str]) -> list[str]:
 
 
 def run_all(runners: Sequence[str], n: int, *, throughput: bool = True, per_thread: int = 10,
-            peers: Sequence[str] = ()) -> Report:
+            peers: Sequence[str] = (), more: Sequence[tuple[str, Section]] = ()) -> Report:
     report = Report()
     workspace = Path(tempfile.mkdtemp(prefix="dsh-bench-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
     sections: list[tuple[str, Callable[[], None]]] = [
@@ -352,6 +383,7 @@ def run_all(runners: Sequence[str], n: int, *, throughput: bool = True, per_thre
         ("1 GiB stdout", lambda: bench_throughput(report, workspace) if throughput else None),
         ("32 concurrent", lambda: bench_concurrency(
             report, _local(runners), workspace, per_thread)),
+        *((name, lambda section=section: section(report, workspace)) for name, section in more),
     ]
     try:
         for name, section in sections:

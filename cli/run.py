@@ -113,7 +113,9 @@ def make_request(opts: RunOptions, ctx: Context) -> Any:
         # composition's executor keeps its own default.)
         from dsh.sandbox.policy_service import PolicyService
 
-        wall = ctx.require(PolicyService).resolve().limits.wall_time_s
+        # The profile's limit, not a resolved policy's: resolving searches every
+        # writable root, which the executor does again right before the spawn.
+        wall = ctx.require(PolicyService).profile.limits.wall_time_s
         timeout_ms = int(wall * 1000) if wall else CLI_MAX_TIMEOUT_S * 1000
     if opts.tty:
         from dsh.cli.run_tty import terminal_size

@@ -105,6 +105,20 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class ProtectionCost:
+    """One protection's own work, timed alone by ``dsh-sandbox bench`` so that a
+    change making it dearer shows in the change that caused it.  ``run`` does
+    the work once; ``per`` says how often a run pays it (``"CLI run"``: once
+    per session, so once per ``dsh-sandbox run``; ``"command"``: every
+    command); ``close`` releases what the measure holds."""
+
+    label: str
+    run: Callable[[], object]
+    per: str = "command"
+    close: Callable[[], None] | None = None
+
+
+@dataclass(frozen=True)
 class SpeedTargets:
     """What ``dsh-sandbox bench`` reports a runner's cost against; never enforced.
 
@@ -214,6 +228,12 @@ class Runner(abc.ABC):
     def baseline(self, policy: SandboxPolicy, cwd: str) -> Baseline | None:
         """The bare equivalent of a run, for ``dsh-sandbox bench``; ``None`` if none."""
         return None
+
+    def protection_costs(self, policy: SandboxPolicy) -> Sequence[ProtectionCost]:
+        """What each protection of a run under ``policy`` costs on its own (the
+        syscall filter, the cgroup and its keeper, a host probe), for
+        ``dsh-sandbox bench``; empty if the runner names none."""
+        return ()
 
     #: The modes this runner enforces completely (every path, network and limit
     #: rule of the policy): what the default ``enforcement`` claims.  Every other

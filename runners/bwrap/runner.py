@@ -64,6 +64,7 @@ from dsh.sandbox.runner import (
     Gap,
     Launch,
     LocalLaunch,
+    ProtectionCost,
     Runner,
     RunnerPlan,
     RunnerProbe,
@@ -263,6 +264,18 @@ class BwrapRunner(Runner):
             subprocess.run(argv, check=True, pass_fds=launch.pass_fds, env=launch.spawn_env)
 
         return Baseline("bare bwrap true", spawn, launch.cleanup)
+
+    def protection_costs(self, policy: SandboxPolicy) -> list[ProtectionCost]:
+        from dsh.runners.linux.costs import cgroup_costs, filter_cost
+
+        option = self.options.get("bwrap")
+        return [
+            # Once per process: what bwrap and the kernel allow here, found by a trial sandbox.
+            ProtectionCost("host probe (trial sandbox, bwrap --version)", lambda: probe_host(option, None),
+                           "CLI run"),
+            *filter_cost("syscall filter compiled", syscall_filter.BWRAP_SYSCALLS, "CLI run"),
+            *cgroup_costs("dsh-bench-bwrap"),
+        ]
 
     def limitations(self, policy: SandboxPolicy) -> Mapping[str, str]:
         found = dict(namespaced_limitations(policy.constrained))

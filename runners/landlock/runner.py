@@ -43,6 +43,7 @@ from dsh.sandbox.runner import (
     Enforcement,
     Gap,
     LocalLaunch,
+    ProtectionCost,
     Runner,
     RunnerPlan,
     RunnerProbe,
@@ -200,6 +201,23 @@ class LandlockRunner(Runner):
             with self._lock:
                 plan = self._plans.setdefault(policy, plan)
         return plan
+
+    def protection_costs(self, policy: SandboxPolicy) -> list[ProtectionCost]:
+        from dsh.runners.linux.costs import cgroup_costs, filter_cost
+
+        abi_version = self._require()
+
+        def ruleset() -> None:
+            # Planned afresh (a session plans once per policy) and built through the pins, as a spawner does.
+            plan = plan_rules(policy, abi_version, self._strategy)
+            with self.pinned(policy) as pins:
+                os.close(build_ruleset(plan, pins))
+
+        return [
+            ProtectionCost("rules planned and the Landlock ruleset built", ruleset, "CLI run"),
+            *filter_cost("syscall filter compiled", self._syscall_policy(policy), "CLI run"),
+            *cgroup_costs("dsh-bench-landlock"),
+        ]
 
     def _limit_plan(self, policy: SandboxPolicy) -> LimitPlan:
         if policy.limits.is_empty() and not policy.constrained:

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from dsh.cli.benchmarks import PEERS, Report, bench_cli, compute_ratios, render_table
+from dsh.cli.benchmarks import PEERS, Report, bench_cli, bench_concurrency, compute_ratios, render_table
 
 from tests.support.require import require_runner
 
@@ -42,3 +42,17 @@ def test_the_cli_rows_are_measured_and_set_against_python_and_the_peers(monkeypa
             label = next(name for name in rows if name.startswith(f"{peer} "))
             assert ("dsh-sandbox run --runner bwrap -- true", label) in measured
     assert "| dsh-sandbox run --runner landlock -- true | 5 |" in render_table(report)
+
+
+def test_concurrency_is_measured_per_runner_and_a_session_that_cannot_start_is_reported() -> None:
+    require_runner("landlock")
+    workspace = Path(tempfile.mkdtemp(prefix="dsh-bench-test-", dir="/var/tmp"))
+    try:
+        report = Report()
+        bench_concurrency(report, ("landlock", "no-such-runner"), workspace, 1)
+    finally:
+        shutil.rmtree(workspace)
+    measured = report.extra["32 concurrent"]
+    assert measured["bash-local"]["vs_bash_local"] == 1.0
+    assert measured["landlock"]["commands_per_s"] > 0 and "landlock >=" in measured["target"]
+    assert "no-such-runner" in report.skipped["32x no-such-runner"]
