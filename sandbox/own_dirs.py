@@ -87,6 +87,23 @@ def open_own_dir(
     return OwnDir(target, fd)
 
 
+def replace_file(own: OwnDir, name: str, data: bytes) -> bool:
+    """Write ``data`` as ``name`` in ``own`` (mode 0600), whole or not at all:
+    made under a fresh name from the directory's fd and renamed over the old
+    one.  ``False`` when it could not be written (a full or read-only disk)."""
+    tmp = f".{name}-{os.getpid()}-{os.urandom(4).hex()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=own.fd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, name, src_dir_fd=own.fd, dst_dir_fd=own.fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=own.fd)
+        return False
+    return True
+
+
 def first_own_dir(
     candidates: Iterable[tuple[Path, tuple[str, ...]]], label: str, fix: str,
     refuse: Callable[[Path], str | None] | None = None,

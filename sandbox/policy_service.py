@@ -153,7 +153,7 @@ class PolicyService(Service):
         # Names kept read-only wherever they exist; the session's index of the
         # writable trees makes every later search cost one lstat per directory.
         self._trusted_names = (*DEFAULT_PROTECTED_NAMES, *ALWAYS_PROTECTED, *self._profile.protected_names)
-        self._index = TreeIndex(self._trusted_names)
+        self._index = TreeIndex(self._trusted_names, keep=True)
         # The latest search of each set of roots: a run's baseline (few sets per session).
         self._latest: dict[frozenset[Path], Found] = {}
         self._latest_lock = threading.Lock()
@@ -254,6 +254,9 @@ class PolicyService(Service):
                 private.close()
         finally:
             self._pins.close()
+        index: TreeIndex | None = getattr(self, "_index", None)  # absent when the configuration was refused
+        if index is not None:
+            index.save()  # the next session's search lists only what changed
 
     def _session_tmp(self, roots: Iterable[Path]) -> Path:
         """The session's private temporary directory, made on first use."""

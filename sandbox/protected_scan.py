@@ -24,14 +24,17 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from dsh.sandbox import tree_cache
 from dsh.sandbox.git_config import host_entries, host_missing_dirs, host_named_paths, programs_named_in_config
 from dsh.sandbox.policy_paths import canonical, git_dirs, read_small_file
 from dsh.sandbox.protected_links import other_names
+from dsh.sandbox.tree_cache import RACY_NS
 
 GitAccess = Literal["read-only", "commit"]
 GIT_ACCESS: tuple[GitAccess, ...] = ("read-only", "commit")
@@ -68,8 +71,13 @@ GIT_CONTROL_PARTS: tuple[str, ...] = (
 #: an operation in progress): creating those is reported after the run.
 _KEPT_WHEN_MISSING = frozenset({"hooks", "info", "modules", "worktrees", "remotes", "branches", "gitdir"})
 
-#: Entries walked before a root is given up as too big (about 1 s when cold).
-DEFAULT_MAX_ENTRIES = 300_000
+#: The work a walk may do before a root is given up as too big: each entry
+#: listed costs one, each directory whose listing still holds costs two (its
+#: ``lstat``).  About 2.5 s for a million entries listed cold; a tree whose
+#: listings were kept by an earlier run (``keep``) costs a fraction of that.
+DEFAULT_MAX_ENTRIES = 1_200_000
+#: What a directory whose listing still holds costs against the bound.
+_HELD_COST = 2
 
 
 @dataclass(frozen=True)
@@ -102,6 +110,9 @@ class _Listing:
     git_dir: bool  # git would run it as a (bare) repository: see ``_is_git_dir``
     links: tuple[str, ...] = ()  # symbolic links
 
+    def row(self) -> tree_cache.Row:
+        return (self.key, self.subdirs, self.repos, self.named, self.entries, self.git_dir, self.links)
+
 
 #: The entries git looks at to take a directory for a git dir when it is run
 #: inside it (a bare repository needs no ``.git``: ``safe.bareRepository`` is
@@ -125,13 +136,22 @@ def _key(st: os.stat_result) -> tuple[int, int, int]:
 class TreeIndex:
     """Listings of the directories under some roots, refreshed where they changed."""
 
-    def __init__(self, names: Iterable[str], max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+    def __init__(self, names: Iterable[str], max_entries: int = DEFAULT_MAX_ENTRIES, *, keep: bool = False) -> None:
+        """``keep``: the listings of the roots searched at any depth are read
+        from, and kept in, dsh-sandbox's own cache (``tree_cache``) for the
+        next process."""
         self.names = frozenset(names) - {".git"}
         # Directories whose listing may hold a ``parent/name`` entry.
         self._parents = frozenset(n.split("/", 1)[0] for n in self.names if "/" in n)
         self.max_entries = max_entries
         self._listings: dict[str, _Listing] = {}
         self._lock = threading.Lock()
+        self._keep = keep
+        self._loaded: set[str] = set()
+        # Entries listed under each root since its listings were loaded or kept.
+        self._listed: dict[str, int] = {}
+        self._kept_rows: dict[str, int] = {}  # how many listings of each root the cache holds
+        self._fresh = False  # the last ``_listing`` was made, not reused
 
     def refresh(self, roots: Sequence[Path], shallow: Sequence[Path] = ()) -> Found:
         """What is under ``roots`` at any depth, and directly inside ``shallow``."""
@@ -142,6 +162,8 @@ class TreeIndex:
         with self._lock:
             seen: set[str] = set()
             for root in roots:
+                if self._keep and str(root) not in self._loaded:
+                    self._load(str(root))
                 self._walk(str(root), repos, named, seen, incomplete, links)
             for root in shallow:
                 listing = self._listing(str(root))
@@ -189,7 +211,11 @@ class TreeIndex:
                 continue
             if listing is None:
                 continue
-            budget -= listing.entries
+            if self._fresh:
+                budget -= listing.entries
+                self._listed[root] = self._listed.get(root, 0) + listing.entries
+            else:
+                budget -= _HELD_COST
             if budget < 0:
                 incomplete.append(Path(root))
                 return
@@ -212,8 +238,13 @@ class TreeIndex:
         if not stat.S_ISDIR(st.st_mode):
             return None
         cached = self._listings.get(path)
-        if cached is not None and cached.key == _key(st):
+        self._fresh = cached is None or cached.key != _key(st)
+        if not self._fresh:
+            assert cached is not None
             return cached
+        # Changed so lately that a change in the same clock tick, after the
+        # listing, could leave the ctime as it is: listed again next time.
+        racy = st.st_ctime_ns > time.time_ns() - RACY_NS
         subdirs: list[str] = []
         links: list[str] = []
         repos: list[tuple[str, int]] = []
@@ -241,8 +272,49 @@ class TreeIndex:
             return _UNLISTABLE  # unreadable to us: nor can we protect what it holds
         listing = _Listing(_key(st), tuple(subdirs), tuple(repos), tuple(named), entries, _is_git_dir(marks),
                            tuple(links))
-        self._listings[path] = listing
+        if racy:
+            self._listings.pop(path, None)
+        else:
+            self._listings[path] = listing
         return listing
+
+    # -- kept between processes -----------------------------------------------------------
+    def _load(self, root: str) -> None:
+        """The listings an earlier process kept for ``root`` (each is checked
+        against its directory's identity and ctime before it is used)."""
+        self._loaded.add(root)
+        rows = tree_cache.load(root, tree_cache.names_key(self.names))
+        for path, row in rows.items():
+            if path not in self._listings:
+                try:
+                    self._listings[path] = _Listing(*row)
+                except TypeError:
+                    return  # not what this version writes: listed afresh
+        self._kept_rows[root] = len(rows)
+        self._listed.pop(root, None)
+
+    def save(self) -> None:
+        """Keep the listings of the roots searched at any depth, on the local
+        filesystems (``tree_cache``), for the next process: when none are kept
+        yet, or when what was listed since would cost a run more than a
+        twentieth of writing them all (a run that touches a few directories
+        leaves the file as it is: those few are listed again)."""
+        if not self._keep:
+            return
+        with self._lock:
+            due = [root for root, listed in self._listed.items()
+                   if not self._kept_rows.get(root) or listed * 20 >= self._kept_rows[root]]
+            if not due:
+                return
+            local = tree_cache.local_devices()
+            key = tree_cache.names_key(self.names)
+            for root in due:
+                under = root.rstrip("/") + "/"
+                rows = {path: listing.row() for path, listing in self._listings.items()
+                        if (path == root or path.startswith(under)) and listing.key[0] in local}
+                tree_cache.save(root, key, rows)
+                self._kept_rows[root] = len(rows)
+                self._listed.pop(root)
 
 
 # -- what to keep read-only -----------------------------------------------------------

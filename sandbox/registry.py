@@ -14,7 +14,6 @@ searched (no runner is installed that way).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -163,7 +162,7 @@ def write_priorities(points: Mapping[str, EntryPoint], priorities: Mapping[str, 
     from pathlib import Path
 
     from dsh.sandbox.errors import DshError
-    from dsh.sandbox.own_dirs import open_own_dir
+    from dsh.sandbox.own_dirs import open_own_dir, replace_file
 
     data = json.dumps({"key": _fingerprint(points), "priorities": dict(priorities)}).encode()
     hint_dir = _hint_dir()
@@ -176,15 +175,8 @@ def write_priorities(points: Mapping[str, EntryPoint], priorities: Mapping[str, 
         own = open_own_dir(Path(hint_dir), "runner order hint", "the hint is skipped")
     except DshError:
         return  # only costs the imports next time
-    tmp = f".auto-order-{os.getpid()}-{os.urandom(4).hex()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=own.fd)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, _HINT, src_dir_fd=own.fd, dst_dir_fd=own.fd)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=own.fd)  # a read-only home only costs the imports next time
+        replace_file(own, _HINT, data)  # one that cannot be written only costs the imports next time
     finally:
         own.close()
 
