@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,3 +160,25 @@ def test_a_shared_sticky_temp_dir_link_is_judged_by_who_can_replace_it(sticky: P
     finally:
         shutil.rmtree(target, ignore_errors=True)
         shutil.rmtree(ws, ignore_errors=True)
+
+
+@pytest.mark.parametrize("name", RUNNERS)
+def test_a_repository_made_between_runs_in_a_kept_tree_stays_read_only(name: str, box: Box) -> None:
+    """The second run starts from the listings the first one kept: the directory
+    the repository was made in has a new ctime, so it is listed again, and the
+    repository's hooks and config stay read-only."""
+    runner = runner_for(name, box)
+    for a in range(5):
+        for b in range(5):
+            (box.ws / f"a{a}" / f"b{b}").mkdir(parents=True)
+    box.own()
+    time.sleep(2.1)  # settled: a directory changed in the 2 s before it is listed is not kept
+    first = box.run(runner, "true")
+    assert first.returncode == 0, first.err
+    assert list((box.ws.parent / ".cache" / "dsh-sandbox" / "tree-index").iterdir())  # what the next run reads
+    subprocess.run(["git", "init", "-q", str(box.ws / "a3" / "b4" / "r")], check=True)
+    box.own()
+    second = box.run(runner, "echo pwn > a3/b4/r/.git/hooks/pre-commit; echo pwn >> a3/b4/r/.git/config; exit 0")
+    assert second.returncode == 0, second.err
+    assert not (box.ws / "a3" / "b4" / "r" / ".git" / "hooks" / "pre-commit").exists()
+    assert "pwn" not in (box.ws / "a3" / "b4" / "r" / ".git" / "config").read_text()
