@@ -22,15 +22,16 @@ to keep:
 - a directory changed in the last ``RACY_NS`` before it was listed is not
   kept: a change in the same clock tick as the listing could leave its ctime
   as it was (the protected-file search lists such a one again every time);
-- the file carries a digest of its content, checked before it is read.
+- the file carries a checksum of its content, checked before it is read
+  (against a torn or damaged file: only this uid can write it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import marshal
 import os
 import stat
+import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -40,7 +41,7 @@ RACY_NS = 2_000_000_000
 LOCAL_FILESYSTEMS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "overlay", "zfs", "jfs",
                                "reiserfs", "nilfs2", "bcachefs"})
 _FORMAT = 1
-_DIGEST = 32
+_CHECKSUM = 4
 
 #: One directory: (dev, ino, ctime_ns), subdirs, repos, named, entries, git_dir, links.
 Row = tuple[tuple[int, int, int], tuple[str, ...], tuple[tuple[str, int], ...], tuple[tuple[str, int], ...],
@@ -74,7 +75,8 @@ def _cache_dir() -> Path | None:
 
 
 def _file_name(root: str, names_key: str) -> str:
-    return hashlib.sha256(f"{_FORMAT}\0{root}\0{names_key}".encode()).hexdigest()[:32]
+    # Two roots sharing a name only take turns: the file names its root and names.
+    return f"{zlib.crc32(root.encode()):08x}{zlib.crc32(names_key.encode()):08x}"
 
 
 def load(root: str, names_key: str) -> dict[str, Row]:
@@ -98,8 +100,8 @@ def load(root: str, names_key: str) -> dict[str, Row]:
         return {}
     finally:
         os.close(fd)
-    digest, body = data[:_DIGEST], data[_DIGEST:]
-    if hashlib.blake2b(body, digest_size=_DIGEST).digest() != digest:
+    checksum, body = data[:_CHECKSUM], data[_CHECKSUM:]
+    if zlib.crc32(body).to_bytes(_CHECKSUM, "big") != checksum:
         return {}
     try:
         version, kept_root, kept_names, rows = marshal.loads(body)
@@ -120,7 +122,7 @@ def save(root: str, names_key: str, rows: Mapping[str, Row]) -> None:
     if where is None:
         return
     body = marshal.dumps((_FORMAT, root, names_key, dict(rows)))
-    data = hashlib.blake2b(body, digest_size=_DIGEST).digest() + body
+    data = zlib.crc32(body).to_bytes(_CHECKSUM, "big") + body
     try:
         own = open_own_dir(where, "protected-file search cache", "the search lists every directory instead")
     except DshError:
@@ -133,4 +135,4 @@ def save(root: str, names_key: str, rows: Mapping[str, Row]) -> None:
 
 def names_key(names: Iterable[str]) -> str:
     """What the listings depend on besides the tree: the names searched for."""
-    return hashlib.sha256("\0".join(sorted(names)).encode()).hexdigest()
+    return "\0".join(sorted(names))

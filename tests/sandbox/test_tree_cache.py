@@ -110,7 +110,7 @@ def test_a_cache_file_someone_else_could_have_written_is_not_read(
     assert lists_all()
     os.chmod(cache_file, 0o600)
     data = bytearray(cache_file.read_bytes())
-    data[-5] ^= 0xFF  # a flipped byte: the digest no longer holds
+    data[-5] ^= 0xFF  # a flipped byte: the checksum no longer holds
     cache_file.write_bytes(bytes(data))
     assert lists_all()
     if os.geteuid() == 0:
