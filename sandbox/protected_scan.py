@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from dsh.sandbox import tree_cache
 from dsh.sandbox.git_config import host_entries, host_missing_dirs, host_named_paths, programs_named_in_config
@@ -100,8 +100,10 @@ class Found:
     shallow: tuple[Path, ...] = ()
 
 
-@dataclass(frozen=True)
-class _Listing:
+class _Listing(NamedTuple):
+    """One directory as listed.  A named tuple, not a dataclass: a big tree has
+    hundreds of thousands, read from the kept file and written back whole."""
+
     key: tuple[int, int, int]  # (st_dev, st_ino, st_ctime_ns) when listed
     subdirs: tuple[str, ...]
     repos: tuple[tuple[str, int], ...]  # (name, inode)
@@ -109,9 +111,6 @@ class _Listing:
     entries: int
     git_dir: bool  # git would run it as a (bare) repository: see ``_is_git_dir``
     links: tuple[str, ...] = ()  # symbolic links
-
-    def row(self) -> tree_cache.Row:
-        return (self.key, self.subdirs, self.repos, self.named, self.entries, self.git_dir, self.links)
 
 
 #: The entries git looks at to take a directory for a git dir when it is run
@@ -222,10 +221,15 @@ class TreeIndex:
             if listing.git_dir:
                 repos.append((Path(path), listing.key[1]))  # its hooks and config are not walked into
                 continue
-            repos.extend((Path(path, n), ino) for n, ino in listing.repos)
-            named.extend((Path(path, n), ino) for n, ino in listing.named)
-            links.extend(Path(path, n) for n in listing.links)
-            stack.extend(os.path.join(path, n) for n in listing.subdirs)
+            # Tested before they are walked: most directories have none, and this runs once per directory.
+            if listing.repos:
+                repos.extend((Path(path, n), ino) for n, ino in listing.repos)
+            if listing.named:
+                named.extend((Path(path, n), ino) for n, ino in listing.named)
+            if listing.links:
+                links.extend(Path(path, n) for n in listing.links)
+            prefix = path if path.endswith("/") else path + "/"
+            stack += [prefix + n for n in listing.subdirs]
 
     def _listing(self, path: str) -> _Listing | Literal["unlistable"] | None:
         """``path``'s listing; ``None`` when it is gone or not a directory."""
@@ -284,12 +288,11 @@ class TreeIndex:
         against its directory's identity and ctime before it is used)."""
         self._loaded.add(root)
         rows = tree_cache.load(root, tree_cache.names_key(self.names))
-        for path, row in rows.items():
-            if path not in self._listings:
-                try:
-                    self._listings[path] = _Listing(*row)
-                except TypeError:
-                    return  # not what this version writes: listed afresh
+        try:
+            kept = {path: _Listing._make(row) for path, row in rows.items() if path not in self._listings}
+        except TypeError:
+            kept = {}  # not what this version writes: listed afresh
+        self._listings.update(kept)
         self._kept_rows[root] = len(rows)
         self._listed.pop(root, None)
 
@@ -310,7 +313,7 @@ class TreeIndex:
             key = tree_cache.names_key(self.names)
             for root in due:
                 under = root.rstrip("/") + "/"
-                rows = {path: listing.row() for path, listing in self._listings.items()
+                rows = {path: listing for path, listing in self._listings.items()
                         if (path == root or path.startswith(under)) and listing.key[0] in local}
                 tree_cache.save(root, key, rows)
                 self._kept_rows[root] = len(rows)

@@ -121,7 +121,8 @@ def save(root: str, names_key: str, rows: Mapping[str, Row]) -> None:
     where = _cache_dir()
     if where is None:
         return
-    body = marshal.dumps((_FORMAT, root, names_key, dict(rows)))
+    # Plain tuples: marshal writes no tuple subclass (a caller's named tuples).
+    body = marshal.dumps((_FORMAT, root, names_key, {path: tuple(row) for path, row in rows.items()}))
     data = zlib.crc32(body).to_bytes(_CHECKSUM, "big") + body
     try:
         own = open_own_dir(where, "protected-file search cache", "the search lists every directory instead")
