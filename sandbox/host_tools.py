@@ -23,6 +23,7 @@ from pathlib import Path
 
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import path_within
 
 #: Where host-side helpers are looked up: system directories only.
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -40,13 +41,6 @@ def system_tool(name: str) -> str | None:
     return shutil.which(name, path=SYSTEM_PATH)
 
 
-def _within(path: str, root: Path) -> bool:
-    try:
-        return os.path.commonpath([path, str(root)]) == str(root)
-    except ValueError:
-        return False
-
-
 def refuse_writable_helpers(helpers: Iterable[str | None], roots: Iterable[Path | None], *, runner: str) -> None:
     """Raise ``SandboxUnavailable`` if a helper lies in or resolves into a root.
 
@@ -55,13 +49,13 @@ def refuse_writable_helpers(helpers: Iterable[str | None], roots: Iterable[Path 
     tmp).  Both the path as named and its real path are checked: a link in
     ``/usr/bin`` to a workspace file runs that file.
     """
-    dirs = [Path(os.path.realpath(r)) for r in roots if r is not None]
+    dirs = [os.path.realpath(r) for r in roots if r is not None]
     for helper in helpers:
         if helper is None:
             continue
         for candidate in (os.path.abspath(helper), os.path.realpath(helper)):
             for root in dirs:
-                if _within(candidate, root):
+                if path_within(candidate, root):
                     raise SandboxUnavailable(
                         f"host-side helper {helper} lies in {root}, where a sandboxed command may write: "
                         f"an earlier run could have replaced it, and it would run on the host unsandboxed; "

@@ -100,6 +100,16 @@ class SandboxPolicy:
             raise ValueError(f"{self.mode.value} runs the command unwrapped, with the whole network: a network "
                              "allowlist cannot apply to it; use workspace-write or read-only, or drop the allowlist")
 
+    def __hash__(self) -> int:
+        # Runners key their per-policy state (spawners, plans, pins, the runner
+        # chosen) by the policy, which holds a path per other workspace's HOME:
+        # hashed once, not at every lookup of every command.
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     @property
     def constrained(self) -> bool:
         return self.mode.constrains

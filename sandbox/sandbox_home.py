@@ -27,7 +27,7 @@ from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.own_dirs import OwnDirUnavailable, open_own_dir
 from dsh.sandbox.own_state import cache_base
 from dsh.sandbox.pins import walk
-from dsh.sandbox.policy_paths import expand, is_within
+from dsh.sandbox.policy_paths import expand
 
 PER_WORKSPACE = "per-workspace"
 HOST = "host"
@@ -124,11 +124,19 @@ def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()
     ``environ`` is the command's environment before the move: a variable it
     already sets (a profile's passthrough) is kept.
     """
-    hidden = tuple(hidden)
+    # A set of names, each variable's path and its ancestors looked up in it:
+    # there is one hidden path per other workspace's HOME.
+    hidden_names = frozenset(os.path.normpath(h) for h in hidden)
     real = Path(environ.get("HOME") or os.path.expanduser("~"))
 
     def visible(path: Path) -> bool:
-        return not any(is_within(path, h) for h in hidden)
+        name = os.path.normpath(path)
+        while name not in hidden_names:
+            parent = os.path.dirname(name)
+            if parent == name:
+                return True
+            name = parent
+        return False
 
     env = {"HOME": str(home)}
     wanted = {"XDG_CACHE_HOME": (home / ".cache", True)}
