@@ -126,7 +126,7 @@ def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()
     """
     # A set of names, each variable's path and its ancestors looked up in it:
     # there is one hidden path per other workspace's HOME.
-    hidden_names = frozenset(os.path.normpath(h) for h in hidden)
+    hidden_names = frozenset(map(str, hidden))  # canonical already: the policy's
     real = Path(environ.get("HOME") or os.path.expanduser("~"))
 
     def visible(path: Path) -> bool:
