@@ -87,6 +87,20 @@ def open_own_dir(
     return OwnDir(target, fd)
 
 
+def write_new(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    """Create ``name`` in the directory ``dir_fd`` (never an existing one, never
+    through a link) with ``data`` and ``mode`` whatever the umask; ``OSError``
+    if it cannot, with whatever was made left to the caller to remove."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
 def replace_file(own: OwnDir, name: str, data: bytes) -> bool:
     """Write ``data`` as ``name`` in ``own`` (mode 0600), whole or not at all:
     made under a fresh name from the directory's fd and renamed over the old

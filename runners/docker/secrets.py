@@ -21,7 +21,7 @@ from typing import Any
 from dsh.sandbox.errors import ConfigError, DshError, SandboxUnavailable
 from dsh.sandbox.net_rules import NetworkRules
 from dsh.sandbox.net_secrets import CA_BUNDLE_PATH, Secrets, SessionCA, ca_environment
-from dsh.sandbox.own_dirs import OwnDir, open_own_dir
+from dsh.sandbox.own_dirs import OwnDir, open_own_dir, write_new
 
 
 @dataclass
@@ -76,15 +76,7 @@ def make_secrets(rules: NetworkRules, runner: str) -> ContainerSecrets:
         raise SandboxUnavailable(f"{exc}; nothing ran", runner=runner) from None
     name = f"ca-bundle-{random.token_hex(8)}.pem"
     try:
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444,
-                     dir_fd=directory.fd)
-        try:
-            os.fchmod(fd, 0o444)  # whatever the umask
-            view = memoryview(ca.bundle())
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        write_new(directory.fd, name, ca.bundle(), 0o444)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=directory.fd)

@@ -67,13 +67,14 @@ def prune_bundles(*, everything: bool = False) -> list[str]:
     removed = []
     base = _base()
     with contextlib.suppress(OSError):
-        for name in sorted(os.listdir(base)):
+        # The name first: the base is the shared temporary directory, full of others' files.
+        for name in sorted(n for n in os.listdir(base) if n.startswith(_PREFIX)):
             path = os.path.join(base, name)
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
-            if not name.startswith(_PREFIX) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
                 continue
             pid, _, rest = name.removeprefix(_PREFIX).partition("-")
             started = rest.partition("-")[0]
@@ -88,20 +89,13 @@ def prune_bundles(*, everything: bool = False) -> list[str]:
 
 def _write(bundle: bytes) -> str:
     from dsh.runners.linux.orphans import start_time
+    from dsh.sandbox.own_dirs import write_new
 
     directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-{start_time(os.getpid())}-", dir=_base())
     try:
         dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            fd = os.open("ca-bundle.pem", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o444,
-                         dir_fd=dir_fd)
-            try:
-                view = memoryview(bundle)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fchmod(fd, 0o444)  # whatever the umask
-            finally:
-                os.close(fd)
+            write_new(dir_fd, "ca-bundle.pem", bundle, 0o444)
             os.fchmod(dir_fd, 0o755)
         finally:
             os.close(dir_fd)

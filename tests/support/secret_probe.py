@@ -194,6 +194,26 @@ def scan_sandbox(report, roots, ws):
                 memory["unreadable"][pid] = exc.errno
     (ws / "scanned").touch()
     return memory
+
+
+def finish(runner, policy, mark, ws, copy_argv, report, late=dict):
+    # The end every scenario shares: the hosts the proxy refused, a copy of
+    # the value under another name (refused, nothing runs), the runner closed,
+    # the servers shut down, and the report printed: ``report``, the common
+    # fields and what ``late()`` says once the runner is closed.
+    refused_hosts = runner.network_refused(policy, mark)
+    try:
+        runner.prepare(copy_argv, policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
+        copy_refused = None
+    except Exception as exc:
+        copy_refused = str(exc)
+    runner.close()
+    after = late()
+    https.shutdown()
+    plain.shutdown()
+    shutil.rmtree(ws)
+    print(json.dumps({**report, **after, "received": received, "value": VALUE, "copy_refused": copy_refused,
+                      "refused_hosts": refused_hosts}))
 """
 
 

@@ -41,20 +41,9 @@ memory = scan_sandbox(report, (proc.pid,), ws)
 rest, err = proc.communicate(timeout=120)
 out, err = report + rest.decode(), err.decode()
 launch.cleanup()
-refused_hosts = runner.network_refused(policy, mark)
-try:  # a copy of the value under another name: refused, nothing runs
-    runner.prepare(("/bin/true",), policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
-    copy_refused = None
-except Exception as exc:
-    copy_refused = str(exc)
-runner.close()
-https.shutdown()
-plain.shutdown()
-shutil.rmtree(ws)
-print(json.dumps({"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
-                  "received": received, "value": VALUE, "value_in_output": VALUE in out + err or in_argv,
-                  "copy_refused": copy_refused, "memory": memory,
-                  "refused_hosts": refused_hosts}))
+finish(runner, policy, mark, ws, ("/bin/true",),
+       {"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
+        "value_in_output": VALUE in out + err or in_argv, "memory": memory})
 """
 
 

@@ -47,21 +47,10 @@ warm = next(iter(runner._warm.values()))
 bundle = str(warm.secrets.bundle)
 bundle_mode = oct(os.stat(bundle).st_mode & 0o7777)
 inspected = json.dumps(runner._docker().api.inspect_container(warm.id))
-refused_hosts = runner.network_refused(policy, mark)
-try:  # a copy of the value under another name: refused, nothing runs
-    runner.prepare(("true",), policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
-    copy_refused = None
-except Exception as exc:
-    copy_refused = str(exc)
-runner.close()
-https.shutdown()
-plain.shutdown()
-shutil.rmtree(ws)
-print(json.dumps({"status": status.exit_code, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
-                  "received": received, "value": VALUE, "value_in_output": VALUE in out + err + inspected,
-                  "copy_refused": copy_refused, "bundle_mode": bundle_mode,
-                  "bundle_left": os.path.exists(bundle), "memory": memory,
-                  "refused_hosts": refused_hosts}))
+finish(runner, policy, mark, ws, ("true",),
+       {"status": status.exit_code, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
+        "value_in_output": VALUE in out + err + inspected, "bundle_mode": bundle_mode, "memory": memory},
+       late=lambda: {"bundle_left": os.path.exists(bundle)})
 """
 
 

@@ -66,22 +66,10 @@ rest, err = proc.communicate(timeout=120)
 out, err = report + rest.decode(), err.decode()
 if launch.cleanup:
     launch.cleanup()
-refused_hosts = runner.network_refused(policy, mark)
-try:  # a copy of the value under another name: refused, nothing runs
-    runner.prepare(("/bin/true",), policy, cwd=str(ws), env={"PATH": "/usr/bin:/bin", "COPY": "x" + VALUE})
-    copy_refused = None
-except Exception as exc:
-    copy_refused = str(exc)
-runner.close()
-bundle_removed = not os.path.exists(bundle_dir)
-https.shutdown()
-plain.shutdown()
-shutil.rmtree(ws)
-print(json.dumps({"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
-                  "received": received, "value": VALUE, "value_in_output": VALUE in out + err or in_argv,
-                  "copy_refused": copy_refused, "bundle_removed": bundle_removed,
-                  "memory": memory, "other_user": other_user,
-                  "refused_hosts": refused_hosts}))
+finish(runner, policy, mark, ws, ("/bin/true",),
+       {"status": proc.returncode, "stderr": err[-2000:], "probe": json.loads(out) if out else None,
+        "value_in_output": VALUE in out + err or in_argv, "memory": memory, "other_user": other_user},
+       late=lambda: {"bundle_removed": not os.path.exists(bundle_dir)})  # the bundle goes with the runner
 """
 
 
