@@ -8,6 +8,7 @@ makes one dearer shows in the change that caused it.  Reported, never enforced.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -17,7 +18,6 @@ from pathlib import Path
 from dsh.cli.benchmarks import (
     Report,
     Section,
-    Timing,
     _context,
     _local,
     _measure,
@@ -49,8 +49,7 @@ def bench_protections(report: Report, runners: Sequence[str], n: int, workspace:
             for cost in instance.protection_costs(ctx.require(PolicyService).resolve()) if instance else ():
                 try:
                     timing = _measure(f"{runner}: {cost.label}", cost.run, n)
-                    report.timings.append(Timing(timing.name, timing.samples, timing.median_ms, timing.p95_ms,
-                                                 f"protection, per {cost.per}"))
+                    report.timings.append(dataclasses.replace(timing, note=f"protection, per {cost.per}"))
                 finally:
                     if cost.close is not None:
                         cost.close()

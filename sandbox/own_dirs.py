@@ -94,11 +94,15 @@ def write_new(dir_fd: int, name: str, data: bytes, mode: int) -> None:
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
     try:
         os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        _write_all(fd, data)
     finally:
         os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def replace_file(own: OwnDir, name: str, data: bytes) -> bool:
@@ -107,15 +111,35 @@ def replace_file(own: OwnDir, name: str, data: bytes) -> bool:
     one.  ``False`` when it could not be written (a full or read-only disk)."""
     tmp = f".{name}-{os.getpid()}-{os.urandom(4).hex()}"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=own.fd)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        write_new(own.fd, tmp, data, 0o600)
         os.replace(tmp, name, src_dir_fd=own.fd, dst_dir_fd=own.fd)
     except OSError:
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=own.fd)
         return False
     return True
+
+
+def read_regular_file(path: str) -> tuple[os.stat_result, bytes] | None:
+    """A regular file's status and content, read without following a link in
+    its last component and without blocking (a FIFO planted there must not
+    hang the caller); ``None`` for anything else or when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return info, b"".join(chunks)
 
 
 def first_own_dir(
@@ -201,9 +225,7 @@ def append_to(path: Path, label: str, fix: str, data: bytes) -> None:
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(errno.EINVAL, "not a regular file", str(path))
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
         finally:
             os.close(fd)
     finally:

@@ -150,7 +150,7 @@ class TreeIndex:
         # Entries listed under each root since its listings were loaded or kept.
         self._listed: dict[str, int] = {}
         self._kept_rows: dict[str, int] = {}  # how many listings of each root the cache holds
-        self._fresh = False  # the last ``_listing`` was made, not reused
+        self._names_key = tree_cache.names_key(self.names) if keep else ""
 
     def refresh(self, roots: Sequence[Path], shallow: Sequence[Path] = ()) -> Found:
         """What is under ``roots`` at any depth, and directly inside ``shallow``."""
@@ -203,6 +203,7 @@ class TreeIndex:
             if path in seen:
                 continue  # a root nested in another root
             seen.add(path)
+            held = self._listings.get(path)
             listing = self._listing(path)
             if isinstance(listing, str):
                 # Never "empty": a repository could be hiding in there.
@@ -210,7 +211,7 @@ class TreeIndex:
                 continue
             if listing is None:
                 continue
-            if self._fresh:
+            if listing is not held:  # listed now, not reused
                 budget -= listing.entries
                 self._listed[root] = self._listed.get(root, 0) + listing.entries
             else:
@@ -242,9 +243,7 @@ class TreeIndex:
         if not stat.S_ISDIR(st.st_mode):
             return None
         cached = self._listings.get(path)
-        self._fresh = cached is None or cached.key != _key(st)
-        if not self._fresh:
-            assert cached is not None
+        if cached is not None and cached.key == _key(st):
             return cached
         # Changed so lately that a change in the same clock tick, after the
         # listing, could leave the ctime as it is: listed again next time.
@@ -287,7 +286,7 @@ class TreeIndex:
         """The listings an earlier process kept for ``root`` (each is checked
         against its directory's identity and ctime before it is used)."""
         self._loaded.add(root)
-        rows = tree_cache.load(root, tree_cache.names_key(self.names))
+        rows = tree_cache.load(root, self._names_key)
         try:
             kept = {path: _Listing._make(row) for path, row in rows.items() if path not in self._listings}
         except TypeError:
@@ -310,12 +309,11 @@ class TreeIndex:
             if not due:
                 return
             local = tree_cache.local_devices()
-            key = tree_cache.names_key(self.names)
             for root in due:
                 under = root.rstrip("/") + "/"
                 rows = {path: listing for path, listing in self._listings.items()
                         if (path == root or path.startswith(under)) and listing.key[0] in local}
-                tree_cache.save(root, key, rows)
+                tree_cache.save(root, self._names_key, rows)
                 self._kept_rows[root] = len(rows)
                 self._listed.pop(root)
 

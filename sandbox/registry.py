@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import os
 import re
-import stat
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -137,17 +136,17 @@ def read_priorities(points: Mapping[str, EntryPoint]) -> dict[str, int | None] |
     """
     import json
 
+    from dsh.sandbox.own_dirs import read_regular_file
+
     hint_dir = _hint_dir()
     if hint_dir is None:
         return None
+    read = read_regular_file(os.path.join(hint_dir, _HINT))
+    if read is None:
+        return None
     try:
-        # Non-blocking and checked on the fd: a FIFO planted there must not hang every start.
-        fd = os.open(os.path.join(hint_dir, _HINT), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-        with os.fdopen(fd, encoding="utf-8") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            data = json.load(f)
-    except (OSError, ValueError):
+        data = json.loads(read[1].decode("utf-8"))
+    except ValueError:
         return None
     if not isinstance(data, dict) or data.get("key") != _fingerprint(points):
         return None

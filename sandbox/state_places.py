@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dsh.sandbox.errors import DshError
-from dsh.sandbox.own_dirs import append_to, open_own_dir
+from dsh.sandbox.own_dirs import append_to, open_own_dir, replace_file
 from dsh.sandbox.policy_paths import is_within
 
 LIST_NAME = "state-places"
@@ -118,14 +118,7 @@ def _rewrite(uid: int, lines: list[str]) -> None:
     path = list_path(uid)
     own = open_own_dir(path.parent, _LABEL, _FIX, narrow=False)
     try:
-        temp = f".{path.name}.{os.getpid()}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
-        fd = os.open(temp, flags, 0o600, dir_fd=own.fd)
-        try:
-            os.write(fd, ("\n".join(dict.fromkeys(lines)) + "\n").encode("utf-8", "surrogateescape"))
-        finally:
-            os.close(fd)
-        os.rename(temp, path.name, src_dir_fd=own.fd, dst_dir_fd=own.fd)
+        replace_file(own, path.name, ("\n".join(dict.fromkeys(lines)) + "\n").encode("utf-8", "surrogateescape"))
     finally:
         own.close()
 

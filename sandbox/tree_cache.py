@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import marshal
 import os
-import stat
 import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -82,24 +81,18 @@ def _file_name(root: str, names_key: str) -> str:
 def load(root: str, names_key: str) -> dict[str, Row]:
     """The listings kept for ``root`` under the protected names ``names_key``;
     empty when there are none or they cannot be trusted."""
+    from dsh.sandbox.own_dirs import read_regular_file
+
     where = _cache_dir()
     if where is None:
         return {}
-    try:
-        fd = os.open(where / _file_name(root, names_key), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    read = read_regular_file(str(where / _file_name(root, names_key)))
+    if read is None:
         return {}
-    try:
-        info = os.fstat(fd)
-        # Ours and no one else's to write: whatever wrote it could hide a repository.
-        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-            return {}
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read()
-    except OSError:
+    info, data = read
+    # Ours and no one else's to write: whatever wrote it could hide a repository.
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
         return {}
-    finally:
-        os.close(fd)
     checksum, body = data[:_CHECKSUM], data[_CHECKSUM:]
     if zlib.crc32(body).to_bytes(_CHECKSUM, "big") != checksum:
         return {}
