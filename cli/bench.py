@@ -22,7 +22,8 @@ import click
 def bench(runners: tuple[str, ...], iterations: int, no_throughput: bool, peers: tuple[str, ...],
           tree_entries: int, json_path: str | None) -> None:
     """Medians, p95 and ratios: runners vs bash-local, bwrap vs bare bwrap, Docker warm exec vs
-    `docker run --rm`, the CLI vs `python -c pass` (and vs the peers named by --vs), 1 GiB of
+    `docker run --rm`, the CLI vs `python -c pass` (and vs the peers named by --vs), a run in a
+    container kept from the last run vs one made for it (--keep-warm), 1 GiB of
     output, 32 concurrent commands, each protection timed alone, a run in a big tree vs a small
     workspace, and a tool call through the MCP server vs in-process.
 

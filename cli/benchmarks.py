@@ -184,6 +184,10 @@ PEERS: dict[str, tuple[str, ...]] = {
 CLI_START_TARGET = 1.5
 CLI_RUN_TARGET = 2.5
 PEER_TARGET = 0.5
+#: A warm call (the container kept from the last run) against a first call (one made and removed).
+KEPT_TARGET = 0.5
+#: How long the bench's warm calls keep their container: past the bench, not the default ten minutes.
+_BENCH_KEEP_S = "60"
 
 
 def _run_label(runner: str) -> str:
@@ -212,6 +216,22 @@ def cli_exe(report: Report) -> str | None:
 def cli_env() -> dict[str, str]:
     """This environment with bytecode written, as on a user's machine."""
     return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def _kept_labels(runner: str) -> tuple[str, str]:
+    """The first-call and warm-call rows of a runner whose sandbox outlives a run."""
+    return (f"dsh-sandbox run --runner {runner} --keep-warm 0 -- true (first call)",
+            f"dsh-sandbox run --runner {runner} -- true (warm call)")
+
+
+def _kept_commands(exe: str, runners: Sequence[str]) -> list[tuple[str, list[str]]]:
+    commands = []
+    for runner in runners:
+        first, warm = _kept_labels(runner)
+        flags = ["run", "--runner", runner, *degradation_flags(runner)]
+        commands += [(first, [exe, *flags, "--keep-warm", "0", "--", "true"]),
+                     (warm, [exe, *flags, "--keep-warm", _BENCH_KEEP_S, "--", "true"])]
+    return commands
 
 
 def _cli_commands(exe: str, runners: Sequence[str]) -> list[tuple[str, list[str]]]:
@@ -269,9 +289,15 @@ def bench_cli(report: Report, n: int, workspace: Path, runners: Sequence[str], p
     if exe is None:
         return
     local = _local(runners)
-    own = _cli_commands(exe, local)
+    from dsh.sandbox.registry import load_runner_class
+
+    kept = [r for r in _known(runners) if load_runner_class(r).keeps_warm]
+    own = [*_cli_commands(exe, local), *_kept_commands(exe, kept)]
     peer = peer_commands(peers, workspace, report)
     _measure_interleaved([*own, *peer], n, workspace, cli_env(), report)
+    for runner in kept:
+        first, warm = _kept_labels(runner)
+        report.targets.append((warm, first, KEPT_TARGET, "<="))
     for label in ("dsh-sandbox --version", "dsh-sandbox --help"):
         report.targets.append((label, "python -c pass", CLI_START_TARGET, "<="))
     for runner in local:
@@ -361,16 +387,23 @@ def compute_ratios(report: Report) -> None:
 
 def _local(runners: Sequence[str]) -> list[str]:
     """The runners that wrap a local process (concurrency is measured on this host)."""
+    from dsh.sandbox.registry import load_runner_class
+
+    return [name for name in _known(runners) if not load_runner_class(name).remote]
+
+
+def _known(runners: Sequence[str]) -> list[str]:
+    """The runners whose code loads here."""
     from dsh.sandbox.registry import RunnerLoadError, load_runner_class
 
-    local = []
+    known = []
     for name in runners:
         try:
-            if not load_runner_class(name).remote:
-                local.append(name)
+            load_runner_class(name)
         except (RunnerLoadError, DshError):
             continue
-    return local
+        known.append(name)
+    return known
 
 
 def run_all(runners: Sequence[str], n: int, *, throughput: bool = True, per_thread: int = 10,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 from dsh.cli.options import keep_spill_files, network_options, settings_options
-from dsh.cli.run_options import RunOptions, apply_to_run, check_options
+from dsh.cli.run_options import DEFAULT_KEEP_WARM_S, RunOptions, apply_to_run, check_options, keep_warm
 from dsh.cli.run_output import (
     LiveStreams,
     closed_stream,
@@ -83,6 +83,7 @@ def session_spec(opts: RunOptions, *, executor: str = "bash") -> SessionSpec:
         approval=None if opts.approval in (None, "deny") else opts.approval,
         # The notes and --json name spill files: they must outlive the run.
         services=(keep_spill_files(),),
+        keep_warm_s=keep_warm(opts),
     )
 
 
@@ -310,6 +311,12 @@ def _attached(execution: Any, spec: Any) -> tuple[int, Any]:
 @network_options
 @click.option(
     "--timeout", "timeout_s", type=float, metavar="S", help="Kill the command after S seconds."
+)
+@click.option(
+    "--keep-warm", "keep_warm_s", type=float, metavar="S", envvar="DSH_SANDBOX_KEEP_WARM",
+    help=f"Keep a sandbox that can outlive the run (a container) idle for S seconds for the next run of the "
+    f"same workspace and policy, so it costs one exec; 0 removes it at exit (default: {DEFAULT_KEEP_WARM_S:g}; "
+    "env DSH_SANDBOX_KEEP_WARM; a --composition file sets its own).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, do not stream.")
 @click.option("--composition", metavar="FILE", help="Build the context from a composition file.")

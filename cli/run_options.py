@@ -16,6 +16,10 @@ from typing import Any
 from dsh.sandbox.errors import UsageError
 from dsh.sandbox.modes import SandboxMode
 
+#: How long a container-like sandbox stays warm after a run for the next run
+#: of the same workspace and policy, unless ``--keep-warm`` says otherwise.
+DEFAULT_KEEP_WARM_S = 600.0
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -47,6 +51,13 @@ class RunOptions:
     runner_options: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()  # from the config files
     user_config: str | None = None  # the user's config file, when one was read
     tty: bool | None = None  # -t/--no-tty; None: a pty when stdin and stdout are terminals
+    keep_warm_s: float | None = None  # --keep-warm; None: DEFAULT_KEEP_WARM_S; 0: removed at exit
+
+
+def keep_warm(opts: RunOptions) -> float | None:
+    """The session's ``keep_warm_s``: None keeps nothing."""
+    keep = DEFAULT_KEEP_WARM_S if opts.keep_warm_s is None else opts.keep_warm_s
+    return keep or None
 
 
 def apply_to_run(opts: RunOptions) -> RunOptions:
@@ -97,6 +108,11 @@ def check_session_options(opts: RunOptions) -> None:
         from dsh.sandbox.numeric import seconds
 
         seconds("--timeout", opts.timeout_s)
+    if opts.keep_warm_s:  # 0 keeps nothing
+        from dsh.sandbox.host import KEEP_WARM_MAX_S
+        from dsh.sandbox.numeric import seconds
+
+        seconds("--keep-warm", opts.keep_warm_s, high=KEEP_WARM_MAX_S)
     if opts.composition is not None:
         clashing = [
             flag

@@ -44,6 +44,9 @@ from dsh.sandbox.registry import (
 )
 from dsh.sandbox.runner import Argv, Enforcement, Launch, Runner, RunnerProbe, network_refusal
 
+#: The longest a sandbox is kept idle for a later process (a day).
+KEEP_WARM_MAX_S = 86400
+
 
 def _safe_probe(runner: Runner) -> RunnerProbe:
     """``runner.probe()``; a probe that raises means "not available, here is why"."""
@@ -58,10 +61,14 @@ def _safe_probe(runner: Runner) -> RunnerProbe:
 @dataclass(frozen=True)
 class SandboxHostConfig:
     """``runner``: ``auto`` or a runner name.  ``options``: per-runner options,
-    e.g. ``{"<runner name>": {"image": "dsh-sandbox:local"}}``."""
+    e.g. ``{"<runner name>": {"image": "dsh-sandbox:local"}}``.
+    ``keep_warm_s``: how long a runner keeps an idle sandbox that can outlive
+    the process (a container) for the next process of the same workspace and
+    policy (``Runner.keep_warm_s``); None: removed when the session closes."""
 
     runner: str = AUTO
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    keep_warm_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,14 @@ class SandboxHost(Service):
         self.config: SandboxHostConfig
         #: Injected runner instances: then the only runners this host knows.
         self._injected = {r.name: r for r in runners} if runners is not None else None
+        keep = self.config.keep_warm_s
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, (int, float))
+                                 or not 0 < keep <= KEEP_WARM_MAX_S):
+            raise ConfigError(f"sandbox config: keep_warm_s {keep!r}: give seconds above 0 and at most "
+                              f"{KEEP_WARM_MAX_S}, or null to remove sandboxes when the session closes")
         for injected in (self._injected or {}).values():
             injected.pin_source = self._pins_of
+            injected.keep_warm_s = keep
         try:
             self.runner_name = self._check(self.config.runner)
         except ConfigError as exc:
@@ -164,6 +177,7 @@ class SandboxHost(Service):
                 self._load_errors[name] = str(exc)
                 return None
             instance.pin_source = self._pins_of
+            instance.keep_warm_s = self.config.keep_warm_s
             self._runners[name] = instance
             return instance
 

@@ -203,6 +203,13 @@ class Runner(abc.ABC):
     #: Set on the instance by the host: the fds its session's policy service
     #: holds for the paths of the policies it resolved (see ``pinned``).
     pin_source: PinSource | None = None
+    #: Set on the instance by the host: how many seconds a sandbox that can
+    #: outlive this process (a container) is kept idle after ``close`` for the
+    #: next process of the same user, workspace and policy; None: removed at
+    #: ``close``.  A runner whose sandboxes die with the process ignores it.
+    keep_warm_s: float | None = None
+    #: Does this runner honour ``keep_warm_s`` (its sandbox can outlive the process)?
+    keeps_warm: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -40,6 +40,8 @@ class SessionSpec:
     name.  ``env``: variables set for every command.  ``approval``: ``deny``,
     ``prompt`` or ``rules:FILE``; None mounts no approval provider.
     ``services``: further providers to mount (e.g. the job registry).
+    ``keep_warm_s``: how long a container-like sandbox is kept idle after the
+    session for the next one of the same workspace and policy (None: removed).
     """
 
     composition: str | None = None
@@ -61,6 +63,7 @@ class SessionSpec:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     approval: str | None = None
     services: tuple[CompositionEntry, ...] = ()
+    keep_warm_s: float | None = None
 
     def __post_init__(self) -> None:
         # Copies behind read-only views: a caller's dict changed later cannot
@@ -85,7 +88,8 @@ class SessionSpec:
             **({"deny_domains": list(self.deny_domains)} if self.deny_domains else {}),
             "accept_degraded": list(self.accept_degraded),
         }
-        host = {"runner": self.runner, "options": {k: dict(v) for k, v in self.runner_options.items()}}
+        host = {"runner": self.runner, "options": {k: dict(v) for k, v in self.runner_options.items()},
+                **({"keep_warm_s": self.keep_warm_s} if self.keep_warm_s is not None else {})}
         out: list[CompositionEntry] = []
         if self.sandboxed:
             out += [
@@ -129,7 +133,7 @@ _DEFAULT = SessionSpec()
 _POLICY_FIELDS = (
     "mode", "profile", "workspace", "writable", "force_writable", "network", "network_source", "allow_domains",
     "deny_domains",
-    "accept_degraded", "runner", "runner_options",
+    "accept_degraded", "runner", "runner_options", "keep_warm_s",
 )
 _NOT_WITH_COMPOSITION = tuple(f.name for f in dataclasses.fields(SessionSpec) if f.name != "composition")
 

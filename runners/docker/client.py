@@ -145,15 +145,17 @@ def find_image(client: Any, image: str) -> str | None:
 
 
 def process_start_time(pid: int) -> str | None:
-    """The kernel start time of ``pid`` (guards against pid reuse), ``None`` if gone."""
-    from dsh.runners.linux.orphans import start_time
+    """The kernel start time of ``pid`` (guards against pid reuse), ``None`` if gone (or a zombie)."""
+    from dsh.runners.linux.orphans import live_start_time
 
-    start = start_time(pid)
+    start = live_start_time(pid)
     return str(start) if start is not None else None
 
 
-def owner_labels() -> dict[str, str]:
-    pid = os.getpid()
+def owner_labels(pid: int | None = None) -> dict[str, str]:
+    """Labels naming the container's owner: this process, or ``pid`` (a keeper
+    that outlives it); the container is reaped once its owner is gone."""
+    pid = os.getpid() if pid is None else pid
     return {
         LABEL: "1",
         LABEL_OWNER_PID: str(pid),

@@ -25,9 +25,9 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import threading
 
+from dsh.runners.pipe_keeper import start_keeper
 from dsh.sandbox.helper_env import helper_env
 
 #: The keeper's name on its command line (so a person can tell what it is).
@@ -93,27 +93,7 @@ class DockerKeeper:
         return self._process.pid if self._process is not None else None
 
     def _start(self) -> None:
-        if not sys.executable:
-            raise OSError("no Python interpreter to run the container keeper with")
-        read_fd, write_fd = os.pipe()  # both close-on-exec
-        env = connection_env()
-        try:
-            self._process = subprocess.Popen(
-                [sys.executable, "-I", "-c", _KEEPER, KEEPER_NAME],
-                stdin=read_fd,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                cwd="/",  # keeps no directory of the caller busy
-            )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
-        self._write_fd = write_fd
+        self._process, self._write_fd = start_keeper(_KEEPER, [KEEPER_NAME], connection_env())
 
     def _send(self, line: str) -> None:
         data = line.encode("ascii") + b"\n"

@@ -59,17 +59,22 @@ class MountSpec:
         return f"{self.target}: {what} ({access}){' - ' + self.why if self.why else ''}"
 
 
-def container_view(policy: SandboxPolicy, user: str) -> tuple[tuple[MountSpec, ...], MountPlan]:
+def container_view(policy: SandboxPolicy, user: str, *,
+                   own_tmp: bool = False) -> tuple[tuple[MountSpec, ...], MountPlan]:
     """The container's mounts for ``policy`` as the filesystem is now, and the
     core plan they translate, for the container's ``user`` (``uid:gid``; a
-    name is unknown here, so no link counts as one it cannot replace)."""
+    name is unknown here, so no link counts as one it cannot replace).
+
+    ``own_tmp``: the session's private temporary directory is not bound; the
+    container's own ``/tmp`` serves as ``$TMPDIR`` (a container kept for later
+    sessions must not name one session's directory)."""
     _refuse_unbindable(policy)
     # The container's /tmp is its own tmpfs: a root at the host's /tmp is
     # served by it, so a root inside it needs a bind of its own (and no pin
     # of the host's directories between them).
-    tmp = Path(TMP)
-    if tmp in policy.writable_roots:
-        policy = replace(policy, writable_roots=tuple(r for r in policy.writable_roots if r != tmp))
+    served = {Path(TMP), *((policy.private_tmp,) if own_tmp and policy.private_tmp is not None else ())}
+    if served & set(policy.writable_roots):
+        policy = replace(policy, writable_roots=tuple(r for r in policy.writable_roots if r not in served))
     uid = user.split(":")[0]
     facts = gather_facts(policy, int(uid) if uid.isdigit() else None)
     plan = plan_mounts(policy, facts)

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.keeper import DockerKeeper, connection_env
+from dsh.runners.docker.kept import KeptShape, release_kept
+from dsh.runners.docker.parked import Parking
 from dsh.runners.docker.report import SIGNAL_STATUS_GAP, daemon_gaps, fixed_gaps, plan_lines
 from dsh.runners.docker.spec import (
     ContainerSpec,
@@ -48,11 +50,11 @@ from dsh.runners.docker.verify import (
     pinned_binds,
     stat_in,
 )
-from dsh.runners.docker.warm import Warm, daemon_is_local, identities, pin_binds, policy_key
+from dsh.runners.docker.warm import KEEPALIVE, Warm, daemon_is_local, identities, pin_binds, policy_key
 from dsh.runners.linux.ipc import namespaced_limitations
 from dsh.runners.warm_pool import make_current
 from dsh.sandbox import capability as cap
-from dsh.sandbox.errors import ConfigError, SandboxUnavailable, WorkdirError
+from dsh.sandbox.errors import ConfigError, DshError, SandboxUnavailable, WorkdirError
 from dsh.sandbox.numeric import processes
 from dsh.sandbox.pins import PinnedPaths
 from dsh.sandbox.policy import SandboxPolicy
@@ -80,7 +82,6 @@ if TYPE_CHECKING:
 OPTIONS = ("image", "memory", "pids", "user")
 DEFAULT_MEMORY = "2g"
 DEFAULT_PIDS = 1024
-KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 86400; done"]
 
 
 class DockerRunner(Runner):
@@ -88,6 +89,7 @@ class DockerRunner(Runner):
     remote: ClassVar[bool] = True
     network_by_name: ClassVar[bool] = True
     network_secrets: ClassVar[bool] = True
+    keeps_warm: ClassVar[bool] = True
     SPEED_TARGETS = SpeedTargets(vs_baseline=0.5)
     DEGRADATIONS: ClassVar[Mapping[str, tuple[cap.Capability, ...]]] = {
         "docker-memory-limit": (cap.LIMITS_MEMORY,),
@@ -130,6 +132,7 @@ class DockerRunner(Runner):
         # Removes this runner's containers when this process is gone, SIGKILL included.
         self._keeper = DockerKeeper()
         self._reaped = False
+        self._parking: Parking | None = None  # use files of the containers kept between processes
 
     # -- daemon ----------------------------------------------------------------------
     def _docker(self) -> Any:
@@ -166,7 +169,14 @@ class DockerRunner(Runner):
     def _spec(self, policy: SandboxPolicy) -> ContainerSpec:
         machine = str(self._info.get("Architecture") or platform.machine())
         return build_spec(policy, image=self.image, user=self.user, pids=self.pids,
-                          memory=self.memory, machine=machine)
+                          memory=self.memory, machine=machine, own_tmp=self._keeps(policy))
+
+    def _keeps(self, policy: SandboxPolicy) -> bool:
+        """Is a container for ``policy`` kept between processes?  Only a local
+        daemon's, without an allowlist proxy (the proxy and the secrets live in
+        this process)."""
+        return (self.keep_warm_s is not None and self.daemon_is_local()
+                and not (policy.constrained and policy.network_allowlist is not None))
 
     def _gaps(self, policy: SandboxPolicy, spec: ContainerSpec) -> list[Gap]:
         """Each part of ``policy`` this daemon cannot hold."""
@@ -272,7 +282,7 @@ class DockerRunner(Runner):
             # A daemon elsewhere resolves the names on its own machine: no pin reaches it.
             local = self.daemon_is_local()
             warm = self._ensure(policy_key(policy), spec, pinned_binds(spec, pins) if local else {},
-                                pins if local else None, rules)
+                                pins if local else None, rules, str(policy.workspace))
         if warm.secrets is not None:
             # The placeholders win over a variable the profile passes through.
             environment.update(warm.secrets.environment())
@@ -305,8 +315,8 @@ class DockerRunner(Runner):
         """``warm`` is the sandbox the next command uses; the others go once idle (``warm_pool``)."""
         return make_current(warm, self._warm.values(), self._lock, self._discard)
 
-    def _ensure(self, key: tuple[object, ...], spec: ContainerSpec,
-                expected: dict[str, tuple[int, int]], pins: PinnedPaths | None, rules: NetworkRules | None) -> Warm:
+    def _ensure(self, key: tuple[object, ...], spec: ContainerSpec, expected: dict[str, tuple[int, int]],
+                pins: PinnedPaths | None, rules: NetworkRules | None, workspace: str) -> Warm:
         client = self._docker()
         # One creator at a time: two racing prepares must not both create (the
         # loser's container would be orphaned until a prune).
@@ -321,13 +331,31 @@ class DockerRunner(Runner):
                 except Exception:  # gone or unreadable: replace it
                     pass
                 self._discard(warm)
-            warm = self._create(client, spec, expected, pins, rules)
+            kept = self._kept_shape(client, spec, rules, workspace)
+            warm = kept.adopt(expected) if kept is not None else None
+            if warm is None:
+                warm = self._create(client, spec, expected, pins, rules, kept)
             with self._lock:
                 self._warm[key] = warm
             return self._current(warm)
 
+    def _kept_shape(self, client: Any, spec: ContainerSpec, rules: NetworkRules | None,
+                    workspace: str) -> KeptShape | None:
+        """How a container of ``spec`` is kept between processes, or None if it is not (``_keeps``)."""
+        if self.keep_warm_s is None or rules is not None or not self.daemon_is_local():
+            return None
+        with self._lock:
+            if self._parking is None:
+                try:
+                    self._parking = Parking(self.keep_warm_s)
+                except DshError:
+                    self.keep_warm_s = None  # no private place: containers go at close, as without keeping
+                    return None
+            parking = self._parking
+        return KeptShape.of(client, parking, self._keeper, spec, workspace, self._made_placeholder)
+
     def _create(self, client: Any, spec: ContainerSpec, expected: dict[str, tuple[int, int]],
-                pins: PinnedPaths | None, rules: NetworkRules | None) -> Warm:
+                pins: PinnedPaths | None, rules: NetworkRules | None, kept: KeptShape | None = None) -> Warm:
         from docker.errors import DockerException
 
         image_id = dc.find_image(client, spec.image)
@@ -343,6 +371,8 @@ class DockerRunner(Runner):
             # Containers of this user's sessions that died with their keeper.
             try:
                 dc.reap_dead_owners(client)
+                if kept is not None:
+                    kept.parking.tidy(client)
             except (DockerException, OSError):
                 pass  # a leftover stays for the next run or runners --prune; this run is unaffected
         # Held (shared) until the container exists: another session's cleanup
@@ -355,7 +385,7 @@ class DockerRunner(Runner):
         try:
             held = hold_placeholders(spec, pins, self._made_placeholder)
             try:
-                return self._create_holding(client, image_id, spec, expected, rules, keys)
+                return self._create_holding(client, image_id, spec, expected, rules, keys, kept)
             finally:
                 for fd in held:
                     os.close(fd)
@@ -370,14 +400,18 @@ class DockerRunner(Runner):
 
     def _create_holding(self, client: Any, image_id: str, spec: ContainerSpec,
                         expected: dict[str, tuple[int, int]], rules: NetworkRules | None,
-                        keys: ContainerSecrets | None) -> Warm:
+                        keys: ContainerSecrets | None, kept: KeptShape | None) -> Warm:
         from docker.errors import DockerException
 
         # Label every placeholder of this runner the container binds, so a prune
         # after a crash removes them even if an earlier container made them.
         with self._lock:
             ours = sorted(t for t in spec.placeholders if t in self._placeholders)
-        labels = {**dc.owner_labels(), dc.LABEL_PLACEHOLDERS: json.dumps(ours),
+        # A container to keep is owned by its parking keeper, started first.
+        keeper = kept.start_keeper() if kept is not None else None
+        owner = dc.owner_labels(keeper.pid if keeper is not None else None)
+        labels = {**owner, **(kept.labels() if keeper is not None and kept is not None else {}),
+                  dc.LABEL_PLACEHOLDERS: json.dumps(ours),
                   dc.LABEL_PROTECTED: json.dumps([m.target for m in spec.mounts if m.kind == "bind" and m.read_only])}
         name = f"dsh-sandbox-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         check_sources(spec, expected)
@@ -391,9 +425,19 @@ class DockerRunner(Runner):
         except DockerException as exc:
             for fd in pin_fds:
                 os.close(fd)
+            if keeper is not None:
+                keeper.close()  # it exits with no container to keep
             raise SandboxUnavailable(create_error(spec, exc), runner=self.name) from None
         warm = Warm(container.id, name, spec, pinned, pin_fds, dict(expected))
         warm.secrets = keys  # removed with the container (``_discard``)
+        if keeper is not None and kept is not None:
+            try:
+                kept.hand_over(warm, keeper)
+            except OSError:
+                self._discard(warm)
+                raise SandboxUnavailable(f"cannot hand container {name} to the keeper that removes it once "
+                                         "idle; nothing ran (--keep-warm 0 makes containers that go at exit)",
+                                         runner=self.name) from None
         try:
             self._keeper.add(container.id)
         except OSError as exc:
@@ -454,13 +498,8 @@ class DockerRunner(Runner):
             self._discard(warm)
             raise
 
-    def _discard(self, warm: Warm) -> None:
-        """Remove one container.
-
-        Placeholders stay until ``close()``: a container made next may rely on
-        them, and removing a bind's mountpoint on the host would silently detach
-        it in a container still running.
-        """
+    def _let_go(self, warm: Warm) -> None:
+        """No later command of this process uses ``warm``: the pins it held go."""
         with self._lock:
             for key, value in list(self._warm.items()):
                 if value is warm:
@@ -468,12 +507,23 @@ class DockerRunner(Runner):
         for fd in warm.pin_fds:
             os.close(fd)
         warm.pin_fds = []
+
+    def _discard(self, warm: Warm) -> None:
+        """Remove one container.
+
+        Placeholders stay until ``close()``: a container made next may rely on
+        them, and removing a bind's mountpoint on the host would silently detach
+        it in a container still running.
+        """
+        self._let_go(warm)
         client = self._client
         try:
             if client is not None:
                 dc.remove_container(client, warm.id)
                 self._keeper.forget(warm.id)
         finally:
+            if warm.lease is not None or warm.keeper_fd != -1:
+                release_kept(warm, self._parking)
             proxy, warm.proxy = warm.proxy, None
             if proxy is not None:
                 proxy.close()
@@ -481,15 +531,31 @@ class DockerRunner(Runner):
             if keys is not None:
                 keys.remove()
 
+    def _park(self, warm: Warm) -> bool:
+        """Leave ``warm`` to its parking keeper for the next process; False if it is not kept."""
+        if warm.lease is None or warm.stale or not warm.idle() or self.keep_warm_s is None:
+            return False
+        self._let_go(warm)
+        # Touched first: the idle time starts now, before this process lets go.
+        warm.lease.release(touch=True)
+        warm.lease = None
+        self._keeper.forget(warm.id)
+        release_kept(warm, None)
+        return True
+
     def close(self) -> None:
         with self._lock:
             warm = list(self._warm.values())
         for item in warm:
-            self._discard(item)
+            if not self._park(item):
+                self._discard(item)
         with self._lock:
             client, self._client = self._client, None
             placeholders, self._placeholders = sorted(self._placeholders), set()
+            parking, self._parking = self._parking, None
         self._keeper.close()
+        if parking is not None:
+            parking.close()
         if client is not None:
             dc.remove_placeholders(client, placeholders)
             client.close()

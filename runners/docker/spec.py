@@ -21,6 +21,7 @@ from dsh.runners.linux.mount_check import mount_table
 from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
+from dsh.sandbox.mount_plan import TMP
 from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.runner import Gap
@@ -47,6 +48,8 @@ class ContainerSpec:
     #: What of the policy no bind can hold (a protected path behind a link the
     #: command can replace); not part of the container's shape.
     gaps: tuple[Gap, ...] = field(default=(), compare=False)
+    #: The container's own /tmp is the command's $TMPDIR (no session directory is bound).
+    own_tmp: bool = False
 
     @property
     def seccomp_profile(self) -> str | None:
@@ -89,7 +92,10 @@ class ContainerSpec:
 
 def container_env(env: dict[str, str], spec: ContainerSpec) -> dict[str, str]:
     """``env`` without a ``GIT_CONFIG_GLOBAL`` the container cannot read
-    (git would then fail on it rather than fall back to HOME's)."""
+    (git would then fail on it rather than fall back to HOME's), and with
+    ``$TMPDIR`` at the container's own ``/tmp`` when no session directory is bound."""
+    if spec.own_tmp:
+        env = {**env, "TMPDIR": TMP}
     named = env.get("GIT_CONFIG_GLOBAL")
     if named is not None and not any(m.kind == "bind" and m.target == named for m in spec.mounts):
         env = {k: v for k, v in env.items() if k != "GIT_CONFIG_GLOBAL"}
@@ -97,9 +103,10 @@ def container_env(env: dict[str, str], spec: ContainerSpec) -> dict[str, str]:
 
 
 def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
-               memory: int | None, machine: str | None = None) -> ContainerSpec:
-    """The container for ``policy``: the core mount plan of the filesystem as it is now, translated."""
-    mounts, plan = container_view(policy, user)
+               memory: int | None, machine: str | None = None, own_tmp: bool = False) -> ContainerSpec:
+    """The container for ``policy``: the core mount plan of the filesystem as
+    it is now, translated (``own_tmp``: see ``container_view``)."""
+    mounts, plan = container_view(policy, user, own_tmp=own_tmp)
     limits = policy.limits
     full = policy.mode is SandboxMode.DANGER_FULL_ACCESS
     return ContainerSpec(
@@ -114,6 +121,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
         placeholders=placeholders(plan, mounts),
         syscall_machine=None if full else machine or platform.machine(),
         gaps=plan.gaps_for("docker"),
+        own_tmp=own_tmp and policy.private_tmp is not None,
     )
 
 

@@ -13,8 +13,13 @@ from dsh.runners.docker.spec import ContainerSpec
 from dsh.sandbox.policy import SandboxPolicy
 
 if TYPE_CHECKING:
+    from dsh.runners.docker.parked import Lease
     from dsh.runners.docker.secrets import ContainerSecrets
     from dsh.sandbox.net_proxy import ProxyThread
+
+
+#: The container's first process: it only keeps the container running.
+KEEPALIVE = ["/bin/sh", "-c", "while :; do sleep 86400; done"]
 
 
 def daemon_is_local() -> bool:
@@ -89,6 +94,12 @@ class Warm:
     proxy: ProxyThread | None = None
     # Its secrets: values and CA for the proxy, the bundle file the container binds.
     secrets: ContainerSecrets | None = None
+    # Kept between processes: the hold on its use file, the write end of its
+    # keeper's stdin (held by the process that made it), and where this
+    # process numbers its pid-file slots (another process may use it at once).
+    lease: Lease | None = None
+    keeper_fd: int = -1
+    slot_base: int = 0
 
     def take_slot(self) -> int:
         with self.lock:
@@ -96,7 +107,7 @@ class Warm:
             if self.free_slots:
                 return self.free_slots.pop()
             self.next_slot += 1
-            return self.next_slot
+            return self.slot_base + self.next_slot
 
     def give_slot(self, slot: int) -> None:
         with self.lock:

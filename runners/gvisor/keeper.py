@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import threading
 from collections.abc import Sequence
+
+from dsh.runners.pipe_keeper import start_keeper
 
 
 class Keeper:
@@ -30,20 +31,7 @@ class Keeper:
     @classmethod
     def start(cls, runsc: Sequence[str], state_dir: str) -> Keeper:
         """``runsc``: the binary and its global flags (``--root`` included)."""
-        if not sys.executable:
-            raise OSError("no Python interpreter to run the gVisor keeper with")
-        read_fd, write_fd = os.pipe()  # both close-on-exec
-        try:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-c", SCRIPT, state_dir, *runsc],
-                stdin=read_fd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True, cwd="/",
-            )
-        except BaseException:
-            os.close(write_fd)
-            raise
-        finally:
-            os.close(read_fd)
+        process, write_fd = start_keeper(SCRIPT, [state_dir, *runsc], None)
         return cls(process, write_fd)
 
     def stop(self) -> None:

@@ -53,6 +53,13 @@ def start_time(pid: int) -> int | None:
     return stat[2] if stat is not None else None
 
 
+def live_start_time(pid: int) -> int | None:
+    """``start_time`` of a process that still runs: ``None`` for a zombie too
+    (dead, but not reaped yet where its new parent never reaps)."""
+    stat = _stat(pid)
+    return stat[2] if stat is not None and stat[0] not in ("Z", "X") else None
+
+
 def processes_naming(word: str) -> list[int]:
     """The processes of this uid with ``word`` as one of their arguments: what
     a helper daemonized before saying who it started (a ``runsc create`` that

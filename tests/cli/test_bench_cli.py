@@ -44,6 +44,25 @@ def test_the_cli_rows_are_measured_and_set_against_python_and_the_peers(monkeypa
     assert "| dsh-sandbox run --runner landlock -- true | 5 |" in render_table(report)
 
 
+def test_a_runner_that_keeps_its_container_has_a_first_call_and_a_warm_call_row() -> None:
+    require_runner("docker")
+    workspace = Path(tempfile.mkdtemp(prefix="dsh-bench-test-", dir="/var/tmp"))
+    try:
+        report = Report()
+        bench_cli(report, 3, workspace, ("docker",))
+        compute_ratios(report)
+    finally:
+        shutil.rmtree(workspace)
+    rows = {t.name: t for t in report.timings}
+    first = "dsh-sandbox run --runner docker --keep-warm 0 -- true (first call)"
+    warm = "dsh-sandbox run --runner docker -- true (warm call)"
+    assert first in rows and warm in rows, report.skipped
+    assert rows[first].samples == rows[warm].samples == 3
+    # Measured, never asserted on timing: the ratio is there, met or not.
+    assert (warm, first) in [(r["measure"], r["baseline"]) for r in report.ratios]
+    assert "dsh-sandbox run --runner docker -- true" not in rows  # no row for a local runner's run
+
+
 def test_concurrency_is_measured_per_runner_and_a_session_that_cannot_start_is_reported() -> None:
     require_runner("landlock")
     workspace = Path(tempfile.mkdtemp(prefix="dsh-bench-test-", dir="/var/tmp"))

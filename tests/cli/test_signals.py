@@ -130,10 +130,35 @@ def test_signal_stops_a_docker_command_and_its_container(workspace: Path) -> Non
     """The container the run made goes with it (``runners --prune`` is not needed)."""
     need_runner("docker")
     before = _containers()
-    status, err, left = _stop_cli(["run", "--mode", "read-only", "--runner", "docker"],
+    status, err, left = _stop_cli(["run", "--mode", "read-only", "--runner", "docker", "--keep-warm", "0"],
                                   signal.SIGHUP, workspace)
     assert status == 128 + signal.SIGHUP and left == [], err
     assert _containers() - before == set()
+
+
+def test_signal_stops_a_docker_command_in_a_kept_container(workspace: Path) -> None:
+    """A kept container outlives the stopped run, with nothing of its command in it."""
+    need_runner("docker")
+    before = _containers()
+    status, err, left = _stop_cli(["run", "--mode", "read-only", "--runner", "docker", "--keep-warm", "60"],
+                                  signal.SIGHUP, workspace)
+    try:
+        assert status == 128 + signal.SIGHUP and left == [], err
+        kept = _containers() - before
+        assert len(kept) == 1, kept
+        from dsh.runners.docker.client import connect
+
+        client = connect()
+        try:
+            top = client.api.top(kept.pop().decode())
+        finally:
+            client.close()
+        args = [row[top["Titles"].index("CMD")] for row in top["Processes"]]
+        # docker-init and the keep-alive's shell and sleep: nothing of the command.
+        assert args and all(a.startswith(("/sbin/docker-init", "/bin/sh -c while", "sleep 86400")) for a in args), args
+    finally:
+        subprocess.run(["docker", "rm", "-f", *(c.decode() for c in _containers() - before)], capture_output=True,
+                       check=False)
 
 
 def _containers() -> set[str]:

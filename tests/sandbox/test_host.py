@@ -44,6 +44,23 @@ def test_unknown_runner_lists_known_ones(ctx: Context) -> None:
         host(ctx, "auto", chroot={})
 
 
+@pytest.mark.parametrize("value", [-1, 0, float("nan"), float("inf"), 86401, True, "600"])
+def test_a_bad_keep_warm_is_refused_naming_the_field(ctx: Context, value: Any) -> None:
+    with pytest.raises(ConfigError) as info:
+        SandboxHost(ctx, SandboxHostConfig(keep_warm_s=value))
+    assert "keep_warm_s" in str(info.value) and "null" in str(info.value)
+
+
+def test_keep_warm_reaches_every_runner_the_host_makes(ctx: Context) -> None:
+    kept = SandboxHost(ctx, SandboxHostConfig(keep_warm_s=30))
+    for name in ("bwrap", "landlock", "docker"):
+        runner = kept.runner(name)
+        assert runner is not None and runner.keep_warm_s == 30
+    plain = SandboxHost(ctx, SandboxHostConfig())
+    runner = plain.runner("docker")
+    assert runner is not None and runner.keep_warm_s is None
+
+
 def test_one_instance_per_runner_and_close(ctx: Context) -> None:
     need_runner("landlock")
     h = host(ctx)

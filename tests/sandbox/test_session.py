@@ -47,6 +47,7 @@ def test_run_command_builds_the_session_its_options_describe(workspace: Path) ->
         mode="read-only", workspace=str(workspace), runner="bwrap", executor="bash-sandbox",
         executor_config={"max_timeout_ms": 24 * 3600 * 1000, "max_output_bytes": 4 * 1024 * 1024},
         services=(CompositionEntry("subprocess", "subprocess-local", {"keep_spill_files": True}),),
+        keep_warm_s=600.0,  # the CLI keeps a container-like sandbox for its next run
     )
     with run_context(opts) as from_cli, build_session(spec) as direct:
         assert shape(from_cli) == shape(direct)

@@ -1,0 +1,169 @@
+"""The docker runner's side of keeping containers between processes
+(``parked`` holds the mechanism): making one to keep, and taking one back."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dsh.runners.docker import client as dc
+from dsh.runners.docker.parked import LABEL_SHAPE, LABEL_WORKSPACE, Lease, Parking, shape_of
+from dsh.runners.docker.spec import ContainerSpec
+from dsh.runners.docker.verify import check_container, mounts_in, stat_in
+from dsh.runners.docker.warm import KEEPALIVE, Warm, pin_binds
+from dsh.sandbox.errors import SandboxUnavailable
+
+if TYPE_CHECKING:
+    from dsh.runners.docker.keeper import DockerKeeper
+
+#: Where this process numbers its pid-file slots in a container other
+#: processes may use at once (``/run/dsh-sandbox/<slot>`` must not collide).
+SLOT_SHIFT = 20
+
+
+@dataclass(frozen=True)
+class ParkingKeeper:
+    process: subprocess.Popen[bytes]
+    fd: int  # the write end of its stdin
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+@dataclass(frozen=True)
+class KeptShape:
+    """Containers of one shape, kept between processes of this user."""
+
+    client: Any
+    parking: Parking
+    keeper: DockerKeeper
+    spec: ContainerSpec
+    workspace: str
+    shape: str
+    on_placeholders: Callable[[str], None]
+
+    @classmethod
+    def of(cls, client: Any, parking: Parking, keeper: DockerKeeper, spec: ContainerSpec,
+           workspace: str, on_placeholders: Callable[[str], None]) -> KeptShape | None:
+        image_id = dc.find_image(client, spec.image)
+        if image_id is None:
+            return None  # making the container says what is missing
+        shape = shape_of(spec, image_id, spec.user, KEEPALIVE)
+        return cls(client, parking, keeper, spec, workspace, shape, on_placeholders)
+
+    def labels(self) -> dict[str, str]:
+        return {LABEL_SHAPE: self.shape, LABEL_WORKSPACE: self.workspace}
+
+    # -- making one ----------------------------------------------------------------
+    def start_keeper(self) -> ParkingKeeper | None:
+        """The keeper that will own the container, or None (then it is not kept)."""
+        try:
+            process, fd = self.parking.start_keeper()
+        except OSError:
+            return None
+        return ParkingKeeper(process, fd)
+
+    def hand_over(self, warm: Warm, keeper: ParkingKeeper) -> None:
+        """``warm`` was just made for ``keeper``: tell it which container it owns
+        and hold the new use file (raises OSError)."""
+        warm.keeper_fd = keeper.fd
+        line = warm.id.encode("ascii") + b"\n"
+        if os.write(keeper.fd, line) != len(line):
+            raise OSError("short write to the parking keeper")
+        warm.lease = self.parking.lease_new(warm.id)
+        warm.slot_base = os.getpid() << SLOT_SHIFT
+        # Reaped whenever it ends (this process may outlive it: a library session).
+        threading.Thread(target=keeper.process.wait, name="dsh-docker-parked-reap", daemon=True).start()
+
+    # -- taking one back -----------------------------------------------------------
+    def adopt(self, expected: dict[str, tuple[int, int]]) -> Warm | None:
+        """A kept container of this shape whose binds are the inodes this run
+        pinned, held for this process; None if there is none.
+
+        On the way, the idle kept containers of this workspace made for another
+        policy, and those whose keeper is gone, are removed.  Their
+        placeholders are left to ``on_placeholders`` (removed when this runner
+        closes, if no container binds them then): this run's container may be
+        about to bind them."""
+        from docker.errors import DockerException  # type: ignore[import-untyped]
+
+        try:
+            stale = self.parking.evict_other_shapes(self.client, Path(self.workspace), self.shape)
+            found = self.parking.kept(self.client, **{LABEL_SHAPE: self.shape})
+        except (DockerException, OSError):
+            return None
+        warm = None
+        for info in found:
+            if not dc.owner_alive(info.get("Labels") or {}):
+                # Its keeper is gone: nothing would remove it once idle.
+                if self.parking.evict(info["Id"]):
+                    stale.append(info)
+                continue
+            if warm is not None:
+                continue
+            lease, crashed = self.parking.lease(info["Id"])
+            if crashed:
+                stale.append(info)
+            if lease is None:
+                continue  # its keeper is removing it, or it must go
+            try:
+                warm = self._take(info, expected, lease)
+            except (DockerException, SandboxUnavailable, OSError):
+                warm = None
+            if warm is None:
+                lease.release(touch=False)
+        for info in stale:
+            with contextlib.suppress(DockerException):
+                dc.remove_container(self.client, info["Id"])
+            for path in dc.placeholders_of(info.get("Labels") or {}):
+                self.on_placeholders(path)
+        return warm
+
+    def _take(self, info: dict[str, Any], expected: dict[str, tuple[int, int]], lease: Lease) -> Warm | None:
+        cid = str(info["Id"])
+        state = self.client.api.inspect_container(cid)["State"]
+        pid = int(state.get("Pid") or 0)
+        if not state.get("Running") or pid <= 0:
+            return None
+        pinned, fds = pin_binds(self.spec)
+        try:
+            if None in pinned.values():
+                raise SandboxUnavailable("a bind target is gone", runner="docker")
+            check_container(pid, expected, lambda targets: stat_in(self.client.containers.get(cid), targets),
+                            lambda: mounts_in(self.client.containers.get(cid)))
+            self.keeper.add(cid)  # removed with what runs in it if this process dies
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        name = str((info.get("Names") or [cid])[0]).lstrip("/")
+        warm = Warm(cid, name, self.spec, pinned, fds, dict(expected))
+        warm.lease = lease
+        warm.slot_base = os.getpid() << SLOT_SHIFT
+        return warm
+
+
+def release_kept(warm: Warm, parking: Parking | None) -> None:
+    """Let go of ``warm``'s use file and keeper; with ``parking``, the container
+    is gone: its use file goes too, so its keeper exits."""
+    lease, warm.lease = warm.lease, None
+    if parking is not None:
+        parking.forget(warm.id)
+    if lease is not None:
+        lease.release(touch=False)
+    fd, warm.keeper_fd = warm.keeper_fd, -1
+    if fd != -1:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+

@@ -1,0 +1,290 @@
+"""``run --runner docker`` keeps its container warm for the next run of the
+same workspace and policy: what the next run gets, what it must never get
+(another workspace's or policy's container, a container bound to a replaced
+directory, anything the last command left running), and that every kept
+container goes: once idle, when its policy changes, when its keeper dies,
+with whatever runs in it when the process using it is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import CLI_TIMEOUT_S, cli
+from tests.support.sandboxed import need_runner
+from tests.support.wait import PATIENCE_S, wait_until
+
+KEEP = ("--runner", "docker", "--keep-warm", "120")
+SHAPE = "dsh-sandbox.shape"
+WORKSPACE = "dsh-sandbox.workspace"
+
+
+@pytest.fixture(autouse=True)
+def _docker() -> None:
+    need_runner("docker")
+
+
+def _client() -> object:
+    from dsh.runners.docker.client import connect
+
+    return connect()
+
+
+def _kept(workspace: Path) -> list[dict[str, object]]:
+    """The running kept containers of ``workspace``."""
+    client = _client()
+    try:
+        return list(client.api.containers(filters={"label": f"{WORKSPACE}={workspace}"}))  # type: ignore[attr-defined]
+    finally:
+        client.close()  # type: ignore[attr-defined]
+
+
+def _exists(container_id: str) -> bool:
+    from docker.errors import NotFound
+
+    client = _client()
+    try:
+        client.api.inspect_container(container_id)  # type: ignore[attr-defined]
+        return True
+    except NotFound:
+        return False
+    finally:
+        client.close()  # type: ignore[attr-defined]
+
+
+def _labels(container_id: str) -> dict[str, str]:
+    client = _client()
+    try:
+        return dict(client.api.inspect_container(container_id)["Config"]["Labels"])  # type: ignore[attr-defined]
+    finally:
+        client.close()  # type: ignore[attr-defined]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().split(") ")[-1][:1] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def ws(workspace: Path) -> Iterator[Path]:
+    """The workspace; its kept containers are removed after the test."""
+    yield workspace
+    _remove_kept(workspace)
+
+
+def _remove_kept(workspace: Path) -> None:
+    from dsh.runners.docker.keeper import purge
+
+    ids = [str(info["Id"]) for info in _kept(workspace)]
+    ids += [str(info["Id"]) for info in _kept(workspace.parent / (workspace.name + ".old"))]
+    if ids:
+        purge(ids)
+
+
+def _run(workspace: Path, *args: str, keep: tuple[str, ...] = KEEP) -> bytes:
+    done = cli("run", *keep, *args, cwd=workspace)
+    assert done.returncode == 0, done.stderr.decode(errors="replace")
+    return done.stdout
+
+
+def _host(workspace: Path, *flags: str) -> str:
+    """The id prefix of the container the run used (its host name)."""
+    return _run(workspace, *flags, "--", "cat", "/etc/hostname").decode().strip()
+
+
+def _full_id(workspace: Path, prefix: str) -> str:
+    ids = [str(info["Id"]) for info in _kept(workspace) if str(info["Id"]).startswith(prefix)]
+    assert len(ids) == 1, (prefix, ids)
+    return ids[0]
+
+
+def test_the_next_run_of_the_workspace_and_policy_reuses_the_container(ws: Path) -> None:
+    first = _host(ws)
+    assert _host(ws) == first
+    cid = _full_id(ws, first)
+    labels = _labels(cid)
+    # Owned by its keeper, which outlives the run that made it.
+    keeper = int(labels["dsh-sandbox.owner-pid"])
+    assert keeper != os.getpid() and _alive(keeper)
+    with open(f"/proc/{keeper}/cmdline", "rb") as fh:
+        assert b"dsh-docker-parked" in fh.read().split(b"\0")
+    # No session's private directory is bound: the container's own /tmp is $TMPDIR.
+    client = _client()
+    try:
+        binds = [m["Source"] for m in client.api.inspect_container(cid)["Mounts"]]  # type: ignore[attr-defined]
+    finally:
+        client.close()  # type: ignore[attr-defined]
+    assert not [b for b in binds if "/dsh-sandbox/tmp/session-" in b], binds
+    out = _run(ws, "--", "sh", "-c", 'echo "$TMPDIR"; echo kept > "$TMPDIR/note"; touch made-here')
+    assert out == b"/tmp\n" and (ws / "made-here").exists()
+    assert _run(ws, "--", "cat", "/tmp/note") == b"kept\n"  # the same workspace and policy: documented
+
+
+def test_nothing_a_run_started_is_running_when_the_next_one_starts(ws: Path) -> None:
+    script = (
+        "setsid nohup sleep 987 >/dev/null 2>&1 & "
+        "env -i /bin/sh -c 'setsid sleep 988 >/dev/null 2>&1 &' ; "
+        "(sleep 989 &) ; echo started"
+    )
+    assert _run(ws, "--", "sh", "-c", script) == b"started\n"
+    listing = _run(ws, "--", "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo")
+    assert b"sleep 98" not in listing, listing
+
+
+def test_another_workspace_or_policy_never_gets_the_container(ws: Path, tmp_path: Path) -> None:
+    other = (tmp_path / "other").resolve()
+    other.mkdir()
+    try:
+        mine = _host(ws)
+        theirs = _host(other)
+        assert theirs != mine
+        assert _run(other, "--", "sh", "-c", f"ls {ws} 2>&1; echo rc=$?").endswith(b"rc=2\n")
+        assert _host(ws) == mine
+        # Another policy for the same workspace: another container, and the
+        # idle one of the old policy goes.
+        narrowed = _host(ws, "--mode", "read-only")
+        assert narrowed not in (mine, theirs)
+        assert not [i for i in _kept(ws) if str(i["Id"]).startswith(mine)]
+        assert [i for i in _kept(other) if str(i["Id"]).startswith(theirs)]  # another workspace's stays
+    finally:
+        _remove_kept(other)
+
+
+def test_a_replaced_workspace_gets_a_new_container_bound_to_the_new_directory(ws: Path) -> None:
+    first = _host(ws)
+    (ws / "old-file").write_text("old")
+    ws.rename(ws.parent / (ws.name + ".old"))
+    ws.mkdir()
+    (ws / "new-file").write_text("new")
+    out = _run(ws, "--", "sh", "-c", "cat /etc/hostname; ls")
+    host, *names = out.decode().split()
+    assert host != first
+    assert names == ["new-file"]
+
+
+def test_an_idle_container_goes_with_its_keeper(ws: Path) -> None:
+    host = _host(ws, "--keep-warm", "1")
+    cid = _full_id(ws, host)
+    keeper = int(_labels(cid)["dsh-sandbox.owner-pid"])
+    wait_until(lambda: not _exists(cid), "the idle container to be removed")
+    wait_until(lambda: not _alive(keeper), "its keeper to exit")
+
+
+def test_a_container_whose_keeper_died_is_never_reused_and_is_reaped(ws: Path) -> None:
+    first = _host(ws)
+    cid = _full_id(ws, first)
+    os.kill(int(_labels(cid)["dsh-sandbox.owner-pid"]), signal.SIGKILL)
+    assert _host(ws) != first
+    assert not _exists(cid)
+
+
+def test_keep_warm_zero_removes_the_container_at_exit(ws: Path) -> None:
+    _host(ws, "--keep-warm", "0")
+    assert _kept(ws) == []
+    client = _client()
+    try:
+        mine = client.api.containers(all=True, filters={"label": "dsh-sandbox"})  # type: ignore[attr-defined]
+    finally:
+        client.close()  # type: ignore[attr-defined]
+    assert not [c for c in mine if str(ws) in str(c.get("Labels", {}).get("dsh-sandbox.protected", ""))]
+
+
+def test_two_runs_at_once_share_the_container_and_neither_sweeps_the_other(ws: Path) -> None:
+    first = _host(ws)
+    argv = [sys.executable, "-P", "-m", "dsh.cli", "run", *KEEP, "--", "sh", "-c",
+            "echo up; sleep 3; cat /etc/hostname; echo done"]
+    with subprocess.Popen(argv, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as slow:
+        assert slow.stdout is not None
+        assert slow.stdout.readline() == b"up\n"
+        # Started and finished while the first command runs: its exit sweep
+        # kills what it left, never the other run's command.
+        assert _host(ws) == first
+        out, err = slow.communicate(timeout=CLI_TIMEOUT_S)
+    assert slow.returncode == 0, err
+    assert out == f"{first}\ndone\n".encode()
+
+
+def test_a_killed_run_takes_the_kept_container_and_its_command_with_it(ws: Path) -> None:
+    first = _host(ws)
+    cid = _full_id(ws, first)
+    argv = [sys.executable, "-P", "-m", "dsh.cli", "run", *KEEP, "--", "sh", "-c", "echo up; exec sleep 600"]
+    with subprocess.Popen(argv, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) as run:
+        assert run.stdout is not None
+        assert run.stdout.readline() == b"up\n"
+        run.kill()
+        run.wait(timeout=PATIENCE_S)
+    wait_until(lambda: not _exists(cid), "the container to be removed with the killed run")
+    assert _host(ws) != first
+
+
+def test_a_run_killed_with_its_own_keeper_leaves_nothing_running_for_the_next(ws: Path) -> None:
+    """The worst case: the process using a kept container and the keeper that
+    would remove the container with it are both SIGKILLed mid-command.  The
+    use file still says "in use": the container goes, with the command."""
+    from dsh.runners.docker.keeper import KEEPER_NAME
+
+    from tests.support.processes import pids_with
+
+    loop = "while :; do date >> f; sleep 0.2; done"
+    argv = [sys.executable, "-P", "-m", "dsh.cli", "run", *KEEP, "--", "sh", "-c", loop]
+    with subprocess.Popen(argv, cwd=ws, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as run:
+        wait_until(lambda: (ws / "f").exists() and len((ws / "f").read_bytes().splitlines()) >= 2,
+                   "the command's first lines")
+        host = _kept(ws)
+        assert len(host) == 1
+        cid = str(host[0]["Id"])
+        keepers = [pid for pid in pids_with(KEEPER_NAME) if _parent(pid) == run.pid]
+        assert len(keepers) == 1, keepers
+        os.kill(keepers[0], signal.SIGKILL)
+        run.kill()
+        run.wait(timeout=PATIENCE_S)
+    assert _host(ws) != cid[:12]
+    wait_until(lambda: not _exists(cid), "the container the dead run used to be removed")
+    before = (ws / "f").read_bytes()
+    time.sleep(1.0)
+    assert (ws / "f").read_bytes() == before, "the command kept running after its run and keeper died"
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "86401", "soon"])
+def test_a_bad_keep_warm_is_refused_before_anything_runs(ws: Path, value: str) -> None:
+    done = cli("run", "--runner", "docker", "--keep-warm", value, "--", "touch", "ran", cwd=ws)
+    assert done.returncode == 2, done.stderr
+    assert b"--keep-warm" in done.stderr and b"Traceback" not in done.stderr
+    assert not (ws / "ran").exists()
+    assert _kept(ws) == []
+
+
+def test_no_sandboxed_run_can_reach_the_use_files_the_keepers_trust(ws: Path) -> None:
+    """A keeper removes its container when the use file is old or gone, and a
+    run takes the container back by it: the files lie in the runner's private
+    state directory, which every run hides and no run may make writable."""
+    from dsh.runners.docker.parked import Parking
+
+    _host(ws)
+    parking = Parking(1)
+    place = parking.path
+    parking.close()
+    assert any(len(name) == 64 for name in os.listdir(place))
+    need_runner("bwrap")
+    out = _run(ws, "--", "sh", "-c", f"ls {place} 2>&1; echo rc=$?", keep=("--runner", "bwrap"))
+    assert b"rc=0" not in out and not any(len(word) == 64 for word in out.split()), out
+    refused = cli("run", "--runner", "bwrap", "--writable", str(place), "--", "true", cwd=ws)
+    assert refused.returncode == 2 and str(place).encode() in refused.stderr, refused.stderr
