@@ -9,7 +9,6 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dsh.runners.docker import client as dc
@@ -52,15 +51,17 @@ class KeptShape:
     workspace: str
     shape: str
     on_placeholders: Callable[[str], None]
+    image_id: str
 
     @classmethod
     def of(cls, client: Any, parking: Parking, keeper: DockerKeeper, spec: ContainerSpec,
-           workspace: str, on_placeholders: Callable[[str], None]) -> KeptShape | None:
-        image_id = dc.find_image(client, spec.image)
+           workspace: str, on_placeholders: Callable[[str], None], image_id: str | None) -> KeptShape | None:
+        """``image_id``: the probe's, else looked up; a container to keep is made from it."""
+        image_id = image_id or dc.find_image(client, spec.image)
         if image_id is None:
             return None  # making the container says what is missing
         shape = shape_of(spec, image_id, spec.user, KEEPALIVE)
-        return cls(client, parking, keeper, spec, workspace, shape, on_placeholders)
+        return cls(client, parking, keeper, spec, workspace, shape, on_placeholders, image_id)
 
     def labels(self) -> dict[str, str]:
         return {LABEL_SHAPE: self.shape, LABEL_WORKSPACE: self.workspace}
@@ -99,10 +100,12 @@ class KeptShape:
         from docker.errors import DockerException  # type: ignore[import-untyped]
 
         try:
-            stale = self.parking.evict_other_shapes(self.client, Path(self.workspace), self.shape)
-            found = self.parking.kept(self.client, **{LABEL_SHAPE: self.shape})
+            # One listing: a container of this shape names this workspace too.
+            everything = self.parking.kept(self.client, **{LABEL_WORKSPACE: self.workspace})
         except (DockerException, OSError):
             return None
+        found = [i for i in everything if (i.get("Labels") or {}).get(LABEL_SHAPE) == self.shape]
+        stale = [i for i in everything if i not in found and self.parking.evict(i["Id"])]
         warm = None
         for info in found:
             if not dc.owner_alive(info.get("Labels") or {}):

@@ -42,7 +42,6 @@ import json
 import os
 import socket
 import subprocess
-from pathlib import Path
 from typing import Any
 
 from dsh.runners.docker import client as dc
@@ -245,9 +244,3 @@ class Parking:
         for name in names:
             if name not in alive:
                 self.evict(name)
-
-    def evict_other_shapes(self, client: Any, workspace: Path, shape: str) -> list[dict[str, Any]]:
-        """The idle kept containers of ``workspace`` made for another policy, taken
-        from their keepers: the caller removes them."""
-        return [info for info in self.kept(client, **{LABEL_WORKSPACE: str(workspace)})
-                if (info.get("Labels") or {}).get(LABEL_SHAPE) != shape and self.evict(info["Id"])]

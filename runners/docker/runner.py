@@ -352,13 +352,16 @@ class DockerRunner(Runner):
                     self.keep_warm_s = None  # no private place: containers go at close, as without keeping
                     return None
             parking = self._parking
-        return KeptShape.of(client, parking, self._keeper, spec, workspace, self._made_placeholder)
+        probed = self.probe().details.get("image_id")
+        return KeptShape.of(client, parking, self._keeper, spec, workspace, self._made_placeholder,
+                            probed if isinstance(probed, str) else None)
 
     def _create(self, client: Any, spec: ContainerSpec, expected: dict[str, tuple[int, int]],
                 pins: PinnedPaths | None, rules: NetworkRules | None, kept: KeptShape | None = None) -> Warm:
         from docker.errors import DockerException
 
-        image_id = dc.find_image(client, spec.image)
+        # A container to keep is made from the image its shape names.
+        image_id = kept.image_id if kept is not None else dc.find_image(client, spec.image)
         if image_id is None:
             raise SandboxUnavailable(dc.missing_image_reason(spec.image), runner=self.name)
         try:
