@@ -344,6 +344,8 @@ class DockerRunner(Runner):
         """How a container of ``spec`` is kept between processes, or None if it is not (``_keeps``)."""
         if self.keep_warm_s is None or rules is not None or not self.daemon_is_local():
             return None
+        if not workspace.isprintable() or workspace != workspace.encode("utf-8", "replace").decode("utf-8"):
+            return None  # a label holds UTF-8 text: a workspace named otherwise gets a container of its own
         with self._lock:
             if self._parking is None:
                 try:

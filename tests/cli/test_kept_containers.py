@@ -263,6 +263,19 @@ def _parent(pid: int) -> int:
         return -1
 
 
+def test_a_workspace_no_label_can_name_gets_a_container_of_its_own_each_run(tmp_path: Path) -> None:
+    odd = (tmp_path / "tab\there").resolve()
+    odd.mkdir()
+    first = _host(odd)
+    assert _host(odd) != first
+    client = _client()
+    try:
+        labelled = client.api.containers(filters={"label": "dsh-sandbox.shape"})  # type: ignore[attr-defined]
+    finally:
+        client.close()  # type: ignore[attr-defined]
+    assert not [c for c in labelled if str(c["Id"]).startswith(first)]
+
+
 @pytest.mark.parametrize("value", ["-1", "nan", "86401", "soon"])
 def test_a_bad_keep_warm_is_refused_before_anything_runs(ws: Path, value: str) -> None:
     done = cli("run", "--runner", "docker", "--keep-warm", value, "--", "touch", "ran", cwd=ws)
