@@ -125,9 +125,11 @@ def test_the_next_run_of_the_workspace_and_policy_reuses_the_container(ws: Path)
     finally:
         client.close()  # type: ignore[attr-defined]
     assert not [b for b in binds if "/dsh-sandbox/tmp/session-" in b], binds
-    out = _run(ws, "--", "sh", "-c", 'echo "$TMPDIR"; echo kept > "$TMPDIR/note"; touch made-here')
+    note = f"dsh-kept-note-{os.getpid()}"
+    out = _run(ws, "--", "sh", "-c", f'echo "$TMPDIR"; echo kept > "$TMPDIR/{note}"; touch made-here')
     assert out == b"/tmp\n" and (ws / "made-here").exists()
-    assert _run(ws, "--", "cat", "/tmp/note") == b"kept\n"  # the same workspace and policy: documented
+    assert not os.path.lexists(f"/tmp/{note}")  # the container's own /tmp, never the host's
+    assert _run(ws, "--", "cat", f"/tmp/{note}") == b"kept\n"  # the same workspace and policy: documented
 
 
 def test_nothing_a_run_started_is_running_when_the_next_one_starts(ws: Path) -> None:
@@ -170,6 +172,22 @@ def test_a_replaced_workspace_gets_a_new_container_bound_to_the_new_directory(ws
     host, *names = out.decode().split()
     assert host != first
     assert names == ["new-file"]
+
+
+def test_placeholders_stand_while_the_container_is_kept_and_go_with_it(ws: Path) -> None:
+    """A missing protected path is bound read-only from an empty directory the
+    host makes (``.dsh`` here): it stands in the workspace as long as the kept
+    container binds it, stays empty whatever a run tries, and goes with it."""
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    host = _host(ws, "--keep-warm", "3")
+    assert (ws / ".dsh").is_dir() and not any((ws / ".dsh").iterdir())
+    out = _run(ws, "--keep-warm", "3", "--", "sh", "-c",
+               "echo x > .dsh/config.toml; mkdir .dsh/sub; rmdir .dsh; cat /etc/hostname")
+    assert out.split()[-1].decode() == host
+    assert (ws / ".dsh").is_dir() and not any((ws / ".dsh").iterdir())
+    cid = _full_id(ws, host)
+    wait_until(lambda: not _exists(cid), "the idle container to be removed")
+    wait_until(lambda: not (ws / ".dsh").exists(), "its placeholder to be removed with it")
 
 
 def test_an_idle_container_goes_with_its_keeper(ws: Path) -> None:

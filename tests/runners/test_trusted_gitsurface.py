@@ -38,7 +38,9 @@ def run(box: Box, runner: str, script: str, env: dict[str, str] | None = None) -
     """The CLI as ``box.run``, with the user's git variables in its environment."""
     extra = ["--profile", profile(box, LANDLOCK_ACCEPT)] if runner == "landlock" else []
     argv = [*cli(box.user), "run", "--runner", runner, *extra, "-c", script]
-    full = {"PATH": os.environ["PATH"], "HOME": str(box.ws.parent), "LANG": "C.UTF-8", **(env or {})}
+    # A docker container that is this run's own (see ``Box.run``).
+    full = {"PATH": os.environ["PATH"], "HOME": str(box.ws.parent), "LANG": "C.UTF-8", "DSH_SANDBOX_KEEP_WARM": "0",
+            **(env or {})}
     kwargs: dict[str, object] = {}
     if box.user == "nobody":
         kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": docker_group()}
