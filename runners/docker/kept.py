@@ -108,20 +108,25 @@ class KeptShape:
         stale = [i for i in everything if i not in found and self.parking.evict(i["Id"])]
         warm = None
         for info in found:
+            cid = str(info["Id"])
             if not dc.owner_alive(info.get("Labels") or {}):
                 # Its keeper is gone: nothing would remove it once idle.
-                if self.parking.evict(info["Id"]):
+                if self.parking.evict(cid):
                     stale.append(info)
                 continue
             if warm is not None:
                 continue
-            lease, crashed = self.parking.lease(info["Id"])
+            lease, crashed = self.parking.lease(cid)
             if crashed:
                 stale.append(info)
             if lease is None:
-                continue  # its keeper is removing it, or it must go
+                continue  # another run uses it, its keeper is removing it, or it must go
             try:
                 warm = self._take(info, expected, lease)
+            except Unclean:
+                self.parking.forget(cid)
+                stale.append(info)
+                warm = None
             except (DockerException, SandboxUnavailable, OSError):
                 warm = None
             if warm is None:
@@ -139,6 +144,8 @@ class KeptShape:
         pid = int(state.get("Pid") or 0)
         if not state.get("Running") or pid <= 0:
             return None
+        if not is_clean(self.client, cid, self.spec):
+            raise Unclean(cid)
         pinned, fds = pin_binds(self.spec)
         try:
             if None in pinned.values():
@@ -155,6 +162,35 @@ class KeptShape:
         warm.lease = lease
         warm.slot_base = os.getpid() << SLOT_SHIFT
         return warm
+
+
+class Unclean(Exception):
+    """A kept container runs a process that is not its own."""
+
+
+def is_clean(client: Any, container_id: str, spec: ContainerSpec) -> bool:
+    """Does the container run nothing but its own processes (init and keep-alive)?
+
+    They run as ``spec.init_user``, which no command can become or reach; any
+    other process in the container is something a command left: a process
+    whose main thread exited while others run (a zombie to ``/proc``), one
+    made with ``CLONE_PARENT`` (its parent outside the container), whatever
+    escaped the exit sweep.  Asked of the daemon (every process in the
+    container's cgroup), each judged by its real uid on this host."""
+    if spec.init_user is None:
+        return False
+    own = int(spec.init_user.split(":")[0])
+    top = client.api.top(container_id)
+    column = list(top.get("Titles") or []).index("PID")
+    for row in top.get("Processes") or []:
+        try:
+            with open(f"/proc/{int(row[column])}/status", encoding="ascii", errors="replace") as fh:
+                uid = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
+        except (OSError, ValueError, StopIteration):
+            continue  # gone meanwhile
+        if uid != own:
+            return False
+    return True
 
 
 def release_kept(warm: Warm, parking: Parking | None) -> None:

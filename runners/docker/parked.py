@@ -9,7 +9,7 @@ that session holds).  Then it watches the container's *use file*, named by the
 container's id in the docker runner's private state directory (hidden from
 every run, no writable root may hold it):
 
-- a process using the container holds a shared ``flock`` on the file, sets
+- the one process using the container holds an exclusive ``flock`` on the file, sets
   its mtime to 0 (in use) and to the time it lets go when it does; a file
   still at 0 that nobody holds was left by a process that died using the
   container (its own keeper dead too): the container goes at once, with what
@@ -42,6 +42,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from typing import Any
 
 from dsh.runners.docker import client as dc
@@ -78,14 +79,14 @@ while True:
         else:
             info = os.fstat(fd)
             age = time.time() - info.st_mtime
-            if info.st_nlink == 0 or age >= idle:
+            if info.st_nlink == 0 or age >= idle or age < -1:
                 if info.st_nlink:
                     os.unlink(path)
                 break
             wait = idle - age
     finally:
         os.close(fd)
-    time.sleep(wait + 0.05)
+    time.sleep(min(wait, 5.0) + 0.05)
 from dsh.runners.docker.keeper import purge
 purge([cid])
 """
@@ -95,7 +96,7 @@ def shape_of(spec: ContainerSpec, image_id: str, user: str, keepalive: list[str]
     """The hash of everything that shapes a container: two processes compute
     the same one for the same workspace, policy, image and runner options."""
     data = {"create": spec.docker_kwargs(), "image": image_id, "user": user, "command": keepalive,
-            "own_tmp": spec.own_tmp}
+            "own_tmp": spec.own_tmp, "mounts below": mounts_below(spec)}
     text = json.dumps(data, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -103,6 +104,19 @@ def shape_of(spec: ContainerSpec, image_id: str, user: str, keepalive: list[str]
 #: The time a use file carries while a process uses its container; one that
 #: lets go sets the time it did, from which the idle time counts.
 IN_USE = (0, 0)
+
+
+def mounts_below(spec: ContainerSpec, mountinfo: str = "/proc/self/mountinfo") -> list[tuple[int, str]]:
+    """The host's mounts beneath the container's bind sources (id and point): a
+    bind carries them along, so a mount made or removed since is another shape."""
+    from dsh.runners.linux.mount_check import mount_table
+    from dsh.sandbox.policy_paths import path_within
+
+    sources = [m.source for m in spec.mounts if m.kind == "bind" and m.source and m.source != os.devnull]
+    with open(mountinfo, encoding="utf-8", errors="surrogateescape") as fh:
+        table = mount_table(fh.read())
+    return sorted((e.mount_id, e.point) for e in table
+                  if any(e.point != s and path_within(e.point, s) for s in sources))
 
 
 class Lease:
@@ -158,7 +172,7 @@ class Parking:
         fd = os.open(container_id, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                      dir_fd=self.fd)
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            fcntl.flock(fd, fcntl.LOCK_EX)
             os.utime(fd, IN_USE)
         except BaseException:
             os.close(fd)
@@ -166,35 +180,28 @@ class Parking:
         return Lease(fd)
 
     def lease(self, container_id: str) -> tuple[Lease | None, bool]:
-        """A hold on a kept container, marked in use; and whether the container
-        must go instead.
+        """This process's hold on a kept container, marked in use; and whether
+        the container must go instead.
 
-        None if its keeper is removing it (or it is not kept).  A use file still
-        marked in use that nobody holds was left by a process that died using
-        the container, with its own keeper (a process that lets go clean sets
-        the time): what it ran may still run inside, so the file is unlinked
-        and the caller removes the container (True)."""
+        None if another run uses it (a kept container serves one run at a time)
+        or its keeper is removing it.  A use file still marked in use that
+        nobody holds was left by a process that died using the container with
+        its own keeper (a process that lets go clean sets the time), and one
+        dated in the future was not set by a run: either way the file is
+        unlinked and the caller removes the container (True)."""
         try:
             fd = os.open(container_id, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.fd)
         except OSError:
             return None, False
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            if not os.fstat(fd).st_nlink:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            info = os.fstat(fd)
+            if not info.st_nlink:
                 raise OSError("removed by its keeper")
-            sole = True
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else holds it?
-            except OSError:
-                sole = False
-            if sole:
-                if os.fstat(fd).st_mtime == IN_USE[1]:
-                    os.unlink(container_id, dir_fd=self.fd)
-                    os.close(fd)
-                    return None, True
-                fcntl.flock(fd, fcntl.LOCK_SH)  # not atomic: the keeper may have taken it meanwhile
-                if not os.fstat(fd).st_nlink:
-                    raise OSError("removed by its keeper")
+            if info.st_mtime == IN_USE[1] or info.st_mtime > time.time() + 1:
+                os.unlink(container_id, dir_fd=self.fd)
+                os.close(fd)
+                return None, True
             os.utime(fd, IN_USE)
             return Lease(fd), False
         except OSError:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.keeper import DockerKeeper, connection_env
-from dsh.runners.docker.kept import KeptShape, release_kept
+from dsh.runners.docker.kept import KeptShape, is_clean, release_kept
 from dsh.runners.docker.parked import Parking
 from dsh.runners.docker.report import SIGNAL_STATUS_GAP, daemon_gaps, fixed_gaps, plan_lines
 from dsh.runners.docker.spec import (
@@ -539,6 +539,13 @@ class DockerRunner(Runner):
     def _park(self, warm: Warm) -> bool:
         """Leave ``warm`` to its parking keeper for the next process; False if it is not kept."""
         if warm.lease is None or warm.stale or not warm.idle() or self.keep_warm_s is None:
+            return False
+        client = self._client
+        try:
+            # Whatever a command left that the exit sweep missed goes with the container.
+            if client is None or not is_clean(client, warm.id, warm.spec):
+                return False
+        except Exception:  # the daemon cannot say: the container goes
             return False
         self._let_go(warm)
         # Touched first: the idle time starts now, before this process lets go.

@@ -18,7 +18,10 @@ still that command's root, an exec whose parent lies outside the container).
 An ``env -i`` daemon that ``setsid``s away carries no marker and leaves the
 tree, but is reparented to init: it goes.  The
 pid file is trusted only if its marker matches and the process start time is
-unchanged, so a reused slot or pid never redirects a kill.  For SIGKILL it
+unchanged, so a reused slot or pid never redirects a kill.  The command may
+write that directory: a pid file is opened read-write (a FIFO planted there
+then never blocks the open) and read with a bound on time and length (nor the
+read: a FIFO nobody writes, a link to ``/dev/zero``).  For SIGKILL it
 repeats until nothing is left (a forking tree cannot outrun it for long).
 """
 
@@ -34,7 +37,8 @@ _RECORD = (
     "slot=$1; shift; "
     "read -r _p _c _s _pp _pg _se _tt _tp _f _mi _cmi _ma _cma _ut _st _cut _cst _pr _ni _nt "
     "_it start _rest < /proc/$$/stat && "
-    'echo "$$ $start $' + MARKER_VAR + '" > "/run/dsh-sandbox/$slot" 2>/dev/null; '
+    # Opened read-write: a FIFO an earlier command left at the slot never blocks the open.
+    'echo "$$ $start $' + MARKER_VAR + '" 1<> "/run/dsh-sandbox/$slot" 2>/dev/null; '
 )
 # A program that cannot be executed gets the local executor's message and status.
 _EXEC = EXEC_CHECK_SH + 'exec "$@"'
@@ -55,7 +59,7 @@ start_of() {  # field 22 of /proc/PID/stat, after the (comm) that may hold space
   read -r -a f <<< "$rest"
   printf -v REPLY '%s' "${f[19]}"
 }
-if read -r fpid fstart fmarker < "/run/dsh-sandbox/$slot" 2>/dev/null \
+if read -t 1 -n 300 -r fpid fstart fmarker <> "/run/dsh-sandbox/$slot" 2>/dev/null \
    && [[ "DSH_SANDBOX_EXEC=$fmarker" == "$marker" ]] && start_of "$fpid" \
    && [[ $REPLY == "$fstart" ]]; then
   root=$fpid
@@ -91,7 +95,7 @@ for ((pass = 0; pass < 500; pass++)); do
     # command's, killed when it ends; any other orphan goes now.
     declare -A live=()
     for f in /run/dsh-sandbox/*; do
-      read -r lpid lstart lmarker < "$f" 2>/dev/null || continue
+      read -t 1 -n 300 -r lpid lstart lmarker <> "$f" 2>/dev/null || continue
       [[ "DSH_SANDBOX_EXEC=$lmarker" == "$marker" || ${parent[$lpid]} != 0 ]] && continue
       start_of "$lpid" && [[ $REPLY == "$lstart" ]] && live["DSH_SANDBOX_EXEC=$lmarker"]=1
     done

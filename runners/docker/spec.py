@@ -50,6 +50,10 @@ class ContainerSpec:
     gaps: tuple[Gap, ...] = field(default=(), compare=False)
     #: The container's own /tmp is the command's $TMPDIR (no session directory is bound).
     own_tmp: bool = False
+    #: Who the container's own processes (init, keep-alive) run as, when not ``user``: a
+    #: container kept between runs runs them as another uid, which no command can signal,
+    #: trace or write into, so every process of ``user`` in it is a command's.
+    init_user: str | None = None
 
     @property
     def seccomp_profile(self) -> str | None:
@@ -77,7 +81,7 @@ class ContainerSpec:
             "cap_drop": ["ALL"],
             "security_opt": ["no-new-privileges",
                              *([f"seccomp={self.seccomp_profile}"] if self.seccomp_profile else [])],
-            "user": self.user,
+            "user": self.init_user or self.user,
             "init": True,
         }
         if self.pids_limit is not None:
@@ -102,6 +106,10 @@ def container_env(env: dict[str, str], spec: ContainerSpec) -> dict[str, str]:
     return env
 
 
+#: A kept container's own processes run as root, or as this uid when the commands run as root.
+KEEPER_UID_ROOT_CALLER = "65534:65534"
+
+
 def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
                memory: int | None, machine: str | None = None, own_tmp: bool = False) -> ContainerSpec:
     """The container for ``policy``: the core mount plan of the filesystem as
@@ -122,6 +130,7 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
         syscall_machine=None if full else machine or platform.machine(),
         gaps=plan.gaps_for("docker"),
         own_tmp=own_tmp and policy.private_tmp is not None,
+        init_user=(KEEPER_UID_ROOT_CALLER if user.split(":")[0] in ("0", "root") else "0:0") if own_tmp else None,
     )
 
 

@@ -217,19 +217,114 @@ def test_keep_warm_zero_removes_the_container_at_exit(ws: Path) -> None:
     assert not [c for c in mine if str(ws) in str(c.get("Labels", {}).get("dsh-sandbox.protected", ""))]
 
 
-def test_two_runs_at_once_share_the_container_and_neither_sweeps_the_other(ws: Path) -> None:
+def test_two_runs_at_once_never_share_a_container(ws: Path) -> None:
+    """A kept container serves one run at a time: a run cannot see another
+    run's processes (their environment, their stdin and stdout) any more than
+    under a container of its own."""
     first = _host(ws)
-    argv = [sys.executable, "-P", "-m", "dsh.cli", "run", *KEEP, "--", "sh", "-c",
-            "echo up; sleep 3; cat /etc/hostname; echo done"]
+    argv = [sys.executable, "-P", "-m", "dsh.cli", "run", *KEEP, "--env", "MY_API_TOKEN=hunter2", "--",
+            "sh", "-c", "echo up; sleep 3; cat /etc/hostname; echo done"]
     with subprocess.Popen(argv, cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as slow:
         assert slow.stdout is not None
         assert slow.stdout.readline() == b"up\n"
-        # Started and finished while the first command runs: its exit sweep
-        # kills what it left, never the other run's command.
-        assert _host(ws) == first
+        spy = _run(ws, "--", "sh", "-c", "cat /etc/hostname; "
+                   "for p in /proc/[0-9]*; do grep -l hunter2 $p/environ 2>/dev/null; done; echo end")
         out, err = slow.communicate(timeout=CLI_TIMEOUT_S)
     assert slow.returncode == 0, err
     assert out == f"{first}\ndone\n".encode()
+    other, *seen = spy.decode().split()
+    assert other != first and seen == ["end"], spy
+
+
+LEFTOVERS = {
+    # The main thread ends while another runs: /proc shows a zombie, the thread goes on.
+    "a zombie's thread": (
+        "import os, sys, threading, time, ctypes\n"
+        "if os.fork() == 0:\n"
+        "    os.dup2(os.open(os.devnull, os.O_RDWR), 0); os.dup2(0, 1); os.dup2(0, 2)\n"
+        "    def loop():\n"
+        "        while True:\n"
+        "            open(sys.argv[1], 'a').write('x')\n"
+        "            time.sleep(0.2)\n"
+        "    threading.Thread(target=loop).start()\n"
+        "    time.sleep(0.5)\n"
+        "    ctypes.CDLL(None).syscall(60, 0)\n"
+        "time.sleep(1)\n"
+    ),
+    # A child of the command's parent, outside the container: no parent inside.
+    "a CLONE_PARENT child": (
+        "import ctypes, os, sys, time\n"
+        "pid = ctypes.CDLL(None, use_errno=True).syscall(56, 0x8000 | 17, 0, 0, 0, 0)\n"
+        "if pid == 0:\n"
+        "    os.execve('/bin/sh', ['sh', '-c', 'exec </dev/null >/dev/null 2>&1; '\n"
+        "              'while :; do echo x >> ' + sys.argv[1] + '; sleep 0.2; done'],\n"
+        "              {'PATH': '/usr/bin:/bin'})\n"
+        "time.sleep(1)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("trick", sorted(LEFTOVERS))
+def test_a_process_the_exit_sweep_misses_takes_the_container_with_it(ws: Path, trick: str) -> None:
+    first = _host(ws)
+    cid = _full_id(ws, first)
+    (ws / "left.py").write_text(LEFTOVERS[trick])
+    # The command itself, not a child of a shell: a CLONE_PARENT child's parent is then outside.
+    _run(ws, "--", "python3", "left.py", f"{ws}/leak")
+    assert (ws / "leak").exists(), "the trick did not run: the check would be vacuous"
+    wait_until(lambda: not _exists(cid), "the container running a leftover to be removed")
+    before = (ws / "leak").read_bytes()
+    time.sleep(1.0)
+    assert (ws / "leak").read_bytes() == before, "the leftover still runs"
+    assert _host(ws) != first
+
+
+def test_a_fifo_planted_for_the_kill_script_neither_hangs_the_run_nor_spares_a_daemon(ws: Path) -> None:
+    """The command may write the directory of pid files the exit sweep reads:
+    its own pid file replaced by a FIFO must not block the sweep (the run would
+    hang, SIGTERM included, with the daemon running), nor a later run's start."""
+    plant = ('f=$(grep -l "^$$ " /run/dsh-sandbox/*); rm "$f"; mkfifo "$f"; mkfifo /run/dsh-sandbox/extra; '
+             'setsid sh -c "while :; do date >> $PWD/leak; sleep 0.2; done" </dev/null >/dev/null 2>&1 & echo planted')
+    first = _host(ws)
+    assert _run(ws, "--", "sh", "-c", plant) == b"planted\n"
+    before = (ws / "leak").read_bytes()
+    time.sleep(1.0)
+    assert (ws / "leak").read_bytes() == before, "the daemon outlived the run"
+    assert _host(ws) == first  # the next run starts in it
+
+
+def test_a_use_file_dated_in_the_future_removes_its_container(ws: Path) -> None:
+    """A run that may change file times (Landlock with ``landlock-metadata``
+    accepted) could date a use file in 2100 to keep its container forever."""
+    from dsh.runners.docker.parked import Parking
+
+    first = _host(ws)
+    cid = _full_id(ws, first)
+    parking = Parking(1)
+    try:
+        os.utime(cid, (4102444800, 4102444800), dir_fd=parking.fd)
+    finally:
+        parking.close()
+    wait_until(lambda: not _exists(cid), "its keeper to remove the container")
+
+
+def test_a_host_mount_under_the_workspace_that_went_away_is_not_carried_over(ws: Path, tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("SANDBOX_UNAVAILABLE: mounting needs root")
+    other = (tmp_path / "other").resolve()
+    other.mkdir()
+    (other / "secret").write_text("other's\n")
+    (ws / "sub").mkdir()
+    subprocess.run(["mount", "--bind", str(other), str(ws / "sub")], check=True)
+    try:
+        first = _host(ws)
+        assert _run(ws, "--", "cat", "sub/secret") == b"other's\n"
+    finally:
+        subprocess.run(["umount", str(ws / "sub")], check=True)
+    out = _run(ws, "--", "sh", "-c", "cat /etc/hostname; ls sub; echo pwn > sub/planted")
+    words = out.decode().split()  # the host name, and nothing in sub: the mount is gone
+    assert len(words) == 1 and words[0] != first, out
+    assert not (other / "planted").exists() and (ws / "sub" / "planted").exists()
 
 
 def test_a_killed_run_takes_the_kept_container_and_its_command_with_it(ws: Path) -> None:
@@ -245,32 +340,36 @@ def test_a_killed_run_takes_the_kept_container_and_its_command_with_it(ws: Path)
     assert _host(ws) != first
 
 
-def test_a_run_killed_with_its_own_keeper_leaves_nothing_running_for_the_next(ws: Path) -> None:
+@pytest.mark.parametrize("taken_back", [False, True], ids=["made-by-the-run", "taken-back"])
+def test_a_run_killed_with_its_own_keeper_leaves_nothing_running(ws: Path, taken_back: bool) -> None:
     """The worst case: the process using a kept container and the keeper that
     would remove the container with it are both SIGKILLed mid-command.  The
-    use file still says "in use": the container goes, with the command."""
+    use file still says "in use": the container goes with the command, within
+    seconds and without waiting for a next run."""
     from dsh.runners.docker.keeper import KEEPER_NAME
 
     from tests.support.processes import pids_with
 
+    earlier = _host(ws) if taken_back else None
     loop = "while :; do date >> f; sleep 0.2; done"
     argv = [sys.executable, "-P", "-m", "dsh.cli", "run", *KEEP, "--", "sh", "-c", loop]
     with subprocess.Popen(argv, cwd=ws, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as run:
         wait_until(lambda: (ws / "f").exists() and len((ws / "f").read_bytes().splitlines()) >= 2,
                    "the command's first lines")
-        host = _kept(ws)
-        assert len(host) == 1
-        cid = str(host[0]["Id"])
+        kept = _kept(ws)
+        assert len(kept) == 1
+        cid = str(kept[0]["Id"])
+        assert earlier is None or cid.startswith(earlier)
         keepers = [pid for pid in pids_with(KEEPER_NAME) if _parent(pid) == run.pid]
         assert len(keepers) == 1, keepers
         os.kill(keepers[0], signal.SIGKILL)
         run.kill()
         run.wait(timeout=PATIENCE_S)
-    assert _host(ws) != cid[:12]
     wait_until(lambda: not _exists(cid), "the container the dead run used to be removed")
     before = (ws / "f").read_bytes()
     time.sleep(1.0)
     assert (ws / "f").read_bytes() == before, "the command kept running after its run and keeper died"
+    assert _host(ws) != cid[:12]
 
 
 def _parent(pid: int) -> int:
