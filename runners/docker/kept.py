@@ -16,15 +16,11 @@ from dsh.runners.docker.parked import LABEL_SHAPE, LABEL_WORKSPACE, Lease, Parki
 from dsh.runners.docker.spec import ContainerSpec
 from dsh.runners.docker.verify import check_container, mounts_in, stat_in
 from dsh.runners.docker.warm import KEEPALIVE, Warm, pin_binds
+from dsh.runners.linux.orphans import real_uid
 from dsh.sandbox.errors import SandboxUnavailable
 
 if TYPE_CHECKING:
     from dsh.runners.docker.keeper import DockerKeeper
-
-#: Where this process numbers its pid-file slots in a container other
-#: processes may use at once (``/run/dsh-sandbox/<slot>`` must not collide).
-SLOT_SHIFT = 20
-
 
 @dataclass(frozen=True)
 class ParkingKeeper:
@@ -60,7 +56,7 @@ class KeptShape:
         image_id = image_id or dc.find_image(client, spec.image)
         if image_id is None:
             return None  # making the container says what is missing
-        shape = shape_of(spec, image_id, spec.user, KEEPALIVE)
+        shape = shape_of(spec, image_id, KEEPALIVE)
         return cls(client, parking, keeper, spec, workspace, shape, on_placeholders, image_id)
 
     def labels(self) -> dict[str, str]:
@@ -83,7 +79,6 @@ class KeptShape:
         if os.write(keeper.fd, line) != len(line):
             raise OSError("short write to the parking keeper")
         warm.lease = self.parking.lease_new(warm.id)
-        warm.slot_base = os.getpid() << SLOT_SHIFT
         # Reaped whenever it ends (this process may outlive it: a library session).
         threading.Thread(target=keeper.process.wait, name="dsh-docker-parked-reap", daemon=True).start()
 
@@ -160,7 +155,6 @@ class KeptShape:
         name = str((info.get("Names") or [cid])[0]).lstrip("/")
         warm = Warm(cid, name, self.spec, pinned, fds, dict(expected))
         warm.lease = lease
-        warm.slot_base = os.getpid() << SLOT_SHIFT
         return warm
 
 
@@ -183,12 +177,10 @@ def is_clean(client: Any, container_id: str, spec: ContainerSpec) -> bool:
     top = client.api.top(container_id)
     column = list(top.get("Titles") or []).index("PID")
     for row in top.get("Processes") or []:
-        try:
-            with open(f"/proc/{int(row[column])}/status", encoding="ascii", errors="replace") as fh:
-                uid = next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
-        except (OSError, ValueError, StopIteration):
-            continue  # gone meanwhile
-        if uid != own:
+        if not str(row[column]).isdigit():
+            return False  # what it is cannot be judged
+        uid = real_uid(int(row[column]))
+        if uid is not None and uid != own:  # None: gone meanwhile
             return False
     return True
 
@@ -206,3 +198,29 @@ def release_kept(warm: Warm, parking: Parking | None) -> None:
         with contextlib.suppress(OSError):
             os.close(fd)
 
+
+def labelable(workspace: str) -> bool:
+    """Can a label name ``workspace``?  Labels hold printable UTF-8 text."""
+    return workspace.isprintable() and workspace == workspace.encode("utf-8", "replace").decode("utf-8")
+
+
+def park(warm: Warm, client: Any, keeper: DockerKeeper, let_go: Callable[[Warm], None]) -> bool:
+    """Leave ``warm`` to its parking keeper for the next process; False if it
+    is not kept (then the caller removes it).  ``let_go`` drops this process's
+    hold on it (its pins)."""
+    lease = warm.lease
+    if lease is None or warm.stale or not warm.idle():
+        return False
+    try:
+        # Whatever a command left that the exit sweep missed goes with the container.
+        if not is_clean(client, warm.id, warm.spec):
+            return False
+    except Exception:  # the daemon cannot say: the container goes
+        return False
+    let_go(warm)
+    # Touched first: the idle time starts now, before this process lets go.
+    lease.release(touch=True)
+    warm.lease = None
+    keeper.forget(warm.id)
+    release_kept(warm, None)
+    return True

@@ -47,7 +47,7 @@ from typing import Any
 
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.keeper import connection_env
-from dsh.runners.docker.spec import ContainerSpec
+from dsh.runners.docker.spec import ContainerSpec, mounts_beneath
 from dsh.runners.pipe_keeper import start_keeper
 
 LABEL_SHAPE = "dsh-sandbox.shape"
@@ -92,11 +92,17 @@ purge([cid])
 """
 
 
-def shape_of(spec: ContainerSpec, image_id: str, user: str, keepalive: list[str]) -> str:
+def shape_of(spec: ContainerSpec, image_id: str, keepalive: list[str]) -> str:
     """The hash of everything that shapes a container: two processes compute
-    the same one for the same workspace, policy, image and runner options."""
-    data = {"create": spec.docker_kwargs(), "image": image_id, "user": user, "command": keepalive,
-            "own_tmp": spec.own_tmp, "mounts below": mounts_below(spec)}
+    the same one for the same workspace, policy, image and runner options.
+
+    The create arguments name the workspace, every bind and the user; the
+    host's mounts beneath the binds (id and point) are carried along by them,
+    so a mount made or removed since is another shape."""
+    sources = [m.source for m in spec.mounts if m.kind == "bind" and m.source and m.source != os.devnull]
+    below = sorted((e.mount_id, e.point) for e in mounts_beneath(sources))
+    data = {"create": spec.docker_kwargs(), "image": image_id, "command": keepalive,
+            "own_tmp": spec.own_tmp, "mounts below": below}
     text = json.dumps(data, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
@@ -104,19 +110,6 @@ def shape_of(spec: ContainerSpec, image_id: str, user: str, keepalive: list[str]
 #: The time a use file carries while a process uses its container; one that
 #: lets go sets the time it did, from which the idle time counts.
 IN_USE = (0, 0)
-
-
-def mounts_below(spec: ContainerSpec, mountinfo: str = "/proc/self/mountinfo") -> list[tuple[int, str]]:
-    """The host's mounts beneath the container's bind sources (id and point): a
-    bind carries them along, so a mount made or removed since is another shape."""
-    from dsh.runners.linux.mount_check import mount_table
-    from dsh.sandbox.policy_paths import path_within
-
-    sources = [m.source for m in spec.mounts if m.kind == "bind" and m.source and m.source != os.devnull]
-    with open(mountinfo, encoding="utf-8", errors="surrogateescape") as fh:
-        table = mount_table(fh.read())
-    return sorted((e.mount_id, e.point) for e in table
-                  if any(e.point != s and path_within(e.point, s) for s in sources))
 
 
 class Lease:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.keeper import DockerKeeper, connection_env
-from dsh.runners.docker.kept import KeptShape, is_clean, release_kept
+from dsh.runners.docker.kept import KeptShape, labelable, park, release_kept
 from dsh.runners.docker.parked import Parking
 from dsh.runners.docker.report import SIGNAL_STATUS_GAP, daemon_gaps, fixed_gaps, plan_lines
 from dsh.runners.docker.spec import (
@@ -344,8 +344,8 @@ class DockerRunner(Runner):
         """How a container of ``spec`` is kept between processes, or None if it is not (``_keeps``)."""
         if self.keep_warm_s is None or rules is not None or not self.daemon_is_local():
             return None
-        if not workspace.isprintable() or workspace != workspace.encode("utf-8", "replace").decode("utf-8"):
-            return None  # a label holds UTF-8 text: a workspace named otherwise gets a container of its own
+        if not labelable(workspace):
+            return None  # a workspace a label cannot name gets a container of its own
         with self._lock:
             if self._parking is None:
                 try:
@@ -538,22 +538,9 @@ class DockerRunner(Runner):
 
     def _park(self, warm: Warm) -> bool:
         """Leave ``warm`` to its parking keeper for the next process; False if it is not kept."""
-        if warm.lease is None or warm.stale or not warm.idle() or self.keep_warm_s is None:
+        if self.keep_warm_s is None or self._client is None:
             return False
-        client = self._client
-        try:
-            # Whatever a command left that the exit sweep missed goes with the container.
-            if client is None or not is_clean(client, warm.id, warm.spec):
-                return False
-        except Exception:  # the daemon cannot say: the container goes
-            return False
-        self._let_go(warm)
-        # Touched first: the idle time starts now, before this process lets go.
-        warm.lease.release(touch=True)
-        warm.lease = None
-        self._keeper.forget(warm.id)
-        release_kept(warm, None)
-        return True
+        return park(warm, self._client, self._keeper, self._let_go)
 
     def close(self) -> None:
         with self._lock:

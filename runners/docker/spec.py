@@ -13,17 +13,17 @@ from __future__ import annotations
 import platform
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from dsh.runners.docker.mounts import CONTROL_DIR, MountSpec, container_view, placeholders
-from dsh.runners.linux.mount_check import mount_table
+from dsh.runners.linux.mount_check import MountEntry, mount_table
 from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.mount_plan import TMP
 from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count
 from dsh.sandbox.policy import SandboxPolicy
+from dsh.sandbox.policy_paths import path_within
 from dsh.sandbox.runner import Gap
 
 __all__ = ["CONTROL_DIR", "ContainerSpec", "MountSpec", "build_spec", "container_env", "mount_points_below"]
@@ -134,14 +134,20 @@ def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None
     )
 
 
-def mount_points_below(roots: list[str], mountinfo: str = "/proc/self/mountinfo") -> list[str]:
-    """Host mount points strictly inside ``roots`` (a ro bind does not make them ro)."""
+def mounts_beneath(roots: list[str], mountinfo: str = "/proc/self/mountinfo") -> list[MountEntry]:
+    """The host's mounts strictly inside ``roots``: a bind carries them along
+    (and a read-only bind does not make them read-only)."""
     try:
         with open(mountinfo, encoding="utf-8", errors="surrogateescape") as fh:
-            points = [entry.point for entry in mount_table(fh.read())]
+            table = mount_table(fh.read())
     except OSError:
         return []
-    return sorted(p for p in points for r in roots if Path(r) in Path(p).parents)
+    return [e for e in table if any(e.point != r and path_within(e.point, r) for r in roots)]
+
+
+def mount_points_below(roots: list[str], mountinfo: str = "/proc/self/mountinfo") -> list[str]:
+    """Host mount points strictly inside ``roots``."""
+    return sorted({e.point for e in mounts_beneath(roots, mountinfo)})
 
 
 #: What the container holds besides the command counts against its pids limit:

@@ -94,12 +94,11 @@ class Warm:
     proxy: ProxyThread | None = None
     # Its secrets: values and CA for the proxy, the bundle file the container binds.
     secrets: ContainerSecrets | None = None
-    # Kept between processes: the hold on its use file, the write end of its
-    # keeper's stdin (held by the process that made it), and where this
-    # process numbers its pid-file slots (another process may use it at once).
+    # Kept between processes: the hold on its use file (one process at a
+    # time uses it) and the write end of its keeper's stdin (held by the
+    # process that made it).
     lease: Lease | None = None
     keeper_fd: int = -1
-    slot_base: int = 0
 
     def take_slot(self) -> int:
         with self.lock:
@@ -107,7 +106,7 @@ class Warm:
             if self.free_slots:
                 return self.free_slots.pop()
             self.next_slot += 1
-            return self.slot_base + self.next_slot
+            return self.next_slot
 
     def give_slot(self, slot: int) -> None:
         with self.lock:

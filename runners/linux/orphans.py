@@ -60,6 +60,15 @@ def live_start_time(pid: int) -> int | None:
     return stat[2] if stat is not None and stat[0] not in ("Z", "X") else None
 
 
+def real_uid(pid: int) -> int | None:
+    """``pid``'s real uid (``Uid:`` in its status), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("Uid:"))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 def processes_naming(word: str) -> list[int]:
     """The processes of this uid with ``word`` as one of their arguments: what
     a helper daemonized before saying who it started (a ``runsc create`` that
