@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.input_files import InputFileError, check_path, path_problem, read_input_file, text_problem
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 if TYPE_CHECKING:
     from dsh.sandbox.runner import ConfigKey
@@ -37,9 +38,9 @@ IMAGE_KEY = "image"
 #: Only the user's own file may say which projects it trusts.
 USER_ONLY = ("trusted_projects",)
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_ENV_NAME = LazyPattern(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # The names the subprocess layer drops from the inherited environment.
-CREDENTIAL_NAME = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+CREDENTIAL_NAME = LazyPattern(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import os
-import re
 import signal as signal_mod
 import sys
 from typing import IO, Any
@@ -14,6 +13,7 @@ from typing import IO, Any
 import click
 from dsh.cli.signals import Stopped
 from dsh.sandbox.errors import DshError
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.modes import SandboxMode
 
 POLL_S = 0.02
@@ -156,9 +156,9 @@ class LiveStreams:
 
 
 #: A colour/attribute sequence (SGR): harmless to show as it is.
-_SGR = re.compile(r"\x1b\[[0-9;:]*m")
+_SGR = LazyPattern(r"\x1b\[[0-9;:]*m")
 #: The start of one that a later read may complete (held back, up to a size).
-_SGR_PREFIX = re.compile(r"\x1b(\[[0-9;:]*)?\Z")
+_SGR_PREFIX = LazyPattern(r"\x1b(\[[0-9;:]*)?\Z")
 _SGR_MAX = 64
 
 
@@ -264,7 +264,7 @@ def follow(execution: Any, live: LiveStreams | None) -> int | None:
 
 
 #: What a failed allocation prints under RLIMIT_AS (Python, C, Node, Go).
-_ALLOCATION_FAILED = re.compile(
+_ALLOCATION_FAILED = LazyPattern(
     r"\bMemoryError\b|Cannot allocate memory|std::bad_alloc|JavaScript heap out of memory"
     r"|fatal error: runtime: out of memory|out of memory allocating"
 )

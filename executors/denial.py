@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 
@@ -72,12 +73,12 @@ ERROR_TEXTS: tuple[str, ...] = (
     # new file over it (git's config.lock -> config) or removing it is EBUSY.
     "Device or resource busy",
 )
-_ERROR_RE = re.compile(
+_ERROR_RE = LazyPattern(
     "|".join(re.escape(t) for t in ERROR_TEXTS) + r"|\b(?:EACCES|EPERM|EROFS|EBUSY)\b",
     re.IGNORECASE,
 )
 # Quoted names: 'x', "x", `x', `x` (Rust), and the typographic quotes of UTF-8 locales.
-_QUOTED_RE = re.compile(
+_QUOTED_RE = LazyPattern(
     r"'([^'\n]+)'|\"([^\"\n]+)\"|`([^`'\n]+)[`']|‘([^’\n]+)’|“([^”\n]+)”"
 )
 #: How far back a bare error line (no path on it) looks for the path it is about.
@@ -110,9 +111,9 @@ class Denial:
 
 
 #: A Python traceback frame: the file named there is code that ran, not a file it was refused.
-_FRAME_RE = re.compile(r'^\s*File "[^"\n]*", line \d+')
+_FRAME_RE = LazyPattern(r'^\s*File "[^"\n]*", line \d+')
 #: Python's error line without a file name: Python names the file when there is one.
-_BARE_PY_ERROR_RE = re.compile(r"^\s*\w+(?:Error|Exception)\b[^'\"`]*\[Errno \d+\][^'\"`]*$")
+_BARE_PY_ERROR_RE = LazyPattern(r"^\s*\w+(?:Error|Exception)\b[^'\"`]*\[Errno \d+\][^'\"`]*$")
 #: A write on the line: creating, locking, removing, renaming, opening for writing.
 _WRITE_VERB = (
     r"\b(?:cannot|could not|couldn't|unable to|failed to|can't)\s+(?:create|touch|remove|make|move|"

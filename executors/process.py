@@ -39,10 +39,11 @@ from dsh.executors.spill import SpillDir
 from dsh.executors.targets import LocalTarget, RemoteTarget
 from dsh.executors.watchdog import OrphanKiller
 from dsh.sandbox.context import Service
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.runner import Launch, LocalLaunch, RemoteLaunch
 from dsh.sandbox.stdin_feed import StdinFeed
 
-SENSITIVE_ENV_PATTERN = re.compile(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
+SENSITIVE_ENV_PATTERN = LazyPattern(r"KEY|PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 DSH_ENV_PREFIX = "DSH_"
 _PR_SET_CHILD_SUBREAPER = 36
 _PIPE_SIZE = 1 << 20  # fewer wake-ups for commands that write a lot

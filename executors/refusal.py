@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from dsh.executors.denial import ERROR_TEXTS, MAX_SCAN_LINES, Denial, find_path_refusals, hint
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.profiles import builtin_profile_names
 
@@ -34,7 +35,7 @@ RefusalKind = Literal["network", "unix-socket", "socket", "ipc", "path", "git", 
 #: connection counts: with the network off the command has only its own
 #: loopback (or none), so a proxy or service on the host's loopback, the usual
 #: way out behind a corporate proxy, refuses every connection.
-_NETWORK_RE = re.compile(
+_NETWORK_RE = LazyPattern(
     r"Temporary failure in name resolution|Name or service not known|No address associated with hostname"
     r"|Could not resolve host|could not resolve proxy|getaddrinfo (?:ENOTFOUND|EAI_AGAIN)|\bEAI_AGAIN\b"
     r"|nodename nor servname provided|Network is unreachable|\bENETUNREACH\b|dial tcp: lookup "
@@ -42,23 +43,23 @@ _NETWORK_RE = re.compile(
     r"|Failed to connect to ",
     re.IGNORECASE,
 )
-_DENIED_RE = re.compile("|".join(map(re.escape, ERROR_TEXTS)) + r"|\b(?:EACCES|EPERM)\b", re.IGNORECASE)
+_DENIED_RE = LazyPattern("|".join(map(re.escape, ERROR_TEXTS)) + r"|\b(?:EACCES|EPERM)\b", re.IGNORECASE)
 #: How far back from a bare error line its traceback or context is read.
 _CONTEXT_LINES = 40
-_UNIX_RE = re.compile(r"AF_UNIX|AF_LOCAL|\.sock\b|unix socket|UNIX domain|multiprocessing/(?:managers|connection)\.py")
-_INET_RE = re.compile(r"AF_INET6?|create_connection|getaddrinfo|urllib|http\.client|requests/|/dev/tcp/|/dev/udp/")
-_SOCKET_RE = re.compile(
+_UNIX_RE = LazyPattern(r"AF_UNIX|AF_LOCAL|\.sock\b|unix socket|UNIX domain|multiprocessing/(?:managers|connection)\.py")
+_INET_RE = LazyPattern(r"AF_INET6?|create_connection|getaddrinfo|urllib|http\.client|requests/|/dev/tcp/|/dev/udp/")
+_SOCKET_RE = LazyPattern(
     r"/socket\.py\"|\bsocket\(|\bsocket: |\bsocket\.socket\b|\b(?:listen|bind|connect) E(?:ACCES|PERM)\b"
 )
-_IPC_RE = re.compile(
+_IPC_RE = LazyPattern(
     r"/synchronize\.py\"|/shared_memory\.py\"|\bSemLock\b|\bsem_open\b|\bshm_open\b|/dev/shm\b|\bmq_open\b"
 )
 #: coreutils' words when ``statx`` itself fails with EINVAL (a runner's kernel
 #: that refuses a flag glibc passes): no file was refused, the call was.
-_STAT_EINVAL_RE = re.compile(r"cannot (?:statx|stat|access) .*: Invalid argument\s*$")
+_STAT_EINVAL_RE = LazyPattern(r"cannot (?:statx|stat|access) .*: Invalid argument\s*$")
 #: git dir entries that stay read-only even with ``git = "commit"``.
 _GIT_EXECUTION = ("hooks", "config", "config.lock", "info", "modules", "worktrees")
-_GIT_WORD = re.compile(r"(?:^|[\s;&|(`])(?:\S*/)?git(?:\s|$)")
+_GIT_WORD = LazyPattern(r"(?:^|[\s;&|(`])(?:\S*/)?git(?:\s|$)")
 
 
 @dataclass(frozen=True)

@@ -7,17 +7,17 @@ so neither a stale environment nor a caller's ``env`` can set or override one.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 from typing import ClassVar
 
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import UsageError
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.own_state import dsh_home
 
 FactValue = str | Callable[[], str | None]
-_NAME_RE = re.compile(r"DSH_[A-Z0-9_]+")
+_NAME_RE = LazyPattern(r"DSH_[A-Z0-9_]+")
 
 
 class ShellEnvHandle:

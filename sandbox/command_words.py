@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from dsh.sandbox.lazy_pattern import LazyPattern
+
 #: What makes bash do more than run one program with these words: operators
 #: and redirections (``;&|<>``), grouping (``(){}``), expansions (``$``,
 #: backquote, ``~``), globs (``*?[``: a file the denied run created could
 #: become an option), comments (``#``), escapes and line breaks.
-_NOT_SIMPLE = re.compile(r"[;&|<>(){}$`\\\n\r*?\[\]~#!]")
+_NOT_SIMPLE = LazyPattern(r"[;&|<>(){}$`\\\n\r*?\[\]~#!]")
 
 
 def simple_argv(command: str) -> list[str] | None:

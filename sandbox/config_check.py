@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dsh.sandbox.errors import CompositionError
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 
 def build_config(config_cls: type[Any], raw: Mapping[str, Any], *, entry: str, provider: str) -> Any:
@@ -43,7 +44,7 @@ def build_config(config_cls: type[Any], raw: Mapping[str, Any], *, entry: str, p
 
 
 #: Fields whose strings name files or directories: held to the kernel's limits.
-_PATH_FIELD = re.compile(r"(cwd|workspace|workdir|path|dir|file|profile|home|root|writable|tty)", re.IGNORECASE)
+_PATH_FIELD = LazyPattern(r"(cwd|workspace|workdir|path|dir|file|profile|home|root|writable|tty)", re.IGNORECASE)
 
 
 def _coerce(value: Any, hint: Any, *, entry: str, field: str) -> Any:

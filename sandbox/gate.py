@@ -11,13 +11,13 @@ exact flag that would accept it.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from dsh.sandbox.capability import PROTECTED_PATHS, Capability
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.policy import SandboxPolicy
 
 
@@ -78,7 +78,7 @@ class Enforcement:
 
 #: Paths listed per slot before "+N more".
 MAX_PATHS = 3
-_PATH = re.compile(r"(?<![\w.~])/[^\s,:;()'\"\[\]]*")
+_PATH = LazyPattern(r"(?<![\w.~])/[^\s,:;()'\"\[\]]*")
 
 
 def unaccepted(enforcement: Enforcement, policy: SandboxPolicy) -> tuple[str, ...]:

@@ -42,11 +42,12 @@ from pathlib import Path
 
 from dsh.sandbox.git_config_files import INCLUDE, config_chain, expand_home
 from dsh.sandbox.git_value_words import command_words
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.policy_paths import canonical
 
 #: Keys (lower-case, ``section[.subsection].key``) whose value is a command or
 #: a program path that git or a git tool runs.
-_RUNS = re.compile(
+_RUNS = LazyPattern(
     r"""^(
       core\.(hookspath|fsmonitor|pager|editor|sshcommand|askpass|gitproxy|attributesfile|worktree)
     | sequence\.editor | diff\.external | diff\.tool | merge\.tool | interactive\.difffilter | web\.browser
@@ -61,7 +62,7 @@ _RUNS = re.compile(
 )
 #: Keys whose value names a file git reads and trusts (not runs): what it
 #: ignores, signs with, verifies against, sends cookies or certificates from.
-_FILES = re.compile(
+_FILES = LazyPattern(
     r"""^(
       core\.excludesfile | commit\.template | blame\.ignorerevsfile | mailmap\.file | user\.signingkey
     | gpg\.ssh\.allowedsignersfile | gpg\.ssh\.revocationfile

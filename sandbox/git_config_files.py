@@ -9,21 +9,22 @@ the values name, and which files count, is ``git_config.py``'s business.
 from __future__ import annotations
 
 import os
-import re
 import stat
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsh.sandbox.lazy_pattern import LazyPattern
+
 _CONFIG_MAX = 1024 * 1024  # bytes read of one config file (git's own are a few KiB)
 _INCLUDE_DEPTH = 10  # git's own limit on nested includes
 _CHAIN_MAX = 1000  # config files read for one repository (a fan-out of includes stays bounded)
 
 
-INCLUDE = re.compile(r"^(include|includeif\..+)\.path$")
-_SECTION = re.compile(r'^\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\](.*)$')
-_ENTRY = re.compile(r"^([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
+INCLUDE = LazyPattern(r"^(include|includeif\..+)\.path$")
+_SECTION = LazyPattern(r'^\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\](.*)$')
+_ENTRY = LazyPattern(r"^([A-Za-z][A-Za-z0-9-]*)\s*(?:=\s*(.*))?$")
 
 
 def _unquote(raw: str) -> str:

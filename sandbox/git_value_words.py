@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import shlex
+
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 _SCRIPT_DEPTH = 3  # ``sh -c "bash -c '...'"`` nesting followed
 #: Files a program reads when given none: a word naming the program protects them.
@@ -32,11 +33,11 @@ _OPERATORS = frozenset(";&|()<>")
 #: ``$HOME/x``): the path after them is taken relative to where git runs the
 #: command, conservatively (``$(pwd)`` and ``GIT_PREFIX`` name the top or a
 #: directory under it; a word naming no file costs nothing).
-_EXPANSION_PREFIX = re.compile(r"(?:\$\([^()]*\)|\$\{[^{}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|`[^`]*`)+/+")
+_EXPANSION_PREFIX = LazyPattern(r"(?:\$\([^()]*\)|\$\{[^{}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|`[^`]*`)+/+")
 #: Interpreters whose ``-m NAME`` runs a module found from the working directory.
-_MODULE_FLAG = re.compile(r"^-m(.*)$")
-_MODULE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_TOKEN = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s;&|()<>'"`]+)""")
+_MODULE_FLAG = LazyPattern(r"^-m(.*)$")
+_MODULE_NAME = LazyPattern(r"^[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_TOKEN = LazyPattern(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|([^\s;&|()<>'"`]+)""")
 _SHLEX_MAX = 4096  # longer values are split by ``_TOKEN`` alone (shlex is slow: seconds per MiB)
 
 

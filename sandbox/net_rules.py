@@ -33,19 +33,19 @@ resolver turns those into 127.0.0.1, so they are an address in disguise.
 from __future__ import annotations
 
 import ipaddress
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 #: One label of a name after IDNA: letters, digits and inner hyphens
 #: (underscores too: SRV-style and some internal names use them).
-_LABEL = re.compile(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
+_LABEL = LazyPattern(r"^[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?$")
 #: A last label a resolver reads as a number: decimal, octal or hex.
-_NUMERIC_LABEL = re.compile(r"^(?:[0-9]+|0x[0-9a-f]*)$")
+_NUMERIC_LABEL = LazyPattern(r"^(?:[0-9]+|0x[0-9a-f]*)$")
 #: Characters no host name or address literal holds; refused before IDNA,
 #: which would otherwise map some of them (fullwidth forms) to ASCII.
 _FORBIDDEN = set("\x00@/\\%?#[]<>\"'`{}|^ \t\r\n\v\f")

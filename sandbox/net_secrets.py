@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import re
 import secrets as random
 import ssl
 import threading
@@ -24,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.net_rules import HostError, NetworkRules, SecretRule, normalise_host, normalised_entry
 
 __all__ = [
@@ -39,8 +39,8 @@ __all__ = [
     "values_in",
 ]
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_ENV_NAME = LazyPattern(r"[A-Za-z_][A-Za-z0-9_]*")
+_HEADER_NAME = LazyPattern(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: Long enough that a guess is hopeless, plain enough for any header or URL.
 _PLACEHOLDER_BYTES = 24
 

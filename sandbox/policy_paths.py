@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 ALWAYS_PROTECTED = (".git", ".dsh")
 
@@ -36,7 +37,7 @@ SYSTEM_DIRS = tuple(Path(p) for p in (
 ))
 # fmt: on
 
-_VAR = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_VAR = LazyPattern(r"\$(?:\{(\w+)\}|(\w+))")
 _SMALL_FILE_MAX = 4096
 _REALPATH_ATTEMPTS = 5
 

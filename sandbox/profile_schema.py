@@ -9,12 +9,12 @@ same format for editors; a test keeps the two in step.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.input_files import path_problem, text_problem
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.numeric import (
     MAX_BYTES,
@@ -57,9 +57,9 @@ NETWORK_MODES = ("off", "allowlist", "on")
 LIMIT_KEYS = ("wall_time_s", "max_processes", "max_memory", "max_file_size")
 
 # A name, or a prefix ending in ``*`` (the executor matches with fnmatch).
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?\Z")
-_DEGRADED_NAME = re.compile(r"[a-z0-9][a-z0-9-]*\Z")
-_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*\Z")
+_ENV_NAME = LazyPattern(r"[A-Za-z_][A-Za-z0-9_]*\*?\Z")
+_DEGRADED_NAME = LazyPattern(r"[a-z0-9][a-z0-9-]*\Z")
+_SIZE = LazyPattern(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*\Z")
 # Bare K/M/G and the IEC forms are binary (as ulimit and Docker read them);
 # KB/MB/GB are decimal.
 _SIZE_UNITS: Mapping[str, int] = {

@@ -19,11 +19,11 @@ read-only home) or names another directory (``home = "~/sandbox-home"``).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.own_dirs import OwnDirUnavailable, open_own_dir
 from dsh.sandbox.own_state import cache_base
 from dsh.sandbox.pins import walk
@@ -41,7 +41,7 @@ class HomeUnavailable(ConfigError):
     ``/nonexistent``): the per-workspace default then keeps the real HOME."""
 
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE = LazyPattern(r"[^A-Za-z0-9._-]+")
 
 
 def cache_dir(environ: Mapping[str, str] = os.environ) -> Path:
@@ -117,6 +117,22 @@ def _resolved(label: str, raw: str, path: Path) -> Path:
     return resolved.path
 
 
+#: The last policy's hidden paths and their names: each command of a session
+#: asks again with the same tuple, one entry per workspace this user has run in.
+_last_hidden: tuple[tuple[Path, ...], frozenset[str]] | None = None
+
+
+def _names_of(hidden: Iterable[Path]) -> frozenset[str]:
+    global _last_hidden
+    last = _last_hidden
+    if last is not None and last[0] is hidden:
+        return last[1]
+    names = frozenset(map(str, hidden))
+    if isinstance(hidden, tuple):
+        _last_hidden = (hidden, names)
+    return names
+
+
 def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()) -> dict[str, str]:
     """The variables that move a command into ``home`` while the user's own
     settings in the real home stay readable (read-only, as everything there).
@@ -126,7 +142,7 @@ def home_env(home: Path, environ: Mapping[str, str], hidden: Iterable[Path] = ()
     """
     # A set of names, each variable's path and its ancestors looked up in it:
     # there is one hidden path per other workspace's HOME.
-    hidden_names = frozenset(map(str, hidden))  # canonical already: the policy's
+    hidden_names = _names_of(hidden)  # canonical already: the policy's
     real = Path(environ.get("HOME") or os.path.expanduser("~"))
 
     def visible(path: Path) -> bool:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from dsh.sandbox.lazy_pattern import LazyPattern
+
 
 def printable(text: str, keep: str = "") -> str:
     """Escape what a terminal would act on instead of show, so a command cannot
@@ -44,7 +46,7 @@ TERMINAL_RESET = (
 #: A run of whitespace at least this long is shown as its length: a command
 #: padded with spaces would push its real start off the screen.
 _LONG_BLANKS = 16
-_BLANKS = re.compile(r"[ \t]{" + str(_LONG_BLANKS) + ",}")
+_BLANKS = LazyPattern(r"[ \t]{" + str(_LONG_BLANKS) + ",}")
 #: Past this many characters the prompt says how long the command is.
 LONG_COMMAND = 2000
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 
-_HEADER = re.compile(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?\Z")
+from dsh.sandbox.lazy_pattern import LazyPattern
+
+_HEADER = LazyPattern(r"\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?\Z")
 
 
 def _key_pattern(key: str) -> re.Pattern[str]:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from dsh.sandbox.errors import ConfigError
 from dsh.sandbox.input_files import text_problem
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.numeric import NumberError, seconds
 
 HookFormat = Literal["claude", "codex"]
@@ -69,8 +70,8 @@ _UNSUPPORTED_FIELDS = {"if": "a permission-rule filter", "shell": "a shell other
 # An exact name (or a list of them) versus a regular expression: Claude Code
 # reads letters, digits, "_", "-", spaces, "," and "|" as exact names; Codex
 # only letters, digits, "_" and "|".
-_EXACT = {"claude": re.compile(r"[A-Za-z0-9_\- ,|]+"), "codex": re.compile(r"[A-Za-z0-9_|]+")}
-_SEPARATORS = {"claude": re.compile(r"[|,]"), "codex": re.compile(r"\|")}
+_EXACT = {"claude": LazyPattern(r"[A-Za-z0-9_\- ,|]+"), "codex": LazyPattern(r"[A-Za-z0-9_|]+")}
+_SEPARATORS = {"claude": LazyPattern(r"[|,]"), "codex": LazyPattern(r"\|")}
 
 
 @dataclass(frozen=True)

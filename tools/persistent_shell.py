@@ -29,6 +29,7 @@ from dsh.executors.terminal_registry import TerminalRegistry, TerminalSession
 from dsh.executors.terminal_seam import Dialect, TerminalError, TerminalOpenRequest, TerminalSendRequest
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import DshError
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.policy_service import PolicyService
 from dsh.sandbox.trusted_changes import run_started_ns
 from dsh.tools.base import Tool, ToolResult
@@ -43,7 +44,7 @@ from dsh.tools.render import (
 from dsh.tools.shell_tool import BASH, PWSH, ShellTool
 from dsh.tools.spec import ToolSpec, object_schema
 
-_CONTROLS = re.compile(rb"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_CONTROLS = LazyPattern(rb"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 
 class ShellBusyError(DshError):

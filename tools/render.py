@@ -29,7 +29,6 @@ both render through here, so they never drift.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -40,6 +39,7 @@ from dsh.executors.seam import (
     ShellProcessRead,
     ShellRunResult,
 )
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.modes import SandboxMode
 
 JobState = Literal["running", "completed", "killed"]
@@ -141,13 +141,13 @@ class ExitStatusMarker:
 
 
 # A trailer line: the whole line is one bracketed marker.
-_TRAILER_LINE = re.compile(r"\[[^\n]*\]")
-_EXIT_RE = re.compile(r"\[exit code: (-?\d+)\]")
-_SIGNAL_RE = re.compile(r"\[killed by signal: ([^\]\s]+)\]")
-_TIMEOUT_RE = re.compile(r"\[timed out after (\d+)ms\]")
-_JOB_RE = re.compile(r"\[job (\S+) (running|completed|killed)(?:: .*)?\]")
-_DENIED_RE = re.compile(r"\[sandbox: file access denied under (\S+) mode\]")
-_SPILL_RE = re.compile(r"\[output truncated; full output: (.+)\]")
+_TRAILER_LINE = LazyPattern(r"\[[^\n]*\]")
+_EXIT_RE = LazyPattern(r"\[exit code: (-?\d+)\]")
+_SIGNAL_RE = LazyPattern(r"\[killed by signal: ([^\]\s]+)\]")
+_TIMEOUT_RE = LazyPattern(r"\[timed out after (\d+)ms\]")
+_JOB_RE = LazyPattern(r"\[job (\S+) (running|completed|killed)(?:: .*)?\]")
+_DENIED_RE = LazyPattern(r"\[sandbox: file access denied under (\S+) mode\]")
+_SPILL_RE = LazyPattern(r"\[output truncated; full output: (.+)\]")
 _JOB_STATES: dict[str, JobState] = {"running": "running", "completed": "completed", "killed": "killed"}
 
 

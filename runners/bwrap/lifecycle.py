@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import select
 import signal
 import threading
@@ -49,11 +48,12 @@ from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
 from dsh.runners.linux.mount_check import mount_problem
 from dsh.sandbox.errors import SandboxChanged, SandboxUnavailable
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.runner import ExitStatus, exec_failure_status
 
 #: bwrap's last words when ``execve`` of the command failed (C locale: bwrap
 #: never calls setlocale, so the error text is the C library's English one).
-_EXEC_FAILED = re.compile(rb"bwrap: execvp [^\n]*: ([^\n]+)\n?\Z")
+_EXEC_FAILED = LazyPattern(rb"bwrap: execvp [^\n]*: ([^\n]+)\n?\Z")
 _MESSAGE_MAX = 8192
 #: bwrap's exit status when it dies (setup or exec failure).
 _BWRAP_FAILED = 1

@@ -12,12 +12,12 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import socket
 from typing import Any
 
 from dsh.runners.docker.image_name import DEFAULT_IMAGE as DEFAULT_IMAGE
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 LABEL = "dsh-sandbox"
 LABEL_OWNER_PID = "dsh-sandbox.owner-pid"
@@ -46,7 +46,7 @@ def missing_image_reason(image: str) -> str:
 
 # The docker reference grammar, simplified: [host[:port]/]path[:tag][@digest].
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE_RE = re.compile(
+_IMAGE_RE = LazyPattern(
     # A registry host is told apart by a dot, a port or "localhost" (as docker does).
     r"^(?:(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+)(?::[0-9]+)?/|[a-zA-Z0-9-]+:[0-9]+/)?"
     rf"{_COMPONENT}(?:/{_COMPONENT})*"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import io
 import os
 import pwd
-import re
 import subprocess
 import tarfile
 import tempfile
@@ -37,6 +36,7 @@ from dsh.runners.docker.client import (
 )
 from dsh.sandbox.errors import ConfigError, SandboxUnavailable
 from dsh.sandbox.host_tools import system_tool
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 # Programs copied from the host when present.  ``bash``, ``sh``, ``kill`` and
 # ``setsid`` are required (the runner's kill script needs bash); busybox can
@@ -59,7 +59,7 @@ HOST_PROGRAMS: tuple[str, ...] = (
 REQUIRED: tuple[str, ...] = ("bash", "sh", "kill", "setsid", "ps", "cat", "sleep", "ls")
 BIN_DIR = "usr/bin"
 PATH_ENV = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_LDD_PATH = re.compile(r"(/\S+)\s+\(0x[0-9a-f]+\)")
+_LDD_PATH = LazyPattern(r"(/\S+)\s+\(0x[0-9a-f]+\)")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dsh.runners.docker.mounts import CONTROL_DIR, MountSpec, container_view, pl
 from dsh.runners.linux.mount_check import MountEntry, mount_table
 from dsh.runners.linux.seccomp_docker import container_profile
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.mount_plan import TMP
 from dsh.sandbox.numeric import MIN_MEMORY_BYTES, byte_count
@@ -188,7 +189,7 @@ def limits_hint(spec: ContainerSpec, exc: BaseException) -> str:
             "or the docker runner's memory/pids options")
 
 
-_SIZE = re.compile(r"^(\d+)\s*([kmg]?)i?b?$", re.IGNORECASE)
+_SIZE = LazyPattern(r"^(\d+)\s*([kmg]?)i?b?$", re.IGNORECASE)
 
 
 def parse_size(value: object, *, field: str) -> int | None:

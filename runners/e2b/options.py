@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dsh.sandbox.errors import ConfigError
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.numeric import seconds
 
-_USER_NAME = re.compile(r"^[a-z_][a-z0-9_-]{0,27}$")
+_USER_NAME = LazyPattern(r"^[a-z_][a-z0-9_-]{0,27}$")
 # The template's default user has passwordless sudo and root is root: neither
 # can be the unprivileged user the restricted modes run as.
 _RESERVED_USERS = frozenset({"root", "user"})

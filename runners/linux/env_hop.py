@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Mapping
 
 from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.host_tools import system_tool
+from dsh.sandbox.lazy_pattern import LazyPattern
 
 HOP_NAME = "dsh-env-hop"
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_IDENTIFIER = LazyPattern(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Positional parameters: the memfd's number, then the argv.  A malformed
 # number stops the run (125, like the join shell) instead of running the
 # command with the helpers' environment.

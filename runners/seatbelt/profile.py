@@ -31,6 +31,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.policy import SandboxPolicy
 
@@ -38,7 +39,7 @@ from dsh.sandbox.policy import SandboxPolicy
 #: Seatbelt matches the resolved path, so rules must name the ``/private`` one.
 PRIVATE_ALIASES = ("/var", "/tmp", "/etc")
 
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_SAFE_NAME = LazyPattern(r"^[A-Za-z0-9._-]+$")
 
 
 def macos_canonical(path: str | os.PathLike[str]) -> str:
