@@ -7,6 +7,27 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from dsh.sandbox.lazy_pattern import LazyPattern
+
+_DECIMAL = LazyPattern(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def seconds_flag(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    """A duration in seconds, written as digits with an optional decimal point
+    (``30``, ``0.5``).  Python's ``float`` would also take ``1e-400`` (0),
+    ``inf`` and other scripts' digits: a flag that sets a deadline or a
+    lifetime takes what a reader sees as the number.  The range is checked
+    where the value is used."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not (text.isascii() and _DECIMAL.fullmatch(text)):
+        source = ""
+        if param.name and ctx.get_parameter_source(param.name) is click.core.ParameterSource.ENVIRONMENT:
+            source = f" (from {param.envvar})"
+        raise click.BadParameter(f"{value!r}{source} is not a number of seconds: write digits with an optional "
+                                 "decimal point, e.g. 30 or 0.5", ctx, param)
+    return float(text)
 
 
 def _env_pair(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:

@@ -22,7 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
-from dsh.cli.options import keep_spill_files, network_options, settings_options
+from dsh.cli.options import keep_spill_files, network_options, seconds_flag, settings_options
 from dsh.cli.run_options import DEFAULT_KEEP_WARM_S, RunOptions, apply_to_run, check_options, keep_warm
 from dsh.cli.run_output import (
     LiveStreams,
@@ -310,10 +310,10 @@ def _attached(execution: Any, spec: Any) -> tuple[int, Any]:
 )
 @network_options
 @click.option(
-    "--timeout", "timeout_s", type=float, metavar="S", help="Kill the command after S seconds."
+    "--timeout", "timeout_s", callback=seconds_flag, metavar="S", help="Kill the command after S seconds."
 )
 @click.option(
-    "--keep-warm", "keep_warm_s", type=float, metavar="S", envvar="DSH_SANDBOX_KEEP_WARM",
+    "--keep-warm", "keep_warm_s", callback=seconds_flag, metavar="S", envvar="DSH_SANDBOX_KEEP_WARM",
     help=f"Keep a sandbox that can outlive the run (a container) idle for S seconds for the next run of the "
     f"same workspace and policy, so it costs one exec; 0 removes it at exit (default: {DEFAULT_KEEP_WARM_S:g}; "
     "env DSH_SANDBOX_KEEP_WARM; a --composition file sets its own).",

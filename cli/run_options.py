@@ -112,7 +112,7 @@ def check_session_options(opts: RunOptions) -> None:
         from dsh.sandbox.host import KEEP_WARM_MAX_S
         from dsh.sandbox.numeric import seconds
 
-        seconds("--keep-warm", opts.keep_warm_s, high=KEEP_WARM_MAX_S)
+        seconds("--keep-warm (0 removes the container at exit)", opts.keep_warm_s, high=KEEP_WARM_MAX_S)
     if opts.composition is not None:
         clashing = [
             flag

@@ -51,7 +51,8 @@ def human_seconds(s: float) -> str:
     """``1 ms``, ``5 min``, ``366 days``; a year and more in days."""
     for unit, size in (("days", 86400), ("h", 3600), ("min", 60), ("s", 1)):
         if s >= size:
-            return f"{figure(s / size)} {unit}"
+            shown = figure(s / size)
+            return f"{shown} day" if unit == "days" and shown == "1" else f"{shown} {unit}"
     return f"{figure(s * 1000)} ms" if s > 0 else f"{figure(s)} s"
 
 

@@ -18,7 +18,7 @@ import pytest
 from tests.support.cli import cli
 
 DANGER = ("--mode", "danger-full-access")
-BAD_TIMEOUTS = ("inf", "-inf", "nan", "1e400", "Infinity", "1e99999", "", "0.0000001")
+BAD_TIMEOUTS = ("inf", "-inf", "nan", "1e400", "Infinity", "1e99999", "", "0.0000001", "1e-400", "\uff11\uff12", "0x10")
 
 
 @pytest.mark.parametrize("value", BAD_TIMEOUTS)
@@ -35,6 +35,28 @@ def test_largest_finite_timeout_is_capped_not_dropped(workspace: Path) -> None:
     done = cli("run", *DANGER, "--timeout", "1e308", "--", "true", cwd=workspace)
     assert b"Traceback" not in done.stderr
     assert done.returncode == 2 or b"--timeout capped at" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("value", ["1e-400", "\uff16\uff10\uff10", "inf", "-1", "0.0000001", "1e3"])
+@pytest.mark.parametrize("source", ["flag", "env"])
+def test_a_bad_keep_warm_names_where_it_came_from(workspace: Path, value: str, source: str) -> None:
+    """``float`` would take ``1e-400`` as 0 (nothing kept, silently) and
+    full-width digits as a number: the flag takes only what reads as one."""
+    marker = workspace / "ran"
+    flag = ("--keep-warm", value) if source == "flag" else ()
+    env = {**os.environ, "DSH_SANDBOX_KEEP_WARM": value} if source == "env" else None
+    done = cli("run", "--mode", "read-only", *flag, "--", "touch", str(marker), cwd=workspace, env=env)
+    assert done.returncode == 2, (value, done.stderr)
+    assert b"Traceback" not in done.stderr and b"--keep-warm" in done.stderr
+    if source == "env" and value not in ("-1", "0.0000001"):
+        assert b"(from DSH_SANDBOX_KEEP_WARM)" in done.stderr, done.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "0.5", "600", " 30 "])
+def test_a_plain_keep_warm_is_taken(workspace: Path, value: str) -> None:
+    done = cli("run", "--mode", "read-only", "--keep-warm", value, "--", "true", cwd=workspace)
+    assert done.returncode == 0, (value, done.stderr)
 
 
 BAD_LIMITS = {
