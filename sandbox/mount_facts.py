@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -78,6 +78,9 @@ class MountFacts:
     #: over the whole directory could serve (a canonical directory outside
     #: the roots and ``/tmp``); the facts of its other entries are in ``paths``.
     listings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Hidden paths the mask of their state directory hides (``masked_by_state``):
+    #: no fact is taken of them, and no mask of their own is planned.
+    state_hidden: frozenset[str] = frozenset()
 
     def of(self, path: str) -> PathFact:
         fact = self.paths.get(path)
@@ -202,23 +205,67 @@ def gather_facts(policy: SandboxPolicy, uid: int | None) -> MountFacts:
     wanted.update(kept)
     parents = tuple(sorted(state_parents(kept))) if policy.constrained else ()
     wanted.update(parents)
-    named = [os.path.abspath(raw) for raw in (*policy.protected_paths, *policy.read_only_paths, *policy.hidden_paths)]
-    wanted.update(named)
     _facts_of(wanted, uid, paths)
+    # A hidden path inside a state directory masked whole needs no fact: the
+    # mask hides it (one per workspace this user ever ran in, under the HOMEs).
+    covered = masked_by_state(policy, paths, parents)
+    state_hidden = frozenset(h for h in map(str, policy.hidden_paths) if covered(h))
+    hidden = [h for h in map(str, policy.hidden_paths) if h not in state_hidden]
+    named = [os.path.abspath(raw) for raw in (*map(str, policy.protected_paths), *map(str, policy.read_only_paths),
+                                              *hidden)]
+    _facts_of(named, uid, paths)
     # Where a link on the way leads: that path and the directories above it.
     _facts_of((paths[p].real for p in named if paths[p].real != p), uid, paths)
-    listings = _listings(policy, paths, frozenset(parents)) if policy.constrained else {}
+    listings = _listings(policy, paths, frozenset(parents), state_hidden) if policy.constrained else {}
     _facts_of((os.path.join(d, n) for d, names in listings.items() for n in names), uid, paths)
-    return MountFacts(paths, enclosing, system, parents, listings)
+    return MountFacts(paths, enclosing, system, parents, listings, state_hidden)
 
 
-def _listings(policy: SandboxPolicy, paths: Mapping[str, PathFact],
-              masked: frozenset[str]) -> dict[str, tuple[str, ...]]:
+def masked_by_state(policy: SandboxPolicy, paths: Mapping[str, PathFact],
+                    parents: Iterable[str]) -> Callable[[str], bool]:
+    """Is a hidden path (canonical) hidden by the mask of a state directory
+    alone?  It must lie directly in a directory whose fact says it is one,
+    reached through no link, inside a state directory masked whole (one
+    reached through no link, not beneath a private ``/tmp``, where there is
+    nothing to mask), and not be a link itself (a swap since the policy was
+    resolved is then looked at as any hidden path is: refused); and lie inside
+    nothing the run keeps (bound again over the mask).  The state directories
+    hold one entry per workspace this user ever ran in."""
+    private = policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None
+    masks = tuple(m for m in parents if (fact := paths.get(m)) is not None and fact.kind == "dir"
+                  and fact.real == m and not (private and path_within(m, TMP)))
+    if not masks:
+        return lambda path: False
+    # Prefix tests in C: this runs for every hidden path of every command.
+    inside = tuple(m.rstrip("/") + "/" for m in masks)
+    mask_set = frozenset(masks)
+    kept = frozenset(kept_paths(policy))
+    inside_kept = tuple(k.rstrip("/") + "/" for k in kept)
+
+    def covered(path: str) -> bool:
+        parent = os.path.dirname(path)
+        fact = paths.get(parent)
+        if fact is None or fact.kind != "dir" or fact.real != parent:
+            return False
+        if not (parent in mask_set or parent.startswith(inside)):
+            return False
+        if path in kept or path.startswith(inside_kept):
+            return False
+        try:
+            return not stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:
+            return True  # gone: nothing there to show
+
+    return covered
+
+
+def _listings(policy: SandboxPolicy, paths: Mapping[str, PathFact], masked: frozenset[str],
+              state_hidden: frozenset[str]) -> dict[str, tuple[str, ...]]:
     """The entries of each canonical directory that holds hidden paths, outside
     ``/tmp``, the roots and the state directories (``masked`` whole anyway):
     where one mask over it could serve them all."""
     roots = [str(r) for r in policy.writable_roots]
-    reals = (paths[os.path.abspath(p)].real for p in policy.hidden_paths)
+    reals = (paths[os.path.abspath(p)].real for p in map(str, policy.hidden_paths) if p not in state_hidden)
     hidden = {real for real in reals if paths[real].kind != "missing"}
     out: dict[str, tuple[str, ...]] = {}
     for parent, count in hidden_per_directory(hidden).items():

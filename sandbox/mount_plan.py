@@ -307,6 +307,8 @@ def _hidden_reals(policy: SandboxPolicy, facts: MountFacts) -> list[str]:
     link): masking where it leads would leave the real one shown."""
     reals = []
     for path in map(str, policy.hidden_paths):
+        if path in facts.state_hidden:
+            continue  # its state directory's mask hides it
         real = facts.of(path).real
         if real != path and os.path.normpath(path) == path and os.path.isabs(path):
             raise SandboxUnavailable(f"the hidden path {path} now resolves to {real} (a directory above it was "

@@ -8,6 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.mount_facts import gather_facts
 from dsh.sandbox.policy import SandboxPolicy
@@ -87,3 +89,53 @@ def test_the_git_dirs_that_point_back_are_vouched_for(tmp_path: Path) -> None:
     (planted / ".git").unlink()
     (planted / ".git").symlink_to(main / ".git")
     assert vouched_git_dirs(planted / ".git", planted) == []
+
+
+def test_hidden_entries_of_a_state_directory_masked_whole_are_not_looked_at(trusted_dir: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every other workspace's sandbox HOME is a hidden path: one per workspace
+    this user ever ran in.  Their directory is masked whole, so the snapshot
+    takes no fact of them and the plan no mask of its own for them; a hidden
+    path inside what the run keeps (its own HOME) still gets both."""
+    from dsh.sandbox.mount_plan import plan_mounts
+    from dsh.sandbox.sandbox_home import homes_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(trusted_dir / "cache"))
+    homes = homes_dir()
+    own, others = homes / "ws-own", [homes / f"ws-{i}" for i in range(40)]
+    inside_own = own / "kept-secret"
+    ws = trusted_dir / "ws"
+    for d in (ws, own, inside_own, *others):
+        d.mkdir(parents=True)
+    policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws, own), home=own,
+                           hidden_paths=(*others, inside_own))
+    facts = gather_facts(policy, os.geteuid())
+    assert str(homes) in facts.state_parents
+    assert [o for o in others if str(o) in facts.paths] == []
+    assert facts.of(str(inside_own)).kind == "dir"
+    entries = [(e.kind, e.path) for e in plan_mounts(policy, facts).entries]
+    assert ("mask-dir", str(homes)) in entries
+    assert ("mask-dir", str(inside_own)) in entries
+    assert not [e for e in entries if e[1] in set(map(str, others))]
+
+    # An entry swapped for a link (its HOME moved away): looked at as any
+    # hidden path, and the plan refuses rather than leave the target shown.
+    away = trusted_dir / "away"
+    os.rename(others[1], away)
+    os.symlink(away, others[1])
+    linked = gather_facts(policy, os.geteuid())
+    assert str(others[1]) in linked.paths and str(others[2]) not in linked.paths
+    with pytest.raises(SandboxUnavailable, match="now resolves"):
+        plan_mounts(policy, linked)
+    os.unlink(others[1])
+    os.rename(away, others[1])
+
+    # The state directory swapped for a link to a copy: its entries are looked
+    # at again, and one that resolves elsewhere now refuses the plan.
+    copy = trusted_dir / "copy"
+    os.rename(homes, copy)
+    os.symlink(copy, homes)
+    moved = gather_facts(policy, os.geteuid())
+    assert str(others[0]) in moved.paths
+    with pytest.raises(SandboxUnavailable, match="now resolves"):
+        plan_mounts(policy, moved)
