@@ -10,6 +10,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from dsh.runners.bwrap import probe_cache
 from dsh.runners.bwrap.filter import SyscallFilter, build_filter
 from dsh.runners.bwrap.init_reaper import read_ready, reap_init, sandbox_init
 from dsh.runners.bwrap.kernel import KernelCover, kernel_cover
@@ -99,7 +100,10 @@ def _run_with(argv: list[str], *pass_fds: int) -> subprocess.CompletedProcess[st
     )
 
 
-def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostFacts:
+def probe_host(bwrap_option: str | None, session: CgroupSession | None, *, remembered: bool = True) -> HostFacts:
+    """What bwrap and this kernel allow, found by a trial sandbox; with
+    ``remembered``, a trial that worked under the same key is not run again
+    (``probe_cache``)."""
     is_root = os.geteuid() == 0
     # Never the caller's PATH: a planted ``$WS/.venv/bin/unshare`` would run as the caller.
     bwrap = system_tool(bwrap_option or "bwrap")
@@ -119,13 +123,16 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
         why = "unshare not found (it gives bwrap a private mount table); install util-linux"
         return HostFacts(bwrap, None, False, why, **facts)
     snapshot = snapshot_args(facts["unshare"], is_root=is_root)
+    true = system_tool("true") or "/bin/true"
+    isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
+    key = _trial_key([*snapshot, bwrap, *isolation, true], [bwrap, facts["unshare"], true], facts["syscalls"])
+    if remembered and key is not None and (kept := probe_cache.remembered(key)) is not None:
+        return HostFacts(bwrap, kept or None, True, None, **facts)
     asked: subprocess.Popen[str] | None = None
     try:
         # Asked while the trial sandbox runs: each is a process start of its own.
         asked = subprocess.Popen([bwrap, "--version"], env=helper_env(), stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, errors="replace")
-        true = system_tool("true") or "/bin/true"
-        isolation = [*namespace_args(network=False, is_root=is_root), *BASE_MOUNTS, *facts["kernel"].args]
         info_read, info_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         try:
             isolation += ["--info-fd", str(info_write)]
@@ -166,7 +173,21 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None) -> HostF
             "--disable-userns)"
         )
         return HostFacts(bwrap, version, False, reason, **facts)
+    if key is not None:
+        probe_cache.remember(key, version)
     return HostFacts(bwrap, version, True, None, **facts)
+
+
+def _trial_key(argv: list[str], programs: list[str], syscalls: SyscallFilter) -> str | None:
+    """``probe_cache.trial_key`` for this trial, or None when it cannot be told."""
+    fd = syscalls.open_for_launch() if syscalls.memfd is not None else None
+    try:
+        return probe_cache.trial_key(argv, programs, fd)
+    except OSError:
+        return None
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def _version(asked: subprocess.Popen[str]) -> str | None:

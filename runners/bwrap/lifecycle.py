@@ -43,6 +43,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from dsh.runners.bwrap import probe_cache
 from dsh.runners.bwrap.init_reaper import read_ready, reap_init, sandbox_init
 from dsh.runners.bwrap.materialize import OpenedMounts
 from dsh.runners.linux.cgroups import CgroupSession, CommandCgroup
@@ -164,6 +165,7 @@ class SandboxLifecycle:
                 break
             if found is not None or exited():
                 self._died_in_setup = True
+                probe_cache.forget_all()  # the next run asks a trial sandbox again
                 return None  # bwrap or its pid 1 died in setup: bwrap's own status says why
             if time.monotonic() > deadline:
                 return f"bwrap did not report its sandbox's pid 1 within {SETUP_WAIT_S:.0f} s"
@@ -174,6 +176,7 @@ class SandboxLifecycle:
             while not self._blocked(pid):
                 if poller.poll(1):
                     self._died_in_setup = True
+                    probe_cache.forget_all()
                     return None  # pid 1 died in setup: bwrap's own status says why
                 if time.monotonic() > deadline:
                     return f"bwrap did not finish setting up the sandbox within {SETUP_WAIT_S:.0f} s"

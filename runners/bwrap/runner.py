@@ -271,8 +271,10 @@ class BwrapRunner(Runner):
         option = self.options.get("bwrap")
         return [
             # Once per process: what bwrap and the kernel allow here, found by a trial sandbox.
-            ProtectionCost("host probe (trial sandbox, bwrap --version)", lambda: probe_host(option, None),
-                           "CLI run"),
+            ProtectionCost("host probe (trial sandbox, bwrap --version)",
+                           lambda: probe_host(option, None, remembered=False), "CLI run"),
+            # What a CLI run pays once a trial under the same key worked.
+            ProtectionCost("host probe, a trial remembered", lambda: probe_host(option, None), "CLI run"),
             *filter_cost("syscall filter compiled", syscall_filter.BWRAP_SYSCALLS, "CLI run"),
             *cgroup_costs("dsh-bench-bwrap"),
         ]
