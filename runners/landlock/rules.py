@@ -153,8 +153,12 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
     # readable, and a per-entry grant only covers the entries that exist now.
     # So a hidden path inside one of them cannot be excluded: report it instead.
     open_roots = sorted({r for r in (policy.workspace, *policy.writable_roots) if r.is_dir()})
-    hidden_all = sorted(set(policy.hidden_paths))
-    hidden_open = [h for h in hidden_all if any(is_within(h, r) for r in open_roots)]
+    # One hidden path per workspace this user ever ran in: sorted by a key
+    # and tested by string prefix, not by a ``Path`` comparison per pair.
+    hidden_all = sorted(set(policy.hidden_paths), key=lambda p: p.parts)
+    open_names = tuple(str(r) for r in open_roots)
+    open_prefixes = tuple(name.rstrip("/") + "/" for name in open_names)
+    hidden_open = [h for h in hidden_all if str(h) in open_names or str(h).startswith(open_prefixes)]
     open_hidden = set(hidden_open)
     hidden = [h for h in hidden_all if h not in open_hidden]
     # dsh-sandbox's state directories are granted per entry, never whole, even
@@ -166,7 +170,9 @@ def plan_rules(policy: SandboxPolicy, abi_version: int, strategy: ProtectedStrat
     read_grants, read_ancestors = split_tree(Path("/"), [*hidden, _DEV, *never_whole])
     rules.grant(read_grants, abi.FS_READ | abi.FS_EXECUTE)
     rules.grant([*read_ancestors, _DEV], abi.FS_READ_DIR)
-    rules.grant([r for r in open_roots if not any(is_within(h, r) for h in hidden)], abi.FS_READ | abi.FS_EXECUTE)
+    hidden_names = [str(h) for h in hidden]
+    rules.grant([r for r, name, prefix in zip(open_roots, open_names, open_prefixes, strict=True)
+                 if not any(h == name or h.startswith(prefix) for h in hidden_names)], abi.FS_READ | abi.FS_EXECUTE)
     for path in hidden_open:
         root = next(r for r in open_roots if is_within(path, r))
         gaps.append(
