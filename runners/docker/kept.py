@@ -15,7 +15,7 @@ from dsh.runners.docker import client as dc
 from dsh.runners.docker.parked import LABEL_SHAPE, LABEL_WORKSPACE, Lease, Parking, shape_of
 from dsh.runners.docker.spec import ContainerSpec
 from dsh.runners.docker.verify import check_container, mounts_in, stat_in
-from dsh.runners.docker.warm import KEEPALIVE, Warm, pin_binds
+from dsh.runners.docker.warm import KEEPALIVE, Warm, bind_sources, pin_binds
 from dsh.runners.linux.orphans import real_uid
 from dsh.sandbox.errors import SandboxUnavailable
 
@@ -145,7 +145,16 @@ class KeptShape:
         try:
             if None in pinned.values():
                 raise SandboxUnavailable("a bind target is gone", runner="docker")
-            check_container(pid, expected, lambda targets: stat_in(self.client.containers.get(cid), targets),
+            # Every bind, the read-only ones of protected paths too, must still
+            # be mounted and show its source: the host replacing a protected
+            # file (a rename over it) or moving a directory aside detaches the
+            # container's bind, and the workspace's writable bind shows through.
+            sources = bind_sources(self.spec)
+            if None in sources.values():
+                raise SandboxUnavailable("a bind source is gone", runner="docker")
+            binds = {target: identity for target, identity in sources.items() if identity is not None}
+            check_container(pid, {**binds, **expected},
+                            lambda targets: stat_in(self.client.containers.get(cid), targets),
                             lambda: mounts_in(self.client.containers.get(cid)))
             self.keeper.add(cid)  # removed with what runs in it if this process dies
         except BaseException:

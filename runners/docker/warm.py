@@ -36,15 +36,23 @@ def policy_key(policy: SandboxPolicy) -> tuple[object, ...]:
 
 def identities(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
     """(st_dev, st_ino) of each bind target now (``None`` if missing)."""
-    ids: dict[str, tuple[int, int] | None] = {}
-    for mount in spec.mounts:
-        if mount.kind == "bind" and daemon_is_local():
-            try:
-                st = os.stat(mount.target, follow_symlinks=False)
-                ids[mount.target] = (st.st_dev, st.st_ino)
-            except OSError:
-                ids[mount.target] = None
-    return ids
+    if not daemon_is_local():
+        return {}
+    return {m.target: _identity(m.target) for m in spec.mounts if m.kind == "bind"}
+
+
+def bind_sources(spec: ContainerSpec) -> dict[str, tuple[int, int] | None]:
+    """(st_dev, st_ino) of what each bind should show at its target now: its
+    source on the host (``None`` if missing)."""
+    return {m.target: _identity(m.source) for m in spec.mounts if m.kind == "bind" and m.source is not None}
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def pin_binds(spec: ContainerSpec) -> tuple[dict[str, tuple[int, int] | None], list[int]]:

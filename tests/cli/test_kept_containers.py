@@ -174,6 +174,35 @@ def test_a_replaced_workspace_gets_a_new_container_bound_to_the_new_directory(ws
     assert names == ["new-file"]
 
 
+@pytest.mark.parametrize("replace", ["git config (a rename over .git/config)", "an editor's save of .envrc",
+                                     "hooks moved aside and made again"])
+def test_a_protected_path_the_host_replaced_is_never_writable_in_the_kept_container(ws: Path, replace: str) -> None:
+    """The host replacing a protected path (a rename over a file, a directory
+    moved aside) detaches the container's read-only bind of it: the next run
+    must not take that container back and find the path writable."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(ws)], check=True)
+    subprocess.run([*git, "-C", str(ws), "commit", "-q", "--allow-empty", "-m", "init"], check=True)
+    (ws / ".envrc").write_text("export A=1\n")
+    targets = {"git config": ".git/config", "an editor": ".envrc", "hooks": ".git/hooks/pre-commit"}
+    target = next(v for k, v in targets.items() if replace.startswith(k))
+    first = _host(ws)
+    if target == ".git/config":
+        subprocess.run(["git", "-C", str(ws), "config", "user.name", "hostuser"], check=True)
+    elif target == ".envrc":
+        (ws / ".envrc.tmp").write_text("export A=2\n")
+        os.rename(ws / ".envrc.tmp", ws / ".envrc")
+    else:
+        os.rename(ws / ".git" / "hooks", ws / ".git" / "hooks.old")
+        (ws / ".git" / "hooks").mkdir()
+    before = (ws / target).read_bytes() if (ws / target).exists() else None
+    done = cli("run", *KEEP, "--", "sh", "-c", f"cat /etc/hostname; echo planted >> {target}", cwd=ws)
+    after = (ws / target).read_bytes() if (ws / target).exists() else None
+    assert after == before, (replace, done.stderr.decode(errors="replace"))
+    assert done.returncode != 0
+    assert done.stdout.decode().split()[0] != first, "the container whose bind went away was taken back"
+
+
 def test_placeholders_stand_while_the_container_is_kept_and_go_with_it(ws: Path) -> None:
     """A missing protected path is bound read-only from an empty directory the
     host makes (``.dsh`` here): it stands in the workspace as long as the kept
