@@ -208,7 +208,7 @@ def gather_facts(policy: SandboxPolicy, uid: int | None) -> MountFacts:
     _facts_of(wanted, uid, paths)
     # A hidden path inside a state directory masked whole needs no fact: the
     # mask hides it (one per workspace this user ever ran in, under the HOMEs).
-    covered = masked_by_state(policy, paths, parents)
+    covered = masked_by_state(policy, paths, parents, enclosing)
     state_hidden = frozenset(h for h in map(str, policy.hidden_paths) if covered(h))
     hidden = [h for h in map(str, policy.hidden_paths) if h not in state_hidden]
     named = [os.path.abspath(raw) for raw in (*map(str, policy.protected_paths), *map(str, policy.read_only_paths),
@@ -221,16 +221,21 @@ def gather_facts(policy: SandboxPolicy, uid: int | None) -> MountFacts:
     return MountFacts(paths, enclosing, system, parents, listings, state_hidden)
 
 
-def masked_by_state(policy: SandboxPolicy, paths: Mapping[str, PathFact],
-                    parents: Iterable[str]) -> Callable[[str], bool]:
+def masked_by_state(policy: SandboxPolicy, paths: Mapping[str, PathFact], parents: Iterable[str],
+                    enclosing: Iterable[str] = ()) -> Callable[[str], bool]:
     """Is a hidden path (canonical) hidden by the mask of a state directory
     alone?  It must lie directly in a directory whose fact says it is one,
     reached through no link, inside a state directory masked whole (one
     reached through no link, not beneath a private ``/tmp``, where there is
     nothing to mask), and not be a link itself (a swap since the policy was
-    resolved is then looked at as any hidden path is: refused); and lie inside
-    nothing the run keeps (bound again over the mask).  The state directories
-    hold one entry per workspace this user ever ran in."""
+    resolved is then looked at as any hidden path is: refused); and neither
+    lie in nor hold anything the run keeps, binds or shows (its workspace,
+    roots, HOME and private /tmp, the repository enclosing it, a protected or
+    read-only path): what is bound or shown comes back over the state
+    directory's mask, and a runner that shows only some paths (a container)
+    leaves out a mask beyond them; the hidden path's own mask, or hidden
+    winning over what lies in it, is then what keeps it out.  The
+    state directories hold one entry per workspace this user ever ran in."""
     private = policy.mode is SandboxMode.WORKSPACE_WRITE and policy.private_tmp is not None
     masks = tuple(m for m in parents if (fact := paths.get(m)) is not None and fact.kind == "dir"
                   and fact.real == m and not (private and path_within(m, TMP)))
@@ -239,17 +244,19 @@ def masked_by_state(policy: SandboxPolicy, paths: Mapping[str, PathFact],
     # Prefix tests in C: this runs for every hidden path of every command.
     inside = tuple(m.rstrip("/") + "/" for m in masks)
     mask_set = frozenset(masks)
-    kept = frozenset(kept_paths(policy))
-    inside_kept = tuple(k.rstrip("/") + "/" for k in kept)
+    shown = [*kept_paths(policy), str(policy.workspace), *enclosing,
+             *map(str, policy.protected_paths), *map(str, policy.read_only_paths)]
+    around = frozenset(a for p in shown for a in (p, *ancestors(p)))
+    inside_shown = tuple(p.rstrip("/") + "/" for p in shown)
 
     def covered(path: str) -> bool:
+        if path in around or path.startswith(inside_shown):
+            return False
         parent = os.path.dirname(path)
         fact = paths.get(parent)
         if fact is None or fact.kind != "dir" or fact.real != parent:
             return False
         if not (parent in mask_set or parent.startswith(inside)):
-            return False
-        if path in kept or path.startswith(inside_kept):
             return False
         try:
             return not stat.S_ISLNK(os.lstat(path).st_mode)

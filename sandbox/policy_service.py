@@ -324,7 +324,10 @@ class PolicyService(Service):
         hidden = [r.path for r in hidden_resolved]
         pins += [r.pin for r in (*read_only_resolved, *hidden_resolved) if r.pin is not None]
         # Other workspaces' HOMEs and every session's spill files: never this run's to read.
-        keep = [self._workspace, *(path for _label, path in roots), *([self._home] if self._home else [])]
+        # Not even from a workspace among them (read-only): hidden wins over the
+        # workspace there as everywhere, so a runner that cannot hide a path
+        # inside the workspace says so (workspace-write makes it a root, refused).
+        keep = [*(path for _label, path in roots), *([self._home] if self._home else [])]
         profile_hidden = set(hidden)
         state = [p for p in hidden_state(keep) if p not in profile_hidden]
         hidden += state

@@ -49,13 +49,13 @@ class Caller:
     def env(self, **extra: str) -> dict[str, str]:
         return {"PATH": os.environ["PATH"], "HOME": str(self.home), "LANG": "C.UTF-8", **extra}
 
-    def run(self, *args: str, python: list[str] | None = None, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, python: list[str] | None = None, env: dict[str, str] | None = None,
+            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         kwargs: dict[str, object] = {}
         if self.user == "nobody":
             kwargs = {"user": NOBODY, "group": NOBODY, "extra_groups": docker_group()}
         return subprocess.run(  # type: ignore[call-overload, no-any-return]
-            [*(python or cli(self.user)), *args], cwd=self.ws, env=env or self.env(), capture_output=True,
+            [*(python or cli(self.user)), *args], cwd=cwd or self.ws, env=env or self.env(), capture_output=True,
             encoding="utf-8", errors="replace", timeout=240, check=False, **kwargs,
         )
 
@@ -250,6 +250,46 @@ def test_other_workspaces_homes_and_spill_files_are_unreadable(caller: Caller, r
     seen = done.stdout + done.stderr
     assert home_secret not in seen and spill_secret not in seen, seen
     assert "own-home-ok" in done.stdout, seen  # the run's own HOME stays writable
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "docker"])
+def test_a_workspace_inside_another_workspaces_home_never_shows_that_home(caller: Caller, runner: str) -> None:
+    """A repository made at another workspace's sandbox HOME encloses a
+    workspace made inside it: the enclosing work tree is shown, but that HOME
+    stays hidden, whatever masks the runner leaves out of what it shows."""
+    if runner == "docker" and caller.user == "nobody" and not docker_group():
+        pytest.skip("SANDBOX_UNAVAILABLE: docker: no docker group lets nobody reach the daemon")
+    require_runner(runner)
+    other = caller.home / ".cache" / "dsh-sandbox" / "home" / "other-0123456789ab"
+    (other / "proj").mkdir(parents=True, mode=0o700)
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    secret = f"dsh-home-{secrets.token_hex(8)}"
+    (other / "token.txt").write_text(secret + "\n")
+    caller.own(caller.home)
+    done = caller.run("run", "--runner", runner, "--mode", "read-only", "--keep-warm", "0", "-c",
+                      "cat ../token.txt; ls -a ..", cwd=other / "proj")
+    seen = done.stdout + done.stderr
+    assert secret not in seen and "token.txt" not in done.stdout, seen
+
+
+@pytest.mark.parametrize("runner", ["landlock", "bwrap"])
+def test_a_read_only_run_among_the_sandbox_homes_reads_none_of_them(caller: Caller, runner: str) -> None:
+    """Run from the directory of the sandbox HOMEs (read-only: it can never be a
+    writable root): the others stay hidden, or the run is refused for what the
+    runner cannot hide, never shown."""
+    require_runner(runner)
+    homes = caller.home / ".cache" / "dsh-sandbox" / "home"
+    other = homes / "other-0123456789ab"
+    other.mkdir(parents=True, mode=0o700)
+    secret = f"dsh-home-{secrets.token_hex(8)}"
+    (other / "token.txt").write_text(secret + "\n")
+    caller.own(caller.home)
+    flags = ("--accept-degraded", "landlock-process-list") if runner == "landlock" else ()
+    done = caller.run("run", "--runner", runner, "--mode", "read-only", *flags, "-c", "cat */token.txt", cwd=homes)
+    seen = done.stdout + done.stderr
+    assert secret not in seen, seen
+    if runner == "landlock":
+        assert done.returncode == 125 and "landlock-hidden-paths" in done.stderr, seen
 
 
 # -- Landlock and the host's namespaces and processes ------------------------------------------
