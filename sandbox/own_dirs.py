@@ -120,20 +120,25 @@ def replace_file(own: OwnDir, name: str, data: bytes) -> bool:
     return True
 
 
-def read_regular_file(path: str) -> tuple[os.stat_result, bytes] | None:
+def read_regular_file(path: str, limit: int | None = None) -> tuple[os.stat_result, bytes] | None:
     """A regular file's status and content, read without following a link in
     its last component and without blocking (a FIFO planted there must not
-    hang the caller); ``None`` for anything else or when it cannot be read."""
+    hang the caller); ``None`` for anything else, for a file larger than
+    ``limit`` bytes, or when it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
+        if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
             return None
         chunks = []
+        size = 0
         while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if limit is not None and size > limit:
+                return None  # grew while read
             chunks.append(chunk)
     except OSError:
         return None

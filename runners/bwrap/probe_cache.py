@@ -36,6 +36,8 @@ from dsh.sandbox.own_dirs import read_regular_file
 #: How long a remembered success stands.
 MAX_AGE_S = 3600
 _FORMAT = 1
+#: What a kept entry can be at most (it is a line of JSON).
+_MAX_FILE = 4096
 
 #: The knobs that decide whether an unprivileged user namespace can be made.
 _SYSCTLS = (
@@ -110,7 +112,7 @@ def remembered(key: str) -> str | None:
     where = _cache_dir()
     if where is None:
         return None
-    read = read_regular_file(str(where / _name(key)))
+    read = read_regular_file(str(where / _name(key)), limit=_MAX_FILE)
     if read is None:
         return None
     info, data = read
@@ -124,7 +126,10 @@ def remembered(key: str) -> str | None:
         version = kept["version"]
     except (ValueError, KeyError, TypeError):
         return None
-    return version if isinstance(version, str) else None
+    # Printed by ``runners``: text a terminal shows as it is, or probed anew.
+    if not isinstance(version, str) or len(version) > 200 or not (version.isascii() and version.isprintable()):
+        return None
+    return version
 
 
 def remember(key: str, version: str | None) -> None:

@@ -21,12 +21,15 @@ def env_with(**extra: str) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e308", "1e400", "-1", "0", "1e12"])
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e308", "1e400", "-1", "0", "1000000000000"])
 def test_timeout_out_of_range_exits_2_before_running(workspace: Path, value: str) -> None:
     marker = workspace / "ran"
     done = cli("run", *DANGER, "--timeout", value, "--", "touch", str(marker), cwd=workspace)
     assert done.returncode == 2, done.stderr
-    assert b"--timeout: must be a number of seconds from 1 ms to 366 days, got " in done.stderr
+    if value.lstrip("-").isdigit():
+        assert b"--timeout: must be a number of seconds from 1 ms to 366 days, got " in done.stderr
+    else:  # not written as digits: float() would take it, the flag does not
+        assert b"Invalid value for '--timeout': '" + value.encode() + b"' is not a number of seconds" in done.stderr
     assert b"Traceback" not in done.stderr and not marker.exists()
 
 

@@ -81,7 +81,7 @@ def test_a_failed_trial_is_not_remembered(cache: Path, trusted_dir: Path, monkey
     assert not cache.exists() or list(cache.iterdir()) == []
 
 
-@pytest.mark.parametrize("forgery", ["writable by others", "another key", "too old"])
+@pytest.mark.parametrize("forgery", ["writable by others", "another key", "too old", "huge", "escapes"])
 def test_an_entry_that_cannot_be_believed_is_ignored(cache: Path, monkeypatch: pytest.MonkeyPatch,
                                                       forgery: str) -> None:
     trials = _trials(monkeypatch)
@@ -91,9 +91,15 @@ def test_an_entry_that_cannot_be_believed_is_ignored(cache: Path, monkeypatch: p
         entry.chmod(0o666)
     elif forgery == "another key":
         entry.write_text(entry.read_text().replace('"key": "', '"key": "0'))
+    elif forgery == "huge":
+        # Still valid JSON (trailing blanks), but more than an entry can be: never read.
+        entry.write_text(entry.read_text() + " " * 8192)
     else:
         kept = json.loads(entry.read_text())
-        kept["at"] = time.time() - probe_cache.MAX_AGE_S - 60
+        if forgery == "too old":
+            kept["at"] = time.time() - probe_cache.MAX_AGE_S - 60
+        else:
+            kept["version"] = "bubblewrap\x1b]52;c;cHduZWQ=\x07\x1b[2J"
         entry.write_text(json.dumps(kept))
     assert probe_host(None, None).works and len(trials) == 2
 
