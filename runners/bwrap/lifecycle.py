@@ -145,6 +145,7 @@ class SandboxLifecycle:
         if problem is not None:
             raise SandboxUnavailable(f"{problem}; nothing ran, retry", runner="bwrap")
         if self._died_in_setup:
+            probe_cache.forget_all()  # the next run asks a trial sandbox again
             # A mask over a directory removed since the plan (another session
             # of this user ended and took its state with it) is one bwrap
             # cannot make: plan again rather than fail the command.
@@ -165,7 +166,6 @@ class SandboxLifecycle:
                 break
             if found is not None or exited():
                 self._died_in_setup = True
-                probe_cache.forget_all()  # the next run asks a trial sandbox again
                 return None  # bwrap or its pid 1 died in setup: bwrap's own status says why
             if time.monotonic() > deadline:
                 return f"bwrap did not report its sandbox's pid 1 within {SETUP_WAIT_S:.0f} s"
@@ -176,7 +176,6 @@ class SandboxLifecycle:
             while not self._blocked(pid):
                 if poller.poll(1):
                     self._died_in_setup = True
-                    probe_cache.forget_all()
                     return None  # pid 1 died in setup: bwrap's own status says why
                 if time.monotonic() > deadline:
                     return f"bwrap did not finish setting up the sandbox within {SETUP_WAIT_S:.0f} s"

@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from dsh.sandbox.own_dirs import read_regular_file
+from dsh.sandbox.own_dirs import OwnDir, read_regular_file
 
 #: How long a remembered success stands.
 MAX_AGE_S = 3600
@@ -134,17 +134,12 @@ def remembered(key: str) -> str | None:
 
 def remember(key: str, version: str | None) -> None:
     """Keep a trial that worked (best effort: the next process probes again)."""
-    from dsh.sandbox.errors import DshError
-    from dsh.sandbox.own_dirs import open_own_dir, replace_file
+    from dsh.sandbox.own_dirs import replace_file
 
-    where = _cache_dir()
-    if where is None:
+    own = _own_dir(create=True)
+    if own is None:
         return
     data = json.dumps({"key": key, "at": time.time(), "version": version or ""}).encode()
-    try:
-        own = open_own_dir(where, "bwrap probe cache", "each run starts a trial sandbox instead")
-    except DshError:
-        return
     try:
         replace_file(own, _name(key), data)
     except OSError:
@@ -156,15 +151,8 @@ def remember(key: str, version: str | None) -> None:
 def forget_all() -> None:
     """Drop every remembered success: a sandbox bwrap could not set up makes
     the next process probe again (and say why, if it still cannot)."""
-    from dsh.sandbox.errors import DshError
-    from dsh.sandbox.own_dirs import open_own_dir
-
-    where = _cache_dir()
-    if where is None or not os.path.isdir(where):
-        return
-    try:
-        own = open_own_dir(where, "bwrap probe cache", "each run starts a trial sandbox instead")
-    except DshError:
+    own = _own_dir(create=False)
+    if own is None:
         return
     try:
         for name in os.listdir(own.fd):
@@ -175,3 +163,18 @@ def forget_all() -> None:
                     pass
     finally:
         own.close()
+
+
+def _own_dir(*, create: bool) -> OwnDir | None:
+    """The cache directory, opened as dsh-sandbox's own (``create``: made if
+    missing), or None where there is none to use."""
+    from dsh.sandbox.errors import DshError
+    from dsh.sandbox.own_dirs import open_own_dir
+
+    where = _cache_dir()
+    if where is None or not (create or os.path.isdir(where)):
+        return None
+    try:
+        return open_own_dir(where, "bwrap probe cache", "each run starts a trial sandbox instead")
+    except DshError:
+        return None
