@@ -1,9 +1,11 @@
 """``dsh-sandbox``: the command-line interface.
 
-The console script enters here.  ``--version`` alone is answered without
-importing click or any command (a script asking which version is installed
-pays for an interpreter start, not for the CLI); everything else goes to the
-command group in ``dsh.cli.app``.
+The ``dsh-sandbox`` script enters here.  ``--version`` alone, and ``--help``
+alone when click would print the same text (``dsh.cli.group_help``), are
+answered without importing click or any command: a script asking which
+version is installed, or a person asking what there is, pays for an
+interpreter start, not for the CLI.  Everything else goes to the command
+group in ``dsh.cli.app``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,21 @@ VERSION_LINE = f"dsh-sandbox, version {__version__}"
 def main(argv: list[str] | None = None) -> object:
     """Console entry point (see ``dsh.cli.app.run_main``).  No ``typing``
     import here: it alone is a third of what ``--version`` costs."""
-    if (sys.argv[1:] if argv is None else argv) == ["--version"]:
-        sys.stdout.write(VERSION_LINE + "\n")
-        sys.stdout.flush()
-        sys.exit(0)
+    args = sys.argv[1:] if argv is None else argv
+    if sys.stdout is not None and args == ["--version"]:
+        _answer(VERSION_LINE + "\n")
+    if sys.stdout is not None and args in (["--help"], ["-h"]):
+        from dsh.cli.group_help import group_help
+
+        text = group_help()
+        if text is not None:
+            _answer(text)
     from dsh.cli.app import run_main
 
     return run_main(argv)
+
+
+def _answer(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    sys.exit(0)

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 from dsh.cli import VERSION_LINE, __version__
+from dsh.cli.group_help import COMMAND_GROUP
 from dsh.sandbox.errors import DshError, SandboxUnavailable, UsageError
 
 # name -> (module, attribute, short help).  The help is duplicated here so
@@ -33,13 +34,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-#: Entry-point group of commands other packages add (a runner's own tools,
-#: e.g. building its image): ``name = module:attr`` naming a click command.
-#: A plugin cannot replace a command of this table.
-COMMAND_GROUP = "dsh_sandbox.commands"
-
-
 def plugin_commands() -> dict[str, str]:
+    # A plugin cannot replace a command of the table above.
     """Name -> ``module:attr`` of the commands other packages register."""
     from dsh.sandbox.registry import entry_points_of
 

@@ -7,21 +7,19 @@ Reading entry points through ``importlib.metadata`` costs over 100 ms of
 imports (email, zipfile, csv...) before a single file is read, which
 ``dsh-sandbox run`` cannot afford: ``entry_points_of`` reads the
 ``entry_points.txt`` of each ``*.dist-info`` / ``*.egg-info`` directory on
-``sys.path`` directly, once per process.  Like ``importlib.metadata``, the first
-distribution of a name on the path wins.  Zip archives on the path are not
-searched (no runner is installed that way).
+``sys.path`` directly (``entry_point_files``), once per process.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dsh.sandbox import entry_point_files
 from dsh.sandbox.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -30,8 +28,6 @@ if TYPE_CHECKING:
 RUNNER_GROUP = "dsh_sandbox.runners"
 #: The runner name that lets the host choose.
 AUTO = "auto"
-
-_DIST_SUFFIXES = (".dist-info", ".egg-info")
 
 
 @dataclass(frozen=True)
@@ -53,46 +49,9 @@ class EntryPoint:
         return target
 
 
-def _dist_name(dirname: str) -> str:
-    stem = dirname.rsplit(".", 1)[0]
-    return re.sub(r"[-_.]+", "-", stem.split("-")[0]).lower()
-
-
-def _section(text: str, group: str) -> Iterable[tuple[str, str]]:
-    current = None
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")):
-            continue
-        if line.startswith("[") and line.endswith("]"):
-            current = line[1:-1].strip()
-            continue
-        if current == group and "=" in line:
-            name, _, value = line.partition("=")
-            yield name.strip(), value.strip()
-
-
 def scan_entry_points(group: str, path: Iterable[str]) -> tuple[EntryPoint, ...]:
     """The entry points of ``group`` declared by the distributions on ``path``."""
-    seen: set[str] = set()
-    found: list[EntryPoint] = []
-    for entry in path:
-        try:
-            names = sorted(n for n in os.listdir(entry or ".") if n.endswith(_DIST_SUFFIXES))
-        except OSError:
-            continue  # a file (zip) or a missing directory
-        for dirname in names:
-            dist = _dist_name(dirname)
-            if dist in seen:
-                continue
-            seen.add(dist)
-            try:
-                with open(os.path.join(entry or ".", dirname, "entry_points.txt"), encoding="utf-8") as f:
-                    text = f.read()
-            except OSError:
-                continue
-            found += [EntryPoint(name, value, group, dist) for name, value in _section(text, group)]
-    return tuple(found)
+    return tuple(EntryPoint(name, value, group, dist) for name, value, dist in entry_point_files.scan(group, path))
 
 
 @functools.lru_cache(maxsize=8)

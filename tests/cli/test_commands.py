@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,13 +46,13 @@ def test_version_alone_loads_no_command_line_library() -> None:
 
 
 def test_top_level_help_loads_no_runner() -> None:
-    """The help lists a runner's own command (``image``) by importing only
-    that command's module and its default image's name, not the runner or its
-    client behind it."""
+    """When click renders the help (here: a narrow terminal), it lists a
+    runner's own command (``image``) by importing only that command's module
+    and its default image's name, not the runner or its client behind it."""
     probe = ("import sys\nfrom dsh.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
              "print(sorted(m for m in sys.modules if m.startswith('dsh.runners.') and m.count('.') == 3))\n")
     done = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True, check=False,
-                          timeout=60)
+                          timeout=60, env={**os.environ, "COLUMNS": "60"})
     assert "  image " in done.stdout, done
     assert done.stdout.rstrip().endswith("['dsh.runners.docker.cli', 'dsh.runners.docker.image_name']"), done
 

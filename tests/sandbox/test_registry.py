@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -11,10 +12,13 @@ from pathlib import Path
 
 import pytest
 from dsh.sandbox.context import Context
+from dsh.sandbox.entry_point_files import dist_name
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.host import SandboxHost, SandboxHostConfig
 from dsh.sandbox.policy_service import PolicyConfig, PolicyService
 from dsh.sandbox.registry import RUNNER_GROUP, runner_entry_points, scan_entry_points
+from hypothesis import given
+from hypothesis import strategies as st
 
 
 def dist(site: Path, dirname: str, entry_points: str) -> None:
@@ -105,3 +109,10 @@ def test_a_relative_cache_home_is_ignored_and_nothing_lands_in_the_working_direc
             SandboxHost(ctx, SandboxHostConfig()).choose(policy)
     assert not (tmp_path / "cache").exists()
     assert (home / ".cache" / "dsh-sandbox" / "auto-order.json").is_file()
+
+
+@given(st.text(alphabet="aZ9-_.", max_size=12))
+def test_a_distribution_name_is_normalized_as_the_packaging_rule_says(stem: str) -> None:
+    dirname = f"{stem}-1.0.dist-info"
+    expected = re.sub(r"[-_.]+", "-", dirname.rsplit(".", 1)[0].split("-")[0]).lower()
+    assert dist_name(dirname) == expected
