@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -64,6 +65,10 @@ from dsh.sandbox.trusted_changes import (
 )
 
 __all__ = ["ALWAYS_PROTECTED", "PolicyConfig", "PolicyService", "system_dir_reason"]
+
+#: How soon after the session's start its first command may take the search
+#: the start made instead of walking the writable roots again (``_find``).
+START_SEARCH_REUSE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,10 @@ class PolicyService(Service):
         # The latest search of each set of roots: a run's baseline (few sets per session).
         self._latest: dict[frozenset[Path], Found] = {}
         self._latest_lock = threading.Lock()
+        # The search made while the session started, and when it ended, for
+        # its first command (see ``_find``).
+        self._start_search: tuple[frozenset[Path], Found, float] | None = None
+        self._last_search: tuple[frozenset[Path], Found, float] | None = None
         self._temp = {canonical(raw) for raw in ("/tmp", os.environ.get("TMPDIR")) if raw}
         # Made at the first workspace-write resolve, removed when the session closes.
         self._private_tmp: PrivateTmp | None = None
@@ -164,6 +173,7 @@ class PolicyService(Service):
         # Surface every configuration error now, not at the first command.
         try:
             self._default_policy = self.resolve()
+            self._keep_start_search(self._default_policy)
             log_refused = log_dir_refusal([self._home] if self._home is not None else [])
             if log_refused is not None:
                 raise ConfigError(log_refused)
@@ -306,7 +316,7 @@ class PolicyService(Service):
             # .git is not among them: ``git init`` must work, and a repository
             # made during a run is reported after it (``changed_files``).
             protected |= protected_under(root, (*ALWAYS_PROTECTED, *profile.protected_names))
-        found = self._find([path for _label, path in roots])
+        found = self._find([path for _label, path in roots], for_command=True)
         # The workspace first: a root nested in another is searched with the first one's budget.
         ordered = sorted((path for _label, path in roots), key=lambda p: p != self._workspace)
         unscanned: list[Path] = []
@@ -352,17 +362,40 @@ class PolicyService(Service):
         self._pins.remember(policy, pins)
         return policy
 
-    def _find(self, roots: list[Path]) -> Found:
+    def _find(self, roots: list[Path], *, for_command: bool = False) -> Found:
         """The repositories and protected names under ``roots``: at any depth in
         the workspace, the configured roots and a shared ``/tmp``; directly
         inside the sandbox's own scratch space (its HOME and private ``/tmp``:
-        tool caches, often huge, that only sandboxed commands use)."""
+        tool caches, often huge, that only sandboxed commands use).
+
+        ``for_command``: the search is for a command's policy.  The session's
+        first command, when it follows the session's start within
+        ``START_SEARCH_REUSE_S`` and no command started in between, takes the
+        search the start made (``dsh-sandbox run`` would otherwise walk the
+        tree twice in a few milliseconds).  That only moves the search a
+        moment earlier than the one before the spawn would be: what the host
+        makes after either is not protected during the run and is judged
+        after it (``changed_files``), as a sandboxed command cannot run in
+        between."""
+        key = frozenset(roots)
+        if for_command:
+            with self._latest_lock:
+                start, self._start_search = self._start_search, None
+            if start is not None and start[0] == key and time.monotonic() - start[2] <= START_SEARCH_REUSE_S:
+                return start[1]
         private = self._private_tmp
         own = {p for p in (self._home, private.path if private else None) if p is not None}
         found = self._index.refresh([r for r in roots if r not in own], [r for r in roots if r in own])
+        ended = time.monotonic()
         with self._latest_lock:
-            self._latest[frozenset(roots)] = found
+            self._latest[key] = found
+            self._last_search = (key, found, ended)
         return found
+
+    def _keep_start_search(self, policy: SandboxPolicy) -> None:
+        with self._latest_lock:
+            last = self._last_search
+            self._start_search = last if last is not None and last[0] == frozenset(policy.writable_roots) else None
 
     def baseline(self, policy: SandboxPolicy) -> Baseline | None:
         """What a run under ``policy`` starts from: the latest search of its
@@ -375,6 +408,7 @@ class PolicyService(Service):
         since = run_started_ns()
         roots = list(policy.writable_roots)
         with self._latest_lock:
+            self._start_search = None  # a command starts: the next one searches again
             found = self._latest.get(frozenset(roots))
         found = found if found is not None else self._find(roots)
         return Baseline(since, found, git_dir_identities(found.repos))

@@ -198,39 +198,56 @@ class TreeIndex:
     ) -> None:
         budget = self.max_entries
         stack = [root]
+        listings, lstat, is_dir = self._listings, os.lstat, stat.S_ISDIR
         while stack:
             path = stack.pop()
             if path in seen:
                 continue  # a root nested in another root
             seen.add(path)
-            held = self._listings.get(path)
-            listing = self._listing(path)
-            if isinstance(listing, str):
-                # Never "empty": a repository could be hiding in there.
-                incomplete.append(Path(path))
-                continue
+            held = listings.get(path)
+            listing: _Listing | None = None
+            if held is not None:
+                # What ``_listing`` does first, inline: this runs once per
+                # directory of every search, and most did not change.
+                try:
+                    st = lstat(path)
+                except OSError:
+                    pass
+                else:
+                    if held.key == (st.st_dev, st.st_ino, st.st_ctime_ns) and is_dir(st.st_mode):
+                        listing = held
+                        budget -= _HELD_COST
             if listing is None:
-                continue
-            if listing is not held:  # listed now, not reused
-                budget -= listing.entries
-                self._listed[root] = self._listed.get(root, 0) + listing.entries
-            else:
-                budget -= _HELD_COST
+                fresh = self._listing(path)
+                if isinstance(fresh, str):
+                    # Never "empty": a repository could be hiding in there.
+                    incomplete.append(Path(path))
+                    continue
+                if fresh is None:
+                    continue
+                if fresh is not held:  # listed now, not reused
+                    budget -= fresh.entries
+                    self._listed[root] = self._listed.get(root, 0) + fresh.entries
+                else:
+                    budget -= _HELD_COST
+                listing = fresh
             if budget < 0:
                 incomplete.append(Path(root))
                 return
-            if listing.git_dir:
-                repos.append((Path(path), listing.key[1]))  # its hooks and config are not walked into
+            key, subdirs, found_repos, found_named, _entries, git_dir, found_links = listing
+            if git_dir:
+                repos.append((Path(path), key[1]))  # its hooks and config are not walked into
                 continue
-            # Tested before they are walked: most directories have none, and this runs once per directory.
-            if listing.repos:
-                repos.extend((Path(path, n), ino) for n, ino in listing.repos)
-            if listing.named:
-                named.extend((Path(path, n), ino) for n, ino in listing.named)
-            if listing.links:
-                links.extend(Path(path, n) for n in listing.links)
-            prefix = path if path.endswith("/") else path + "/"
-            stack += [prefix + n for n in listing.subdirs]
+            # Tested before they are walked: most directories have none.
+            if found_repos:
+                repos.extend((Path(path, n), ino) for n, ino in found_repos)
+            if found_named:
+                named.extend((Path(path, n), ino) for n, ino in found_named)
+            if found_links:
+                links.extend(Path(path, n) for n in found_links)
+            if subdirs:
+                prefix = path if path.endswith("/") else path + "/"
+                stack.extend([prefix + n for n in subdirs])
 
     def _listing(self, path: str) -> _Listing | Literal["unlistable"] | None:
         """``path``'s listing; ``None`` when it is gone or not a directory."""
