@@ -18,8 +18,8 @@ import sys
 #: e.g. building its image): ``name = module:attr`` naming a click command.
 COMMAND_GROUP = "dsh_sandbox.commands"
 
-#: That group as this package alone fills it.
-OWN_ADDED_COMMANDS = {"image": "dsh.runners.docker.cli:image"}
+#: That group as this package alone fills it: command -> the distribution adding it.
+OWN_ADDED_COMMANDS = {"image": "dsh-sandbox"}
 
 #: Below this many columns click wraps the help more narrowly than the text here.
 MIN_COLUMNS = 80
@@ -73,6 +73,9 @@ def group_help() -> str | None:
     """The group's help as click would print it, or ``None`` when that needs click."""
     if columns() < MIN_COLUMNS:
         return None
-    from dsh.sandbox.entry_point_files import first_of_each_name
+    from dsh.sandbox.entry_point_files import scan
 
-    return GROUP_HELP if first_of_each_name(COMMAND_GROUP, sys.path) == OWN_ADDED_COMMANDS else None
+    added: dict[str, str] = {}
+    for name, _target, dist in scan(COMMAND_GROUP, sys.path):
+        added.setdefault(name, dist)  # the first on the path wins, as for modules
+    return GROUP_HELP if added == OWN_ADDED_COMMANDS else None

@@ -73,10 +73,3 @@ def scan(group: str, path: Iterable[str]) -> list[tuple[str, str, str]]:
             found += [(name, value, dist) for name, value in section(text, group)]
     return found
 
-
-def first_of_each_name(group: str, path: Iterable[str]) -> dict[str, str]:
-    """Name -> ``module:attr`` of ``group``; the first on the path wins, as for modules."""
-    points: dict[str, str] = {}
-    for name, value, _ in scan(group, path):
-        points.setdefault(name, value)
-    return points
