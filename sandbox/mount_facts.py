@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from dsh.sandbox.modes import SandboxMode
 from dsh.sandbox.own_state import state_parents
 from dsh.sandbox.policy import SandboxPolicy
 from dsh.sandbox.policy_paths import canonical, fixed_symlink, path_within, system_dir_reason
+from dsh.sandbox.tree_cache import RACY_NS
 
 PathKind = Literal["dir", "file", "symlink", "other", "missing", "placeholder"]
 
@@ -249,6 +251,8 @@ def masked_by_state(policy: SandboxPolicy, paths: Mapping[str, PathFact], parent
     around = frozenset(a for p in shown for a in (p, *ancestors(p)))
     inside_shown = tuple(p.rstrip("/") + "/" for p in shown)
 
+    link_free: dict[str, bool] = {}
+
     def covered(path: str) -> bool:
         if path in around or path.startswith(inside_shown):
             return False
@@ -258,12 +262,50 @@ def masked_by_state(policy: SandboxPolicy, paths: Mapping[str, PathFact], parent
             return False
         if not (parent in mask_set or parent.startswith(inside)):
             return False
+        if parent not in link_free:
+            link_free[parent] = holds_no_link(parent)
+        if link_free[parent]:
+            return True  # one look at the directory for all its entries
         try:
             return not stat.S_ISLNK(os.lstat(path).st_mode)
         except OSError:
             return True  # gone: nothing there to show
 
     return covered
+
+
+#: Directory -> ((device, inode, ctime) just before it was listed, whether
+#: none of its entries was a symbolic link then).
+_LINK_FREE: dict[str, tuple[tuple[int, int, int], bool]] = {}
+
+
+def holds_no_link(directory: str) -> bool:
+    """Whether no entry of ``directory`` is a symbolic link: one listing
+    instead of an ``lstat`` of each of its entries (a state directory holds
+    one per workspace ever used).  A listing is reused while the directory's
+    device, inode and ctime are those seen just before it was made: an entry
+    made, removed or renamed in it since sets its ctime, which nothing
+    unprivileged sets back.  One changed in the last ``RACY_NS`` is listed
+    again each time (a change in the same clock tick as the listing could
+    leave its ctime as it was)."""
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return False
+    stamp = (st.st_dev, st.st_ino, st.st_ctime_ns)
+    known = _LINK_FREE.get(directory)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    try:
+        with os.scandir(directory) as entries:
+            answer = not any(entry.is_symlink() for entry in entries)
+    except OSError:
+        return False
+    if st.st_ctime_ns < time.time_ns() - RACY_NS:
+        if len(_LINK_FREE) > 64:
+            _LINK_FREE.clear()
+        _LINK_FREE[directory] = (stamp, answer)
+    return answer
 
 
 def _listings(policy: SandboxPolicy, paths: Mapping[str, PathFact], masked: frozenset[str],

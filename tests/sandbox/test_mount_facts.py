@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,50 @@ def test_hidden_entries_of_a_state_directory_masked_whole_are_not_looked_at(trus
     assert str(others[0]) in moved.paths
     with pytest.raises(SandboxUnavailable, match="now resolves"):
         plan_mounts(policy, moved)
+
+
+def test_a_state_directory_without_links_is_listed_once_not_looked_at_entry_by_entry(
+        trusted_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether a HOME was swapped for a link is answered by one listing of
+    their directory, reused while its ctime holds; a link made since, or a
+    directory changed too lately to trust its ctime, is looked at again."""
+    from dsh.sandbox import mount_facts
+    from dsh.sandbox.mount_plan import plan_mounts
+    from dsh.sandbox.sandbox_home import homes_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(trusted_dir / "cache"))
+    monkeypatch.setattr(mount_facts, "_LINK_FREE", {})
+    homes = homes_dir()
+    own, others = homes / "ws-own", [homes / f"ws-{i}" for i in range(200)]
+    ws = trusted_dir / "ws"
+    for d in (ws, own, *others):
+        d.mkdir(parents=True)
+    policy = SandboxPolicy(mode=SandboxMode.WORKSPACE_WRITE, workspace=ws, writable_roots=(ws, own), home=own,
+                           hidden_paths=tuple(others))
+    # Made a moment ago: its ctime could still share a clock tick with a change.
+    gather_facts(policy, os.geteuid())
+    assert str(homes) not in mount_facts._LINK_FREE
+    monkeypatch.setattr(mount_facts, "RACY_NS", 50_000_000)
+    time.sleep(0.1)
+    looked: list[str] = []
+    lstat = os.lstat
+
+    def counted(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        looked.append(os.fspath(path))  # type: ignore[arg-type]
+        return lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "lstat", counted)
+    gather_facts(policy, os.geteuid())
+    gather_facts(policy, os.geteuid())
+    assert mount_facts._LINK_FREE[str(homes)][1] is True
+    assert set(looked) & set(map(str, others)) == set()
+    assert str(own) in looked  # the run's own HOME is kept: looked at
+    monkeypatch.setattr(os, "lstat", lstat)
+
+    away = trusted_dir / "away"
+    os.rename(others[7], away)
+    os.symlink(away, others[7])
+    linked = gather_facts(policy, os.geteuid())
+    assert str(others[7]) in linked.paths
+    with pytest.raises(SandboxUnavailable, match="now resolves"):
+        plan_mounts(policy, linked)
