@@ -22,8 +22,9 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 from dsh.cli.options import keep_spill_files, network_options, seconds_flag, settings_options
-from dsh.cli.run_options import DEFAULT_KEEP_WARM_S, RunOptions, apply_to_run, check_options, keep_warm
+from dsh.cli.run_options import DEFAULT_KEEP_WARM_S, KEEP_WARM_ENV, RunOptions, apply_to_run, check_options, keep_warm
 from dsh.cli.run_output import (
     LiveStreams,
     closed_stream,
@@ -313,10 +314,10 @@ def _attached(execution: Any, spec: Any) -> tuple[int, Any]:
     "--timeout", "timeout_s", callback=seconds_flag, metavar="S", help="Kill the command after S seconds."
 )
 @click.option(
-    "--keep-warm", "keep_warm_s", callback=seconds_flag, metavar="S", envvar="DSH_SANDBOX_KEEP_WARM",
+    "--keep-warm", "keep_warm_s", callback=seconds_flag, metavar="S", envvar=KEEP_WARM_ENV,
     help=f"Keep a sandbox that can outlive the run (a container) idle for S seconds for the next run of the "
     f"same workspace and policy, so it costs one exec; 0 removes it at exit (default: {DEFAULT_KEEP_WARM_S:g}; "
-    "env DSH_SANDBOX_KEEP_WARM; a --composition file sets its own).",
+    f"env {KEEP_WARM_ENV}; a --composition file sets its own).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON, do not stream.")
 @click.option("--composition", metavar="FILE", help="Build the context from a composition file.")
@@ -357,7 +358,8 @@ def run(**params: Any) -> None:
     """
     many = ("argv", "writable", "force_writable", "env", "accept_degraded", "allow_domain", "deny_domain")
     repeated: dict[str, Any] = {k: tuple(params[k]) for k in many}
-    opts = RunOptions(**{k: v for k, v in params.items() if k not in many}, **repeated)
+    from_env = click.get_current_context().get_parameter_source("keep_warm_s") is ParameterSource.ENVIRONMENT
+    opts = RunOptions(**{k: v for k, v in params.items() if k not in many}, **repeated, keep_warm_env=from_env)
     closed = closed_stream()
     if closed is not None:
         raise UsageError(f"{closed} is closed (>&-): the command's output has nowhere to go; "

@@ -19,6 +19,7 @@ from dsh.sandbox.modes import SandboxMode
 #: How long a container-like sandbox stays warm after a run for the next run
 #: of the same workspace and policy, unless ``--keep-warm`` says otherwise.
 DEFAULT_KEEP_WARM_S = 600.0
+KEEP_WARM_ENV = "DSH_SANDBOX_KEEP_WARM"
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RunOptions:
     user_config: str | None = None  # the user's config file, when one was read
     tty: bool | None = None  # -t/--no-tty; None: a pty when stdin and stdout are terminals
     keep_warm_s: float | None = None  # --keep-warm; None: DEFAULT_KEEP_WARM_S; 0: removed at exit
+    keep_warm_env: bool = False  # keep_warm_s came from DSH_SANDBOX_KEEP_WARM, not the flag
 
 
 def keep_warm(opts: RunOptions) -> float | None:
@@ -112,7 +114,8 @@ def check_session_options(opts: RunOptions) -> None:
         from dsh.sandbox.host import KEEP_WARM_MAX_S
         from dsh.sandbox.numeric import seconds
 
-        seconds("--keep-warm (0 removes the container at exit)", opts.keep_warm_s, high=KEEP_WARM_MAX_S)
+        source = f"{KEEP_WARM_ENV} (the --keep-warm default)" if opts.keep_warm_env else "--keep-warm"
+        seconds(f"{source} (0 removes the container at exit)", opts.keep_warm_s, high=KEEP_WARM_MAX_S)
     if opts.composition is not None:
         clashing = [
             flag

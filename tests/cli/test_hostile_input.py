@@ -48,8 +48,8 @@ def test_a_bad_keep_warm_names_where_it_came_from(workspace: Path, value: str, s
     done = cli("run", "--mode", "read-only", *flag, "--", "touch", str(marker), cwd=workspace, env=env)
     assert done.returncode == 2, (value, done.stderr)
     assert b"Traceback" not in done.stderr and b"--keep-warm" in done.stderr
-    if source == "env" and value not in ("-1", "0.0000001"):
-        assert b"(from DSH_SANDBOX_KEEP_WARM)" in done.stderr, done.stderr
+    if source == "env":  # a bad number and one out of range both name the variable
+        assert b"DSH_SANDBOX_KEEP_WARM" in done.stderr, done.stderr
     assert not marker.exists()
 
 
