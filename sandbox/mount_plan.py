@@ -309,8 +309,16 @@ def _hidden_reals(policy: SandboxPolicy, facts: MountFacts) -> list[str]:
     for path in map(str, policy.hidden_paths):
         if path in facts.state_hidden:
             continue  # its state directory's mask hides it
-        real = facts.of(path).real
+        fact = facts.of(path)
+        real = fact.real
         if real != path and os.path.normpath(path) == path and os.path.isabs(path):
+            if fact.kind == "symlink":
+                # Not a race to retry: the path itself is a link, and stays one.
+                raise SandboxUnavailable(
+                    f"the hidden path {path} is a symbolic link to {real} (swapped in after the policy was "
+                    "resolved, or left in dsh-sandbox's own state, where no run makes one); masking where it "
+                    f"leads would leave the link itself shown, so nothing ran: remove it (rm {path}) or put "
+                    "back what was there, and run again")
             raise SandboxUnavailable(f"the hidden path {path} now resolves to {real} (a directory above it was "
                                      "replaced by a symlink after the policy was resolved); nothing ran, retry")
         reals.append(real)

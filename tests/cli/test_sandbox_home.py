@@ -91,3 +91,22 @@ def test_builtin_profiles_leave_the_real_package_caches_read_only(
     assert [cache for cache in REAL_CACHES if (trusted_dir / cache / "planted").exists()] == []
     homes = list((_cache(tmp_path) / "dsh-sandbox" / "home").iterdir())
     assert len(homes) == 1 and (homes[0] / ".cache" / "pip" / "wheels").is_dir()
+
+
+@pytest.mark.parametrize("runner_name", ["bwrap", "docker"])
+def test_a_link_left_among_the_homes_is_named_with_how_to_remove_it(workspace: Path, tmp_path: Path,
+                                                                    trusted_dir: Path, runner_name: str) -> None:
+    """No run makes a link among the sandbox HOMEs: one left there refuses
+    every run until it is removed, and the refusal says where it is and how,
+    not "retry" as for a link swapped in by a race."""
+    need_runner(runner_name)
+    env = _env(tmp_path, trusted_dir)
+    assert cli("run", *runner_flags(runner_name), "--", "true", cwd=workspace, env=env).returncode == 0
+    planted = _cache(tmp_path) / "dsh-sandbox" / "home" / "ws-planted"
+    planted.symlink_to("/etc")
+    done = cli("run", *runner_flags(runner_name), "--", "true", cwd=workspace, env=env)
+    assert done.returncode == 125, done.stderr
+    assert b"is a symbolic link to /etc" in done.stderr and f"rm {planted}".encode() in done.stderr
+    assert b"retry" not in done.stderr and b"Traceback" not in done.stderr
+    planted.unlink()
+    assert cli("run", *runner_flags(runner_name), "--", "true", cwd=workspace, env=env).returncode == 0
