@@ -1,7 +1,10 @@
 """The keeper process (``python -m dsh.runners.linux.keeper_main DIR...``): waits
 for EOF on stdin, then kills and removes the session's command cgroups.
 
-See ``keeper.py`` for the supervisor's side and why it exists.
+See ``keeper.py`` for the supervisor's side and why it exists.  The cgroup
+code is imported only once the wait is over: a keeper starts with every run
+that sets limits, beside the run itself, and its imports (over 30 ms of CPU
+on this module's first version) would compete with the run for the cores.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from dsh.runners.linux.cgroups import CgroupSession
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 
 def main(argv: Sequence[str]) -> int:
@@ -22,6 +25,10 @@ def main(argv: Sequence[str]) -> int:
     with contextlib.suppress(OSError):
         while os.read(0, 512):
             pass  # nothing is ever written: only EOF matters
+    from pathlib import Path
+
+    from dsh.runners.linux.cgroups import CgroupSession
+
     CgroupSession.attach([Path(a) for a in argv]).purge()
     return 0
 
