@@ -164,6 +164,14 @@ def run_main(argv: list[str] | None = None) -> Any:
     except DshError as exc:
         click.echo(f"dsh-sandbox: {exc.code}: {exc}", err=True)
         sys.exit(1)
+    except RuntimeError as exc:
+        if str(exc) != "can't start new thread":
+            raise
+        # RLIMIT_NPROC counts threads: at the limit the stdlib says no more than this.
+        click.echo("dsh-sandbox: cannot start a thread: this user's limit on processes and threads is reached "
+                   "(ulimit -u); the run stopped, and what it had started was stopped on the way out; end "
+                   "other processes of this user or raise the limit, and run it again", err=True)
+        sys.exit(125)
     except FileNotFoundError:
         if not _cwd_gone():
             raise

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -328,3 +330,38 @@ def test_a_nul_or_overlong_value_in_a_composition_is_refused(
     done = cli("run", "--composition", str(composition), "--", "touch", "ran", cwd=workspace)
     assert done.returncode == 2 and named in done.stderr, done.stderr[-2000:]
     assert b"Traceback" not in done.stderr and not (workspace / "ran").exists()
+
+
+@pytest.mark.parametrize("limit", [1, 2, 4, 8])
+@pytest.mark.parametrize("stdin", ["pipe", "null"])
+def test_a_process_limit_reached_is_a_clear_error(tmp_path: Path, limit: int, stdin: str) -> None:
+    """At ``ulimit -u`` no thread or process can start: the run stops with a
+    message that says so (or the runner's own refusal), never a traceback,
+    and the command does not run.  As nobody: root is not held to the limit."""
+    from tests.runners.test_trusted_files import NOBODY
+    from tests.runners.test_trusted_files import cli as cli_argv
+
+    argv = cli_argv("nobody")
+    base = Path(tempfile.mkdtemp(prefix="dsh-nproc-", dir="/var/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        workspace, home = base / "ws", base / "home"
+        for directory in (workspace, home):
+            directory.mkdir()
+            os.chown(directory, NOBODY, NOBODY)
+        marker = workspace / "ran"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
+
+        def at_the_limit() -> None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (limit, limit))
+
+        done = subprocess.run([*argv, "run", "--runner", "bwrap", "--", "touch", str(marker)], cwd=workspace,
+                              env=env, user=NOBODY, group=NOBODY, extra_groups=[], preexec_fn=at_the_limit,
+                              input=b"" if stdin == "pipe" else None,
+                              stdin=subprocess.DEVNULL if stdin == "null" else None,
+                              capture_output=True, timeout=120, check=False)
+        assert b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
+        assert done.returncode == 125, (done.returncode, done.stderr)
+        assert not marker.exists()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
