@@ -33,6 +33,7 @@ from dsh.cli.run_output import (
     note,
     output_failed,
     report,
+    report_left,
     result_json,
 )
 from dsh.sandbox.errors import UsageError
@@ -278,6 +279,7 @@ def _attached(execution: Any, spec: Any) -> tuple[int, Any]:
     except BaseException:
         execution.kill()
         execution.wait(None)
+        report_left(execution)
         raise
     result = execution.result()
     report(result, spec)

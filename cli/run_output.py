@@ -246,17 +246,20 @@ def follow(execution: Any, live: LiveStreams | None) -> int | None:
         execution.kill()
         execution.wait(None)
         note("interrupted; the command was killed")
+        report_left(execution)
         return EXIT_INTERRUPTED
     except Stopped:
         # SIGTERM/SIGHUP/SIGINT to us: the command goes first, then the
         # caller's teardown stops the container or the E2B sandbox.
         execution.kill()
         execution.wait(None)
+        report_left(execution)
         raise
     except BrokenPipeError:
         # Our reader went away (``| head``): stop the command as SIGPIPE would.
         execution.kill()
         execution.wait(None)
+        report_left(execution)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
@@ -295,6 +298,32 @@ def memory_note(result: Any, limit: int | None) -> str | None:
     )
 
 
+def report_left(execution: Any) -> None:
+    """What a command stopped before its end left that the host will trust
+    (a repository it made, a hook it wrote): said as after any run, since a
+    command that hangs until it is interrupted is the one to look at."""
+    facts = execution.result().sandbox
+    if facts is not None:
+        report_trusted(facts)
+
+
+def report_trusted(facts: Any) -> None:
+    """The trusted files a run created or changed, the links removed from its
+    git dirs, and where nothing could be searched: one note each."""
+    if facts.trusted_changed:
+        from dsh.tools.render import trusted_changed_note
+
+        note(trusted_changed_note(facts.trusted_changed, shown=20))
+    if facts.removed_from_git:
+        from dsh.tools.render import removed_from_git_note
+
+        note(removed_from_git_note(facts.removed_from_git, shown=20))
+    if facts.trusted_unsearched:
+        from dsh.tools.render import trusted_unsearched_note
+
+        note(trusted_unsearched_note(facts.trusted_unsearched, shown=20))
+
+
 def report(result: Any, spec: Any) -> None:
     """One-line notes on stderr: timeout, and the denial hint."""
     if result.timed_out:
@@ -309,18 +338,8 @@ def report(result: Any, spec: Any) -> None:
         allowlist = spec.sandbox_policy.network_allowlist if spec.sandbox_policy is not None else None
         note(network_refused_note(facts.network_denied, shown=20,
                                   with_secrets=allowlist is not None and bool(allowlist.secrets)))
-    if facts is not None and facts.trusted_changed:
-        from dsh.tools.render import trusted_changed_note
-
-        note(trusted_changed_note(facts.trusted_changed, shown=20))
-    if facts is not None and facts.removed_from_git:
-        from dsh.tools.render import removed_from_git_note
-
-        note(removed_from_git_note(facts.removed_from_git, shown=20))
-    if facts is not None and facts.trusted_unsearched:
-        from dsh.tools.render import trusted_unsearched_note
-
-        note(trusted_unsearched_note(facts.trusted_unsearched, shown=20))
+    if facts is not None:
+        report_trusted(facts)
     if facts is None or spec.sandbox_policy is None:
         return
     memory = memory_note(result, spec.sandbox_policy.limits.max_memory_bytes)

@@ -119,6 +119,22 @@ def test_signal_stops_the_command(runner: str, sig: int, workspace: Path) -> Non
 
 
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
+@pytest.mark.parametrize("runner", ["landlock", "bwrap", "docker"])
+def test_a_repository_a_stopped_command_made_is_reported(runner: str, sig: int, workspace: Path) -> None:
+    """A command that hangs until it is stopped is the one to look at: the
+    repository it made (a planted fsmonitor the host's next git status would
+    run) is reported as after any run."""
+    need_runner(runner)
+    planted = "mkdir sub && cd sub && git init -q && git config core.fsmonitor 'touch /tmp/pwned'"
+    status, err, left = _stop_cli(["run", *runner_flags(runner), "-c", f"{planted} && {{script}}"], sig,
+                                  workspace)
+    assert status == 128 + sig, err
+    assert left == [], f"still running after the CLI exited: {left}"
+    assert f"{workspace}/sub/.git/config".encode() in err, err
+    assert b"created or changed" in err and b"Traceback" not in err
+
+
+@pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
 def test_signal_stops_the_e2b_command(sig: int, workspace: Path, e2b_composition: Path) -> None:
     status, err, left = _stop_cli(["run", "--composition", str(e2b_composition)], sig, workspace)
     assert status == 128 + sig, err
