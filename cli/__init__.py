@@ -36,6 +36,26 @@ def main(argv: list[str] | None = None) -> object:
 
 
 def _answer(text: str) -> None:
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader left (``| true``): nothing more to say, as click does.
+        _drop_stdout()
+    except OSError as exc:
+        _drop_stdout()
+        sys.stderr.write(f"dsh-sandbox: cannot write to standard output: {exc.strerror or exc}\n")
+        sys.exit(1)
     sys.exit(0)
+
+
+def _drop_stdout() -> None:
+    # What is left in the buffer would fail again at exit, with a traceback.
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -129,3 +129,20 @@ def test_a_command_another_package_adds_is_listed(tmp_path: Path) -> None:
     kept = script("--help", env=env, importtime=True)
     assert "hello" not in kept.stdout and "click" not in imported(kept.stderr)
     assert kept.stdout == click_renders(env)
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"]])
+def test_a_reader_gone_or_a_full_disk_is_no_traceback(args: list[str]) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # `dsh-sandbox --help | true`, the reader gone before the first write
+    try:
+        gone = subprocess.run([str(SCRIPT), *args], stdout=write_end, stderr=subprocess.PIPE,
+                              env=env_with("100"), check=False, timeout=60)
+    finally:
+        os.close(write_end)
+    assert (gone.returncode, gone.stderr) == (0, b"")
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([str(SCRIPT), *args], stdout=full, stderr=subprocess.PIPE, env=env_with("100"),
+                              check=False, timeout=60)
+    assert done.returncode == 1 and b"Traceback" not in done.stderr
+    assert b"cannot write to standard output: No space left on device" in done.stderr
