@@ -31,7 +31,7 @@ from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import DshError
 from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.policy_service import PolicyService
-from dsh.sandbox.trusted_changes import run_started_ns
+from dsh.sandbox.trusted_changes import Baseline, run_started_ns
 from dsh.tools.base import Tool, ToolResult
 from dsh.tools.render import (
     join_rendered,
@@ -39,6 +39,7 @@ from dsh.tools.render import (
     sandbox_marker,
     status_marker,
     timeout_marker,
+    trusted_changed_note,
     trusted_unsearched_note,
 )
 from dsh.tools.shell_tool import BASH, PWSH, ShellTool
@@ -73,6 +74,9 @@ class PersistentShells(Service):
         super().__init__(ctx, config)
         self._sessions: dict[tuple[str, str], str] = {}
         self._opened_ns: dict[str, int] = {}  # session id -> when it was opened
+        # Session id -> what its next command is judged against: the host as
+        # the last judgment (or the shell's opening) left it.
+        self._baselines: dict[str, Baseline] = {}
         self._busy: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -99,13 +103,43 @@ class PersistentShells(Service):
             except TerminalError:
                 pass
         opened_ns = run_started_ns()
+        service = self.ctx.get(PolicyService)
+        before = service.baseline(service.resolve(None)) if service is not None else None
         entry = registry.open(owner, TerminalOpenRequest(
             name=f"persistent-{dialect}-{secrets.token_hex(3)}", dialect=dialect,
             rows=self.config.rows, cols=self.config.cols))
         with self._lock:
             self._sessions[(owner, dialect)] = entry.id
             self._opened_ns[entry.id] = opened_ns
+            if before is not None:
+                self._baselines[entry.id] = before
         return entry
+
+    def judge(self, session_id: str) -> tuple[tuple[Path, ...], tuple[Path, ...], tuple[Path, ...]]:
+        """After a command of the shell ``session_id``: the trusted files
+        created or changed since the last judgment (a repository it made
+        with a planted fsmonitor, a hook), the links removed from git dirs
+        (any made since the shell opened: what it left running may plant
+        between two commands) and where nothing could be searched."""
+        service = self.ctx.get(PolicyService)
+        if service is None:
+            return (), (), ()
+        policy = service.resolve(None)
+        with self._lock:
+            before = self._baselines.pop(session_id, None)
+        changed: tuple[Path, ...] = ()
+        removed: tuple[Path, ...] = ()
+        unsearched: tuple[Path, ...] = ()
+        if before is not None:
+            changes = service.changed_files(policy, before)
+            changed, removed, unsearched = changes.paths, changes.removed, changes.unsearched
+            after = service.baseline(policy)  # the search just made, from now on
+            with self._lock:
+                if after is not None and session_id in self._sessions.values():  # not discarded
+                    self._baselines[session_id] = after
+        more_removed, too_large = service.remove_git_links(policy, self.opened_ns(session_id))
+        return (changed, tuple(dict.fromkeys((*removed, *more_removed))),
+                tuple(dict.fromkeys((*unsearched, *too_large))))
 
     def opened_ns(self, session_id: str) -> int:
         """When the shell ``session_id`` was opened (0 if unknown: everything counts)."""
@@ -226,10 +260,6 @@ class PersistentShellTool(Tool):
         session: Any = entry.session
         nonce = secrets.token_hex(8)
         budget = shells.config.max_output_chars
-        # Since the shell opened, not since this command: what it left running
-        # may plant between two commands, and a git dir may be completed by a
-        # later command than the one that made its links.
-        started_ns = shells.opened_ns(entry.id)
         session.start_capture(budget * 4 + 4096)
         prompts = session.prompts
         snap = registry.send(entry.id, owner, TerminalSendRequest(marker_line(args["command"], nonce, self.dialect)),
@@ -256,7 +286,9 @@ class PersistentShellTool(Tool):
                 shells.discard(owner, self.dialect)
         elif got.exit_code != 0:
             trailer.append(status_marker(got.exit_code, None) or "")
-        removed, too_large = _remove_git_links(ctx, started_ns)
+        changed, removed, too_large = shells.judge(entry.id)
+        if changed:
+            trailer.append(sandbox_marker(trusted_changed_note(tuple(map(str, changed)))))
         if removed:
             trailer.append(sandbox_marker(removed_from_git_note(tuple(map(str, removed)))))
         if too_large:
@@ -271,12 +303,3 @@ class PersistentShellTool(Tool):
 PERSISTENT_BASH_TOOL = PersistentShellTool("bash")
 PERSISTENT_PWSH_TOOL = PersistentShellTool("pwsh")
 
-
-def _remove_git_links(ctx: Context, since_ns: int) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
-    """What a one-shot command's end does for links planted in a git dir
-    (the host's git writes through them), after each command of the
-    persistent shell: the shell lives on, the user's git does not wait."""
-    service = ctx.get(PolicyService)
-    if service is None:
-        return (), ()
-    return service.remove_git_links(service.resolve(None), since_ns)

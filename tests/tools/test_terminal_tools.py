@@ -77,6 +77,25 @@ def test_a_link_a_persistent_shell_plants_in_a_git_dir_is_removed_after_the_comm
     assert target.read_text() == "ORIGINAL\n"
 
 
+@pytest.mark.parametrize("runner", TERMINAL_RUNNERS)
+def test_a_repository_a_persistent_shell_makes_is_reported(workspace: Path, runner: str) -> None:
+    """A repository the shell makes (a planted fsmonitor the host's next git
+    status runs) is reported after the command that made it, once; one that
+    what the shell left running makes between two commands, after the next."""
+    planted = "git init -q {name} && git -C {name} config core.fsmonitor 'touch /tmp/pwned'"
+    with terminal_ctx(workspace, runner, extra=PERSISTENT) as ctx:
+        made = call_tool(ctx, "bash", {"command": planted.format(name="sub") + "; echo made",
+                                       "description": "d"}, owner="a")
+        assert "created or changed" in made.content and f"{workspace}/sub/.git/config" in made.content, made.content
+        quiet = call_tool(ctx, "bash", {"command": "echo quiet", "description": "d"}, owner="a")
+        assert quiet.content.rstrip("\n") == "quiet", quiet.content  # judged since the last command
+        call_tool(ctx, "bash", {"command": "(sleep 1; " + planted.format(name="late") + ") & echo bg",
+                                "description": "d"}, owner="a")
+        later = call_tool(ctx, "bash", {"command": "sleep 3; echo later", "description": "d"}, owner="a")
+        assert f"{workspace}/late/.git/config" in later.content, later.content
+        assert f"{workspace}/sub/.git/config" not in later.content, later.content
+
+
 def test_persistent_bash_exit_and_timeout_start_fresh(workspace: Path) -> None:
     with terminal_ctx(workspace, "bwrap", extra=PERSISTENT) as ctx:
         call_tool(ctx, "bash", {"command": "export GONE=1", "description": "d"}, owner="a")
