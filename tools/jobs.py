@@ -10,6 +10,7 @@ caps how many jobs exist at once, and kills every job on teardown.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import ClassVar
 from dsh.executors.seam import ProcessStatus, ShellExecution, ShellProcessRead
 from dsh.sandbox.context import Context, Service
 from dsh.sandbox.errors import ConfigError, DshError
+
+log = logging.getLogger("dsh.tools")
 
 
 class JobError(DshError):
@@ -200,3 +203,23 @@ class JobRegistry(Service):
             job.execution.kill()
         for job in jobs:
             job.execution.wait(self.config.close_wait_s)
+        for job in jobs:
+            _log_what_it_left(job)
+
+
+def _log_what_it_left(job: Job) -> None:
+    """What a job left that the host will trust (a repository it made, a
+    hook), on the server's log: the client that started it is gone, or never
+    read its end, and the host's next git must not be the first to know."""
+    from dsh.tools.render import removed_from_git_note, trusted_changed_note, trusted_unsearched_note
+
+    if not job.execution.done:
+        return
+    facts = job.execution.result().sandbox
+    if facts is None:
+        return
+    notes = [note(tuple(paths)) for note, paths in ((trusted_changed_note, facts.trusted_changed),
+                                                   (removed_from_git_note, facts.removed_from_git),
+                                                   (trusted_unsearched_note, facts.trusted_unsearched)) if paths]
+    for line in notes:
+        log.warning("dsh-sandbox: background job %s (%s): %s", job.id, job.command[:200], line)

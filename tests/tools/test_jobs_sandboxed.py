@@ -4,6 +4,7 @@ teardown leave no process behind (checked in /proc)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,20 @@ def test_teardown_kills_sandboxed_jobs(workspace: Path, runner: str) -> None:
         assert parsed(bash(ctx, f"sleep 1001.{mark}", timeout_ms=200)).running
         wait_until(lambda: len(pids_with(mark)) >= 2, what="both jobs running")
     assert_gone(mark)
+
+
+def test_what_a_job_left_is_logged_when_the_session_closes(workspace: Path, runner: str,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A background job still running when the client goes (or whose end it
+    never read) made a repository with a planted fsmonitor: the server's log
+    says so when it closes the session, as the job's trailer would have."""
+    planted = "git init -q sub && git -C sub config core.fsmonitor 'touch /tmp/pwned'"
+    config = workspace / "sub" / ".git" / "config"
+    with caplog.at_level(logging.WARNING, logger="dsh.tools"):
+        with sandboxed_ctx(workspace, runner=runner, mode="workspace-write",
+                           accept_degraded=accept_for(runner)) as ctx:
+            bash(ctx, f"{planted} && sleep 1000", run_in_background=True)
+            wait_until(lambda: b"fsmonitor" in (config.read_bytes() if config.exists() else b""),
+                       what="the repository made")
+    said = [r.getMessage() for r in caplog.records if r.name == "dsh.tools"]
+    assert any(str(config) in m and "created or changed" in m for m in said), said
