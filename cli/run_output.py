@@ -12,7 +12,7 @@ from typing import IO, Any
 
 import click
 from dsh.cli.signals import Stopped
-from dsh.sandbox.errors import DshError
+from dsh.sandbox.errors import STARTED_AND_KILLED, DshError
 from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.modes import SandboxMode
 
@@ -331,7 +331,10 @@ def report(result: Any, spec: Any) -> None:
     facts = result.sandbox
     if did_not_start(result):
         why = facts.runner_error if facts is not None and facts.runner_error else "see the error above"
-        note(f"RUNNER_FAILED: the command did not start ({why})")
+        if STARTED_AND_KILLED in (result.stderr.text or ""):
+            note(f"RUNNER_FAILED: the command was killed as it started ({why})")
+        else:
+            note(f"RUNNER_FAILED: the command did not start ({why})")
     if facts is not None and facts.network_denied:
         from dsh.tools.render import network_refused_note
 

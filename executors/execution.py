@@ -27,6 +27,7 @@ from dsh.executors.seam import (
     StreamName,
 )
 from dsh.executors.signal_names import signal_name
+from dsh.sandbox.errors import process_limit_hint
 
 StopCause = Literal["timeout", "abort", "kill", "spawn_failed"]
 #: Called once at settlement: (exit_code, signal, stdout text, stderr text) -> facts.
@@ -153,7 +154,7 @@ class LocalShellExecution(ShellExecution):
 
     def spawn_failed(self, reason: str, *, facts: SandboxFacts | None = None) -> None:
         self.stop_before_start("spawn_failed")
-        self._stderr.note(f"spawn failed: {reason}\n")
+        self._stderr.note(f"spawn failed: {reason}{process_limit_hint(reason)}\n")
         for capture in (self._stdout, self._stderr):
             capture.finish()
         self.settle(None, None, facts=facts)

@@ -39,6 +39,7 @@ from dsh.executors.spill import SpillDir
 from dsh.executors.targets import LocalTarget, RemoteTarget
 from dsh.executors.watchdog import OrphanKiller
 from dsh.sandbox.context import Service
+from dsh.sandbox.errors import STARTED_AND_KILLED
 from dsh.sandbox.lazy_pattern import LazyPattern
 from dsh.sandbox.runner import Launch, LocalLaunch, RemoteLaunch
 from dsh.sandbox.stdin_feed import StdinFeed
@@ -201,7 +202,12 @@ class LocalSubprocessService(Service):
         )
         with self._lock:
             self._live.add(pump)
-        pump.start()
+        try:
+            pump.start()
+        except Exception as exc:  # no thread to watch it: the pump killed it
+            with self._lock:
+                self._live.discard(pump)
+            raise RuntimeError(f"{_reason(exc)}: {STARTED_AND_KILLED}") from exc
         return pump
 
     def _finished(self, on_exit: Callable[[Pump], None] | None) -> Callable[[Pump], None]:
@@ -253,14 +259,18 @@ class LocalSubprocessService(Service):
             raise
         for fd in child_ends:
             os.close(fd)
-        self.orphan_killer.register(popen.pid)
         try:
+            self.orphan_killer.register(popen.pid)
             target = LocalTarget(popen, launch, self.orphan_killer)
-        except OSError:  # no exit fd: do not leave the command running
+        except BaseException as exc:
+            # No killer of orphans (it could not be started) or no exit fd:
+            # never leave the command running with nothing to stop it.
             os.killpg(popen.pid, signal.SIGKILL)
             popen.wait()
             for fd in (out_r, err_r, in_w):
                 os.close(fd)
+            if isinstance(exc, Exception):
+                raise RuntimeError(f"{_reason(exc)}: {STARTED_AND_KILLED}") from exc
             raise
         return target, (out_r, err_r), in_w
 
@@ -311,3 +321,7 @@ def _grow_pipe(fd: int) -> None:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
     except (OSError, AttributeError):
         pass
+
+
+def _reason(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__

@@ -104,7 +104,16 @@ class Pump:
             self._feed.on_data(self._poke)
 
     def start(self) -> None:
-        self._thread.start()
+        """Start the thread that watches the process; if it cannot start (the
+        user's limit on threads), the process is killed and reaped here, as
+        nothing would read its output or see it end."""
+        try:
+            self._thread.start()
+        except BaseException:
+            self.target.signal_tree(signal.SIGKILL)
+            self.target.finish()
+            self._close_fds()
+            raise
 
     # -- control (any thread) -------------------------------------------------------
     def terminate(self) -> bool:

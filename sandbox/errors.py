@@ -102,3 +102,20 @@ class ShellNotFoundError(ExecutionError):
     """The shell binary (bash, pwsh) is not installed."""
 
     code = "SHELL_NOT_FOUND"
+
+
+#: What a spawn that failed once the command had started says of it.
+STARTED_AND_KILLED = "the command was killed as soon as it started, with nothing to watch it; it may have run in part"
+
+#: What the kernel and Python say when a new process or thread is refused:
+#: at the user's RLIMIT_NPROC most often, which they can act on.
+_AT_PROCESS_LIMIT = ("Resource temporarily unavailable", "can't start new thread")
+
+
+def process_limit_hint(error: str) -> str:
+    """`` (...ulimit -u...)`` when ``error`` reads as a refused new process or
+    thread, else ``""``: the errno alone names no cause a user can act on."""
+    if any(sign in error for sign in _AT_PROCESS_LIMIT):
+        return (" (no new process or thread could be made: this user's limit on processes and threads, "
+                "ulimit -u, is likely reached; end some of them or raise it)")
+    return ""

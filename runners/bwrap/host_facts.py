@@ -20,6 +20,7 @@ from dsh.runners.bwrap.limits import (
 )
 from dsh.runners.linux.cgroups import CgroupSession
 from dsh.runners.linux.chroot import chroot_reason
+from dsh.sandbox.errors import process_limit_hint
 from dsh.sandbox.helper_env import helper_env
 from dsh.sandbox.host_tools import system_tool
 from dsh.sandbox.policy import ResourceLimits
@@ -156,16 +157,19 @@ def probe_host(bwrap_option: str | None, session: CgroupSession | None, *, remem
                 os.close(info_write)
         version = _version(asked)
     except (OSError, subprocess.SubprocessError) as exc:
-        return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}", **facts)
+        return HostFacts(bwrap, None, False, f"{bwrap} cannot be run: {exc}{process_limit_hint(str(exc))}", **facts)
     finally:
         if asked is not None and asked.poll() is None:
             asked.kill()
             asked.wait()
     if trial.returncode != 0:
         err = trial.stderr.strip() or f"exit {trial.returncode}"
-        chrooted = chroot_reason() if "namespace" in err else None
+        limited = process_limit_hint(err)
+        chrooted = chroot_reason() if "namespace" in err and not limited else None
         reason = (
-            f"bwrap cannot create a sandbox here: {err} ({chrooted})"
+            f"bwrap cannot create a sandbox here: {err}{limited}"
+            if limited
+            else f"bwrap cannot create a sandbox here: {err} ({chrooted})"
             if chrooted
             else f"bwrap cannot create a sandbox here: {err} (user namespaces blocked? check "
             "sysctl kernel.unprivileged_userns_clone / user.max_user_namespaces and AppArmor's "
