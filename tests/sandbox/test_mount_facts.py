@@ -126,7 +126,7 @@ def test_hidden_entries_of_a_state_directory_masked_whole_are_not_looked_at(trus
     os.symlink(away, others[1])
     linked = gather_facts(policy, os.geteuid())
     assert str(others[1]) in linked.paths and str(others[2]) not in linked.paths
-    with pytest.raises(SandboxUnavailable, match="is a symbolic link to .*rm "):
+    with pytest.raises(SandboxUnavailable, match=r"is a symbolic link to .*rm "):
         plan_mounts(policy, linked)
     os.unlink(others[1])
     os.rename(away, others[1])
@@ -185,5 +185,5 @@ def test_a_state_directory_without_links_is_listed_once_not_looked_at_entry_by_e
     os.symlink(away, others[7])
     linked = gather_facts(policy, os.geteuid())
     assert str(others[7]) in linked.paths
-    with pytest.raises(SandboxUnavailable, match="is a symbolic link to .*rm "):
+    with pytest.raises(SandboxUnavailable, match=r"is a symbolic link to .*rm "):
         plan_mounts(policy, linked)
