@@ -35,8 +35,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 def plugin_commands() -> dict[str, str]:
-    # A plugin cannot replace a command of the table above.
-    """Name -> ``module:attr`` of the commands other packages register."""
+    """Name -> ``module:attr`` of the commands other packages register (a
+    plugin cannot replace a command of the table above)."""
     from dsh.sandbox.registry import entry_points_of
 
     return {name: point.value for name, point in entry_points_of(COMMAND_GROUP).items() if name not in COMMANDS}

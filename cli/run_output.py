@@ -310,18 +310,12 @@ def report_left(execution: Any) -> None:
 def report_trusted(facts: Any) -> None:
     """The trusted files a run created or changed, the links removed from its
     git dirs, and where nothing could be searched: one note each."""
-    if facts.trusted_changed:
-        from dsh.tools.render import trusted_changed_note
+    if facts.trusted_changed or facts.removed_from_git or facts.trusted_unsearched:
+        from dsh.tools.render import left_behind_notes
 
-        note(trusted_changed_note(facts.trusted_changed, shown=20))
-    if facts.removed_from_git:
-        from dsh.tools.render import removed_from_git_note
-
-        note(removed_from_git_note(facts.removed_from_git, shown=20))
-    if facts.trusted_unsearched:
-        from dsh.tools.render import trusted_unsearched_note
-
-        note(trusted_unsearched_note(facts.trusted_unsearched, shown=20))
+        for line in left_behind_notes(facts.trusted_changed, facts.removed_from_git, facts.trusted_unsearched,
+                                      shown=20):
+            note(line)
 
 
 def report(result: Any, spec: Any) -> None:

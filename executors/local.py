@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from dsh.executors.execution import LocalShellExecution
-from dsh.executors.process import LocalSubprocessService
+from dsh.executors.process import LocalSubprocessService, describe_error
 from dsh.executors.pty_launch import relay_argv
 from dsh.executors.seam import (
     DEFAULT_TIMEOUT_MS,
@@ -245,7 +245,7 @@ class LocalBashExecutor(ShellExecutor):
                 if failed is not None:
                     execution.exec_failed(*failed)
                 else:
-                    execution.spawn_failed(_describe(exc))
+                    execution.spawn_failed(describe_error(exc))
                 return execution
             break
         execution.attach(pump)
@@ -295,10 +295,3 @@ def _exec_failure(exc: BaseException, program: str | bytes) -> tuple[int, str] |
     if code == 127 and "/" not in name:
         return code, f"dsh-sandbox: {name}: command not found\n"
     return code, f"dsh-sandbox: {name}: {os.strerror(exc.errno)}\n"
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        name = f" {exc.filename!r}" if exc.filename is not None else ""
-        return f"{exc.strerror}{name}"
-    return str(exc) or type(exc).__name__

@@ -207,7 +207,7 @@ class LocalSubprocessService(Service):
         except Exception as exc:  # no thread to watch it: the pump killed it
             with self._lock:
                 self._live.discard(pump)
-            raise RuntimeError(f"{_reason(exc)}: {STARTED_AND_KILLED}") from exc
+            raise RuntimeError(f"{describe_error(exc)}: {STARTED_AND_KILLED}") from exc
         return pump
 
     def _finished(self, on_exit: Callable[[Pump], None] | None) -> Callable[[Pump], None]:
@@ -270,7 +270,7 @@ class LocalSubprocessService(Service):
             for fd in (out_r, err_r, in_w):
                 os.close(fd)
             if isinstance(exc, Exception):
-                raise RuntimeError(f"{_reason(exc)}: {STARTED_AND_KILLED}") from exc
+                raise RuntimeError(f"{describe_error(exc)}: {STARTED_AND_KILLED}") from exc
             raise
         return target, (out_r, err_r), in_w
 
@@ -323,5 +323,10 @@ def _grow_pipe(fd: int) -> None:
         pass
 
 
-def _reason(exc: BaseException) -> str:
-    return (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)) or type(exc).__name__
+def describe_error(exc: BaseException) -> str:
+    """An exception as a spawn failure's note says it: an OS error by its text
+    and file, anything else by its message, else its type."""
+    if isinstance(exc, OSError) and exc.strerror:
+        name = f" {exc.filename!r}" if exc.filename is not None else ""
+        return f"{exc.strerror}{name}"
+    return str(exc) or type(exc).__name__

@@ -211,15 +211,12 @@ def _log_what_it_left(job: Job) -> None:
     """What a job left that the host will trust (a repository it made, a
     hook), on the server's log: the client that started it is gone, or never
     read its end, and the host's next git must not be the first to know."""
-    from dsh.tools.render import removed_from_git_note, trusted_changed_note, trusted_unsearched_note
+    from dsh.tools.render import left_behind_notes
 
     if not job.execution.done:
         return
     facts = job.execution.result().sandbox
     if facts is None:
         return
-    notes = [note(tuple(paths)) for note, paths in ((trusted_changed_note, facts.trusted_changed),
-                                                   (removed_from_git_note, facts.removed_from_git),
-                                                   (trusted_unsearched_note, facts.trusted_unsearched)) if paths]
-    for line in notes:
+    for line in left_behind_notes(facts.trusted_changed, facts.removed_from_git, facts.trusted_unsearched):
         log.warning("dsh-sandbox: background job %s (%s): %s", job.id, job.command[:200], line)

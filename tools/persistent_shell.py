@@ -35,12 +35,10 @@ from dsh.sandbox.trusted_changes import Baseline, run_started_ns
 from dsh.tools.base import Tool, ToolResult
 from dsh.tools.render import (
     join_rendered,
-    removed_from_git_note,
+    left_behind_notes,
     sandbox_marker,
     status_marker,
     timeout_marker,
-    trusted_changed_note,
-    trusted_unsearched_note,
 )
 from dsh.tools.shell_tool import BASH, PWSH, ShellTool
 from dsh.tools.spec import ToolSpec, object_schema
@@ -286,13 +284,8 @@ class PersistentShellTool(Tool):
                 shells.discard(owner, self.dialect)
         elif got.exit_code != 0:
             trailer.append(status_marker(got.exit_code, None) or "")
-        changed, removed, too_large = shells.judge(entry.id)
-        if changed:
-            trailer.append(sandbox_marker(trusted_changed_note(tuple(map(str, changed)))))
-        if removed:
-            trailer.append(sandbox_marker(removed_from_git_note(tuple(map(str, removed)))))
-        if too_large:
-            trailer.append(sandbox_marker(trusted_unsearched_note(tuple(map(str, too_large)))))
+        changed, removed, too_large = (tuple(map(str, paths)) for paths in shells.judge(entry.id))
+        trailer += [sandbox_marker(line) for line in left_behind_notes(changed, removed, too_large)]
         if len(output) > budget or got.omitted_bytes:
             cut = max(0, len(output) - budget)
             output = output[cut:]

@@ -235,6 +235,17 @@ def output_body(stdout: str, stderr: str) -> str:
     return stdout + stderr
 
 
+def left_behind_notes(changed: Sequence[str], removed: Sequence[str], unsearched: Sequence[str],
+                      shown: int = 5) -> list[str]:
+    """What a run left that the host will trust, one note each: the trusted
+    files it created or changed, the links removed from its git dirs, and
+    where nothing could be searched."""
+    notes = [trusted_changed_note(tuple(changed), shown)] if changed else []
+    notes += [removed_from_git_note(tuple(removed), shown)] if removed else []
+    notes += [trusted_unsearched_note(tuple(unsearched), shown)] if unsearched else []
+    return notes
+
+
 def trusted_changed_note(paths: tuple[str, ...], shown: int = 5) -> str:
     """One line naming the files a later host action trusts that the run wrote."""
     return (
