@@ -218,8 +218,13 @@ def test_a_signal_during_spawn_waits_until_the_process_is_recorded(
         with stop_on_signals(), pytest.raises(Stopped):
             start(ctx, f"exec sleep {marker}")
         monkeypatch.undo()
-        assert _with_marker(marker), "the command should have started"
         assert len(ctx.require(LocalSubprocessService).live) == 1, "started but unknown to the teardown"
+        # The marker is an argument of ``sleep`` only once bash has exec'd it,
+        # which a loaded machine may not have done yet.
+        deadline = time.monotonic() + 10
+        while not _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _with_marker(marker), "the command should have started"
     finally:
         monkeypatch.undo()
         ctx.close()
