@@ -59,15 +59,16 @@ class MountSpec:
         return f"{self.target}: {what} ({access}){' - ' + self.why if self.why else ''}"
 
 
-def container_view(policy: SandboxPolicy, user: str, *,
-                   own_tmp: bool = False) -> tuple[tuple[MountSpec, ...], MountPlan]:
+def container_view(policy: SandboxPolicy, user: str, *, own_tmp: bool = False,
+                   placeholder_source: str | None = None) -> tuple[tuple[MountSpec, ...], MountPlan]:
     """The container's mounts for ``policy`` as the filesystem is now, and the
     core plan they translate, for the container's ``user`` (``uid:gid``; a
     name is unknown here, so no link counts as one it cannot replace).
 
     ``own_tmp``: the session's private temporary directory is not bound; the
     container's own ``/tmp`` serves as ``$TMPDIR`` (a container kept for later
-    sessions must not name one session's directory)."""
+    sessions must not name one session's directory).  ``placeholder_source``:
+    what is bound at a missing protected path (None: its placeholder itself)."""
     _refuse_unbindable(policy)
     # The container's /tmp is its own tmpfs: a root at the host's /tmp is
     # served by it, so a root inside it needs a bind of its own (and no pin
@@ -78,11 +79,13 @@ def container_view(policy: SandboxPolicy, user: str, *,
     uid = user.split(":")[0]
     facts = gather_facts(policy, int(uid) if uid.isdigit() else None)
     plan = plan_mounts(policy, facts)
-    return translate(policy, plan, facts), plan
+    return translate(policy, plan, facts, placeholder_source), plan
 
 
-def translate(policy: SandboxPolicy, plan: MountPlan, facts: MountFacts) -> tuple[MountSpec, ...]:
-    """``plan`` as the container's binds and tmpfs mounts, ordered by depth."""
+def translate(policy: SandboxPolicy, plan: MountPlan, facts: MountFacts,
+              placeholder_source: str | None = None) -> tuple[MountSpec, ...]:
+    """``plan`` as the container's binds and tmpfs mounts, ordered by depth;
+    a placeholder is bound from ``placeholder_source`` when given."""
     writable = policy.mode is not SandboxMode.READ_ONLY
     mounts: dict[str, MountSpec] = {
         CONTROL_DIR: MountSpec(CONTROL_DIR, "tmpfs", False, why="exec pid files for kill"),
@@ -102,7 +105,7 @@ def translate(policy: SandboxPolicy, plan: MountPlan, facts: MountFacts) -> tupl
         elif kind in ("show", "read-only"):
             mounts[path] = MountSpec(path, "bind", True, path, entry.why)
         elif kind == "placeholder":
-            mounts[path] = MountSpec(path, "bind", True, path, f"placeholder: {entry.why}")
+            mounts[path] = MountSpec(path, "bind", True, placeholder_source or path, f"placeholder: {entry.why}")
         elif kind == "mask-dir":
             mounts[path] = MountSpec(path, "tmpfs", True, why=f"{entry.why} (empty tmpfs)")
         elif kind == "mask-file":

@@ -32,6 +32,7 @@ from dsh.runners.docker.argv import encode_argv, text_env
 from dsh.runners.docker.keeper import DockerKeeper, connection_env
 from dsh.runners.docker.kept import KeptShape, labelable, park, release_kept
 from dsh.runners.docker.parked import Parking
+from dsh.runners.docker.placeholder_source import empty_source
 from dsh.runners.docker.report import SIGNAL_STATUS_GAP, daemon_gaps, fixed_gaps, plan_lines
 from dsh.runners.docker.spec import (
     ContainerSpec,
@@ -41,7 +42,7 @@ from dsh.runners.docker.spec import (
     limits_hint,
     parse_size,
 )
-from dsh.runners.docker.strays import take_back_from
+from dsh.runners.docker.strays import after_failed_start, take_back_from
 from dsh.runners.docker.verify import (
     check_container,
     check_sources,
@@ -132,6 +133,7 @@ class DockerRunner(Runner):
         # Removes this runner's containers when this process is gone, SIGKILL included.
         self._keeper = DockerKeeper()
         self._reaped = False
+        self._empty_source: str | None = None  # bound at missing protected paths (placeholder_source)
         self._parking: Parking | None = None  # use files of the containers kept between processes
 
     # -- daemon ----------------------------------------------------------------------
@@ -169,7 +171,16 @@ class DockerRunner(Runner):
     def _spec(self, policy: SandboxPolicy) -> ContainerSpec:
         machine = str(self._info.get("Architecture") or platform.machine())
         return build_spec(policy, image=self.image, user=self.user, pids=self.pids,
-                          memory=self.memory, machine=machine, own_tmp=self._keeps(policy))
+                          memory=self.memory, machine=machine, own_tmp=self._keeps(policy),
+                          placeholder_source=self._placeholder_source())
+
+    def _placeholder_source(self) -> str | None:
+        # A daemon elsewhere has only the placeholder's own path on its machine.
+        if not self.daemon_is_local():
+            return None
+        if self._empty_source is None:
+            self._empty_source = empty_source()
+        return self._empty_source
 
     def _keeps(self, policy: SandboxPolicy) -> bool:
         """Is a container for ``policy`` kept between processes?  Only a local
@@ -453,9 +464,12 @@ class DockerRunner(Runner):
         try:
             container.start()
         except DockerException as exc:
+            # runc may have bound a swapped name and made nested mount points there first.
+            strays = after_failed_start(spec, expected, started)
             self._discard(warm)
             raise SandboxUnavailable(f"cannot start container {name} from {spec.image}"
-                                     f"{limits_hint(spec, exc)}: {exc}", runner=self.name) from None
+                                     f"{limits_hint(spec, exc)}: {exc}"
+                                     + "".join(f"; {note}" for note in strays), runner=self.name) from None
         if expected:
             pid = 0
             try:

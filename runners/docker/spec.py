@@ -112,10 +112,11 @@ KEEPER_UID_ROOT_CALLER = "65534:65534"
 
 
 def build_spec(policy: SandboxPolicy, *, image: str, user: str, pids: int | None,
-               memory: int | None, machine: str | None = None, own_tmp: bool = False) -> ContainerSpec:
+               memory: int | None, machine: str | None = None, own_tmp: bool = False,
+               placeholder_source: str | None = None) -> ContainerSpec:
     """The container for ``policy``: the core mount plan of the filesystem as
-    it is now, translated (``own_tmp``: see ``container_view``)."""
-    mounts, plan = container_view(policy, user, own_tmp=own_tmp)
+    it is now, translated (``own_tmp``, ``placeholder_source``: see ``container_view``)."""
+    mounts, plan = container_view(policy, user, own_tmp=own_tmp, placeholder_source=placeholder_source)
     limits = policy.limits
     full = policy.mode is SandboxMode.DANGER_FULL_ACCESS
     return ContainerSpec(

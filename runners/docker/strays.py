@@ -114,6 +114,55 @@ def take_back(spec: ContainerSpec, expected: Mapping[str, Identity], since: floa
     return left
 
 
+def after_failed_start(spec: ContainerSpec, expected: Mapping[str, Identity], since: float) -> list[str]:
+    """After a start that failed: what runc may have made outside every root.
+
+    A failing start leaves no container whose mount table names the directory
+    runc bound.  For each pinned bind with nested mounts whose source name
+    leads elsewhere now, what runc made there (born since ``since``, empty) is
+    removed; a pinned directory renamed since ``since`` (a swap and a swap
+    back) is named, since where its name led meanwhile cannot be known.
+    Returns notes for the refusal, empty when nothing points outside."""
+    notes: list[str] = []
+    for mount in spec.mounts:
+        want = expected.get(mount.target)
+        nested = _nested(spec.mounts, mount.target)
+        if want is None or mount.source is None or not nested:
+            continue
+        try:
+            fd = os.open(mount.source, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            fd = None
+        try:
+            if fd is not None and _identity(os.fstat(fd)) != want:
+                for inner in nested:
+                    notes += _take_back_one(fd, inner, Path(inner.target).relative_to(mount.target).parts, since)
+            elif fd is None or _renamed_since(mount.source, want, since):
+                names = ", ".join(sorted({Path(m.target).relative_to(mount.target).parts[0] for m in nested}))
+                notes.append(f"{mount.source} was renamed or changed while the container started: if a command "
+                             f"swapped it for a symlink, the daemon may have made empty mount points ({names}) "
+                             "where that link led")
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return notes
+
+
+def _identity(info: os.stat_result) -> Identity:
+    return (info.st_dev, info.st_ino)
+
+
+def _renamed_since(path: str, want: Identity, since: float) -> bool:
+    """Was the directory pinned as ``want`` (now at ``path``) renamed since ``since``?
+    A rename sets its ctime; so do an entry made in it and a change of its
+    mode, taken alike (the note says "may")."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return True
+    return _identity(info) != want or info.st_ctime >= since - _CLOCK_SLACK
+
+
 def _nested(mounts: Iterable[MountSpec], target: str) -> list[MountSpec]:
     """The mounts whose nearest enclosing bind is ``target``: their mount
     points were made in whatever directory was bound there."""

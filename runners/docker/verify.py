@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from dsh.runners.docker import client as dc
+from dsh.runners.docker.placeholder_source import set_mode
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
 from dsh.runners.linux.mount_check import mount_table
 from dsh.sandbox.errors import SandboxUnavailable
+from dsh.sandbox.mount_facts import PLACEHOLDER_MODE
 from dsh.sandbox.pins import PinnedPaths, open_beneath
 
 Identity = tuple[int, int]
@@ -187,13 +189,16 @@ def make_placeholder(path: str, pins: PinnedPaths | None) -> None:
             holder = open_beneath(pins, parent, directory=True)
             if holder is None:
                 raise _changed(str(parent), "it is missing, a symlink or moved below its writable root")
-    if holder is None:
-        os.mkdir(path, 0o755)
-        return
+    # The placeholder mode, as the other runners make it: a placeholder left
+    # behind (a crash) is then known for one by the next plan, which adopts it,
+    # instead of taken for a protected directory of the user's.
+    name, where = (path, None) if holder is None else (Path(path).name, holder)
     try:
-        os.mkdir(Path(path).name, 0o755, dir_fd=holder)
+        os.mkdir(name, PLACEHOLDER_MODE, dir_fd=where)
+        set_mode(name, PLACEHOLDER_MODE, where)
     finally:
-        os.close(holder)
+        if holder is not None:
+            os.close(holder)
 
 
 def _binds(mounts: Iterable[MountSpec]) -> Iterable[MountSpec]:

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
-from dsh.runners.docker.strays import take_back
+from dsh.runners.docker.strays import after_failed_start, take_back
 from dsh.runners.linux.mount_check import mount_table
 
 
@@ -100,3 +100,43 @@ def test_a_directory_two_mount_points_share_goes_once_both_are_gone(tmp_path: Pa
     left = take_back(spec, {str(ws): want}, since, container_mounts=_bound_line(outside, str(ws)),
                      container_identity=lambda target: seen, host_mounts=_host_mounts())
     assert left == [] and os.listdir(outside) == []
+
+
+def test_after_a_failed_start_what_runc_made_where_the_name_leads_now_goes(tmp_path: Path) -> None:
+    """A start that failed leaves no container to ask: the workspace's name,
+    still a link to another directory, leads to what runc made there."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    want = (os.stat(ws).st_dev, os.stat(ws).st_ino)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "old").mkdir()  # there before the start
+    time.sleep(0.1)
+    since = time.time()
+    (outside / ".dsh").mkdir()  # runc's mount point, made before the start failed
+    (outside / "busy").mkdir()
+    (outside / "busy" / "file").write_text("x")
+    ws.rename(tmp_path / "ws.real")
+    ws.symlink_to(outside)
+    spec = _spec(str(ws), MountSpec(str(ws / ".dsh"), "bind", True, str(tmp_path)),
+                 MountSpec(str(ws / "old"), "tmpfs", True), MountSpec(str(ws / "busy"), "tmpfs", True))
+    notes = after_failed_start(spec, {str(ws): want}, since)
+    assert sorted(os.listdir(outside)) == ["busy", "old"]
+    assert notes == [str(outside / "busy")]
+
+
+def test_after_a_failed_start_a_workspace_renamed_meanwhile_is_named(tmp_path: Path) -> None:
+    """Swapped and swapped back: where its name led cannot be known, so the
+    refusal says what the daemon may have made; an untouched one says nothing."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    want = (os.stat(ws).st_dev, os.stat(ws).st_ino)
+    spec = _spec(str(ws), MountSpec(str(ws / ".dsh"), "bind", True, str(tmp_path)))
+    time.sleep(0.1)
+    assert after_failed_start(spec, {str(ws): want}, time.time()) == []
+    since = time.time()
+    ws.rename(tmp_path / "aside")
+    (tmp_path / "aside").rename(ws)
+    notes = after_failed_start(spec, {str(ws): want}, since)
+    assert len(notes) == 1 and f"{ws} was renamed" in notes[0] and "(.dsh)" in notes[0]
+    assert after_failed_start(_spec(str(ws)), {str(ws): want}, since) == [], "no nested mount: nothing to make"

@@ -15,9 +15,26 @@ import os
 from pathlib import Path
 
 import pytest
+from dsh.runners.docker.runner import DockerRunner
 from dsh.sandbox.errors import SandboxUnavailable
 
 from tests.runners.docker.helpers import docker_runner, policy, run
+
+
+def _swap_after_create(runner: DockerRunner, patch: pytest.MonkeyPatch, workspace: Path, aside: Path,
+                       outside: Path, swapped: list[bool]) -> None:
+    """Once, between the daemon's create and its start (where runc binds by
+    name): the workspace moved aside and a link to ``outside`` in its place."""
+    real_add = runner._keeper.add
+
+    def add_then_swap(container_id: str) -> None:
+        real_add(container_id)
+        if not swapped:
+            workspace.rename(aside)
+            workspace.symlink_to(outside)
+            swapped.append(True)
+
+    patch.setattr(runner._keeper, "add", add_then_swap)
 
 
 def test_a_swap_before_the_start_leaves_nothing_outside(tmp_path: Path) -> None:
@@ -37,20 +54,39 @@ def test_a_swap_before_the_start_leaves_nothing_outside(tmp_path: Path) -> None:
     swapped: list[bool] = []
     pol = policy(workspace, hidden_paths=(workspace / "secret", workspace / "token"))
     with docker_runner() as runner, pytest.MonkeyPatch.context() as patch:
-        real_add = runner._keeper.add
-
-        def add_then_swap(container_id: str) -> None:
-            # Between the daemon's create and its start, where runc binds by name.
-            real_add(container_id)
-            if not swapped:
-                workspace.rename(aside)
-                workspace.symlink_to(outside)
-                swapped.append(True)
-
-        patch.setattr(runner._keeper, "add", add_then_swap)
+        _swap_after_create(runner, patch, workspace, aside, outside, swapped)
         with pytest.raises(SandboxUnavailable, match="changed while the container was being made"):
             run(runner, ["true"], pol)
         assert swapped
         assert sorted(os.listdir(outside)) == before, "the daemon's mount points stayed outside"
     workspace.unlink()
     aside.rename(workspace)
+
+
+def test_a_swap_to_a_directory_without_the_placeholders_is_refused_by_the_bind_check(tmp_path: Path) -> None:
+    """The placeholders of missing protected paths are bound from the runner's
+    own empty directory, not by a name under the workspace: a swapped-in
+    directory that lacks them does not fail the start midway (runc would have
+    made the earlier ones' mount points there, with no container left to find
+    them through); the start goes on, the bind check refuses it, and what runc
+    made there is taken back."""
+    workspace = tmp_path / "ws"
+    outside = tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (outside / "keep").mkdir()
+    before = sorted(os.listdir(outside))
+    aside = tmp_path / "ws.real"
+    swapped: list[bool] = []
+    missing = (workspace / ".dsh", workspace / ".idea", workspace / ".vscode")
+    pol = policy(workspace, protected_paths=missing)
+    with docker_runner() as runner, pytest.MonkeyPatch.context() as patch:
+        _swap_after_create(runner, patch, workspace, aside, outside, swapped)
+        with pytest.raises(SandboxUnavailable, match="changed while the container was being made") as refused:
+            run(runner, ["true"], pol)
+        assert swapped
+        assert "could not be removed" not in str(refused.value)
+        assert sorted(os.listdir(outside)) == before, "the daemon's mount points stayed outside"
+        workspace.unlink()
+        aside.rename(workspace)
+    assert sorted(os.listdir(workspace)) == [], "the placeholders stayed in the workspace"
