@@ -39,14 +39,20 @@ def _answer(text: str) -> None:
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
-    except BrokenPipeError:
-        # The reader left (``| true``): nothing more to say, as click does.
-        _drop_stdout()
     except OSError as exc:
-        _drop_stdout()
-        sys.stderr.write(f"dsh-sandbox: cannot write to standard output: {exc.strerror or exc}\n")
-        sys.exit(1)
+        stdout_failed(exc)
     sys.exit(0)
+
+
+def stdout_failed(exc: OSError) -> None:
+    """Standard output cannot be written: exits.  A reader that left
+    (``| true``, ``| head``) ends it quietly, with status 0: nothing more to
+    say.  Anything else (a full disk) is one line on stderr, status 1."""
+    _drop_stdout()
+    if isinstance(exc, BrokenPipeError):
+        sys.exit(0)
+    sys.stderr.write(f"dsh-sandbox: cannot write to standard output: {exc.strerror or exc}\n")
+    sys.exit(1)
 
 
 def _drop_stdout() -> None:

@@ -8,12 +8,13 @@ a sandbox that cannot be enforced (``SandboxUnavailable``) exits 125.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from typing import Any
 
 import click
-from dsh.cli import VERSION_LINE, __version__
+from dsh.cli import VERSION_LINE, __version__, stdout_failed
 from dsh.cli.group_help import COMMAND_GROUP
 from dsh.sandbox.errors import DshError, SandboxUnavailable, UsageError
 
@@ -122,6 +123,24 @@ def cli(ctx: click.Context) -> None:
         raise UsageError(_CWD_GONE)
 
 
+def _stdout_broken(exc: OSError) -> bool:
+    """Did ``exc`` come from ``click.echo`` writing our standard output
+    (``| head``, ``> /dev/full``), not from another file of the command's?"""
+    if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG) or sys.stdout is None:
+        return False
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    stream = tb.tb_frame.f_locals.get("file") if tb is not None and tb.tb_frame.f_code is _ECHO else None
+    try:
+        return stream is not None and bool(stream.fileno() == sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+_ECHO = click.echo.__code__
+
+
 def _cwd_gone() -> bool:
     import os
 
@@ -178,3 +197,7 @@ def run_main(argv: list[str] | None = None) -> Any:
         # Removed while the command ran: the same clear error, no traceback.
         click.echo(f"dsh-sandbox: {_CWD_GONE}", err=True)
         sys.exit(2)
+    except OSError as exc:
+        if not _stdout_broken(exc):
+            raise
+        stdout_failed(exc)

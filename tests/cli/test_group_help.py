@@ -146,3 +146,22 @@ def test_a_reader_gone_or_a_full_disk_is_no_traceback(args: list[str]) -> None:
                               check=False, timeout=60)
     assert done.returncode == 1 and b"Traceback" not in done.stderr
     assert b"cannot write to standard output: No space left on device" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["run", "--help"], ["runners"]], ids=" ".join)
+def test_a_full_disk_or_a_reader_gone_on_clicks_own_paths_is_no_traceback(args: list[str]) -> None:
+    """The commands click renders: a full disk is the same one line as on the
+    fast path; a reader gone ends quietly (click's own status 1)."""
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([str(SCRIPT), *args], stdout=full, stderr=subprocess.PIPE, env=env_with("100"),
+                              check=False, timeout=120)
+    assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
+    assert done.stderr == b"dsh-sandbox: cannot write to standard output: No space left on device\n"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        gone = subprocess.run([str(SCRIPT), *args], stdout=write_end, stderr=subprocess.PIPE,
+                              env=env_with("100"), check=False, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (gone.returncode, gone.stderr) == (1, b"")
