@@ -120,8 +120,10 @@ def after_failed_start(spec: ContainerSpec, expected: Mapping[str, Identity], si
     A failing start leaves no container whose mount table names the directory
     runc bound.  For each pinned bind with nested mounts whose source name
     leads elsewhere now, what runc made there (born since ``since``, empty) is
-    removed; a pinned directory renamed since ``since`` (a swap and a swap
-    back) is named, since where its name led meanwhile cannot be known.
+    removed; for a pinned directory renamed since ``since`` (a swap and a swap
+    back), so is what runc made where a symlink beside it leads, and the
+    refusal says what the daemon may have made, since where its name led
+    meanwhile cannot be known for sure.
     Returns notes for the refusal, empty when nothing points outside."""
     notes: list[str] = []
     for mount in spec.mounts:
@@ -138,6 +140,14 @@ def after_failed_start(spec: ContainerSpec, expected: Mapping[str, Identity], si
                 for inner in nested:
                     notes += _take_back_one(fd, inner, Path(inner.target).relative_to(mount.target).parts, since)
             elif fd is None or _renamed_since(mount.source, want, since):
+                # An exchange leaves the link beside it: what runc made where one leads goes.
+                for beside in _linked_beside(mount.source, want):
+                    try:
+                        for inner in nested:
+                            notes += _take_back_one(beside, inner, Path(inner.target).relative_to(mount.target).parts,
+                                                    since)
+                    finally:
+                        os.close(beside)
                 names = ", ".join(sorted({Path(m.target).relative_to(mount.target).parts[0] for m in nested}))
                 notes.append(f"{mount.source} was renamed or changed while the container started: if a command "
                              f"swapped it for a symlink, the daemon may have made empty mount points ({names}) "
@@ -146,6 +156,32 @@ def after_failed_start(spec: ContainerSpec, expected: Mapping[str, Identity], si
             if fd is not None:
                 os.close(fd)
     return notes
+
+
+#: How many symlinks beside a renamed bind source are followed after a failed start.
+_LINKS_BESIDE = 64
+
+
+def _linked_beside(source: str, want: Identity) -> list[int]:
+    """fds of the directories the symlinks in ``source``'s parent lead to,
+    other than the pinned one: where an exchange of ``source`` with one of
+    them (``renameat2(RENAME_EXCHANGE)``) would have sent runc."""
+    try:
+        with os.scandir(os.path.dirname(source)) as entries:
+            links = [entry.path for entry in entries if entry.is_symlink()][:_LINKS_BESIDE]
+    except OSError:
+        return []
+    fds = []
+    for link in links:
+        try:
+            fd = os.open(link, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        if _identity(os.fstat(fd)) == want:
+            os.close(fd)
+        else:
+            fds.append(fd)
+    return fds
 
 
 def _identity(info: os.stat_result) -> Identity:

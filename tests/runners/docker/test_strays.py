@@ -134,9 +134,19 @@ def test_after_a_failed_start_a_workspace_renamed_meanwhile_is_named(tmp_path: P
     spec = _spec(str(ws), MountSpec(str(ws / ".dsh"), "bind", True, str(tmp_path)))
     time.sleep(0.1)
     assert after_failed_start(spec, {str(ws): want}, time.time()) == []
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "vlink").symlink_to(outside)
+    (tmp_path / "other").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / ".dsh").mkdir()  # there before the start
+    time.sleep(0.1)
     since = time.time()
-    ws.rename(tmp_path / "aside")
+    ws.rename(tmp_path / "aside")  # exchanged with vlink and back, as renameat2 does
     (tmp_path / "aside").rename(ws)
+    (outside / ".dsh").mkdir()  # runc's mount point, where vlink leads
     notes = after_failed_start(spec, {str(ws): want}, since)
     assert len(notes) == 1 and f"{ws} was renamed" in notes[0] and "(.dsh)" in notes[0]
+    assert os.listdir(outside) == [], "what runc made where the link beside it leads stayed"
+    assert os.listdir(tmp_path / "elsewhere") == [".dsh"], "born before the start: not runc's"
     assert after_failed_start(_spec(str(ws)), {str(ws): want}, since) == [], "no nested mount: nothing to make"
