@@ -98,14 +98,24 @@ class MountFacts:
 
 def is_placeholder(path: str) -> bool:
     """An empty directory with the placeholder mode (left by a sandbox)."""
+    return _placeholder_at(path) is True
+
+
+def _placeholder_at(path: str) -> bool | None:
+    """Is the directory at ``path`` a placeholder?  Its mode and its entries
+    are read from one open of it: looked up twice by name, a directory
+    exchanged with a link in between gave one answer of two inodes.  None
+    when no directory is there (any more)."""
     try:
-        return _is_placeholder(path, os.lstat(path))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return False
-
-
-def _is_placeholder(path: str, st: os.stat_result) -> bool:
-    return stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == PLACEHOLDER_MODE and not os.listdir(path)
+        return None
+    try:
+        return stat.S_IMODE(os.fstat(fd).st_mode) == PLACEHOLDER_MODE and not os.listdir(fd)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def hidden_per_directory(hidden: Iterable[str]) -> dict[str, int]:
@@ -125,30 +135,36 @@ def one_mask_pays(hidden: int, shown: int) -> bool:
     return 1 + shown <= hidden
 
 
+#: How many times a path that changes between two looks is looked at again.
+_LOOKS = 3
+
+
 def path_fact(path: str, uid: int | None, parent_real: str | None = None) -> PathFact:
     """``path`` as it is now.  ``parent_real``: its directory's canonical
     form, when known: then only a symlink here needs a full resolve.
     ``uid``: the command's, ``None`` when unknown (then no link is fixed)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        st = None
-    if st is not None and stat.S_ISLNK(st.st_mode):
-        # A link swapped back and forth meanwhile: a clean refusal, not EINVAL.
-        return PathFact("symlink", str(canonical(path)), uid is not None and fixed_symlink(path, uid))
-    if parent_real is None or path == "/":
-        real = str(canonical(path))
-    else:
-        real = os.path.join(parent_real, os.path.basename(path))
-    if st is None:
-        return PathFact("missing", real)
-    if stat.S_ISDIR(st.st_mode):
+    for _ in range(_LOOKS):
         try:
-            placeholder = _is_placeholder(path, st)
+            st = os.lstat(path)
         except OSError:
-            placeholder = False
-        return PathFact("placeholder" if placeholder else "dir", real)
-    return PathFact("file" if stat.S_ISREG(st.st_mode) else "other", real)
+            st = None
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            # A link swapped back and forth meanwhile: a clean refusal, not EINVAL.
+            return PathFact("symlink", str(canonical(path)), uid is not None and fixed_symlink(path, uid))
+        if parent_real is None or path == "/":
+            real = str(canonical(path))
+        else:
+            real = os.path.join(parent_real, os.path.basename(path))
+        if st is None:
+            return PathFact("missing", real)
+        if not stat.S_ISDIR(st.st_mode):
+            return PathFact("file" if stat.S_ISREG(st.st_mode) else "other", real)
+        placeholder = _placeholder_at(path)
+        if placeholder is not None:
+            return PathFact("placeholder" if placeholder else "dir", real)
+        # Gone between the two looks (a directory on the way exchanged with a link):
+        # look again, and never take for the user's own directory what was not seen as one.
+    return PathFact("missing", real)
 
 
 def _facts_of(wanted: Iterable[str], uid: int | None, into: dict[str, PathFact]) -> None:

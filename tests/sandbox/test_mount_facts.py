@@ -187,3 +187,42 @@ def test_a_state_directory_without_links_is_listed_once_not_looked_at_entry_by_e
     assert str(others[7]) in linked.paths
     with pytest.raises(SandboxUnavailable, match=r"is a symbolic link to .*rm "):
         plan_mounts(policy, linked)
+
+
+def test_a_placeholder_under_an_exchanged_directory_is_never_taken_for_the_users_own(tmp_path: Path) -> None:
+    """Its mode and its emptiness were read by two lookups of its name: a
+    directory on the way exchanged with a link in between (to a directory
+    without it) made a placeholder a protected directory of the user's, which
+    the docker runner then bound by that name."""
+    import ctypes
+    import threading
+
+    from dsh.sandbox.mount_facts import PLACEHOLDER_MODE, path_fact
+
+    ws = tmp_path / "ws"
+    (ws / "victim").mkdir(parents=True)
+    (ws / "victim" / ".dsh").mkdir(mode=PLACEHOLDER_MODE)
+    (ws / "victim" / ".dsh").chmod(PLACEHOLDER_MODE)
+    (tmp_path / "outside").mkdir()
+    (ws / "vlink").symlink_to(tmp_path / "outside")
+    libc = ctypes.CDLL(None, use_errno=True)
+    a, b = str(ws / "victim").encode(), str(ws / "vlink").encode()
+    stop = threading.Event()
+
+    def exchange() -> None:
+        while not stop.is_set():
+            libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE
+
+    swapper = threading.Thread(target=exchange)
+    swapper.start()
+    kinds: dict[str, int] = {}
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            kind = path_fact(str(ws / "victim" / ".dsh"), None).kind
+            kinds[kind] = kinds.get(kind, 0) + 1
+    finally:
+        stop.set()
+        swapper.join()
+    assert "dir" not in kinds, kinds
+    assert kinds.get("placeholder"), kinds
