@@ -211,7 +211,7 @@ def _named(
                     st = os.stat(path)
                 except (OSError, ValueError):
                     if missing and not os.path.lexists(path):
-                        out |= {Path(p) for p in (path, os.path.realpath(path)) if _inside(p, within)}
+                        out |= {Path(p) for p in (path, str(canonical(path))) if _inside(p, within)}
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     if not dirs_too:
@@ -221,7 +221,7 @@ def _named(
                         out |= _named([(key, os.path.join(path, h)) for h in _HOOKS], bases, within,
                                       missing=missing)
                         continue
-                real = os.path.realpath(path)
+                real = str(canonical(path))
                 if _inside(path, within):
                     out.add(Path(path))
                 if _inside(real, within):

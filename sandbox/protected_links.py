@@ -28,6 +28,8 @@ import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from dsh.sandbox.policy_paths import canonical
+
 #: Entries looked at inside one protected directory.
 _DIR_LIMIT = 2_000
 #: Entries looked at in each writable root when a protected file has another hard link.
@@ -40,8 +42,9 @@ def _inside(path: Path, roots: Sequence[Path]) -> bool:
     return any(r == path or r in path.parents for r in roots)
 
 
-def _real(path: str) -> Path:
-    return Path(os.path.realpath(path))
+def _real(path: str | Path) -> Path:
+    # Retried, then a clean refusal, when a link is swapped under realpath (EINVAL).
+    return canonical(path)
 
 
 def other_names(
@@ -51,7 +54,7 @@ def other_names(
     name: link targets of links inside it, and its files' other hard links.
     Roots whose search for hard links ran out of budget are appended to
     ``incomplete``."""
-    git_dirs = {str(p) for p in repos} | {os.path.realpath(p) for p in repos}
+    git_dirs = {str(p) for p in repos} | {str(_real(p)) for p in repos}
     out: set[Path] = set()
     multi: dict[tuple[int, int], str] = {}
     for start in protected:

@@ -55,12 +55,15 @@ def empty_source() -> str:
                                      f"(rm -rf {path}) and retry", runner="docker") from None
         try:
             info, entries = os.fstat(fd), os.listdir(fd)
+            if info.st_uid != os.geteuid() or entries:
+                raise SandboxUnavailable(f"{path} must be an empty directory of yours (it stands for missing "
+                                         f"protected paths in containers): remove it (rm -rf {path}) and retry",
+                                         runner="docker")
+            if stat.S_IMODE(info.st_mode) != MODE:
+                # Only its mode changed (a run granted chmod by an accepted degradation): set it back.
+                os.fchmod(fd, MODE)
         finally:
             os.close(fd)
-        if info.st_uid != os.geteuid() or stat.S_IMODE(info.st_mode) != MODE or entries:
-            raise SandboxUnavailable(f"{path} must be an empty directory of yours with mode 0555 (it stands for "
-                                     f"missing protected paths in containers): remove it (rm -rf {path}) and retry",
-                                     runner="docker")
     finally:
         own.close()
     return str(path)

@@ -36,12 +36,30 @@ Identity = tuple[int, int]
 
 
 def pinned_binds(spec: ContainerSpec, pins: PinnedPaths) -> dict[str, Identity]:
-    """Bind target -> the identity its source was pinned with (pinned binds only)."""
+    """Bind target -> the identity its source has: the pin's, or, for a source
+    inside a pinned directory (a protected ``.git``, its config, a read-only
+    path in the workspace), the one reached from that pin without following a
+    link.  The daemon resolves each source by name, at its own moment: a
+    nested one as much as the root above it, so a directory on the way
+    exchanged with a link would bind another repository's ``.git`` writable.
+    Raises ``SandboxUnavailable`` when such a source is missing or a link by now."""
     out: dict[str, Identity] = {}
     for mount in _binds(spec.mounts):
-        pin = pins.get(mount.source or "")
+        source = mount.source or ""
+        pin = pins.get(source)
         if pin is not None:
             out[mount.target] = pin.identity
+            continue
+        if not any(p.is_dir and p.path in Path(source).parents for p in pins):
+            continue  # not the policy's (the runner's own empty directory, /dev/null, the user's git config)
+        fd = open_beneath(pins, Path(source))
+        if fd is None:
+            raise _changed(source, "it is missing or a symlink by now")
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        out[mount.target] = (info.st_dev, info.st_ino)
     return out
 
 

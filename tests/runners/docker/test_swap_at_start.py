@@ -90,3 +90,35 @@ def test_a_swap_to_a_directory_without_the_placeholders_is_refused_by_the_bind_c
         workspace.unlink()
         aside.rename(workspace)
     assert sorted(os.listdir(workspace)) == [], "the placeholders stayed in the workspace"
+
+
+def test_a_nested_bind_whose_name_leads_elsewhere_at_the_start_is_refused(tmp_path: Path) -> None:
+    """The daemon resolves a nested bind's source (a protected ``.git``) by
+    name at its own moment, as it does the workspace's: a ``.git`` exchanged
+    for a link to another repository's after the checks before the container
+    was made must not be bound in its place (writable in commit mode, that
+    other repository's hooks and config are the host's next ``git status``)."""
+    workspace = tmp_path / "ws"
+    (workspace / ".git").mkdir(parents=True)
+    (workspace / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    other = tmp_path / "other-repo" / ".git"
+    other.mkdir(parents=True)
+    (other / "HEAD").write_text("ref: refs/heads/main\n")
+    before = sorted(os.listdir(other))
+    pol = policy(workspace, protected_paths=(workspace / ".git",))
+    swapped: list[bool] = []
+    with docker_runner() as runner, pytest.MonkeyPatch.context() as patch:
+        real_add = runner._keeper.add
+
+        def add_then_swap(container_id: str) -> None:
+            real_add(container_id)
+            if not swapped:
+                (workspace / ".git").rename(workspace / ".git.real")
+                (workspace / ".git").symlink_to(other)
+                swapped.append(True)
+
+        patch.setattr(runner._keeper, "add", add_then_swap)
+        with pytest.raises(SandboxUnavailable, match=r"\.git changed while the container was being made"):
+            run(runner, ["sh", "-c", "echo pwned > .git/commondir"], pol)
+        assert swapped
+    assert sorted(os.listdir(other)) == before, "the other repository's .git was written"
