@@ -219,7 +219,10 @@ def test_a_placeholder_under_an_exchanged_directory_is_never_taken_for_the_users
     try:
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
-            kind = path_fact(str(ws / "victim" / ".dsh"), None).kind
+            try:
+                kind = path_fact(str(ws / "victim" / ".dsh"), None).kind
+            except SandboxUnavailable:
+                kind = "refused"  # a path that keeps changing: a clean refusal, also right
             kinds[kind] = kinds.get(kind, 0) + 1
     finally:
         stop.set()
