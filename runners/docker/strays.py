@@ -25,7 +25,7 @@ from typing import Any
 
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
 from dsh.runners.docker.verify import mountinfo_in, stat_in
-from dsh.runners.linux.mount_check import MountEntry, mount_table
+from dsh.runners.linux.mount_check import MountEntry, identity_of, mount_table
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.policy_paths import is_within
 
@@ -103,14 +103,10 @@ def take_back(spec: ContainerSpec, expected: Mapping[str, Identity], since: floa
         if fd is None:
             left.append(f"{target} (swapped: the directory bound instead could not be found)")
             continue
-        made: list[str] = []
         try:
-            for mount in nested:
-                made += _take_back_one(fd, mount, Path(mount.target).relative_to(target).parts, since)
+            left += _take_back_nested(fd, target, nested, since)
         finally:
             os.close(fd)
-        # A directory kept for a sibling's mount point may have gone with that sibling's turn.
-        left += [path for path in dict.fromkeys(made) if os.path.lexists(path)]
     return left
 
 
@@ -136,16 +132,15 @@ def after_failed_start(spec: ContainerSpec, expected: Mapping[str, Identity], si
         except OSError:
             fd = None
         try:
-            if fd is not None and _identity(os.fstat(fd)) != want:
-                for inner in nested:
-                    notes += _take_back_one(fd, inner, Path(inner.target).relative_to(mount.target).parts, since)
-            elif fd is None or _renamed_since(mount.source, want, since):
-                # An exchange leaves the link beside it: what runc made where one leads goes.
+            if fd is not None and identity_of(fd) != want:
+                notes += _take_back_nested(fd, mount.target, nested, since)
+            elif fd is None or os.fstat(fd).st_ctime >= since - _CLOCK_SLACK:
+                # Renamed (a rename sets its ctime; so do an entry made in it and a
+                # change of its mode, taken alike: the note says "may").  An exchange
+                # leaves the link beside it: what runc made where one leads goes.
                 for beside in _linked_beside(mount.source, want):
                     try:
-                        for inner in nested:
-                            notes += _take_back_one(beside, inner, Path(inner.target).relative_to(mount.target).parts,
-                                                    since)
+                        notes += _take_back_nested(beside, mount.target, nested, since)
                     finally:
                         os.close(beside)
                 names = ", ".join(sorted({Path(m.target).relative_to(mount.target).parts[0] for m in nested}))
@@ -156,6 +151,15 @@ def after_failed_start(spec: ContainerSpec, expected: Mapping[str, Identity], si
             if fd is not None:
                 os.close(fd)
     return notes
+
+
+def _take_back_nested(top: int, target: str, nested: list[MountSpec], since: float) -> list[str]:
+    """``_take_back_one`` of each of ``nested`` (mounts below ``target``) in
+    the directory ``top``; returns what stays."""
+    made = [left for mount in nested
+            for left in _take_back_one(top, mount, Path(mount.target).relative_to(target).parts, since)]
+    # A directory kept for a sibling's mount point may have gone with that sibling's turn.
+    return [path for path in dict.fromkeys(made) if os.path.lexists(path)]
 
 
 #: How many symlinks beside a renamed bind source are followed after a failed start.
@@ -177,26 +181,11 @@ def _linked_beside(source: str, want: Identity) -> list[int]:
             fd = os.open(link, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             continue
-        if _identity(os.fstat(fd)) == want:
+        if identity_of(fd) == want:
             os.close(fd)
         else:
             fds.append(fd)
     return fds
-
-
-def _identity(info: os.stat_result) -> Identity:
-    return (info.st_dev, info.st_ino)
-
-
-def _renamed_since(path: str, want: Identity, since: float) -> bool:
-    """Was the directory pinned as ``want`` (now at ``path``) renamed since ``since``?
-    A rename sets its ctime; so do an entry made in it and a change of its
-    mode, taken alike (the note says "may")."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return True
-    return _identity(info) != want or info.st_ctime >= since - _CLOCK_SLACK
 
 
 def _nested(mounts: Iterable[MountSpec], target: str) -> list[MountSpec]:

@@ -27,7 +27,7 @@ from typing import Any
 from dsh.runners.docker import client as dc
 from dsh.runners.docker.placeholder_source import set_mode
 from dsh.runners.docker.spec import ContainerSpec, MountSpec
-from dsh.runners.linux.mount_check import mount_table
+from dsh.runners.linux.mount_check import identity_of, mount_table
 from dsh.sandbox.errors import SandboxUnavailable
 from dsh.sandbox.mount_facts import PLACEHOLDER_MODE
 from dsh.sandbox.pins import PinnedPaths, open_beneath
@@ -50,17 +50,21 @@ def pinned_binds(spec: ContainerSpec, pins: PinnedPaths) -> dict[str, Identity]:
         if pin is not None:
             out[mount.target] = pin.identity
             continue
-        if not any(p.is_dir and p.path in Path(source).parents for p in pins):
+        if not _beneath_a_pin(pins, Path(source)):
             continue  # not the policy's (the runner's own empty directory, /dev/null, the user's git config)
         fd = open_beneath(pins, Path(source))
         if fd is None:
             raise _changed(source, "it is missing or a symlink by now")
         try:
-            info = os.fstat(fd)
+            out[mount.target] = identity_of(fd)
         finally:
             os.close(fd)
-        out[mount.target] = (info.st_dev, info.st_ino)
     return out
+
+
+def _beneath_a_pin(pins: PinnedPaths, path: Path) -> bool:
+    """Does ``path`` lie inside a pinned directory (``open_beneath`` then reaches it)?"""
+    return any(p.is_dir and p.path in path.parents for p in pins)
 
 
 def check_sources(spec: ContainerSpec, expected: Mapping[str, Identity]) -> None:
@@ -203,7 +207,7 @@ def make_placeholder(path: str, pins: PinnedPaths | None) -> None:
     if pins is not None:
         if pins.get(parent) is not None:
             holder = pins.dup(parent)
-        elif any(p.is_dir and p.path in parent.parents for p in pins):
+        elif _beneath_a_pin(pins, parent):
             holder = open_beneath(pins, parent, directory=True)
             if holder is None:
                 raise _changed(str(parent), "it is missing, a symlink or moved below its writable root")

@@ -133,17 +133,9 @@ def test_a_command_another_package_adds_is_listed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("args", [["--version"], ["--help"]])
 def test_a_reader_gone_or_a_full_disk_is_no_traceback(args: list[str]) -> None:
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # `dsh-sandbox --help | true`, the reader gone before the first write
-    try:
-        gone = subprocess.run([str(SCRIPT), *args], stdout=write_end, stderr=subprocess.PIPE,
-                              env=env_with("100"), check=False, timeout=60)
-    finally:
-        os.close(write_end)
+    gone = _to_a_reader_gone(args)
     assert (gone.returncode, gone.stderr) == (0, b"")
-    with open("/dev/full", "wb") as full:
-        done = subprocess.run([str(SCRIPT), *args], stdout=full, stderr=subprocess.PIPE, env=env_with("100"),
-                              check=False, timeout=60)
+    done = _to_a_full_disk(args)
     assert done.returncode == 1 and b"Traceback" not in done.stderr
     assert b"cannot write to standard output: No space left on device" in done.stderr
 
@@ -152,16 +144,25 @@ def test_a_reader_gone_or_a_full_disk_is_no_traceback(args: list[str]) -> None:
 def test_a_full_disk_or_a_reader_gone_on_clicks_own_paths_is_no_traceback(args: list[str]) -> None:
     """The commands click renders: a full disk is the same one line as on the
     fast path; a reader gone ends quietly (click's own status 1)."""
-    with open("/dev/full", "wb") as full:
-        done = subprocess.run([str(SCRIPT), *args], stdout=full, stderr=subprocess.PIPE, env=env_with("100"),
-                              check=False, timeout=120)
+    done = _to_a_full_disk(args)
     assert done.returncode == 1 and b"Traceback" not in done.stderr, done.stderr
     assert done.stderr == b"dsh-sandbox: cannot write to standard output: No space left on device\n"
+    gone = _to_a_reader_gone(args)
+    assert (gone.returncode, gone.stderr) == (1, b"")
+
+
+def _to_a_reader_gone(args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """``dsh-sandbox ARGS | true``, the reader gone before the first write."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        gone = subprocess.run([str(SCRIPT), *args], stdout=write_end, stderr=subprocess.PIPE,
+        return subprocess.run([str(SCRIPT), *args], stdout=write_end, stderr=subprocess.PIPE,
                               env=env_with("100"), check=False, timeout=120)
     finally:
         os.close(write_end)
-    assert (gone.returncode, gone.stderr) == (1, b"")
+
+
+def _to_a_full_disk(args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    with open("/dev/full", "wb") as full:
+        return subprocess.run([str(SCRIPT), *args], stdout=full, stderr=subprocess.PIPE, env=env_with("100"),
+                              check=False, timeout=120)
