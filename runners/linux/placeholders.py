@@ -44,9 +44,10 @@ class Placeholder:
         """
         name = os.path.basename(path) if parent_fd is not None else path
         for _ in range(_RETRIES):
+            made = False
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, PLACEHOLDER_MODE, dir_fd=parent_fd)
-                os.chmod(name, PLACEHOLDER_MODE, dir_fd=parent_fd)  # the umask may have cleared bits
+                made = True
             try:
                 fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
             except FileNotFoundError:
@@ -55,6 +56,10 @@ class Placeholder:
                 if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EACCES):
                     return None  # a real entry: a file, a link, someone else's directory
                 raise
+            if made:
+                # The umask may have cleared bits.  Through the fd: a chmod by name
+                # would follow a link a command swapped in since the mkdir.
+                os.fchmod(fd, PLACEHOLDER_MODE)
             if not _empty_placeholder(fd):
                 os.close(fd)
                 return None
